@@ -1,0 +1,67 @@
+// The CPU reference ops: fp32, plain loops (OpenMP over rows) plus BLAS for GEMM. These are the
+// oracle every other backend is checked against. Semantics and shapes are documented once, on the
+// Backend interface (backend/backend.h); each family lives in its own file here and is tested in
+// tests/ops/<family>_test.cpp (forward against a naive formula, backward against finite
+// differences).
+#pragma once
+
+#include <vector>
+
+#include "backend/ops.h"
+#include "core/tensor.h"
+
+namespace dflash::cpu {
+
+// How many threads an op may use. Passed explicitly: no op reads a global setting.
+struct Exec {
+    int threads = 1;
+};
+
+// gemm.cpp
+void gemm(const Exec& ex, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+          const Tensor& c, float alpha, float beta);
+// OpenBLAS keeps one process-wide thread count; the command sets it once at start-up.
+void set_blas_threads(int threads);
+
+// embedding.cpp
+void embedding_fwd(const Exec& ex, const Tensor& table, const Tensor& ids, const Tensor& out);
+void embedding_bwd(const Exec& ex, const Tensor& ids, const Tensor& dout, const Tensor& dtable);
+
+// rmsnorm.cpp
+void rmsnorm_fwd(const Exec& ex, const Tensor& x, const Tensor& w, float eps, const Tensor& y,
+                 const Tensor& rstd);
+void rmsnorm_bwd(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& w,
+                 const Tensor& rstd, const Tensor& dx, const Tensor& dw);
+
+// rope.cpp (rope_inv_freq is declared in backend/backend.h)
+void rope_fwd(const Exec& ex, const Tensor& x, const Tensor& positions,
+              const std::vector<float>& inv_freq);
+void rope_bwd(const Exec& ex, const Tensor& dx, const Tensor& positions,
+              const std::vector<float>& inv_freq);
+
+// attention.cpp
+void attention_fwd(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v,
+                   const AttnMask& mask, const Tensor& out, const Tensor& lse);
+void attention_bwd(const Exec& ex, const Tensor& dout, const Tensor& q, const Tensor& k,
+                   const Tensor& v, const Tensor& out, const Tensor& lse, const AttnMask& mask,
+                   const Tensor& dq, const Tensor& dk, const Tensor& dv);
+
+// swiglu.cpp
+void swiglu_fwd(const Exec& ex, const Tensor& gate, const Tensor& up, const Tensor& out);
+void swiglu_bwd(const Exec& ex, const Tensor& dout, const Tensor& gate, const Tensor& up,
+                const Tensor& dgate, const Tensor& dup);
+
+// elementwise.cpp
+void add_inplace(const Exec& ex, const Tensor& y, const Tensor& x, float alpha);
+void scale_inplace(const Exec& ex, const Tensor& y, float alpha);
+
+// lm_head_ce.cpp
+void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& labels,
+                const Tensor& weights, float grad_scale, int64_t chunk, const LmHeadCeOut& out);
+
+// adamw.cpp
+void adamw_step(const Exec& ex, const Tensor& param, const Tensor& grad, const Tensor& m,
+                const Tensor& v, const AdamWParams& p);
+double sum_squares(const Exec& ex, const Tensor& t);
+
+}  // namespace dflash::cpu

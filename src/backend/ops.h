@@ -1,0 +1,72 @@
+// The op set (design §5): the plain data types every backend's ops share.
+// The CPU reference lives in backend/cpu/, one op family per file; backend.h is the interface.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace dflash {
+
+// ---- RoPE (NeoX rotate-half) -----------------------------------------------------------------
+enum class RopeScalingType { none, linear, llama3 };
+
+struct RopeScaling {
+    RopeScalingType type = RopeScalingType::none;
+    double factor = 1.0;                   // linear and llama3
+    double low_freq_factor = 1.0;          // llama3
+    double high_freq_factor = 4.0;         // llama3
+    int64_t original_max_position = 8192;  // llama3: original_max_position_embeddings
+};
+
+struct RopeConfig {
+    double theta = 1000000.0;
+    RopeScaling scaling;
+};
+
+// ---- Attention masks -------------------------------------------------------------------------
+enum class AttnMaskKind {
+    causal,        // query i sits at absolute position q_offset + i and sees keys j <= q_offset + i
+    full,          // every query sees every key (drafter inference: context cache + block)
+    dflash_block,  // DFlash training mask (dflash-spec §3.2), see AttnMask
+};
+
+// For dflash_block the keys are [ctx_len context rows ; Sq block rows] and queries are the Sq block
+// rows, Sq = N * block_size. A query in block n sees context keys j < anchors[n] (strictly: the
+// anchor's own feature is not visible) and every key of its own block n (bidirectional). A block
+// with anchors[n] < 0 is padding: it sees nothing, its output and gradients are 0.
+struct AttnMask {
+    AttnMaskKind kind = AttnMaskKind::causal;
+    int64_t q_offset = 0;              // causal
+    int64_t ctx_len = 0;               // dflash_block
+    int64_t block_size = 0;            // dflash_block
+    const int32_t* anchors = nullptr;  // dflash_block: [N]
+
+    static AttnMask causal(int64_t q_offset = 0) { return {AttnMaskKind::causal, q_offset}; }
+    static AttnMask full() { return {AttnMaskKind::full}; }
+    static AttnMask dflash_block(int64_t ctx_len, int64_t block_size, const int32_t* anchors) {
+        return {AttnMaskKind::dflash_block, 0, ctx_len, block_size, anchors};
+    }
+};
+
+// ---- Optimiser -------------------------------------------------------------------------------
+struct AdamWParams {
+    float lr = 1e-3f;
+    float beta1 = 0.9f;
+    float beta2 = 0.999f;
+    float eps = 1e-8f;
+    float weight_decay = 0.0f;
+    int64_t step = 1;  // 1-based, for bias correction
+};
+
+// ---- LM head + cross-entropy ------------------------------------------------------------------
+// Outputs of lm_head_ce. Tensors left empty are not computed.
+struct LmHeadCeOut {
+    Tensor loss_rows;  // f32 [R]: unweighted CE per row (0 where weight == 0)
+    Tensor argmax;     // i32 [R]: argmax of the logits row (lowest index on ties)
+    Tensor dh;         // f32 [R, D]: overwritten with grad_scale * d(sum_r w_r CE_r)/dh
+    Tensor dw;         // f32 [V, D]: accumulated (+=) with grad_scale * d(sum_r w_r CE_r)/dW
+};
+
+}  // namespace dflash
