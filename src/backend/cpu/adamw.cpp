@@ -1,14 +1,85 @@
-// AdamW and sum of squares. Tested by tests/ops/adamw_test.cpp.
+// AdamW (decoupled weight decay, as torch.optim.AdamW) on fp32 parameters, and the sum of squares
+// behind the global gradient norm. Tested by tests/ops/adamw_test.cpp.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "backend/cpu/cpu_ops.h"
 
 namespace dflash::cpu {
+namespace {
 
-void adamw_step(const Exec&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                const AdamWParams&) {
-    DF_FAIL("not implemented yet");
+// sum_squares adds fixed chunks, then the chunk sums in order: the result does not depend on the
+// thread count.
+constexpr int64_t kSumChunk = 4096;
+
+void check_f32(const Tensor& t, const char* op, const char* name) {
+    DF_CHECK(t.dtype() == DType::f32 && t.device().kind == DeviceKind::cpu,
+             "{}: {} is {}, expected a CPU f32 tensor", op, name, t.describe());
 }
-double sum_squares(const Exec&, const Tensor&) {
-    DF_FAIL("not implemented yet");
+
+}  // namespace
+
+// p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+// p -= lr * mhat / (sqrt(vhat) + eps), mhat = m / (1-b1^t), vhat = v / (1-b2^t).
+// The last line is evaluated as torch does: p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps),
+// with the scalar factors in double.
+void adamw_step(const Exec& ex, const Tensor& param, const Tensor& grad, const Tensor& m,
+                const Tensor& v, const AdamWParams& p) {
+    check_f32(param, "adamw_step", "param");
+    check_f32(grad, "adamw_step", "grad");
+    check_f32(m, "adamw_step", "m");
+    check_f32(v, "adamw_step", "v");
+    DF_CHECK(
+        grad.numel() == param.numel() && m.numel() == param.numel() && v.numel() == param.numel(),
+        "adamw_step: param {} grad {} m {} v {} must have the same element count",
+        param.shape().to_string(), grad.shape().to_string(), m.shape().to_string(),
+        v.shape().to_string());
+    DF_CHECK(p.step >= 1, "adamw_step: step={} but steps are 1-based (bias correction)", p.step);
+    DF_CHECK(p.beta1 >= 0 && p.beta1 < 1 && p.beta2 >= 0 && p.beta2 < 1,
+             "adamw_step: betas ({}, {}) must lie in [0, 1)", p.beta1, p.beta2);
+    const double t = static_cast<double>(p.step);
+    const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), t);
+    const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), t);
+    const float decay = static_cast<float>(1.0 - static_cast<double>(p.lr) * p.weight_decay);
+    const float step_size = static_cast<float>(static_cast<double>(p.lr) / bc1);
+    const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    const float b1 = p.beta1, b2 = p.beta2, eps = p.eps;
+    const float one_m_b1 = static_cast<float>(1.0 - p.beta1);
+    const float one_m_b2 = static_cast<float>(1.0 - p.beta2);
+    const int64_t n = param.numel();
+    float* pp = param.f32();
+    const float* pg = grad.f32();
+    float* pm = m.f32();
+    float* pv = v.f32();
+#pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 16384)
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = pg[i];
+        const float mi = b1 * pm[i] + one_m_b1 * g;
+        const float vi = b2 * pv[i] + one_m_b2 * g * g;
+        pm[i] = mi;
+        pv[i] = vi;
+        const float denom = std::sqrt(vi) / bc2_sqrt + eps;
+        pp[i] = pp[i] * decay - step_size * (mi / denom);
+    }
+}
+
+double sum_squares(const Exec& ex, const Tensor& t) {
+    check_f32(t, "sum_squares", "t");
+    const int64_t n = t.numel();
+    const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
+    const float* p = t.f32();
+    std::vector<double> partial(chunks, 0.0);
+#pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 65536)
+    for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t end = std::min(n, (c + 1) * kSumChunk);
+        double acc = 0;
+        for (int64_t i = c * kSumChunk; i < end; ++i) acc += static_cast<double>(p[i]) * p[i];
+        partial[c] = acc;
+    }
+    double total = 0;
+    for (double s : partial) total += s;
+    return total;
 }
 
 }  // namespace dflash::cpu

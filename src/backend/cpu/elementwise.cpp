@@ -1,13 +1,43 @@
-// Residual add and scaling. Tested by tests/ops/elementwise_test.cpp.
+// Residual add / gradient accumulation (y += alpha * x) and scaling (y *= alpha).
+// Tested by tests/ops/elementwise_test.cpp.
 #include "backend/cpu/cpu_ops.h"
 
 namespace dflash::cpu {
+namespace {
 
-void add_inplace(const Exec&, const Tensor&, const Tensor&, float) {
-    DF_FAIL("not implemented yet");
+void check_f32(const Tensor& t, const char* op, const char* name) {
+    DF_CHECK(t.dtype() == DType::f32 && t.device().kind == DeviceKind::cpu,
+             "{}: {} is {}, expected a CPU f32 tensor", op, name, t.describe());
 }
-void scale_inplace(const Exec&, const Tensor&, float) {
-    DF_FAIL("not implemented yet");
+
+}  // namespace
+
+// Tensors are contiguous, so only the element count has to agree (a [S, H, Dh] view may be added
+// to its [S, H*Dh] twin).
+void add_inplace(const Exec& ex, const Tensor& y, const Tensor& x, float alpha) {
+    check_f32(y, "add_inplace", "y");
+    check_f32(x, "add_inplace", "x");
+    DF_CHECK(y.numel() == x.numel(),
+             "add_inplace: y has shape {} ({} elements) but x has {} ({} elements)",
+             y.shape().to_string(), y.numel(), x.shape().to_string(), x.numel());
+    const int64_t n = y.numel();
+    float* py = y.f32();
+    const float* px = x.f32();
+    if (alpha == 1.0f) {
+#pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 32768)
+        for (int64_t i = 0; i < n; ++i) py[i] += px[i];
+    } else {
+#pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 32768)
+        for (int64_t i = 0; i < n; ++i) py[i] += alpha * px[i];
+    }
+}
+
+void scale_inplace(const Exec& ex, const Tensor& y, float alpha) {
+    check_f32(y, "scale_inplace", "y");
+    const int64_t n = y.numel();
+    float* py = y.f32();
+#pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 32768)
+    for (int64_t i = 0; i < n; ++i) py[i] *= alpha;
 }
 
 }  // namespace dflash::cpu

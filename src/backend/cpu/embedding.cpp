@@ -1,13 +1,87 @@
-// Embedding gather and its scatter-add backward. Tested by tests/ops/embedding_test.cpp.
+// Embedding gather (forward) and its scatter-add (backward) on fp32 tables.
+// Tested by tests/ops/embedding_test.cpp.
+#include <algorithm>
+#include <cstring>
+
 #include "backend/cpu/cpu_ops.h"
 
 namespace dflash::cpu {
+namespace {
 
-void embedding_fwd(const Exec&, const Tensor&, const Tensor&, const Tensor&) {
-    DF_FAIL("not implemented yet");
+// Columns per work item of the backward: wide enough to stream rows, narrow enough to share.
+constexpr int64_t kColBlock = 64;
+
+void check_f32(const Tensor& t, const char* op, const char* name) {
+    DF_CHECK(t.dtype() == DType::f32 && t.device().kind == DeviceKind::cpu,
+             "{}: {} is {}, expected a CPU f32 tensor", op, name, t.describe());
 }
-void embedding_bwd(const Exec&, const Tensor&, const Tensor&, const Tensor&) {
-    DF_FAIL("not implemented yet");
+
+// Validates ids against the table before any thread starts (an exception cannot leave an OpenMP
+// region) and names the first bad id by position.
+void check_ids(const Tensor& ids, int64_t vocab, const char* op) {
+    DF_CHECK(ids.dtype() == DType::i32 && ids.device().kind == DeviceKind::cpu,
+             "{}: ids is {}, expected CPU i32 token ids", op, ids.describe());
+    const int32_t* p = ids.i32();
+    for (int64_t s = 0; s < ids.numel(); ++s) {
+        DF_CHECK(p[s] >= 0 && p[s] < vocab,
+                 "{}: ids[{}]={} is outside the vocabulary of {} rows (ids 0..{}); check the "
+                 "tokenizer matches the model",
+                 op, s, p[s], vocab, vocab - 1);
+    }
+}
+
+// table/dtable [V, D] and out/dout holding S rows of D.
+void check_shapes(const Tensor& table, const Tensor& ids, const Tensor& rows, const char* op,
+                  const char* table_name, const char* rows_name) {
+    check_f32(table, op, table_name);
+    check_f32(rows, op, rows_name);
+    DF_CHECK(table.rank() == 2, "{}: {} has shape {}; expected [V, D]", op, table_name,
+             table.shape().to_string());
+    const int64_t d = table.dim(1);
+    DF_CHECK(rows.rank() >= 1 && rows.dim(-1) == d && rows.numel() == ids.numel() * d,
+             "{}: {} has shape {} but ids has {} entries and {} is {}; expected [{}, {}]", op,
+             rows_name, rows.shape().to_string(), ids.numel(), table_name,
+             table.shape().to_string(), ids.numel(), d);
+}
+
+}  // namespace
+
+void embedding_fwd(const Exec& ex, const Tensor& table, const Tensor& ids, const Tensor& out) {
+    check_shapes(table, ids, out, "embedding_fwd", "table", "out");
+    check_ids(ids, table.dim(0), "embedding_fwd");
+    const int64_t s_len = ids.numel();
+    const int64_t d = table.dim(1);
+    const float* tab = table.f32();
+    const int32_t* id = ids.i32();
+    float* o = out.f32();
+#pragma omp parallel for schedule(static) num_threads(ex.threads) if (s_len * d > 16384)
+    for (int64_t s = 0; s < s_len; ++s) {
+        std::memcpy(o + s * d, tab + static_cast<int64_t>(id[s]) * d, sizeof(float) * d);
+    }
+}
+
+// Several positions may share an id, so rows of dtable are not independent. Each thread owns a
+// block of columns and walks the positions in order: every element is summed by one thread in
+// the same order whatever the thread count (no atomics, bitwise reproducible).
+void embedding_bwd(const Exec& ex, const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
+    check_shapes(dtable, ids, dout, "embedding_bwd", "dtable", "dout");
+    check_ids(ids, dtable.dim(0), "embedding_bwd");
+    const int64_t s_len = ids.numel();
+    const int64_t d = dtable.dim(1);
+    const int64_t blocks = (d + kColBlock - 1) / kColBlock;
+    const float* g = dout.f32();
+    const int32_t* id = ids.i32();
+    float* dt = dtable.f32();
+#pragma omp parallel for schedule(static) num_threads(ex.threads) if (s_len * d > 16384)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+        const int64_t c0 = blk * kColBlock;
+        const int64_t c1 = std::min(d, c0 + kColBlock);
+        for (int64_t s = 0; s < s_len; ++s) {
+            float* dst = dt + static_cast<int64_t>(id[s]) * d;
+            const float* src = g + s * d;
+            for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
+        }
+    }
 }
 
 }  // namespace dflash::cpu

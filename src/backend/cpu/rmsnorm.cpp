@@ -1,14 +1,131 @@
-// RMSNorm forward/backward. Tested by tests/ops/rmsnorm_test.cpp.
+// RMSNorm forward/backward over the last dim (hidden norm [S, D] with w [D], and per-head q/k norm
+// [S, H, Dh] with w [Dh]), HF semantics: y = w * (x * rsqrt(mean(x^2) + eps)).
+// Tested by tests/ops/rmsnorm_test.cpp.
+#include <algorithm>
+#include <cmath>
+
 #include "backend/cpu/cpu_ops.h"
 
 namespace dflash::cpu {
+namespace {
 
-void rmsnorm_fwd(const Exec&, const Tensor&, const Tensor&, float, const Tensor&, const Tensor&) {
-    DF_FAIL("not implemented yet");
+// Columns per work item of the dw reduction.
+constexpr int64_t kColBlock = 64;
+
+void check_f32(const Tensor& t, const char* op, const char* name) {
+    DF_CHECK(t.dtype() == DType::f32 && t.device().kind == DeviceKind::cpu,
+             "{}: {} is {}, expected a CPU f32 tensor", op, name, t.describe());
 }
-void rmsnorm_bwd(const Exec&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                 const Tensor&, const Tensor&) {
-    DF_FAIL("not implemented yet");
+
+// Returns the number of rows R of x viewed as [R, C], C = w.numel().
+int64_t check_rows(const Tensor& x, const Tensor& w, const char* op) {
+    check_f32(x, op, "x");
+    check_f32(w, op, "w");
+    const int64_t c = w.numel();
+    DF_CHECK(c > 0 && x.rank() >= 1 && x.dim(-1) == c,
+             "{}: x has shape {} but w has {} elements; the norm runs over x's last dim, which "
+             "must equal w.numel() (per-head norm: x [S, H, Dh] with w [Dh])",
+             op, x.shape().to_string(), c);
+    return x.numel() / c;
+}
+
+void check_like(const Tensor& t, const Tensor& x, const char* op, const char* name) {
+    check_f32(t, op, name);
+    DF_CHECK(t.shape() == x.shape(), "{}: {} has shape {} but x has {}; they must match", op, name,
+             t.shape().to_string(), x.shape().to_string());
+}
+
+void check_rstd(const Tensor& rstd, int64_t rows, const char* op) {
+    if (rstd.empty()) return;
+    check_f32(rstd, op, "rstd");
+    DF_CHECK(rstd.numel() == rows, "{}: rstd has shape {} but x has {} rows of the norm dim", op,
+             rstd.shape().to_string(), rows);
+}
+
+// 1 / sqrt(mean(x^2) + eps), the mean accumulated in double so long rows lose nothing.
+float row_rstd(const float* x, int64_t c, float eps) {
+    double ss = 0;
+    for (int64_t i = 0; i < c; ++i) ss += static_cast<double>(x[i]) * x[i];
+    return static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(c) + eps));
+}
+
+}  // namespace
+
+void rmsnorm_fwd(const Exec& ex, const Tensor& x, const Tensor& w, float eps, const Tensor& y,
+                 const Tensor& rstd) {
+    const int64_t rows = check_rows(x, w, "rmsnorm_fwd");
+    check_like(y, x, "rmsnorm_fwd", "y");
+    check_rstd(rstd, rows, "rmsnorm_fwd");
+    const int64_t c = w.numel();
+    const float* px = x.f32();
+    const float* pw = w.f32();
+    float* py = y.f32();
+    float* pr = rstd.empty() ? nullptr : rstd.f32();
+#pragma omp parallel for schedule(static) num_threads(ex.threads) if (rows * c > 16384)
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = px + r * c;
+        float* yr = py + r * c;
+        const float s = row_rstd(xr, c, eps);
+        // HF order: normalise first, then scale by the weight.
+        for (int64_t i = 0; i < c; ++i) yr[i] = pw[i] * (xr[i] * s);
+        if (pr) pr[r] = s;
+    }
+}
+
+// With r = rstd and y_i = w_i x_i r:  dx_j = r * (w_j dy_j - x_j r^2 / C * sum_i dy_i w_i x_i),
+// dw_i += sum_rows dy_i x_i r.
+void rmsnorm_bwd(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& w,
+                 const Tensor& rstd, const Tensor& dx, const Tensor& dw) {
+    const int64_t rows = check_rows(x, w, "rmsnorm_bwd");
+    check_like(dy, x, "rmsnorm_bwd", "dy");
+    check_like(dx, x, "rmsnorm_bwd", "dx");
+    check_f32(dw, "rmsnorm_bwd", "dw");
+    DF_CHECK(dw.numel() == w.numel(), "rmsnorm_bwd: dw has shape {} but w has {}",
+             dw.shape().to_string(), w.shape().to_string());
+    DF_CHECK(!rstd.empty() || rows == 0,
+             "rmsnorm_bwd: rstd is empty; pass the rstd [{}] that "
+             "rmsnorm_fwd wrote",
+             rows);
+    check_rstd(rstd, rows, "rmsnorm_bwd");
+    const int64_t c = w.numel();
+    const float* pdy = dy.f32();
+    const float* px = x.f32();
+    const float* pw = w.f32();
+    const float* pr = rows == 0 ? nullptr : rstd.f32();
+    float* pdx = dx.f32();
+    float* pdw = dw.f32();
+    const double inv_c = 1.0 / static_cast<double>(c);
+#pragma omp parallel num_threads(ex.threads) if (rows * c > 16384)
+    {
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; ++r) {
+            const float* dyr = pdy + r * c;
+            const float* xr = px + r * c;
+            float* dxr = pdx + r * c;
+            double dot = 0;
+            for (int64_t i = 0; i < c; ++i) dot += static_cast<double>(dyr[i]) * pw[i] * xr[i];
+            const double s = pr[r];
+            const float coef = static_cast<float>(s * s * dot * inv_c);
+            const float sf = pr[r];
+            for (int64_t i = 0; i < c; ++i) dxr[i] = sf * (pw[i] * dyr[i] - xr[i] * coef);
+        }
+        // dw sums over rows: each column block is owned by one thread and summed in row order.
+        const int64_t blocks = (c + kColBlock - 1) / kColBlock;
+#pragma omp for schedule(static)
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+            const int64_t c0 = blk * kColBlock;
+            const int64_t c1 = std::min(c, c0 + kColBlock);
+            double acc[kColBlock] = {};
+            for (int64_t r = 0; r < rows; ++r) {
+                const float* dyr = pdy + r * c;
+                const float* xr = px + r * c;
+                const double s = pr[r];
+                for (int64_t i = c0; i < c1; ++i)
+                    acc[i - c0] += static_cast<double>(dyr[i]) * xr[i] * s;
+            }
+            for (int64_t i = c0; i < c1; ++i) pdw[i] += static_cast<float>(acc[i - c0]);
+        }
+    }
 }
 
 }  // namespace dflash::cpu
