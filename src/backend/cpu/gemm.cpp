@@ -2,10 +2,22 @@
 // Tested by tests/ops/gemm_test.cpp.
 #include <cblas.h>
 
+#include <algorithm>
+
 #include "backend/cpu/cpu_ops.h"
 
 namespace dflash::cpu {
 namespace {
+
+// Note [gemm determinism]
+// OpenBLAS's own threading changes the bits of the result with its thread count (measured with
+// 0.3.21: 131x97x113 differs between 1 and 3 threads in ~3500 of 14803 outputs: how the threads
+// partition C changes how an element is computed). So OpenBLAS should run
+// single-threaded (set_blas_threads(1) at start-up) and gemm parallelises itself over fixed tiles
+// of C with OpenMP: results are then bitwise identical for any ex.threads. Tiles are large enough
+// that re-packing the shared operand per tile costs < 1% of the multiply.
+constexpr int64_t kTileM = 128;
+constexpr int64_t kTileN = 512;
 
 // A matrix operand: tensors of rank >= 2 are viewed as [numel / last, last], so activations such as
 // [S, H, Dh] can be passed without a reshape.
@@ -21,13 +33,14 @@ Mat as_matrix(const Tensor& t, const char* name) {
              t.describe());
     DF_CHECK(t.rank() >= 2, "gemm: {} has shape {}; expected a matrix (rank >= 2)", name,
              t.shape().to_string());
-    const int64_t cols = t.dim(-1);
-    return {cols == 0 ? 0 : t.numel() / cols, cols};
+    int64_t rows = 1;
+    for (int i = 0; i + 1 < t.rank(); ++i) rows *= t.dim(i);
+    return {rows, t.dim(-1)};
 }
 
 }  // namespace
 
-void gemm(const Exec&, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+void gemm(const Exec& ex, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
           const Tensor& c, float alpha, float beta) {
     const Mat ma = as_matrix(a, "A");
     const Mat mb = as_matrix(b, "B");
@@ -54,12 +67,32 @@ void gemm(const Exec&, const Tensor& a, bool trans_a, const Tensor& b, bool tran
         for (int64_t i = 0; i < m * n; ++i) pc[i] = beta == 0.0f ? 0.0f : beta * pc[i];
         return;
     }
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), alpha, a.f32(), static_cast<int>(ma.cols), b.f32(),
-                static_cast<int>(mb.cols), beta, c.f32(), static_cast<int>(n));
+    // Fixed tiles of C, each one single-threaded sgemm call: the tiling depends only on the shape,
+    // so every element is computed by the same call whatever ex.threads is (see Note [gemm
+    // determinism]).
+    const int64_t tiles_m = (m + kTileM - 1) / kTileM;
+    const int64_t tiles_n = (n + kTileN - 1) / kTileN;
+    const int64_t tiles = tiles_m * tiles_n;
+    const float* pa = a.f32();
+    const float* pb = b.f32();
+    float* pc = c.f32();
+    const int64_t lda = ma.cols, ldb = mb.cols;
+#pragma omp parallel for schedule(static) num_threads(ex.threads) if (tiles > 1 && ex.threads > 1)
+    for (int64_t t = 0; t < tiles; ++t) {
+        const int64_t i0 = (t / tiles_n) * kTileM, j0 = (t % tiles_n) * kTileN;
+        const int64_t mt = std::min(kTileM, m - i0), nt = std::min(kTileN, n - j0);
+        // op(A) rows i0.. are stored rows (no transpose) or stored columns (transpose).
+        const float* at = trans_a ? pa + i0 : pa + i0 * lda;
+        const float* bt = trans_b ? pb + j0 * ldb : pb + j0;
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                    trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(mt), static_cast<int>(nt),
+                    static_cast<int>(k), alpha, at, static_cast<int>(lda), bt,
+                    static_cast<int>(ldb), beta, pc + i0 * n + j0, static_cast<int>(n));
+    }
 }
 
+// Threads OpenBLAS may use inside one sgemm call. 1 is what gemm expects (see Note [gemm
+// determinism]); more makes results depend on this count and oversubscribes ex.threads.
 void set_blas_threads(int threads) {
     openblas_set_num_threads(threads < 1 ? 1 : threads);
 }
