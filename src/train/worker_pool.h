@@ -1,0 +1,98 @@
+// WorkerPool: runs one function on N fresh threads (one per device) and makes a failing worker say
+// why (design §2): the first exception is recorded with worker id, device, phase and message, the
+// other workers are told to stop (abort hooks wake any blocked in a collective), and after all have
+// joined run() rethrows that first cause. Tested by tests/train/worker_pool_test.cpp.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/logging.h"
+
+namespace dflash {
+
+struct WorkerFailure {
+    int worker = -1;
+    std::string device;
+    std::string phase;
+    std::string message;
+};
+
+// "worker 1 (cpu:1) failed during startup: <message>"
+std::string describe_failure(const WorkerFailure& f);
+
+class WorkerPool;
+
+// Handed to each worker's function; lives for one run() on that worker's thread.
+class WorkerContext {
+  public:
+    int id() const { return id_; }
+    int count() const { return count_; }
+    const std::string& device() const { return device_; }
+    // What the worker is doing now ("startup", "step 12", "checkpoint", "capture"); named in the
+    // error if it fails. Starts as "startup".
+    void set_phase(std::string phase);
+    std::string phase() const;
+    // True once another worker failed or request_stop() was called: finish the current unit of
+    // work and return.
+    bool stop_requested() const;
+    const Logger& log() const { return log_; }
+
+  private:
+    friend class WorkerPool;
+    WorkerContext(WorkerPool& pool, int id, int count, std::string device, Logger log);
+
+    WorkerPool& pool_;
+    int id_;
+    int count_;
+    std::string device_;
+    Logger log_;
+    mutable std::mutex phase_mutex_;  // a monitor may read the phase while the worker sets it
+    std::string phase_;
+};
+
+class WorkerPool {
+  public:
+    // devices[i] names worker i's device ("cpu:0", "cuda:1"); one per worker.
+    WorkerPool(int workers, std::vector<std::string> devices, Logger log);
+    WorkerPool(const WorkerPool&) = delete;
+    WorkerPool& operator=(const WorkerPool&) = delete;
+
+    int workers() const { return workers_; }
+    const std::vector<std::string>& devices() const { return devices_; }
+
+    // Runs fn on `workers` fresh std::threads and joins them all. If any throws, the first failure
+    // is recorded, stop is requested for the others and every abort hook is called with the
+    // failure's description; after all have joined, run() throws dflash::Error carrying that
+    // description. Each run starts with a clear failure and stop flag.
+    void run(const std::function<void(WorkerContext&)>& fn);
+
+    // Called (from the failing worker's thread) when a worker fails, e.g. to abort a communicator
+    // so that peers blocked in a collective wake up and return. Hooks must not throw.
+    void add_abort_hook(std::function<void(const std::string& reason)> hook);
+
+    // Asks workers to stop (e.g. on Ctrl-C); they see stop_requested() and return at a point where
+    // they agree with their peers. Abort hooks are not called: that is for failures only.
+    void request_stop();
+    bool stop_requested() const { return stop_.load(std::memory_order_acquire); }
+
+    std::optional<WorkerFailure> failure() const;
+
+  private:
+    void run_one(WorkerContext& ctx, const std::function<void(WorkerContext&)>& fn);
+    void record_failure(WorkerFailure f);
+
+    int workers_;
+    std::vector<std::string> devices_;
+    Logger log_;
+    std::atomic<bool> stop_{false};
+    mutable std::mutex mutex_;  // guards failure_ and hooks_
+    std::optional<WorkerFailure> failure_;
+    std::vector<std::function<void(const std::string&)>> hooks_;
+};
+
+}  // namespace dflash
