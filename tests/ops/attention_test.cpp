@@ -157,9 +157,9 @@ TEST(AttentionForward, CausalMatchesDenseReference) {
             }
         }
     }
-    // Several query tiles: the per-row limit must be applied inside each tile.
-    expect_matches_reference(make_problem({70, 75, 4, 2, 12}, AttnMask::causal(5), 99),
-                             "multi-tile");
+    // Several query chunks of 128 rows: the per-row limit must be applied inside each chunk.
+    expect_matches_reference(make_problem({150, 155, 4, 2, 12}, AttnMask::causal(5), 99),
+                             "multi-chunk");
 }
 
 TEST(AttentionForward, FullMatchesDenseReference) {
@@ -340,8 +340,10 @@ TEST(AttentionForward, PaddingBlocksAndKeylessRowsAreZeroWithoutNaN) {
     for (int64_t i = 0; i < ge.dq.numel(); ++i) EXPECT_EQ(ge.dq.f32()[i], 0.0f);
 }
 
-// Central differences of L = sum(out * dout) through the double reference, per element of x.
-std::vector<double> finite_diff(const Problem& p, const std::vector<double>& dout, int which) {
+// Central differences of L = sum(out * dout) through the double reference, for every element of
+// x (which: 0 q, 1 k, 2 v), or for every stride-th one. Returns (op gradient, FD) pairs' error.
+double fd_error(const Problem& p, const std::vector<double>& dout, int which, const float* grad,
+                int64_t stride) {
     std::vector<double> x[3] = {to_double(p.q), to_double(p.k), to_double(p.v)};
     const std::vector<char> vis = dense_mask(p.mask, p.d);
     auto loss = [&]() {
@@ -351,28 +353,30 @@ std::vector<double> finite_diff(const Problem& p, const std::vector<double>& dou
         return l;
     };
     constexpr double kEps = 1e-5;
-    std::vector<double> g(x[which].size());
-    for (size_t e = 0; e < g.size(); ++e) {
+    std::vector<double> fd, got;
+    for (size_t e = 0; e < x[which].size(); e += stride) {
         const double x0 = x[which][e];
         x[which][e] = x0 + kEps;
         const double lp = loss();
         x[which][e] = x0 - kEps;
         const double lm = loss();
         x[which][e] = x0;
-        g[e] = (lp - lm) / (2 * kEps);
+        fd.push_back((lp - lm) / (2 * kEps));
+        got.push_back(grad[e]);
     }
-    return g;
+    std::vector<float> got_f(got.begin(), got.end());
+    return rel_err(got_f.data(), fd);
 }
 
-void expect_gradients_match_fd(const Problem& p, uint64_t seed) {
+void expect_gradients_match_fd(const Problem& p, uint64_t seed, int64_t stride = 1) {
     Rng rng(seed);
     const HostTensor dout = random_tensor(p.q.shape(), rng);
     const FwdResult f = run_fwd(p);
     const Grads g = run_bwd(p, f, dout);
     const std::vector<double> dd = to_double(dout);
-    EXPECT_LT(rel_err(g.dq.f32(), finite_diff(p, dd, 0)), 1e-4) << "dq";
-    EXPECT_LT(rel_err(g.dk.f32(), finite_diff(p, dd, 1)), 1e-4) << "dk";
-    EXPECT_LT(rel_err(g.dv.f32(), finite_diff(p, dd, 2)), 1e-4) << "dv";
+    EXPECT_LT(fd_error(p, dd, 0, g.dq.f32(), stride), 1e-4) << "dq";
+    EXPECT_LT(fd_error(p, dd, 1, g.dk.f32(), stride), 1e-4) << "dk";
+    EXPECT_LT(fd_error(p, dd, 2, g.dv.f32(), stride), 1e-4) << "dv";
 }
 
 TEST(AttentionBackward, CausalGradientsMatchFiniteDifferences) {
@@ -396,6 +400,17 @@ TEST(AttentionBackward, DflashBlockGradientsMatchFiniteDifferences) {
                               54);
 }
 
+// Several query chunks (128 rows each, whole blocks for dflash_block): dk/dv accumulate across
+// chunks. Every 37th element is checked to keep the reference cost down.
+TEST(AttentionBackward, MultiChunkGradientsMatchFiniteDifferences) {
+    expect_gradients_match_fd(make_problem({140, 143, 2, 1, 8}, AttnMask::causal(3), 55), 56, 37);
+    Rng rng(57);
+    const std::vector<int32_t> anchors = make_anchors(34, 12, rng);
+    expect_gradients_match_fd(make_problem({34 * 4, 12 + 34 * 4, 2, 1, 8},
+                                           AttnMask::dflash_block(12, 4, anchors.data()), 58),
+                              59, 37);
+}
+
 bool same_bits(const HostTensor& a, const HostTensor& b) {
     return a.nbytes() == b.nbytes() && std::memcmp(a.f32(), b.f32(), a.nbytes()) == 0;
 }
@@ -413,11 +428,11 @@ void expect_thread_invariant(const Problem& p) {
 }
 
 TEST(AttentionThreads, OneAndThreeThreadsGiveIdenticalBits) {
-    expect_thread_invariant(make_problem({70, 100, 4, 2, 12}, AttnMask::causal(30), 71));
+    expect_thread_invariant(make_problem({150, 180, 4, 2, 12}, AttnMask::causal(30), 71));
     expect_thread_invariant(make_problem({45, 130, 3, 1, 8}, AttnMask::full(), 72));
     Rng rng(73);
-    const std::vector<int32_t> anchors = make_anchors(8, 90, rng);
-    expect_thread_invariant(make_problem({8 * 4, 90 + 8 * 4, 4, 2, 8},
+    const std::vector<int32_t> anchors = make_anchors(40, 90, rng);
+    expect_thread_invariant(make_problem({40 * 4, 90 + 40 * 4, 4, 2, 8},
                                          AttnMask::dflash_block(90, 4, anchors.data()), 74));
 }
 

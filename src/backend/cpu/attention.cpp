@@ -1,16 +1,21 @@
 // Attention (causal, full, DFlash block-sparse), forward and backward, fp32 reference.
 // Tested by tests/ops/attention_test.cpp.
 //
-// Note [Attention tiles]: queries are processed in tiles of rows that share one or two contiguous
-// key ranges (the union of what the tile's rows may see). A causal tile additionally masks, per
-// row, keys at or past the row's own limit. A dflash_block tile is exactly one block: its keys are
-// the context prefix before the anchor and the block's own rows, so work is
-// O(N*B*(anchor + B)), never O((N*B)^2). Inner products are BLAS calls on strided views
-// ([S, H, Dh] rows are H*Dh apart); softmax and masking are plain loops.
+// Note [Attention chunks]: queries are processed per head in chunks of rows. A chunk sees at most
+// two contiguous key ranges (the union of what its rows may see); the score and output products
+// over those ranges are single BLAS calls on strided views ([S, H, Dh] rows are H*Dh apart), and
+// each row then masks its own span inside them. A dflash_block chunk is a run of whole blocks: its
+// ranges are the context prefix before the largest anchor of the chunk and the chunk's own block
+// rows, so work is O(N*B*(anchor + chunk)), never O((N*B)^2); training anchors are sorted, so the
+// blocks of a chunk have similar anchors and little is computed only to be masked.
 //
-// Determinism: in forward and for dq each (head, query tile) is owned by one thread. dk/dv are
-// computed in a second pass where each (kv head, key tile) is owned by one thread and visits
-// query heads and query tiles in a fixed order, so the bits do not depend on the thread count.
+// Why BLAS is never called inside an OpenMP region: OpenBLAS has one process-wide thread count
+// (set_blas_threads); concurrent calls from several OpenMP threads serialise on its thread pool
+// and oversubscribe the cores (measured 40x slower on 2 cores). So the heavy products run one at a
+// time on BLAS's own threads and OpenMP only parallelises the per-row softmax loops.
+//
+// Determinism: chunks and heads are visited in a fixed order and each per-row loop touches only
+// its row, so dk/dv accumulate in the same order and give the same bits for any thread count.
 #include <cblas.h>
 
 #include <algorithm>
@@ -23,9 +28,7 @@
 namespace dflash::cpu {
 namespace {
 
-constexpr int64_t kQueryTileRows = 32;  // causal / full query tile
-constexpr int64_t kKeyTileRows = 64;    // key tile of the dk/dv pass
-constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
+constexpr int64_t kChunkRows = 128;  // query rows per chunk (whole blocks for dflash_block)
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 struct KeyRange {
@@ -34,12 +37,14 @@ struct KeyRange {
     int64_t size() const { return end - begin; }
 };
 
-// The rows [i0, i1) of one query tile and the key ranges (ascending, disjoint) they may see.
-struct QueryTile {
+// Query rows [i0, i1) and the key ranges (ascending, disjoint) that any of them may see. The
+// ranges' columns are laid side by side in the chunk's score matrix [rows, total_keys()].
+struct Chunk {
     int64_t i0 = 0;
     int64_t i1 = 0;
     int num_ranges = 0;
     KeyRange ranges[2];
+    int64_t rows() const { return i1 - i0; }
     int64_t total_keys() const {
         int64_t n = 0;
         for (int r = 0; r < num_ranges; ++r) n += ranges[r].size();
@@ -53,29 +58,45 @@ struct Geometry {
     int64_t group = 1;  // H / Hkv
     float scale = 1.0f;
     AttnMask mask;
-    int64_t tile_rows = kQueryTileRows;
-    int64_t num_tiles = 0;
+    int64_t chunk_rows = kChunkRows;
+    int64_t num_chunks = 0;
 
-    QueryTile tile(int64_t t) const {
-        QueryTile qt;
-        qt.i0 = t * tile_rows;
-        qt.i1 = std::min(sq, qt.i0 + tile_rows);
+    Chunk chunk(int64_t c) const {
+        Chunk ch;
+        ch.i0 = c * chunk_rows;
+        ch.i1 = std::min(sq, ch.i0 + chunk_rows);
         if (mask.kind == AttnMaskKind::full) {
-            if (sk > 0) qt.ranges[qt.num_ranges++] = {0, sk};
+            if (sk > 0) ch.ranges[ch.num_ranges++] = {0, sk};
         } else if (mask.kind == AttnMaskKind::causal) {
-            qt.ranges[qt.num_ranges++] = {0, mask.q_offset + qt.i1};
+            ch.ranges[ch.num_ranges++] = {0, mask.q_offset + ch.i1};
         } else {
-            const int64_t anchor = mask.anchors[t];
-            if (anchor < 0) return qt;  // padding block: sees nothing
-            if (anchor > 0) qt.ranges[qt.num_ranges++] = {0, anchor};
-            const int64_t b0 = mask.ctx_len + t * mask.block_size;
-            qt.ranges[qt.num_ranges++] = {b0, b0 + mask.block_size};
+            const int64_t b = mask.block_size, n0 = ch.i0 / b, n1 = ch.i1 / b;
+            int64_t max_anchor = -1;
+            for (int64_t n = n0; n < n1; ++n)
+                max_anchor = std::max<int64_t>(max_anchor, mask.anchors[n]);
+            if (max_anchor < 0) return ch;  // only padding blocks: nothing is visible
+            if (max_anchor > 0) ch.ranges[ch.num_ranges++] = {0, max_anchor};
+            ch.ranges[ch.num_ranges++] = {mask.ctx_len + n0 * b, mask.ctx_len + n1 * b};
         }
-        return qt;
+        return ch;
     }
-    // Keys j >= limit are invisible to query row i (only causal limits rows within a tile).
-    int64_t row_limit(int64_t i) const {
-        return mask.kind == AttnMaskKind::causal ? mask.q_offset + i + 1 : kNoLimit;
+
+    // The part of key range `r` that query row i sees (empty: begin == end).
+    KeyRange row_span(int64_t i, KeyRange r) const {
+        KeyRange s = r;
+        if (mask.kind == AttnMaskKind::causal) {
+            s.end = std::min(r.end, mask.q_offset + i + 1);
+        } else if (mask.kind == AttnMaskKind::dflash_block) {
+            const int64_t n = i / mask.block_size, anchor = mask.anchors[n];
+            if (anchor < 0) return {r.begin, r.begin};
+            const KeyRange own = {mask.ctx_len + n * mask.block_size,
+                                  mask.ctx_len + (n + 1) * mask.block_size};
+            const KeyRange vis = r.begin < mask.ctx_len ? KeyRange{0, anchor} : own;
+            s = {std::max(r.begin, vis.begin), std::min(r.end, vis.end)};
+        }
+        s.begin = std::min(s.begin, r.end);
+        if (s.end < s.begin) s.end = s.begin;
+        return s;
     }
 };
 
@@ -138,10 +159,10 @@ Geometry make_geometry(const Tensor& q, const Tensor& k, const Tensor& v, const 
             break;
         case AttnMaskKind::dflash_block:
             check_dflash_mask(mask, g.sq, g.sk);
-            g.tile_rows = mask.block_size;
+            g.chunk_rows = std::max<int64_t>(1, kChunkRows / mask.block_size) * mask.block_size;
             break;
     }
-    g.num_tiles = (g.sq + g.tile_rows - 1) / g.tile_rows;
+    g.num_chunks = (g.sq + g.chunk_rows - 1) / g.chunk_rows;
     return g;
 }
 
@@ -156,105 +177,120 @@ void check_lse(const Tensor& lse, const Geometry& g) {
              "attention: lse is {}, expected f32[{}, {}] ([H, Sq])", lse.describe(), g.h, g.sq);
 }
 
-// Pointers to row 0 of one head in the [S, heads, Dh] tensors; rows are `ld` floats apart.
-struct HeadViews {
-    const float* q;
-    const float* k;
-    const float* v;
-    int64_t ldq;  // H * Dh
-    int64_t ldk;  // Hkv * Dh
+int to_int(int64_t x) {
+    return static_cast<int>(x);
+}
+
+// Row 0 of one head in an [S, heads, Dh] tensor; rows are `ld` floats apart.
+struct HeadView {
+    float* p;
+    int64_t ld;
+    float* row(int64_t i) const { return p + i * ld; }
 };
 
-HeadViews head_views(const Geometry& g, const Tensor& q, const Tensor& k, const Tensor& v,
-                     int64_t head) {
-    const int64_t hk = head / g.group;
-    return {q.f32() + head * g.dh, k.f32() + hk * g.dh, v.f32() + hk * g.dh, g.h * g.dh,
-            g.hkv * g.dh};
+HeadView q_head(const Geometry& g, const Tensor& t, int64_t head) {
+    return {t.f32() + head * g.dh, g.h * g.dh};
+}
+HeadView kv_head(const Geometry& g, const Tensor& t, int64_t head) {
+    return {t.f32() + (head / g.group) * g.dh, g.hkv * g.dh};
 }
 
-// s[t, c] = scale * q_{i0+t} · k_{key(c)} over the columns of `ranges` laid side by side (ld = nk).
-void tile_scores(const Geometry& g, const HeadViews& hv, int64_t i0, int64_t rows,
-                 const KeyRange* ranges, int num_ranges, int64_t nk, float* s) {
+// c[rows, nk] = alpha * a[rows, Dh] · x[keys of the ranges, Dh]ᵀ, the ranges side by side.
+void times_keys_t(const Geometry& g, const Chunk& ch, float alpha, const float* a, int64_t lda,
+                  HeadView x, float* c) {
+    const int64_t nk = ch.total_keys();
     int64_t col = 0;
-    for (int r = 0; r < num_ranges; ++r) {
-        const KeyRange kr = ranges[r];
-        if (kr.size() > 0) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
-                        static_cast<int>(kr.size()), static_cast<int>(g.dh), g.scale,
-                        hv.q + i0 * hv.ldq, static_cast<int>(hv.ldq), hv.k + kr.begin * hv.ldk,
-                        static_cast<int>(hv.ldk), 0.0f, s + col, static_cast<int>(nk));
-        }
-        col += kr.size();
-    }
-}
-
-// c[rows, Dh] (ld ldc) = a[rows, nk] · X[keys of ranges, Dh], X = k or v rows of one kv head.
-void tile_times_keys(const Geometry& g, const float* a, int64_t rows, int64_t nk,
-                     const KeyRange* ranges, int num_ranges, const float* x, int64_t ldx,
-                     float alpha, float* c, int64_t ldc) {
-    int64_t col = 0;
-    bool first = true;
-    for (int r = 0; r < num_ranges; ++r) {
-        const KeyRange kr = ranges[r];
+    for (int r = 0; r < ch.num_ranges; ++r) {
+        const KeyRange kr = ch.ranges[r];
         if (kr.size() == 0) continue;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
-                    static_cast<int>(g.dh), static_cast<int>(kr.size()), alpha, a + col,
-                    static_cast<int>(nk), x + kr.begin * ldx, static_cast<int>(ldx),
-                    first ? 0.0f : 1.0f, c, static_cast<int>(ldc));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, to_int(ch.rows()), to_int(kr.size()),
+                    to_int(g.dh), alpha, a, to_int(lda), x.row(kr.begin), to_int(x.ld), 0.0f,
+                    c + col, to_int(nk));
         col += kr.size();
-        first = false;
-    }
-    if (first) {
-        for (int64_t t = 0; t < rows; ++t) std::fill(c + t * ldc, c + t * ldc + g.dh, 0.0f);
     }
 }
 
-// Calls fn(column, key) for every column of the side-by-side ranges.
-template <typename Fn>
-void for_each_key(const KeyRange* ranges, int num_ranges, Fn&& fn) {
+// c[rows, Dh] (overwritten) = alpha * a[rows, nk] · x[keys of the ranges, Dh].
+void times_keys(const Geometry& g, const Chunk& ch, float alpha, const float* a, HeadView x,
+                HeadView c) {
+    const int64_t nk = ch.total_keys();
     int64_t col = 0;
-    for (int r = 0; r < num_ranges; ++r) {
-        for (int64_t j = ranges[r].begin; j < ranges[r].end; ++j) fn(col++, j);
+    for (int r = 0; r < ch.num_ranges; ++r) {
+        const KeyRange kr = ch.ranges[r];
+        if (kr.size() == 0) continue;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, to_int(ch.rows()), to_int(g.dh),
+                    to_int(kr.size()), alpha, a + col, to_int(nk), x.row(kr.begin), to_int(x.ld),
+                    col == 0 ? 0.0f : 1.0f, c.row(ch.i0), to_int(c.ld));
+        col += kr.size();
+    }
+    if (nk == 0) {
+        for (int64_t i = ch.i0; i < ch.i1; ++i) std::fill(c.row(i), c.row(i) + g.dh, 0.0f);
     }
 }
 
-// In place: scores -> probabilities of each row (0 where masked); writes lse per row.
-void softmax_rows(const Geometry& g, const QueryTile& qt, int64_t nk, float* s, float* lse_row) {
-    for (int64_t t = 0; t < qt.i1 - qt.i0; ++t) {
-        float* row = s + t * nk;
-        const int64_t limit = g.row_limit(qt.i0 + t);
-        float m = kNegInf;
-        for_each_key(qt.ranges, qt.num_ranges, [&](int64_t c, int64_t j) {
-            if (j >= limit) row[c] = kNegInf;
-            m = std::max(m, row[c]);
-        });
-        if (m == kNegInf) {  // sees no key
-            std::fill(row, row + nk, 0.0f);
-            lse_row[t] = kNegInf;
-            continue;
-        }
-        double sum = 0.0;
-        for (int64_t c = 0; c < nk; ++c) {
-            row[c] = std::exp(row[c] - m);  // exp(-inf) = 0 for masked keys
+// x[keys of the ranges, Dh] += alpha * a[rows, nk]ᵀ · b[rows, Dh].
+void accumulate_keys(const Geometry& g, const Chunk& ch, float alpha, const float* a, HeadView b,
+                     HeadView x) {
+    const int64_t nk = ch.total_keys();
+    int64_t col = 0;
+    for (int r = 0; r < ch.num_ranges; ++r) {
+        const KeyRange kr = ch.ranges[r];
+        if (kr.size() == 0) continue;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, to_int(kr.size()), to_int(g.dh),
+                    to_int(ch.rows()), alpha, a + col, to_int(nk), b.row(ch.i0), to_int(b.ld), 1.0f,
+                    x.row(kr.begin), to_int(x.ld));
+        col += kr.size();
+    }
+}
+
+// Calls fn(first column, span) for the visible span of row i in each range of the chunk.
+template <typename Fn>
+void for_each_span(const Geometry& g, const Chunk& ch, int64_t i, Fn&& fn) {
+    int64_t col = 0;
+    for (int r = 0; r < ch.num_ranges; ++r) {
+        const KeyRange s = g.row_span(i, ch.ranges[r]);
+        fn(col + (s.begin - ch.ranges[r].begin), s);
+        col += ch.ranges[r].size();
+    }
+}
+
+// One row of scores -> probabilities (0 outside the row's spans); returns the row's lse.
+float softmax_row(const Geometry& g, const Chunk& ch, int64_t i, float* row, int64_t nk) {
+    float m = kNegInf;
+    for_each_span(g, ch, i, [&](int64_t c0, KeyRange s) {
+        for (int64_t c = c0; c < c0 + s.size(); ++c) m = std::max(m, row[c]);
+    });
+    if (m == kNegInf) {  // sees no key
+        std::fill(row, row + nk, 0.0f);
+        return kNegInf;
+    }
+    double sum = 0.0;
+    int64_t done = 0;  // columns before `done` are final
+    for_each_span(g, ch, i, [&](int64_t c0, KeyRange s) {
+        std::fill(row + done, row + c0, 0.0f);
+        for (int64_t c = c0; c < c0 + s.size(); ++c) {
+            row[c] = std::exp(row[c] - m);
             sum += row[c];
         }
-        const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t c = 0; c < nk; ++c) row[c] *= inv;
-        lse_row[t] = m + static_cast<float>(std::log(sum));
-    }
+        done = c0 + s.size();
+    });
+    std::fill(row + done, row + nk, 0.0f);
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t c = 0; c < nk; ++c) row[c] *= inv;
+    return m + static_cast<float>(std::log(sum));
 }
 
-// Recomputes p = exp(s - lse) (0 where masked or where the row saw nothing) in place on scores.
-void recompute_probs(const Geometry& g, int64_t i0, int64_t rows, const KeyRange* ranges,
-                     int num_ranges, int64_t nk, const float* lse_head, float* s) {
-    for (int64_t t = 0; t < rows; ++t) {
-        float* row = s + t * nk;
-        const float l = lse_head[i0 + t];
-        const int64_t limit = g.row_limit(i0 + t);
-        for_each_key(ranges, num_ranges, [&](int64_t c, int64_t j) {
-            row[c] = (l == kNegInf || j >= limit) ? 0.0f : std::exp(row[c] - l);
-        });
-    }
+// One row of scores -> p = exp(s - lse) inside the row's spans, 0 elsewhere.
+void probs_row(const Geometry& g, const Chunk& ch, int64_t i, float lse, float* row, int64_t nk) {
+    int64_t done = 0;
+    for_each_span(g, ch, i, [&](int64_t c0, KeyRange s) {
+        std::fill(row + done, row + c0, 0.0f);
+        for (int64_t c = c0; c < c0 + s.size(); ++c) {
+            row[c] = lse == kNegInf ? 0.0f : std::exp(row[c] - lse);
+        }
+        done = c0 + s.size();
+    });
+    std::fill(row + done, row + nk, 0.0f);
 }
 
 }  // namespace
@@ -265,118 +301,24 @@ void attention_fwd(const Exec& ex, const Tensor& q, const Tensor& k, const Tenso
     check_same(out, q, "out", "q");
     const bool want_lse = !lse.empty();
     if (want_lse) check_lse(lse, g);
-    const int64_t work = g.h * g.num_tiles;
-#pragma omp parallel num_threads(ex.threads)
-    {
-        std::vector<float> scores;     // [tile rows, keys of the tile]
-        std::vector<float> lse_local;  // [tile rows]
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t w = 0; w < work; ++w) {
-            const int64_t head = w / g.num_tiles;
-            const QueryTile qt = g.tile(w % g.num_tiles);
-            const int64_t rows = qt.i1 - qt.i0, nk = qt.total_keys();
-            const HeadViews hv = head_views(g, q, k, v, head);
-            scores.resize(static_cast<size_t>(rows * nk));
-            lse_local.resize(static_cast<size_t>(rows));
-            tile_scores(g, hv, qt.i0, rows, qt.ranges, qt.num_ranges, nk, scores.data());
-            softmax_rows(g, qt, nk, scores.data(), lse_local.data());
-            float* o = out.f32() + qt.i0 * hv.ldq + head * g.dh;
-            tile_times_keys(g, scores.data(), rows, nk, qt.ranges, qt.num_ranges, hv.v, hv.ldk,
-                            1.0f, o, hv.ldq);
-            if (want_lse) {
-                std::copy(lse_local.begin(), lse_local.end(), lse.f32() + head * g.sq + qt.i0);
+    std::vector<float> p;  // [chunk rows, chunk keys]
+    for (int64_t head = 0; head < g.h; ++head) {
+        const HeadView qh = q_head(g, q, head), oh = q_head(g, out, head);
+        const HeadView kh = kv_head(g, k, head), vh = kv_head(g, v, head);
+        for (int64_t c = 0; c < g.num_chunks; ++c) {
+            const Chunk ch = g.chunk(c);
+            const int64_t nk = ch.total_keys();
+            p.resize(static_cast<size_t>(ch.rows() * nk));
+            times_keys_t(g, ch, g.scale, qh.row(ch.i0), qh.ld, kh, p.data());
+#pragma omp parallel for num_threads(ex.threads) schedule(static)
+            for (int64_t i = ch.i0; i < ch.i1; ++i) {
+                const float l = softmax_row(g, ch, i, p.data() + (i - ch.i0) * nk, nk);
+                if (want_lse) lse.f32()[head * g.sq + i] = l;
             }
+            times_keys(g, ch, 1.0f, p.data(), vh, oh);
         }
     }
 }
-
-namespace {
-
-// The inputs of one backward call.
-struct BwdArgs {
-    const Geometry& g;
-    const Tensor& dout;
-    const Tensor& q;
-    const Tensor& k;
-    const Tensor& v;
-    const Tensor& out;
-    const Tensor& lse;
-};
-
-// ds = p * (dp - delta) in place on dp, for the rows [i0, i0+rows) of one head.
-void softmax_grad(int64_t rows, int64_t nk, const float* p, const float* delta, float* dp) {
-    for (int64_t t = 0; t < rows; ++t) {
-        for (int64_t c = 0; c < nk; ++c)
-            dp[t * nk + c] = p[t * nk + c] * (dp[t * nk + c] - delta[t]);
-    }
-}
-
-// dq for one (head, query tile); also stores delta_i = dout_i · out_i for the dk/dv pass.
-void dq_tile(const BwdArgs& a, int64_t head, const QueryTile& qt, std::vector<float>& p,
-             std::vector<float>& dp, float* delta_head, const Tensor& dq) {
-    const Geometry& g = a.g;
-    const int64_t rows = qt.i1 - qt.i0, nk = qt.total_keys();
-    const HeadViews hv = head_views(g, a.q, a.k, a.v, head);
-    const float* dout = a.dout.f32() + qt.i0 * hv.ldq + head * g.dh;
-    const float* out = a.out.f32() + qt.i0 * hv.ldq + head * g.dh;
-    for (int64_t t = 0; t < rows; ++t) {
-        double d = 0.0;
-        for (int64_t c = 0; c < g.dh; ++c) d += double(dout[t * hv.ldq + c]) * out[t * hv.ldq + c];
-        delta_head[qt.i0 + t] = static_cast<float>(d);
-    }
-    p.resize(static_cast<size_t>(rows * nk));
-    dp.resize(static_cast<size_t>(rows * nk));
-    tile_scores(g, hv, qt.i0, rows, qt.ranges, qt.num_ranges, nk, p.data());
-    recompute_probs(g, qt.i0, rows, qt.ranges, qt.num_ranges, nk, a.lse.f32() + head * g.sq,
-                    p.data());
-    // dp[t, c] = dout_t · v_key(c): the score product with (dout, v) in place of (q·scale, k).
-    int64_t col = 0;
-    for (int r = 0; r < qt.num_ranges; ++r) {
-        const KeyRange kr = qt.ranges[r];
-        if (kr.size() > 0) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
-                        static_cast<int>(kr.size()), static_cast<int>(g.dh), 1.0f, dout,
-                        static_cast<int>(hv.ldq), hv.v + kr.begin * hv.ldk,
-                        static_cast<int>(hv.ldk), 0.0f, dp.data() + col, static_cast<int>(nk));
-        }
-        col += kr.size();
-    }
-    softmax_grad(rows, nk, p.data(), delta_head + qt.i0, dp.data());
-    tile_times_keys(g, dp.data(), rows, nk, qt.ranges, qt.num_ranges, hv.k, hv.ldk, g.scale,
-                    dq.f32() + qt.i0 * hv.ldq + head * g.dh, hv.ldq);
-}
-
-// Accumulates into dk/dv rows [kr) of one kv head the contributions of one query tile of one head.
-void dkv_tile(const BwdArgs& a, int64_t head, const QueryTile& qt, KeyRange kr,
-              const float* delta_head, std::vector<float>& p, std::vector<float>& dp, float* dk,
-              float* dv) {
-    const Geometry& g = a.g;
-    const int64_t rows = qt.i1 - qt.i0, nk = kr.size();
-    const HeadViews hv = head_views(g, a.q, a.k, a.v, head);
-    const float* dout = a.dout.f32() + qt.i0 * hv.ldq + head * g.dh;
-    const float* qrow = hv.q + qt.i0 * hv.ldq;
-    p.resize(static_cast<size_t>(rows * nk));
-    dp.resize(static_cast<size_t>(rows * nk));
-    tile_scores(g, hv, qt.i0, rows, &kr, 1, nk, p.data());
-    recompute_probs(g, qt.i0, rows, &kr, 1, nk, a.lse.f32() + head * g.sq, p.data());
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
-                static_cast<int>(nk), static_cast<int>(g.dh), 1.0f, dout, static_cast<int>(hv.ldq),
-                hv.v + kr.begin * hv.ldk, static_cast<int>(hv.ldk), 0.0f, dp.data(),
-                static_cast<int>(nk));
-    // dv[kr] += pᵀ · dout
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(nk),
-                static_cast<int>(g.dh), static_cast<int>(rows), 1.0f, p.data(),
-                static_cast<int>(nk), dout, static_cast<int>(hv.ldq), 1.0f, dv,
-                static_cast<int>(hv.ldk));
-    softmax_grad(rows, nk, p.data(), delta_head + qt.i0, dp.data());
-    // dk[kr] += scale * dsᵀ · q
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(nk),
-                static_cast<int>(g.dh), static_cast<int>(rows), g.scale, dp.data(),
-                static_cast<int>(nk), qrow, static_cast<int>(hv.ldq), 1.0f, dk,
-                static_cast<int>(hv.ldk));
-}
-
-}  // namespace
 
 void attention_bwd(const Exec& ex, const Tensor& dout, const Tensor& q, const Tensor& k,
                    const Tensor& v, const Tensor& out, const Tensor& lse, const AttnMask& mask,
@@ -390,52 +332,35 @@ void attention_bwd(const Exec& ex, const Tensor& dout, const Tensor& q, const Te
     DF_CHECK(!lse.empty() || g.h * g.sq == 0,
              "attention_bwd: lse is empty; the backward needs the lse [H, Sq] of the forward");
     if (!lse.empty()) check_lse(lse, g);
-    const BwdArgs args{g, dout, q, k, v, out, lse};
-    std::vector<float> delta(static_cast<size_t>(g.h * g.sq));  // [H, Sq]: dout_i · out_i
-
-    // Pass 1: dq, owned per (head, query tile).
-    const int64_t q_work = g.h * g.num_tiles;
-#pragma omp parallel num_threads(ex.threads)
-    {
-        std::vector<float> p, dp;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t w = 0; w < q_work; ++w) {
-            const int64_t head = w / g.num_tiles;
-            dq_tile(args, head, g.tile(w % g.num_tiles), p, dp, delta.data() + head * g.sq, dq);
-        }
-    }
-
-    // Pass 2: dk/dv, owned per (kv head, key tile); query heads and tiles in a fixed order.
-    const int64_t key_tiles = (g.sk + kKeyTileRows - 1) / kKeyTileRows;
-    const int64_t kv_work = g.hkv * key_tiles;
-#pragma omp parallel num_threads(ex.threads)
-    {
-        std::vector<float> p, dp;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t w = 0; w < kv_work; ++w) {
-            const int64_t hk = w / key_tiles;
-            const int64_t j0 = (w % key_tiles) * kKeyTileRows;
-            const int64_t j1 = std::min(g.sk, j0 + kKeyTileRows);
-            const int64_t ld = g.hkv * g.dh;
-            float* dk_t = dk.f32() + j0 * ld + hk * g.dh;
-            float* dv_t = dv.f32() + j0 * ld + hk * g.dh;
-            for (int64_t j = 0; j < j1 - j0; ++j) {
-                std::fill(dk_t + j * ld, dk_t + j * ld + g.dh, 0.0f);
-                std::fill(dv_t + j * ld, dv_t + j * ld + g.dh, 0.0f);
+    fill_f32(dk, 0.0f);
+    fill_f32(dv, 0.0f);
+    std::vector<float> p, ds;  // [chunk rows, chunk keys]: probabilities, then score gradients
+    for (int64_t head = 0; head < g.h; ++head) {
+        const HeadView qh = q_head(g, q, head), oh = q_head(g, out, head);
+        const HeadView doh = q_head(g, dout, head), dqh = q_head(g, dq, head);
+        const HeadView kh = kv_head(g, k, head), vh = kv_head(g, v, head);
+        const HeadView dkh = kv_head(g, dk, head), dvh = kv_head(g, dv, head);
+        const float* lse_h = lse.empty() ? nullptr : lse.f32() + head * g.sq;
+        for (int64_t c = 0; c < g.num_chunks; ++c) {
+            const Chunk ch = g.chunk(c);
+            const int64_t nk = ch.total_keys();
+            p.resize(static_cast<size_t>(ch.rows() * nk));
+            ds.resize(p.size());
+            times_keys_t(g, ch, g.scale, qh.row(ch.i0), qh.ld, kh, p.data());
+            times_keys_t(g, ch, 1.0f, doh.row(ch.i0), doh.ld, vh, ds.data());  // dp = dout · vᵀ
+#pragma omp parallel for num_threads(ex.threads) schedule(static)
+            for (int64_t i = ch.i0; i < ch.i1; ++i) {
+                float* prow = p.data() + (i - ch.i0) * nk;
+                float* dsrow = ds.data() + (i - ch.i0) * nk;
+                probs_row(g, ch, i, lse_h[i], prow, nk);
+                double delta = 0.0;  // dout_i · out_i
+                for (int64_t d = 0; d < g.dh; ++d) delta += double(doh.row(i)[d]) * oh.row(i)[d];
+                const float dl = static_cast<float>(delta);
+                for (int64_t j = 0; j < nk; ++j) dsrow[j] = prow[j] * (dsrow[j] - dl);
             }
-            for (int64_t head = hk * g.group; head < (hk + 1) * g.group; ++head) {
-                for (int64_t t = 0; t < g.num_tiles; ++t) {
-                    const QueryTile qt = g.tile(t);
-                    for (int r = 0; r < qt.num_ranges; ++r) {
-                        const KeyRange kr{std::max(j0, qt.ranges[r].begin),
-                                          std::min(j1, qt.ranges[r].end)};
-                        if (kr.size() <= 0) continue;
-                        const int64_t off = (kr.begin - j0) * ld;
-                        dkv_tile(args, head, qt, kr, delta.data() + head * g.sq, p, dp, dk_t + off,
-                                 dv_t + off);
-                    }
-                }
-            }
+            times_keys(g, ch, g.scale, ds.data(), kh, dqh);
+            accumulate_keys(g, ch, g.scale, ds.data(), qh, dkh);
+            accumulate_keys(g, ch, 1.0f, p.data(), doh, dvh);
         }
     }
 }
