@@ -1,16 +1,368 @@
-// Attention. Tested by tests/ops/attention_test.cpp.
+// Attention (causal, full, DFlash block-sparse), forward and backward, fp32 reference.
+// Tested by tests/ops/attention_test.cpp.
+//
+// Note [Attention chunks]: queries are processed per head in chunks of rows. A chunk sees at most
+// two contiguous key ranges (the union of what its rows may see); the score and output products
+// over those ranges are single BLAS calls on strided views ([S, H, Dh] rows are H*Dh apart), and
+// each row then masks its own span inside them. A dflash_block chunk is a run of whole blocks: its
+// ranges are the context prefix before the largest anchor of the chunk and the chunk's own block
+// rows, so work is O(N*B*(anchor + chunk)), never O((N*B)^2); training anchors are sorted, so the
+// blocks of a chunk have similar anchors and little is computed only to be masked.
+//
+// Why BLAS is never called inside an OpenMP region: OpenBLAS has one process-wide thread count
+// (set_blas_threads); concurrent calls from several OpenMP threads serialise on its thread pool
+// and oversubscribe the cores (measured 40x slower on 2 cores). So the heavy products run one at a
+// time on BLAS's own threads and OpenMP only parallelises the per-row softmax loops.
+//
+// Determinism: chunks and heads are visited in a fixed order and each per-row loop touches only
+// its row, so dk/dv accumulate in the same order and give the same bits for any thread count.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
 #include "backend/cpu/cpu_ops.h"
 
 namespace dflash::cpu {
+namespace {
 
-void attention_fwd(const Exec&, const Tensor&, const Tensor&, const Tensor&, const AttnMask&,
-                   const Tensor&, const Tensor&) {
-    DF_FAIL("not implemented yet");
+constexpr int64_t kChunkRows = 128;  // query rows per chunk (whole blocks for dflash_block)
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct KeyRange {
+    int64_t begin = 0;
+    int64_t end = 0;
+    int64_t size() const { return end - begin; }
+};
+
+// Query rows [i0, i1) and the key ranges (ascending, disjoint) that any of them may see. The
+// ranges' columns are laid side by side in the chunk's score matrix [rows, total_keys()].
+struct Chunk {
+    int64_t i0 = 0;
+    int64_t i1 = 0;
+    int num_ranges = 0;
+    KeyRange ranges[2];
+    int64_t rows() const { return i1 - i0; }
+    int64_t total_keys() const {
+        int64_t n = 0;
+        for (int r = 0; r < num_ranges; ++r) n += ranges[r].size();
+        return n;
+    }
+};
+
+// Sizes and mask of one attention call, validated once.
+struct Geometry {
+    int64_t sq = 0, sk = 0, h = 0, hkv = 0, dh = 0;
+    int64_t group = 1;  // H / Hkv
+    float scale = 1.0f;
+    AttnMask mask;
+    int64_t chunk_rows = kChunkRows;
+    int64_t num_chunks = 0;
+
+    Chunk chunk(int64_t c) const {
+        Chunk ch;
+        ch.i0 = c * chunk_rows;
+        ch.i1 = std::min(sq, ch.i0 + chunk_rows);
+        if (mask.kind == AttnMaskKind::full) {
+            if (sk > 0) ch.ranges[ch.num_ranges++] = {0, sk};
+        } else if (mask.kind == AttnMaskKind::causal) {
+            ch.ranges[ch.num_ranges++] = {0, mask.q_offset + ch.i1};
+        } else {
+            const int64_t b = mask.block_size, n0 = ch.i0 / b, n1 = ch.i1 / b;
+            int64_t max_anchor = -1;
+            for (int64_t n = n0; n < n1; ++n)
+                max_anchor = std::max<int64_t>(max_anchor, mask.anchors[n]);
+            if (max_anchor < 0) return ch;  // only padding blocks: nothing is visible
+            if (max_anchor > 0) ch.ranges[ch.num_ranges++] = {0, max_anchor};
+            ch.ranges[ch.num_ranges++] = {mask.ctx_len + n0 * b, mask.ctx_len + n1 * b};
+        }
+        return ch;
+    }
+
+    // The part of key range `r` that query row i sees (empty: begin == end).
+    KeyRange row_span(int64_t i, KeyRange r) const {
+        KeyRange s = r;
+        if (mask.kind == AttnMaskKind::causal) {
+            s.end = std::min(r.end, mask.q_offset + i + 1);
+        } else if (mask.kind == AttnMaskKind::dflash_block) {
+            const int64_t n = i / mask.block_size, anchor = mask.anchors[n];
+            if (anchor < 0) return {r.begin, r.begin};
+            const KeyRange own = {mask.ctx_len + n * mask.block_size,
+                                  mask.ctx_len + (n + 1) * mask.block_size};
+            const KeyRange vis = r.begin < mask.ctx_len ? KeyRange{0, anchor} : own;
+            s = {std::max(r.begin, vis.begin), std::min(r.end, vis.end)};
+        }
+        s.begin = std::min(s.begin, r.end);
+        if (s.end < s.begin) s.end = s.begin;
+        return s;
+    }
+};
+
+void check_f32_3d(const Tensor& t, const char* name) {
+    DF_CHECK(t.device().kind == DeviceKind::cpu, "attention: {} is {}, expected a CPU tensor", name,
+             t.describe());
+    DF_CHECK(t.dtype() == DType::f32 && t.rank() == 3,
+             "attention: {} is {}, expected f32 of rank 3 ([S, heads, Dh])", name, t.describe());
 }
-void attention_bwd(const Exec&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                   const Tensor&, const Tensor&, const AttnMask&, const Tensor&, const Tensor&,
-                   const Tensor&) {
-    DF_FAIL("not implemented yet");
+
+void check_dflash_mask(const AttnMask& m, int64_t sq, int64_t sk) {
+    DF_CHECK(m.block_size > 0, "attention: dflash_block mask has block_size={}, expected > 0",
+             m.block_size);
+    DF_CHECK(sq % m.block_size == 0,
+             "attention: dflash_block has Sq={} queries, expected a multiple of block_size={} "
+             "(Sq = N * block_size)",
+             sq, m.block_size);
+    DF_CHECK(m.ctx_len >= 0 && sk == m.ctx_len + sq,
+             "attention: dflash_block has Sk={} keys but ctx_len={} and Sq={}; expected "
+             "Sk = ctx_len + Sq (keys are [context rows ; block rows])",
+             sk, m.ctx_len, sq);
+    const int64_t n = sq / m.block_size;
+    DF_CHECK(n == 0 || m.anchors != nullptr,
+             "attention: dflash_block mask with {} blocks has no anchors (anchors == nullptr)", n);
+    for (int64_t b = 0; b < n; ++b) {
+        DF_CHECK(m.anchors[b] <= m.ctx_len,
+                 "attention: anchors[{}]={} but there are only ctx_len={} context rows (a block "
+                 "sees context keys j < anchor; use a negative anchor for a padding block)",
+                 b, m.anchors[b], m.ctx_len);
+    }
+}
+
+Geometry make_geometry(const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask) {
+    check_f32_3d(q, "q");
+    check_f32_3d(k, "k");
+    check_f32_3d(v, "v");
+    Geometry g;
+    g.sq = q.dim(0), g.h = q.dim(1), g.dh = q.dim(2);
+    g.sk = k.dim(0), g.hkv = k.dim(1);
+    DF_CHECK(v.shape() == k.shape(), "attention: v is {} but k is {}; expected equal shapes",
+             v.describe(), k.describe());
+    DF_CHECK(k.dim(2) == g.dh, "attention: k head dim {} != q head dim {} (q {}, k {})", k.dim(2),
+             g.dh, q.describe(), k.describe());
+    DF_CHECK(g.dh > 0, "attention: head dim is 0 (q {})", q.describe());
+    DF_CHECK(g.hkv > 0 && g.h % g.hkv == 0,
+             "attention: q has H={} heads and k has Hkv={}; expected H to be a positive multiple "
+             "of Hkv (GQA)",
+             g.h, g.hkv);
+    g.group = g.h / g.hkv;
+    g.scale = 1.0f / std::sqrt(static_cast<float>(g.dh));
+    g.mask = mask;
+    switch (mask.kind) {
+        case AttnMaskKind::causal:
+            DF_CHECK(mask.q_offset >= 0 && mask.q_offset + g.sq <= g.sk,
+                     "attention: causal mask with q_offset={} and Sq={} needs q_offset + Sq <= "
+                     "Sk={} (the keys must include every query's own position)",
+                     mask.q_offset, g.sq, g.sk);
+            break;
+        case AttnMaskKind::full:
+            break;
+        case AttnMaskKind::dflash_block:
+            check_dflash_mask(mask, g.sq, g.sk);
+            g.chunk_rows = std::max<int64_t>(1, kChunkRows / mask.block_size) * mask.block_size;
+            break;
+    }
+    g.num_chunks = (g.sq + g.chunk_rows - 1) / g.chunk_rows;
+    return g;
+}
+
+void check_same(const Tensor& t, const Tensor& like, const char* name, const char* like_name) {
+    DF_CHECK(t.dtype() == DType::f32 && t.shape() == like.shape(),
+             "attention: {} is {}, expected f32 with the shape of {} {}", name, t.describe(),
+             like_name, like.shape().to_string());
+}
+
+void check_lse(const Tensor& lse, const Geometry& g) {
+    DF_CHECK(lse.dtype() == DType::f32 && lse.shape() == Shape({g.h, g.sq}),
+             "attention: lse is {}, expected f32[{}, {}] ([H, Sq])", lse.describe(), g.h, g.sq);
+}
+
+int to_int(int64_t x) {
+    return static_cast<int>(x);
+}
+
+// Row 0 of one head in an [S, heads, Dh] tensor; rows are `ld` floats apart.
+struct HeadView {
+    float* p;
+    int64_t ld;
+    float* row(int64_t i) const { return p + i * ld; }
+};
+
+HeadView q_head(const Geometry& g, const Tensor& t, int64_t head) {
+    return {t.f32() + head * g.dh, g.h * g.dh};
+}
+HeadView kv_head(const Geometry& g, const Tensor& t, int64_t head) {
+    return {t.f32() + (head / g.group) * g.dh, g.hkv * g.dh};
+}
+
+// c[rows, nk] = alpha * a[rows, Dh] · x[keys of the ranges, Dh]ᵀ, the ranges side by side.
+void times_keys_t(const Geometry& g, const Chunk& ch, float alpha, const float* a, int64_t lda,
+                  HeadView x, float* c) {
+    const int64_t nk = ch.total_keys();
+    int64_t col = 0;
+    for (int r = 0; r < ch.num_ranges; ++r) {
+        const KeyRange kr = ch.ranges[r];
+        if (kr.size() == 0) continue;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, to_int(ch.rows()), to_int(kr.size()),
+                    to_int(g.dh), alpha, a, to_int(lda), x.row(kr.begin), to_int(x.ld), 0.0f,
+                    c + col, to_int(nk));
+        col += kr.size();
+    }
+}
+
+// c[rows, Dh] (overwritten) = alpha * a[rows, nk] · x[keys of the ranges, Dh].
+void times_keys(const Geometry& g, const Chunk& ch, float alpha, const float* a, HeadView x,
+                HeadView c) {
+    const int64_t nk = ch.total_keys();
+    int64_t col = 0;
+    for (int r = 0; r < ch.num_ranges; ++r) {
+        const KeyRange kr = ch.ranges[r];
+        if (kr.size() == 0) continue;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, to_int(ch.rows()), to_int(g.dh),
+                    to_int(kr.size()), alpha, a + col, to_int(nk), x.row(kr.begin), to_int(x.ld),
+                    col == 0 ? 0.0f : 1.0f, c.row(ch.i0), to_int(c.ld));
+        col += kr.size();
+    }
+    if (nk == 0) {
+        for (int64_t i = ch.i0; i < ch.i1; ++i) std::fill(c.row(i), c.row(i) + g.dh, 0.0f);
+    }
+}
+
+// x[keys of the ranges, Dh] += alpha * a[rows, nk]ᵀ · b[rows, Dh].
+void accumulate_keys(const Geometry& g, const Chunk& ch, float alpha, const float* a, HeadView b,
+                     HeadView x) {
+    const int64_t nk = ch.total_keys();
+    int64_t col = 0;
+    for (int r = 0; r < ch.num_ranges; ++r) {
+        const KeyRange kr = ch.ranges[r];
+        if (kr.size() == 0) continue;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, to_int(kr.size()), to_int(g.dh),
+                    to_int(ch.rows()), alpha, a + col, to_int(nk), b.row(ch.i0), to_int(b.ld), 1.0f,
+                    x.row(kr.begin), to_int(x.ld));
+        col += kr.size();
+    }
+}
+
+// Calls fn(first column, span) for the visible span of row i in each range of the chunk.
+template <typename Fn>
+void for_each_span(const Geometry& g, const Chunk& ch, int64_t i, Fn&& fn) {
+    int64_t col = 0;
+    for (int r = 0; r < ch.num_ranges; ++r) {
+        const KeyRange s = g.row_span(i, ch.ranges[r]);
+        fn(col + (s.begin - ch.ranges[r].begin), s);
+        col += ch.ranges[r].size();
+    }
+}
+
+// One row of scores -> probabilities (0 outside the row's spans); returns the row's lse.
+float softmax_row(const Geometry& g, const Chunk& ch, int64_t i, float* row, int64_t nk) {
+    float m = kNegInf;
+    for_each_span(g, ch, i, [&](int64_t c0, KeyRange s) {
+        for (int64_t c = c0; c < c0 + s.size(); ++c) m = std::max(m, row[c]);
+    });
+    if (m == kNegInf) {  // sees no key
+        std::fill(row, row + nk, 0.0f);
+        return kNegInf;
+    }
+    double sum = 0.0;
+    int64_t done = 0;  // columns before `done` are final
+    for_each_span(g, ch, i, [&](int64_t c0, KeyRange s) {
+        std::fill(row + done, row + c0, 0.0f);
+        for (int64_t c = c0; c < c0 + s.size(); ++c) {
+            row[c] = std::exp(row[c] - m);
+            sum += row[c];
+        }
+        done = c0 + s.size();
+    });
+    std::fill(row + done, row + nk, 0.0f);
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t c = 0; c < nk; ++c) row[c] *= inv;
+    return m + static_cast<float>(std::log(sum));
+}
+
+// One row of scores -> p = exp(s - lse) inside the row's spans, 0 elsewhere.
+void probs_row(const Geometry& g, const Chunk& ch, int64_t i, float lse, float* row, int64_t nk) {
+    int64_t done = 0;
+    for_each_span(g, ch, i, [&](int64_t c0, KeyRange s) {
+        std::fill(row + done, row + c0, 0.0f);
+        for (int64_t c = c0; c < c0 + s.size(); ++c) {
+            row[c] = lse == kNegInf ? 0.0f : std::exp(row[c] - lse);
+        }
+        done = c0 + s.size();
+    });
+    std::fill(row + done, row + nk, 0.0f);
+}
+
+}  // namespace
+
+void attention_fwd(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v,
+                   const AttnMask& mask, const Tensor& out, const Tensor& lse) {
+    const Geometry g = make_geometry(q, k, v, mask);
+    check_same(out, q, "out", "q");
+    const bool want_lse = !lse.empty();
+    if (want_lse) check_lse(lse, g);
+    std::vector<float> p;  // [chunk rows, chunk keys]
+    for (int64_t head = 0; head < g.h; ++head) {
+        const HeadView qh = q_head(g, q, head), oh = q_head(g, out, head);
+        const HeadView kh = kv_head(g, k, head), vh = kv_head(g, v, head);
+        for (int64_t c = 0; c < g.num_chunks; ++c) {
+            const Chunk ch = g.chunk(c);
+            const int64_t nk = ch.total_keys();
+            p.resize(static_cast<size_t>(ch.rows() * nk));
+            times_keys_t(g, ch, g.scale, qh.row(ch.i0), qh.ld, kh, p.data());
+#pragma omp parallel for num_threads(ex.threads) schedule(static)
+            for (int64_t i = ch.i0; i < ch.i1; ++i) {
+                const float l = softmax_row(g, ch, i, p.data() + (i - ch.i0) * nk, nk);
+                if (want_lse) lse.f32()[head * g.sq + i] = l;
+            }
+            times_keys(g, ch, 1.0f, p.data(), vh, oh);
+        }
+    }
+}
+
+void attention_bwd(const Exec& ex, const Tensor& dout, const Tensor& q, const Tensor& k,
+                   const Tensor& v, const Tensor& out, const Tensor& lse, const AttnMask& mask,
+                   const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+    const Geometry g = make_geometry(q, k, v, mask);
+    check_same(dout, q, "dout", "q");
+    check_same(out, q, "out", "q");
+    check_same(dq, q, "dq", "q");
+    check_same(dk, k, "dk", "k");
+    check_same(dv, k, "dv", "k");
+    DF_CHECK(!lse.empty() || g.h * g.sq == 0,
+             "attention_bwd: lse is empty; the backward needs the lse [H, Sq] of the forward");
+    if (!lse.empty()) check_lse(lse, g);
+    fill_f32(dk, 0.0f);
+    fill_f32(dv, 0.0f);
+    std::vector<float> p, ds;  // [chunk rows, chunk keys]: probabilities, then score gradients
+    for (int64_t head = 0; head < g.h; ++head) {
+        const HeadView qh = q_head(g, q, head), oh = q_head(g, out, head);
+        const HeadView doh = q_head(g, dout, head), dqh = q_head(g, dq, head);
+        const HeadView kh = kv_head(g, k, head), vh = kv_head(g, v, head);
+        const HeadView dkh = kv_head(g, dk, head), dvh = kv_head(g, dv, head);
+        const float* lse_h = lse.empty() ? nullptr : lse.f32() + head * g.sq;
+        for (int64_t c = 0; c < g.num_chunks; ++c) {
+            const Chunk ch = g.chunk(c);
+            const int64_t nk = ch.total_keys();
+            p.resize(static_cast<size_t>(ch.rows() * nk));
+            ds.resize(p.size());
+            times_keys_t(g, ch, g.scale, qh.row(ch.i0), qh.ld, kh, p.data());
+            times_keys_t(g, ch, 1.0f, doh.row(ch.i0), doh.ld, vh, ds.data());  // dp = dout · vᵀ
+#pragma omp parallel for num_threads(ex.threads) schedule(static)
+            for (int64_t i = ch.i0; i < ch.i1; ++i) {
+                float* prow = p.data() + (i - ch.i0) * nk;
+                float* dsrow = ds.data() + (i - ch.i0) * nk;
+                probs_row(g, ch, i, lse_h[i], prow, nk);
+                double delta = 0.0;  // dout_i · out_i
+                for (int64_t d = 0; d < g.dh; ++d) delta += double(doh.row(i)[d]) * oh.row(i)[d];
+                const float dl = static_cast<float>(delta);
+                for (int64_t j = 0; j < nk; ++j) dsrow[j] = prow[j] * (dsrow[j] - dl);
+            }
+            times_keys(g, ch, g.scale, ds.data(), kh, dqh);
+            accumulate_keys(g, ch, g.scale, ds.data(), qh, dkh);
+            accumulate_keys(g, ch, 1.0f, p.data(), doh, dvh);
+        }
+    }
 }
 
 }  // namespace dflash::cpu

@@ -1,11 +1,169 @@
-// Chunked LM head + cross-entropy. Tested by tests/ops/lm_head_ce_test.cpp.
+// Chunked LM head + cross-entropy, fp32 reference. Tested by tests/ops/lm_head_ce_test.cpp.
+//
+// The logits h · Wᵀ are never held whole: each step computes [R, chunk] of them with BLAS. Pass 1
+// keeps, per row, a running max and a sum of exp(logit - max) rescaled whenever the max grows
+// (online log-sum-exp, sum in double), the label's logit and the argmax. Pass 2 (only when a
+// gradient is asked for) recomputes each chunk's logits and turns them into
+// g = grad_scale * weight_r * (softmax - onehot(label)) before the two gradient products.
+// Rows are independent, so the per-row loops are parallel and deterministic for any thread count.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
 #include "backend/cpu/cpu_ops.h"
 
 namespace dflash::cpu {
+namespace {
 
-void lm_head_ce(const Exec&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float,
-                int64_t, const LmHeadCeOut&) {
-    DF_FAIL("not implemented yet");
+// Per-row state of the online log-sum-exp over vocabulary chunks.
+struct RowStats {
+    std::vector<float> max;          // [R] running max logit
+    std::vector<double> sum;         // [R] sum of exp(logit - max)
+    std::vector<float> label_logit;  // [R]
+    std::vector<int32_t> argmax;     // [R] lowest index of the max
+};
+
+void check_inputs(const Tensor& h, const Tensor& w, const Tensor& labels, const Tensor& weights,
+                  int64_t chunk, const LmHeadCeOut& out) {
+    DF_CHECK(h.dtype() == DType::f32 && h.rank() == 2, "lm_head_ce: h is {}, expected f32 [R, D]",
+             h.describe());
+    const int64_t r = h.dim(0), d = h.dim(1);
+    DF_CHECK(w.dtype() == DType::f32 && w.rank() == 2 && w.dim(1) == d && w.dim(0) >= 1,
+             "lm_head_ce: w is {}, expected f32 [V, D={}] with V >= 1 (h is {})", w.describe(), d,
+             h.describe());
+    DF_CHECK(labels.dtype() == DType::i32 && labels.shape() == Shape({r}),
+             "lm_head_ce: labels is {}, expected i32 [R={}]", labels.describe(), r);
+    DF_CHECK(weights.dtype() == DType::f32 && weights.shape() == Shape({r}),
+             "lm_head_ce: weights is {}, expected f32 [R={}]", weights.describe(), r);
+    DF_CHECK(chunk >= 1, "lm_head_ce: chunk={}, expected >= 1 rows of w per step", chunk);
+    for (const Tensor* t :
+         {&h, &w, &labels, &weights, &out.loss_rows, &out.argmax, &out.dh, &out.dw}) {
+        DF_CHECK(t->empty() || t->device().kind == DeviceKind::cpu,
+                 "lm_head_ce: {} is not a CPU tensor", t->describe());
+    }
+    if (!out.loss_rows.empty()) {
+        DF_CHECK(out.loss_rows.dtype() == DType::f32 && out.loss_rows.shape() == Shape({r}),
+                 "lm_head_ce: loss_rows is {}, expected f32 [R={}]", out.loss_rows.describe(), r);
+    }
+    if (!out.argmax.empty()) {
+        DF_CHECK(out.argmax.dtype() == DType::i32 && out.argmax.shape() == Shape({r}),
+                 "lm_head_ce: argmax is {}, expected i32 [R={}]", out.argmax.describe(), r);
+    }
+    if (!out.dh.empty()) {
+        DF_CHECK(out.dh.dtype() == DType::f32 && out.dh.shape() == h.shape(),
+                 "lm_head_ce: dh is {}, expected f32 {} like h", out.dh.describe(),
+                 h.shape().to_string());
+    }
+    if (!out.dw.empty()) {
+        DF_CHECK(out.dw.dtype() == DType::f32 && out.dw.shape() == w.shape(),
+                 "lm_head_ce: dw is {}, expected f32 {} like w", out.dw.describe(),
+                 w.shape().to_string());
+    }
+    const int64_t v = w.dim(0);
+    const int32_t* lab = labels.i32();
+    const float* wt = weights.f32();
+    for (int64_t i = 0; i < r; ++i) {
+        DF_CHECK(wt[i] == 0.0f || (lab[i] >= 0 && lab[i] < v),
+                 "lm_head_ce: labels[{}]={} with weight {} is outside the vocabulary [0, {}) "
+                 "(rows that are not trained must have weight 0)",
+                 i, lab[i], wt[i], v);
+    }
+}
+
+// logits[R, n] = h[R, D] · w[v0 : v0+n, D]ᵀ
+void chunk_logits(const Tensor& h, const Tensor& w, int64_t v0, int64_t n, float* logits) {
+    const int64_t r = h.dim(0), d = h.dim(1);
+    if (r == 0) return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(r), static_cast<int>(n),
+                static_cast<int>(d), 1.0f, h.f32(), static_cast<int>(d), w.f32() + v0 * d,
+                static_cast<int>(d), 0.0f, logits, static_cast<int>(n));
+}
+
+void update_stats(const Exec& ex, const float* logits, int64_t r, int64_t v0, int64_t n,
+                  const int32_t* labels, RowStats& st) {
+#pragma omp parallel for num_threads(ex.threads) schedule(static)
+    for (int64_t i = 0; i < r; ++i) {
+        const float* row = logits + i * n;
+        float cmax = st.max[i];
+        int32_t arg = st.argmax[i];
+        for (int64_t c = 0; c < n; ++c) {
+            if (row[c] > cmax) cmax = row[c], arg = static_cast<int32_t>(v0 + c);
+        }
+        // Rescale the running sum to the new max so no exp overflows.
+        double sum = st.sum[i] == 0.0 ? 0.0 : st.sum[i] * std::exp(double(st.max[i]) - cmax);
+        for (int64_t c = 0; c < n; ++c) sum += std::exp(double(row[c]) - cmax);
+        st.max[i] = cmax;
+        st.sum[i] = sum;
+        st.argmax[i] = arg;
+        const int64_t lab = labels[i];
+        if (lab >= v0 && lab < v0 + n) st.label_logit[i] = row[lab - v0];
+    }
+}
+
+}  // namespace
+
+void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& labels,
+                const Tensor& weights, float grad_scale, int64_t chunk, const LmHeadCeOut& out) {
+    check_inputs(h, w, labels, weights, chunk, out);
+    const int64_t r = h.dim(0), d = h.dim(1), v = w.dim(0);
+    const int64_t step = std::min(chunk, v);
+    const int32_t* lab = labels.i32();
+    const float* wt = weights.f32();
+    std::vector<float> logits(static_cast<size_t>(r * step));  // [R, chunk]
+
+    RowStats st;
+    st.max.assign(r, -std::numeric_limits<float>::infinity());
+    st.sum.assign(r, 0.0);
+    st.label_logit.assign(r, 0.0f);
+    st.argmax.assign(r, 0);
+    for (int64_t v0 = 0; v0 < v; v0 += step) {
+        const int64_t n = std::min(step, v - v0);
+        chunk_logits(h, w, v0, n, logits.data());
+        update_stats(ex, logits.data(), r, v0, n, lab, st);
+    }
+    std::vector<double> lse(r);  // [R]
+    for (int64_t i = 0; i < r; ++i) lse[i] = double(st.max[i]) + std::log(st.sum[i]);
+    if (!out.loss_rows.empty()) {
+        for (int64_t i = 0; i < r; ++i) {
+            out.loss_rows.f32()[i] =
+                wt[i] == 0.0f ? 0.0f : static_cast<float>(lse[i] - st.label_logit[i]);
+        }
+    }
+    if (!out.argmax.empty()) std::copy(st.argmax.begin(), st.argmax.end(), out.argmax.i32());
+    if (out.dh.empty() && out.dw.empty()) return;
+
+    for (int64_t v0 = 0; v0 < v; v0 += step) {
+        const int64_t n = std::min(step, v - v0);
+        chunk_logits(h, w, v0, n, logits.data());
+#pragma omp parallel for num_threads(ex.threads) schedule(static)
+        for (int64_t i = 0; i < r; ++i) {
+            float* row = logits.data() + i * n;
+            const double coef = double(grad_scale) * wt[i];
+            for (int64_t c = 0; c < n; ++c) {
+                const double onehot = (lab[i] == v0 + c) ? 1.0 : 0.0;
+                row[c] =
+                    coef == 0.0
+                        ? 0.0f
+                        : static_cast<float>(coef * (std::exp(double(row[c]) - lse[i]) - onehot));
+            }
+        }
+        if (r == 0) continue;
+        if (!out.dh.empty()) {  // dh (=, then +=) g[R, n] · w[v0 : v0+n, D]
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(r),
+                        static_cast<int>(d), static_cast<int>(n), 1.0f, logits.data(),
+                        static_cast<int>(n), w.f32() + v0 * d, static_cast<int>(d),
+                        v0 == 0 ? 0.0f : 1.0f, out.dh.f32(), static_cast<int>(d));
+        }
+        if (!out.dw.empty()) {  // dw[v0 : v0+n] += gᵀ · h
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(n),
+                        static_cast<int>(d), static_cast<int>(r), 1.0f, logits.data(),
+                        static_cast<int>(n), h.f32(), static_cast<int>(d), 1.0f,
+                        out.dw.f32() + v0 * d, static_cast<int>(d));
+        }
+    }
 }
 
 }  // namespace dflash::cpu

@@ -1,0 +1,497 @@
+// HF config.json for targets and DFlash drafters. Tested by tests/model/hf_config_test.cpp.
+#include "model/hf_config.h"
+
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "core/checkpoint_io.h"
+#include "core/error.h"
+#include "core/safetensors.h"
+
+namespace dflash {
+
+namespace {
+
+using nlohmann::json;
+
+// ---- typed field access with errors that name the key and the value --------------------------
+
+bool present(const json& j, const char* key) {
+    return j.contains(key) && !j[key].is_null();
+}
+
+int64_t as_int(const json& v, const std::string& key) {
+    if (v.is_number_integer()) return v.get<int64_t>();
+    if (v.is_number_float() && std::trunc(v.get<double>()) == v.get<double>() &&
+        std::fabs(v.get<double>()) < 9.0e15)
+        return static_cast<int64_t>(v.get<double>());
+    DF_FAIL("config key '{}' is {} (expected an integer)", key, v.dump());
+}
+
+int64_t req_int(const json& j, const char* key, const char* what) {
+    DF_CHECK(present(j, key), "config.json has no '{}' (required for {})", key, what);
+    return as_int(j[key], key);
+}
+
+int64_t opt_int(const json& j, const char* key, int64_t fallback) {
+    return present(j, key) ? as_int(j[key], key) : fallback;
+}
+
+double opt_double(const json& j, const char* key, double fallback) {
+    if (!present(j, key)) return fallback;
+    DF_CHECK(j[key].is_number(), "config key '{}' is {} (expected a number)", key, j[key].dump());
+    return j[key].get<double>();
+}
+
+double req_double(const json& j, const char* key, const char* what) {
+    DF_CHECK(present(j, key), "config.json has no '{}' (required for {})", key, what);
+    return opt_double(j, key, 0.0);
+}
+
+bool opt_bool(const json& j, const char* key, bool fallback) {
+    if (!present(j, key)) return fallback;
+    DF_CHECK(j[key].is_boolean(), "config key '{}' is {} (expected true or false)", key,
+             j[key].dump());
+    return j[key].get<bool>();
+}
+
+// bos/eos: absent or null -> -1; an integer; or a list whose first entry is used (Llama 3.1 lists
+// several end-of-turn ids; the full list belongs to generation settings, not to the model).
+int64_t token_id(const json& j, const char* key) {
+    if (!present(j, key)) return -1;
+    const json& v = j[key];
+    if (v.is_array()) return v.empty() ? -1 : as_int(v[0], key);
+    return as_int(v, key);
+}
+
+// ---- RoPE -------------------------------------------------------------------------------------
+
+RopeScaling parse_rope_scaling(const json& s) {
+    DF_CHECK(s.is_object(), "rope_scaling is {} (expected null or an object)", s.dump());
+    std::string type;
+    if (s.contains("rope_type") && s["rope_type"].is_string()) {
+        type = s["rope_type"].get<std::string>();
+    } else if (s.contains("type") && s["type"].is_string()) {
+        type = s["type"].get<std::string>();
+    }
+    DF_CHECK(!type.empty(), "rope_scaling {} has no \"rope_type\" (or \"type\")", s.dump());
+    RopeScaling r;
+    if (type == "default") return r;
+    constexpr const char* kWhat = "rope_scaling";
+    if (type == "linear") {
+        r.type = RopeScalingType::linear;
+        r.factor = req_double(s, "factor", kWhat);
+        return r;
+    }
+    DF_CHECK(type == "llama3",
+             "rope_scaling type '{}' is unsupported (supported: default, linear, llama3); "
+             "targets using it cannot be loaded yet",
+             type);
+    r.type = RopeScalingType::llama3;
+    r.factor = req_double(s, "factor", kWhat);
+    r.low_freq_factor = req_double(s, "low_freq_factor", kWhat);
+    r.high_freq_factor = req_double(s, "high_freq_factor", kWhat);
+    r.original_max_position = req_int(s, "original_max_position_embeddings", kWhat);
+    return r;
+}
+
+// transformers < 5 writes rope_theta + rope_scaling; 5.x writes one rope_parameters object holding
+// rope_theta and rope_type. Both are read.
+RopeConfig parse_rope(const json& j) {
+    RopeConfig r;
+    r.theta = 10000.0;  // HF's default for both Llama and Qwen3
+    const bool has_params = present(j, "rope_parameters") && j["rope_parameters"].is_object();
+    if (has_params) r.theta = opt_double(j["rope_parameters"], "rope_theta", r.theta);
+    r.theta = opt_double(j, "rope_theta", r.theta);
+    if (present(j, "rope_scaling")) {
+        r.scaling = parse_rope_scaling(j["rope_scaling"]);
+    } else if (has_params && j["rope_parameters"].contains("rope_type")) {
+        r.scaling = parse_rope_scaling(j["rope_parameters"]);
+    }
+    return r;
+}
+
+json rope_scaling_json(const RopeScaling& s) {
+    switch (s.type) {
+        case RopeScalingType::none:
+            return nullptr;
+        case RopeScalingType::linear:
+            return {{"rope_type", "linear"}, {"factor", s.factor}};
+        case RopeScalingType::llama3:
+            return {{"rope_type", "llama3"},
+                    {"factor", s.factor},
+                    {"low_freq_factor", s.low_freq_factor},
+                    {"high_freq_factor", s.high_freq_factor},
+                    {"original_max_position_embeddings", s.original_max_position}};
+    }
+    return nullptr;
+}
+
+// ---- shared parsing ---------------------------------------------------------------------------
+
+// The per-layer fields every config shares; `model_type` decides qk_norm. No validation here.
+TargetConfig parse_layer_fields(const json& j, const std::string& model_type, const char* what) {
+    DF_CHECK(j.is_object(), "config.json is {} (expected an object)", j.type_name());
+    TargetConfig c;
+    c.model_type = model_type;
+    c.qk_norm = model_type == "qwen3";
+    c.hidden_size = req_int(j, "hidden_size", what);
+    c.intermediate_size = req_int(j, "intermediate_size", what);
+    c.num_hidden_layers = req_int(j, "num_hidden_layers", what);
+    c.num_attention_heads = req_int(j, "num_attention_heads", what);
+    c.num_key_value_heads = opt_int(j, "num_key_value_heads", c.num_attention_heads);
+    c.head_dim = opt_int(j, "head_dim",
+                         c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+    c.vocab_size = req_int(j, "vocab_size", what);
+    c.max_position_embeddings =
+        opt_int(j, "max_position_embeddings", model_type == "llama" ? 2048 : 32768);
+    c.rms_norm_eps = opt_double(j, "rms_norm_eps", 1e-6);
+    c.rope = parse_rope(j);
+    c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", false);
+    c.attention_bias = opt_bool(j, "attention_bias", false);
+    c.bos_token_id = token_id(j, "bos_token_id");
+    c.eos_token_id = token_id(j, "eos_token_id");
+    for (const char* key : {"torch_dtype", "dtype"}) {
+        if (present(j, key) && j[key].is_string()) c.torch_dtype = j[key].get<std::string>();
+    }
+    if (present(j, "hidden_act")) {
+        DF_CHECK(j["hidden_act"] == "silu",
+                 "hidden_act is {} but only \"silu\" (SwiGLU) is supported",
+                 j["hidden_act"].dump());
+    }
+    DF_CHECK(!opt_bool(j, "use_sliding_window", false),
+             "use_sliding_window is true: sliding-window attention is not supported");
+    return c;
+}
+
+json layer_fields_json(const TargetConfig& c) {
+    return {
+        {"hidden_size", c.hidden_size},
+        {"intermediate_size", c.intermediate_size},
+        {"num_hidden_layers", c.num_hidden_layers},
+        {"num_attention_heads", c.num_attention_heads},
+        {"num_key_value_heads", c.num_key_value_heads},
+        {"head_dim", c.head_dim},
+        {"hidden_act", "silu"},
+        {"rms_norm_eps", c.rms_norm_eps},
+        {"rope_theta", c.rope.theta},
+        {"rope_scaling", rope_scaling_json(c.rope.scaling)},
+        {"max_position_embeddings", c.max_position_embeddings},
+        {"attention_bias", c.attention_bias},
+        {"tie_word_embeddings", c.tie_word_embeddings},
+        {"vocab_size", c.vocab_size},
+    };
+}
+
+json id_or_null(int64_t id) {
+    return id < 0 ? json(nullptr) : json(id);
+}
+
+std::string joined(const std::vector<std::string>& problems) {
+    return fmt::format("{}", fmt::join(problems, "; "));
+}
+
+std::filesystem::path config_path(const std::filesystem::path& dir) {
+    const auto p = dir / "config.json";
+    DF_CHECK(std::filesystem::exists(p), "no config.json in '{}' (an HF model directory has one)",
+             dir.string());
+    return p;
+}
+
+// Runs `parse` on dir/config.json; errors are prefixed with the file so the user knows which one.
+template <typename Fn>
+auto load_config(const std::filesystem::path& dir, Fn parse) {
+    const auto path = config_path(dir);
+    const json j = read_json_file(path);
+    try {
+        return parse(j);
+    } catch (const Error& e) {
+        throw Error(fmt::format("{}: {}", path.string(), e.what()));
+    }
+}
+
+}  // namespace
+
+// ---- TargetConfig -----------------------------------------------------------------------------
+
+std::vector<std::string> TargetConfig::problems() const {
+    std::vector<std::string> p;
+    auto need = [&](bool ok, std::string msg) {
+        if (!ok) p.push_back(std::move(msg));
+    };
+    need(model_type == "qwen3" || model_type == "llama",
+         fmt::format("model_type '{}' is not supported (supported: qwen3, llama)", model_type));
+    const std::pair<const char*, int64_t> dims[] = {
+        {"hidden_size", hidden_size},
+        {"intermediate_size", intermediate_size},
+        {"num_hidden_layers", num_hidden_layers},
+        {"num_attention_heads", num_attention_heads},
+        {"num_key_value_heads", num_key_value_heads},
+        {"head_dim", head_dim},
+        {"vocab_size", vocab_size},
+        {"max_position_embeddings", max_position_embeddings}};
+    for (const auto& [name, v] : dims) need(v > 0, fmt::format("{}={} must be positive", name, v));
+    if (num_attention_heads > 0 && num_key_value_heads > 0)
+        need(num_attention_heads % num_key_value_heads == 0,
+             fmt::format("num_attention_heads={} is not a multiple of num_key_value_heads={} "
+                         "(grouped-query attention shares each kv head by a whole group)",
+                         num_attention_heads, num_key_value_heads));
+    need(head_dim % 2 == 0,
+         fmt::format("head_dim={} must be even for rotary embeddings", head_dim));
+    need(rms_norm_eps > 0, fmt::format("rms_norm_eps={} must be positive", rms_norm_eps));
+    need(rope.theta > 0, fmt::format("rope_theta={} must be positive", rope.theta));
+    if (rope.scaling.type != RopeScalingType::none)
+        need(rope.scaling.factor > 0,
+             fmt::format("rope_scaling.factor={} must be positive", rope.scaling.factor));
+    if (rope.scaling.type == RopeScalingType::llama3) {
+        need(rope.scaling.high_freq_factor > rope.scaling.low_freq_factor,
+             fmt::format("rope_scaling high_freq_factor={} must exceed low_freq_factor={}",
+                         rope.scaling.high_freq_factor, rope.scaling.low_freq_factor));
+        need(rope.scaling.original_max_position > 0,
+             fmt::format("rope_scaling.original_max_position_embeddings={} must be positive",
+                         rope.scaling.original_max_position));
+    }
+    need(qk_norm == (model_type == "qwen3"),
+         fmt::format("qk_norm={} does not match model_type '{}' (qwen3 has q_norm/k_norm, llama "
+                     "has not)",
+                     qk_norm, model_type));
+    for (const auto& [name, id] :
+         {std::pair{"bos_token_id", bos_token_id}, std::pair{"eos_token_id", eos_token_id}}) {
+        need(id >= -1 && (vocab_size <= 0 || id < vocab_size),
+             fmt::format("{}={} is outside the vocabulary (0..{})", name, id, vocab_size - 1));
+    }
+    need(torch_dtype == "bfloat16" || torch_dtype == "float32" || torch_dtype == "float16",
+         fmt::format("torch_dtype '{}' is not one of bfloat16, float16, float32", torch_dtype));
+    return p;
+}
+
+TargetConfig TargetConfig::from_json(const json& j) {
+    DF_CHECK(j.is_object() && present(j, "model_type") && j["model_type"].is_string(),
+             "config.json has no \"model_type\" string (expected \"qwen3\" or \"llama\")");
+    const auto model_type = j["model_type"].get<std::string>();
+    DF_CHECK(model_type == "qwen3" || model_type == "llama",
+             "model_type '{}' is not supported (supported: qwen3, llama)", model_type);
+    TargetConfig c = parse_layer_fields(j, model_type, "a target model");
+    const auto p = c.problems();
+    DF_CHECK(p.empty(), "invalid {} config: {}", model_type, joined(p));
+    return c;
+}
+
+json TargetConfig::to_json() const {
+    const bool llama = model_type == "llama";
+    json j = layer_fields_json(*this);
+    j["architectures"] = {llama ? "LlamaForCausalLM" : "Qwen3ForCausalLM"};
+    j["model_type"] = model_type;
+    j["attention_dropout"] = 0.0;
+    j["bos_token_id"] = id_or_null(bos_token_id);
+    j["eos_token_id"] = id_or_null(eos_token_id);
+    j["initializer_range"] = 0.02;
+    j["torch_dtype"] = torch_dtype;
+    j["use_cache"] = true;
+    if (llama) {
+        j["mlp_bias"] = false;
+        j["pretraining_tp"] = 1;
+    } else {
+        j["max_window_layers"] = num_hidden_layers;
+        j["sliding_window"] = nullptr;
+        j["use_sliding_window"] = false;
+    }
+    return j;
+}
+
+TargetConfig TargetConfig::load(const std::filesystem::path& dir) {
+    return load_config(dir, [](const json& j) {
+        DF_CHECK(!is_drafter_config_json(j),
+                 "this is a DFlash drafter config (architectures DFlashDraftModel), not a target "
+                 "model");
+        return TargetConfig::from_json(j);
+    });
+}
+
+void TargetConfig::save(const std::filesystem::path& dir) const {
+    const auto p = problems();
+    DF_CHECK(p.empty(), "refusing to save an invalid target config: {}", joined(p));
+    std::filesystem::create_directories(dir);
+    write_text_atomic(dir / "config.json", to_json().dump(2) + "\n");
+}
+
+// ---- DrafterConfig ----------------------------------------------------------------------------
+
+std::vector<std::string> DrafterConfig::problems() const {
+    std::vector<std::string> p = layer.problems();
+    auto need = [&](bool ok, std::string msg) {
+        if (!ok) p.push_back(std::move(msg));
+    };
+    need(layer.model_type == "qwen3" && layer.qk_norm && !layer.attention_bias,
+         "DFlash drafter layers are Qwen3-style (q_norm/k_norm, no biases)");
+    need(block_size >= 2, fmt::format("block_size={} must be at least 2 (the anchor plus one "
+                                      "drafted token; released drafters use 16)",
+                                      block_size));
+    need(mask_token_id >= 0 && mask_token_id < layer.vocab_size,
+         fmt::format("mask_token_id={} is outside the target vocabulary (0..{}); pick a reserved "
+                     "id inside it (Qwen3: 151669, the id of <|MASK|>)",
+                     mask_token_id, layer.vocab_size - 1));
+    need(num_target_layers >= 1,
+         fmt::format("num_target_layers={} must be positive", num_target_layers));
+    need(!target_layer_ids.empty(), "target_layer_ids is empty (released drafters use 5 ids)");
+    for (size_t i = 0; i < target_layer_ids.size(); ++i) {
+        const int64_t id = target_layer_ids[i];
+        need(id >= 0 && id < num_target_layers,
+             fmt::format("target_layer_ids[{}]={} but the target has {} layers (ids 0..{})", i, id,
+                         num_target_layers, num_target_layers - 1));
+    }
+    return p;
+}
+
+DrafterConfig DrafterConfig::from_json(const json& j) {
+    DF_CHECK(j.is_object(), "drafter config.json is {} (expected an object)", j.type_name());
+    DrafterConfig d;
+    d.layer = parse_layer_fields(j, "qwen3", "a DFlash drafter");
+    const json dc = present(j, "dflash_config") ? j["dflash_config"] : json::object();
+    DF_CHECK(dc.is_object(), "dflash_config is {} (expected an object)", dc.dump());
+    // SGLang also accepts block_size and num_target_layers inside dflash_config.
+    auto top_or_inner = [&](const char* key) -> int64_t {
+        if (present(j, key)) return as_int(j[key], key);
+        DF_CHECK(present(dc, key),
+                 "drafter config.json has no '{}' (top-level or in dflash_config)", key);
+        return as_int(dc[key], key);
+    };
+    d.block_size = top_or_inner("block_size");
+    d.num_target_layers = top_or_inner("num_target_layers");
+    DF_CHECK(present(dc, "mask_token_id"),
+             "drafter config.json has no dflash_config.mask_token_id (Qwen3 drafters use 151669, "
+             "the id of <|MASK|>)");
+    d.mask_token_id = as_int(dc["mask_token_id"], "dflash_config.mask_token_id");
+    if (present(dc, "target_layer_ids")) {
+        DF_CHECK(dc["target_layer_ids"].is_array(),
+                 "dflash_config.target_layer_ids is {} (expected a list of layer ids)",
+                 dc["target_layer_ids"].dump());
+        for (const auto& v : dc["target_layer_ids"])
+            d.target_layer_ids.push_back(as_int(v, "dflash_config.target_layer_ids"));
+    } else {
+        // Historic drafters: one target feature per draft layer.
+        d.target_layer_ids =
+            default_target_layer_ids(d.num_target_layers, d.layer.num_hidden_layers);
+    }
+    if (present(j, "layer_types")) {
+        const json& lt = j["layer_types"];
+        DF_CHECK(lt.is_array() && static_cast<int64_t>(lt.size()) == d.layer.num_hidden_layers,
+                 "layer_types {} must list one entry per draft layer ({})", lt.dump(),
+                 d.layer.num_hidden_layers);
+        for (size_t i = 0; i < lt.size(); ++i)
+            DF_CHECK(lt[i] == "full_attention",
+                     "layer_types[{}] is {}: only \"full_attention\" drafter layers are supported "
+                     "(sliding-window drafters are not)",
+                     i, lt[i].dump());
+    }
+    const auto p = d.problems();
+    DF_CHECK(p.empty(), "invalid DFlash drafter config: {}", joined(p));
+    return d;
+}
+
+json DrafterConfig::to_json() const {
+    json j = layer_fields_json(layer);
+    j["architectures"] = {"DFlashDraftModel"};
+    j["auto_map"] = {{"AutoModel", "dflash.DFlashDraftModel"}};
+    j["model_type"] = "qwen3";
+    j["block_size"] = block_size;
+    j["dflash_config"] = {{"mask_token_id", mask_token_id}, {"target_layer_ids", target_layer_ids}};
+    j["num_target_layers"] = num_target_layers;
+    j["layer_types"] = std::vector<std::string>(layer.num_hidden_layers, "full_attention");
+    j["dtype"] = layer.torch_dtype;
+    j["sliding_window"] = nullptr;
+    j["use_sliding_window"] = false;
+    return j;
+}
+
+DrafterConfig DrafterConfig::load(const std::filesystem::path& dir) {
+    return load_config(dir, [](const json& j) { return DrafterConfig::from_json(j); });
+}
+
+void DrafterConfig::save(const std::filesystem::path& dir) const {
+    const auto p = problems();
+    DF_CHECK(p.empty(), "refusing to save an invalid drafter config: {}", joined(p));
+    std::filesystem::create_directories(dir);
+    write_text_atomic(dir / "config.json", to_json().dump(2) + "\n");
+}
+
+// ---- helpers ----------------------------------------------------------------------------------
+
+std::vector<int64_t> default_target_layer_ids(int64_t num_target_layers, int64_t n) {
+    DF_CHECK(num_target_layers >= 1 && n >= 1,
+             "cannot pick {} target layer(s) from a target with {} layers", n, num_target_layers);
+    if (n == 1) return {num_target_layers / 2};
+    const int64_t start = 1, end = num_target_layers - 3;
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; i < n; ++i) {
+        const double x = static_cast<double>(start) +
+                         static_cast<double>(i * (end - start)) / static_cast<double>(n - 1);
+        ids.push_back(static_cast<int64_t>(std::nearbyint(x)));  // ties to even, like Python
+    }
+    for (int64_t id : ids)
+        DF_CHECK(id >= 0 && id < num_target_layers,
+                 "a target with {} layers is too shallow for {} evenly spread feature layers "
+                 "(got id {}); give target_layer_ids explicitly",
+                 num_target_layers, n, id);
+    return ids;
+}
+
+DrafterConfig make_drafter_config(const TargetConfig& t, int64_t num_layers, int64_t block_size,
+                                  int64_t mask_token_id, std::vector<int64_t> target_layer_ids) {
+    DrafterConfig d;
+    d.layer = t;
+    d.layer.model_type = "qwen3";
+    d.layer.qk_norm = true;
+    d.layer.attention_bias = false;
+    d.layer.num_hidden_layers = num_layers;
+    d.block_size = block_size;
+    d.mask_token_id = mask_token_id;
+    d.num_target_layers = t.num_hidden_layers;
+    if (target_layer_ids.empty()) {
+        // Step 1 between ids needs L-3 >= n; shallower targets get fewer features.
+        const int64_t n = std::clamp<int64_t>(t.num_hidden_layers - 3, 1, 5);
+        target_layer_ids = default_target_layer_ids(t.num_hidden_layers, n);
+    }
+    d.target_layer_ids = std::move(target_layer_ids);
+    const auto p = d.problems();
+    DF_CHECK(p.empty(), "cannot make a drafter config for this target: {}", joined(p));
+    return d;
+}
+
+std::vector<std::string> drafter_target_mismatches(const DrafterConfig& d, const TargetConfig& t) {
+    std::vector<std::string> p;
+    if (d.layer.hidden_size != t.hidden_size)
+        p.push_back(
+            fmt::format("drafter hidden_size={} but the target's is {} (the drafter "
+                        "reads target features and shares its embeddings)",
+                        d.layer.hidden_size, t.hidden_size));
+    if (d.layer.vocab_size != t.vocab_size)
+        p.push_back(
+            fmt::format("drafter vocab_size={} but the target's is {} (the drafter "
+                        "shares the target's embeddings and lm_head)",
+                        d.layer.vocab_size, t.vocab_size));
+    if (d.num_target_layers != t.num_hidden_layers)
+        p.push_back(fmt::format("drafter num_target_layers={} but the target has {} layers",
+                                d.num_target_layers, t.num_hidden_layers));
+    for (size_t i = 0; i < d.target_layer_ids.size(); ++i)
+        if (d.target_layer_ids[i] >= t.num_hidden_layers)
+            p.push_back(fmt::format(
+                "target_layer_ids[{}]={} but the target has {} layers (ids "
+                "0..{})",
+                i, d.target_layer_ids[i], t.num_hidden_layers, t.num_hidden_layers - 1));
+    return p;
+}
+
+bool is_drafter_config_json(const json& j) {
+    if (!j.is_object()) return false;
+    if (j.contains("dflash_config")) return true;
+    if (j.contains("architectures") && j["architectures"].is_array())
+        for (const auto& a : j["architectures"])
+            if (a == "DFlashDraftModel") return true;
+    return false;
+}
+
+}  // namespace dflash

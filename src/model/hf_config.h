@@ -1,0 +1,78 @@
+// HF `config.json` of target models (Qwen3, Llama) and DFlash drafters (dflash-spec §1.2, §1.5).
+// Reading is lenient where HF is (defaults for absent keys, `rope_type` or `type`, block_size
+// top-level or inside dflash_config); writing emits exactly what HF transformers (targets) and
+// z-lab/SGLang/vLLM (drafters) load. Every loaded config is validated, and the error lists every
+// problem found with the offending value. Tested by tests/model/hf_config_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+
+namespace dflash {
+
+struct TargetConfig {
+    std::string model_type = "qwen3";  // "qwen3" or "llama"
+    int64_t hidden_size = 0;           // D
+    int64_t intermediate_size = 0;     // I
+    int64_t num_hidden_layers = 0;     // L
+    int64_t num_attention_heads = 0;   // H
+    int64_t num_key_value_heads = 0;   // Hkv
+    int64_t head_dim = 0;              // Dh (default D / H)
+    int64_t vocab_size = 0;            // V
+    int64_t max_position_embeddings = 0;
+    double rms_norm_eps = 1e-6;
+    RopeConfig rope;
+    bool tie_word_embeddings = false;
+    bool attention_bias = false;  // q/k/v/o projections carry biases (HF Llama/Qwen3 semantics)
+    bool qk_norm = true;          // true for qwen3 (q_norm/k_norm), false for llama
+    int64_t bos_token_id = -1;    // -1: none
+    int64_t eos_token_id = -1;    // -1: none; the first id where config.json lists several
+    std::string torch_dtype = "bfloat16";  // dtype of the stored weights, as HF spells it
+
+    static TargetConfig from_json(const nlohmann::json& j);
+    nlohmann::json to_json() const;
+    static TargetConfig load(const std::filesystem::path& dir);  // dir/config.json
+    void save(const std::filesystem::path& dir) const;           // atomic
+    // Problems that make the config unusable, each a full sentence; empty when valid.
+    std::vector<std::string> problems() const;
+};
+
+struct DrafterConfig {
+    // Per-layer dims (hidden, heads, kv, head_dim, intermediate, eps, rope, vocab = target vocab);
+    // layer.num_hidden_layers = draft layers. Always Qwen3-style layers (qk_norm, no biases).
+    TargetConfig layer;
+    int64_t block_size = 16;
+    int64_t mask_token_id = -1;
+    int64_t num_target_layers = 0;
+    std::vector<int64_t> target_layer_ids;  // K ids, in feature concatenation order
+
+    static DrafterConfig from_json(const nlohmann::json& j);
+    nlohmann::json to_json() const;
+    static DrafterConfig load(const std::filesystem::path& dir);
+    void save(const std::filesystem::path& dir) const;
+    std::vector<std::string> problems() const;
+    int64_t num_features() const { return static_cast<int64_t>(target_layer_ids.size()); }  // K
+};
+
+// The DFlash reference rule (spec §1.2): n == 1 -> [L/2]; otherwise n ids spread evenly from layer
+// 1 to layer L-3, rounded half to even as Python's round() does.
+std::vector<int64_t> default_target_layer_ids(int64_t num_target_layers, int64_t n);
+
+// A drafter for `t`: its per-layer dims, vocab and rope, `num_layers` Qwen3-style layers. An empty
+// `target_layer_ids` picks default_target_layer_ids with n = 5 (as the released drafters), fewer
+// for targets too shallow to give 5 distinct layers.
+DrafterConfig make_drafter_config(const TargetConfig& t, int64_t num_layers, int64_t block_size,
+                                  int64_t mask_token_id, std::vector<int64_t> target_layer_ids);
+
+// Everything about `d` that does not fit `t` (hidden size, vocab, layer count, ...); empty if none.
+std::vector<std::string> drafter_target_mismatches(const DrafterConfig& d, const TargetConfig& t);
+
+// True if this config.json describes a DFlash drafter rather than a target.
+bool is_drafter_config_json(const nlohmann::json& j);
+
+}  // namespace dflash

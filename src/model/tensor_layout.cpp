@@ -1,0 +1,94 @@
+// Target and drafter tensor layouts. Tested by tests/model/tensor_layout_test.cpp.
+#include "model/tensor_layout.h"
+
+#include <fmt/format.h>
+
+namespace dflash {
+
+namespace {
+
+// The tensors of one decoder layer under `prefix` ("model.layers.3." or "layers.3.").
+void append_layer(std::vector<TensorSpec>& out, const std::string& prefix, const TargetConfig& c) {
+    const int64_t d = c.hidden_size, dh = c.head_dim, i = c.intermediate_size;
+    const int64_t q = c.num_attention_heads * dh, kv = c.num_key_value_heads * dh;
+    auto add = [&](const char* name, std::vector<int64_t> shape) {
+        out.push_back({prefix + name, std::move(shape)});
+    };
+    add("input_layernorm.weight", {d});
+    add("self_attn.q_proj.weight", {q, d});
+    if (c.attention_bias) add("self_attn.q_proj.bias", {q});
+    add("self_attn.k_proj.weight", {kv, d});
+    if (c.attention_bias) add("self_attn.k_proj.bias", {kv});
+    add("self_attn.v_proj.weight", {kv, d});
+    if (c.attention_bias) add("self_attn.v_proj.bias", {kv});
+    add("self_attn.o_proj.weight", {d, q});
+    // HF LlamaAttention/Qwen3Attention build o_proj with bias=attention_bias as well.
+    if (c.attention_bias) add("self_attn.o_proj.bias", {d});
+    if (c.qk_norm) {
+        add("self_attn.q_norm.weight", {dh});
+        add("self_attn.k_norm.weight", {dh});
+    }
+    add("post_attention_layernorm.weight", {d});
+    add("mlp.gate_proj.weight", {i, d});
+    add("mlp.up_proj.weight", {i, d});
+    add("mlp.down_proj.weight", {d, i});
+}
+
+}  // namespace
+
+int64_t TensorSpec::numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+}
+
+std::vector<TensorSpec> target_tensor_specs(const TargetConfig& c) {
+    std::vector<TensorSpec> out;
+    out.push_back({"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}});
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+        append_layer(out, fmt::format("model.layers.{}.", l), c);
+    out.push_back({"model.norm.weight", {c.hidden_size}});
+    if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, c.hidden_size}});
+    return out;
+}
+
+std::vector<TensorSpec> drafter_tensor_specs(const DrafterConfig& c) {
+    const int64_t d = c.layer.hidden_size;
+    std::vector<TensorSpec> out;
+    out.push_back({"fc.weight", {d, c.num_features() * d}});
+    out.push_back({"hidden_norm.weight", {d}});
+    for (int64_t l = 0; l < c.layer.num_hidden_layers; ++l)
+        append_layer(out, fmt::format("layers.{}.", l), c.layer);
+    out.push_back({"norm.weight", {d}});
+    return out;
+}
+
+ParamGroup param_group(std::string_view n) {
+    if (n.find("embed_tokens") != std::string_view::npos || n.starts_with("lm_head."))
+        return ParamGroup::embeddings;
+    if (n.ends_with("norm.weight")) return ParamGroup::norms;
+    if (n.find("self_attn.") != std::string_view::npos) return ParamGroup::attention;
+    if (n.find("mlp.") != std::string_view::npos) return ParamGroup::mlp;
+    if (n.starts_with("fc.")) return ParamGroup::fc;
+    return ParamGroup::other;
+}
+
+std::string_view param_group_name(ParamGroup g) {
+    switch (g) {
+        case ParamGroup::embeddings:
+            return "embeddings";
+        case ParamGroup::attention:
+            return "attention";
+        case ParamGroup::mlp:
+            return "mlp";
+        case ParamGroup::norms:
+            return "norms";
+        case ParamGroup::fc:
+            return "fc";
+        case ParamGroup::other:
+            return "other";
+    }
+    return "?";
+}
+
+}  // namespace dflash

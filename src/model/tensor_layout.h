@@ -1,0 +1,40 @@
+// The tensor names and shapes of target checkpoints (HF Qwen3/Llama naming) and DFlash drafter
+// checkpoints (dflash-spec §1.6), computed from a config without touching any data. Loaders check
+// files against these lists; `dflash inspect` reports what is missing, unexpected or misshapen.
+// Tested by tests/model/tensor_layout_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/hf_config.h"
+
+namespace dflash {
+
+struct TensorSpec {
+    std::string name;
+    std::vector<int64_t> shape;
+    int64_t numel() const;
+};
+
+// model.embed_tokens.weight [V, D]; per layer i: model.layers.{i}.input_layernorm.weight [D],
+// .self_attn.{q,k,v,o}_proj.weight (+ .bias when attention_bias), .self_attn.{q,k}_norm.weight
+// [Dh] (qwen3), .post_attention_layernorm.weight [D], .mlp.{gate,up,down}_proj.weight;
+// model.norm.weight [D]; lm_head.weight [V, D] unless tie_word_embeddings.
+std::vector<TensorSpec> target_tensor_specs(const TargetConfig& c);
+
+// fc.weight [D, K*D], hidden_norm.weight [D], norm.weight [D], and per layer i the 11 tensors
+// layers.{i}.{input_layernorm, self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm,
+// post_attention_layernorm, mlp.{gate,up,down}_proj}.weight. No embeddings and no lm_head: the
+// drafter borrows the target's.
+std::vector<TensorSpec> drafter_tensor_specs(const DrafterConfig& c);
+
+// Groups for parameter counts.
+enum class ParamGroup { embeddings, attention, mlp, norms, fc, other };
+ParamGroup param_group(std::string_view tensor_name);
+std::string_view param_group_name(ParamGroup g);
+inline constexpr int kNumParamGroups = 6;
+
+}  // namespace dflash
