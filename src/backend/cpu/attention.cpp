@@ -11,9 +11,9 @@
 //
 // Threads: OpenBLAS has one process-wide thread count (set_blas_threads). When it runs threads of
 // its own, concurrent calls from several OpenMP threads serialise on its pool and oversubscribe
-// the cores (measured 40x slower on 2 cores), so the products run one at a time on BLAS's threads
-// and OpenMP only parallelises the per-row softmax loops. When BLAS is single-threaded, OpenMP
-// spreads whole (head, chunk) units instead (kv groups in the backward).
+// the cores (about 40x slower on a busy 2-core machine), so the products run one at a time on
+// BLAS's threads and OpenMP only parallelises the per-row softmax loops. When BLAS is
+// single-threaded, OpenMP spreads whole (head, chunk) units instead (kv groups in the backward).
 //
 // Determinism: every (head, chunk) unit does the same arithmetic whichever thread runs it, and
 // dk/dv of a kv group accumulate its heads and chunks in one fixed order, so the bits do not
