@@ -1,11 +1,85 @@
-// `dflash data`.
+// `dflash data`: `prepare` tokenizes JSONL text/chat files into shards (src/data/prepare.h);
+// `verify` re-reads a dataset directory and checks every checksum. The logic lives in the
+// library and is tested by tests/data/prepare_test.cpp.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
 #include "cli/commands.h"
 #include "core/error.h"
+#include "data/dataset.h"
+#include "data/prepare.h"
+#include "tokenizer/tokenizer.h"
 
 namespace dflash::cli {
 
-int cmd_data(CommandContext&) {
-    DF_FAIL("`dflash data` is not implemented yet");
+namespace {
+
+int run_prepare(const PrepareOptions& opt, const std::string& tokenizer, CommandContext& ctx) {
+    const auto tok = make_tokenizer(tokenizer);
+    const PrepareStats st = prepare_dataset(opt, *tok, ctx.log);
+    std::printf(
+        "prepared %s: %lld samples, %lld tokens (%lld response tokens), %lld skipped (no "
+        "response to train on), %lld records read, %lld shard(s), tokenizer %s\n",
+        opt.output_dir.string().c_str(), static_cast<long long>(st.samples),
+        static_cast<long long>(st.tokens), static_cast<long long>(st.response_tokens),
+        static_cast<long long>(st.skipped), static_cast<long long>(st.records),
+        static_cast<long long>(st.shards), tok->name().c_str());
+    return 0;
+}
+
+int run_verify(const std::string& dir) {
+    const ShardedDataset ds = ShardedDataset::open(dir);
+    int64_t response = 0;
+    for (int64_t i = 0; i < ds.num_samples(); ++i) {
+        for (uint8_t m : ds.sample(i).loss_mask) response += m;
+    }
+    std::printf(
+        "%s: ok, %lld shard(s), %lld samples, %lld tokens (%lld response), tokenizer %s "
+        "(vocab %lld)\n",
+        dir.c_str(), static_cast<long long>(ds.num_shards()),
+        static_cast<long long>(ds.num_samples()), static_cast<long long>(ds.num_tokens()),
+        static_cast<long long>(response), ds.tokenizer_name().c_str(),
+        static_cast<long long>(ds.vocab_size()));
+    return 0;
+}
+
+}  // namespace
+
+int cmd_data(CommandContext& ctx) {
+    CLI::App app{"Tokenize JSONL text/chat data into training shards", "dflash data"};
+    app.require_subcommand(1);
+
+    PrepareOptions opt;
+    std::vector<std::string> inputs;
+    std::string output, tokenizer = "byte";
+    auto* prep = app.add_subcommand(
+        "prepare",
+        "JSONL ({\"text\"}, {\"messages\"} or {\"conversations\"} per line) -> *.dfshard");
+    prep->add_option("--input,-i", inputs, "JSONL file (repeat for several)")->required();
+    prep->add_option("--output,-o", output, "output directory for the shards")->required();
+    prep->add_option("--samples-per-shard", opt.samples_per_shard, "samples per shard file")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    prep->add_option("--tokenizer", tokenizer, "tokenizer: byte")->capture_default_str();
+    prep->add_flag("--overwrite", opt.overwrite, "replace shards already in the output directory");
+
+    std::string verify_dir;
+    auto* verify = app.add_subcommand("verify", "re-read a dataset directory, check checksums");
+    verify->add_option("dir", verify_dir, "dataset directory")->required();
+
+    // CLI11 consumes arguments from the back of the vector.
+    std::vector<std::string> args(ctx.args.rbegin(), ctx.args.rend());
+    try {
+        app.parse(args);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e) == 0 ? 0 : 2;  // 2: usage error, like the top-level command
+    }
+    if (prep->parsed()) {
+        opt.inputs.assign(inputs.begin(), inputs.end());
+        opt.output_dir = output;
+        return run_prepare(opt, tokenizer, ctx);
+    }
+    return run_verify(verify_dir);
 }
 
 }  // namespace dflash::cli

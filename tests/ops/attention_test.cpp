@@ -3,6 +3,8 @@
 // Tolerances: fp32 forward vs double reference 2e-5 (relative to max(1, |ref|)); backward vs
 // central finite differences of the double reference 1e-4 (the FD error itself is ~1e-9, so the
 // tolerance only covers fp32 rounding in the op).
+#include <cblas.h>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -190,8 +192,9 @@ TEST(AttentionForward, DflashBlockMatchesDenseReference) {
     struct Case {
         int64_t n, block, ctx;
     };
-    const Case cases[] = {{1, 1, 4},  {7, 1, 9},  {1, 7, 5}, {1, 13, 11},
-                          {3, 4, 10}, {5, 3, 17}, {6, 2, 0}};
+    const Case cases[] = {
+        {1, 1, 4},  {7, 1, 9}, {1, 7, 5},   {1, 13, 11}, {3, 4, 10},
+        {5, 3, 17}, {6, 2, 0}, {40, 4, 30}, {3, 50, 20}};  // the last two span several chunks
     uint64_t seed = 200;
     for (const Dims& hc : kHeadConfigs) {
         for (const Case& c : cases) {
@@ -415,16 +418,58 @@ bool same_bits(const HostTensor& a, const HostTensor& b) {
     return a.nbytes() == b.nbytes() && std::memcmp(a.f32(), b.f32(), a.nbytes()) == 0;
 }
 
+// OpenBLAS's process-wide thread count for the scope of a test (the op picks its threading
+// scheme by it), restored afterwards.
+class BlasThreads {
+  public:
+    explicit BlasThreads(int n) : saved_(openblas_get_num_threads()) {
+        openblas_set_num_threads(n);
+    }
+    ~BlasThreads() { openblas_set_num_threads(saved_); }
+
+  private:
+    int saved_;
+};
+
+struct AllOutputs {
+    FwdResult f;
+    Grads g;
+};
+
+AllOutputs run_all(const Problem& p, const HostTensor& dout, int threads) {
+    FwdResult f = run_fwd(p, threads);
+    Grads g = run_bwd(p, f, dout, threads);
+    return {std::move(f), std::move(g)};
+}
+
+void expect_same_bits(const AllOutputs& a, const AllOutputs& b) {
+    EXPECT_TRUE(same_bits(a.f.out, b.f.out));
+    EXPECT_TRUE(same_bits(a.f.lse, b.f.lse));
+    EXPECT_TRUE(same_bits(a.g.dq, b.g.dq));
+    EXPECT_TRUE(same_bits(a.g.dk, b.g.dk));
+    EXPECT_TRUE(same_bits(a.g.dv, b.g.dv));
+}
+
+// 1 vs 3 op threads, with single-threaded BLAS (OpenMP over heads/chunks) and with threaded BLAS
+// (OpenMP over rows only); all four runs give the same bits.
 void expect_thread_invariant(const Problem& p) {
     Rng rng(61);
     const HostTensor dout = random_tensor(p.q.shape(), rng);
-    const FwdResult f1 = run_fwd(p, 1), f3 = run_fwd(p, 3);
-    EXPECT_TRUE(same_bits(f1.out, f3.out));
-    EXPECT_TRUE(same_bits(f1.lse, f3.lse));
-    const Grads g1 = run_bwd(p, f1, dout, 1), g3 = run_bwd(p, f1, dout, 3);
-    EXPECT_TRUE(same_bits(g1.dq, g3.dq));
-    EXPECT_TRUE(same_bits(g1.dk, g3.dk));
-    EXPECT_TRUE(same_bits(g1.dv, g3.dv));
+    AllOutputs base = [&] {
+        BlasThreads one(1);
+        return run_all(p, dout, 1);
+    }();
+    {
+        BlasThreads one(1);
+        SCOPED_TRACE("blas 1, op threads 3");
+        expect_same_bits(base, run_all(p, dout, 3));
+    }
+    {
+        BlasThreads two(2);
+        SCOPED_TRACE("blas 2, op threads 1 and 3");
+        expect_same_bits(base, run_all(p, dout, 1));
+        expect_same_bits(base, run_all(p, dout, 3));
+    }
 }
 
 TEST(AttentionThreads, OneAndThreeThreadsGiveIdenticalBits) {

@@ -9,13 +9,15 @@
 // rows, so work is O(N*B*(anchor + chunk)), never O((N*B)^2); training anchors are sorted, so the
 // blocks of a chunk have similar anchors and little is computed only to be masked.
 //
-// Why BLAS is never called inside an OpenMP region: OpenBLAS has one process-wide thread count
-// (set_blas_threads); concurrent calls from several OpenMP threads serialise on its thread pool
-// and oversubscribe the cores (measured 40x slower on 2 cores). So the heavy products run one at a
-// time on BLAS's own threads and OpenMP only parallelises the per-row softmax loops.
+// Threads: OpenBLAS has one process-wide thread count (set_blas_threads). When it runs threads of
+// its own, concurrent calls from several OpenMP threads serialise on its pool and oversubscribe
+// the cores (about 40x slower on a busy 2-core machine), so the products run one at a time on
+// BLAS's threads and OpenMP only parallelises the per-row softmax loops. When BLAS is
+// single-threaded, OpenMP spreads whole (head, chunk) units instead (kv groups in the backward).
 //
-// Determinism: chunks and heads are visited in a fixed order and each per-row loop touches only
-// its row, so dk/dv accumulate in the same order and give the same bits for any thread count.
+// Determinism: every (head, chunk) unit does the same arithmetic whichever thread runs it, and
+// dk/dv of a kv group accumulate its heads and chunks in one fixed order, so the bits do not
+// depend on the thread count.
 #include <cblas.h>
 
 #include <algorithm>
@@ -293,30 +295,92 @@ void probs_row(const Geometry& g, const Chunk& ch, int64_t i, float lse, float* 
     std::fill(row + done, row + nk, 0.0f);
 }
 
+// The tensors of one call.
+struct Args {
+    const Geometry& g;
+    const Tensor& q;
+    const Tensor& k;
+    const Tensor& v;
+    const Tensor& out;
+    const Tensor& lse;
+};
+
+// Forward of one (head, chunk); `row_threads` parallelises its per-row softmax.
+void fwd_chunk(const Args& a, int64_t head, int64_t c, int row_threads, std::vector<float>& p) {
+    const Geometry& g = a.g;
+    const HeadView qh = q_head(g, a.q, head), oh = q_head(g, a.out, head);
+    const HeadView kh = kv_head(g, a.k, head), vh = kv_head(g, a.v, head);
+    float* lse_h = a.lse.empty() ? nullptr : a.lse.f32() + head * g.sq;
+    const Chunk ch = g.chunk(c);
+    const int64_t nk = ch.total_keys();
+    p.resize(static_cast<size_t>(ch.rows() * nk));  // [chunk rows, chunk keys]
+    times_keys_t(g, ch, g.scale, qh.row(ch.i0), qh.ld, kh, p.data());
+#pragma omp parallel for num_threads(row_threads) schedule(static) if (row_threads > 1)
+    for (int64_t i = ch.i0; i < ch.i1; ++i) {
+        const float l = softmax_row(g, ch, i, p.data() + (i - ch.i0) * nk, nk);
+        if (lse_h != nullptr) lse_h[i] = l;
+    }
+    times_keys(g, ch, 1.0f, p.data(), vh, oh);
+}
+
+// Backward of one (head, chunk): dq rows of the chunk (=), dk/dv rows of its keys (+=).
+void bwd_chunk(const Args& a, const Tensor& dout, const Tensor& dq, const Tensor& dk,
+               const Tensor& dv, int64_t head, int64_t c, int row_threads, std::vector<float>& p,
+               std::vector<float>& ds) {
+    const Geometry& g = a.g;
+    const HeadView qh = q_head(g, a.q, head), oh = q_head(g, a.out, head);
+    const HeadView doh = q_head(g, dout, head), dqh = q_head(g, dq, head);
+    const HeadView kh = kv_head(g, a.k, head), vh = kv_head(g, a.v, head);
+    const HeadView dkh = kv_head(g, dk, head), dvh = kv_head(g, dv, head);
+    const float* lse_h = a.lse.f32() + head * g.sq;
+    const Chunk ch = g.chunk(c);
+    const int64_t nk = ch.total_keys();
+    p.resize(static_cast<size_t>(ch.rows() * nk));  // [chunk rows, chunk keys]: probabilities
+    ds.resize(p.size());                            // then dp, then score gradients
+    times_keys_t(g, ch, g.scale, qh.row(ch.i0), qh.ld, kh, p.data());
+    times_keys_t(g, ch, 1.0f, doh.row(ch.i0), doh.ld, vh, ds.data());  // dp = dout · vᵀ
+#pragma omp parallel for num_threads(row_threads) schedule(static) if (row_threads > 1)
+    for (int64_t i = ch.i0; i < ch.i1; ++i) {
+        float* prow = p.data() + (i - ch.i0) * nk;
+        float* dsrow = ds.data() + (i - ch.i0) * nk;
+        probs_row(g, ch, i, lse_h[i], prow, nk);
+        double delta = 0.0;  // dout_i · out_i
+        for (int64_t d = 0; d < g.dh; ++d) delta += double(doh.row(i)[d]) * oh.row(i)[d];
+        const float dl = static_cast<float>(delta);
+        for (int64_t j = 0; j < nk; ++j) dsrow[j] = prow[j] * (dsrow[j] - dl);
+    }
+    times_keys(g, ch, g.scale, ds.data(), kh, dqh);
+    accumulate_keys(g, ch, g.scale, ds.data(), qh, dkh);
+    accumulate_keys(g, ch, 1.0f, p.data(), doh, dvh);
+}
+
+// Where OpenBLAS runs its own threads the products go to it one at a time (see the note at the
+// top); otherwise OpenMP spreads whole (head, chunk) units, each calling single-threaded BLAS.
+// Both orders do the same arithmetic per unit, so the bits agree.
+bool outer_parallel(const Exec& ex) {
+    return ex.threads > 1 && openblas_get_num_threads() <= 1;
+}
+
 }  // namespace
 
 void attention_fwd(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v,
                    const AttnMask& mask, const Tensor& out, const Tensor& lse) {
     const Geometry g = make_geometry(q, k, v, mask);
     check_same(out, q, "out", "q");
-    const bool want_lse = !lse.empty();
-    if (want_lse) check_lse(lse, g);
-    std::vector<float> p;  // [chunk rows, chunk keys]
-    for (int64_t head = 0; head < g.h; ++head) {
-        const HeadView qh = q_head(g, q, head), oh = q_head(g, out, head);
-        const HeadView kh = kv_head(g, k, head), vh = kv_head(g, v, head);
-        for (int64_t c = 0; c < g.num_chunks; ++c) {
-            const Chunk ch = g.chunk(c);
-            const int64_t nk = ch.total_keys();
-            p.resize(static_cast<size_t>(ch.rows() * nk));
-            times_keys_t(g, ch, g.scale, qh.row(ch.i0), qh.ld, kh, p.data());
-#pragma omp parallel for num_threads(ex.threads) schedule(static)
-            for (int64_t i = ch.i0; i < ch.i1; ++i) {
-                const float l = softmax_row(g, ch, i, p.data() + (i - ch.i0) * nk, nk);
-                if (want_lse) lse.f32()[head * g.sq + i] = l;
-            }
-            times_keys(g, ch, 1.0f, p.data(), vh, oh);
-        }
+    if (!lse.empty()) check_lse(lse, g);
+    const Args a{g, q, k, v, out, lse};
+    const int64_t units = g.h * g.num_chunks;
+    if (!outer_parallel(ex)) {
+        std::vector<float> p;
+        for (int64_t u = 0; u < units; ++u)
+            fwd_chunk(a, u / g.num_chunks, u % g.num_chunks, ex.threads, p);
+        return;
+    }
+#pragma omp parallel num_threads(ex.threads)
+    {
+        std::vector<float> p;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t u = 0; u < units; ++u) fwd_chunk(a, u / g.num_chunks, u % g.num_chunks, 1, p);
     }
 }
 
@@ -334,33 +398,17 @@ void attention_bwd(const Exec& ex, const Tensor& dout, const Tensor& q, const Te
     if (!lse.empty()) check_lse(lse, g);
     fill_f32(dk, 0.0f);
     fill_f32(dv, 0.0f);
-    std::vector<float> p, ds;  // [chunk rows, chunk keys]: probabilities, then score gradients
-    for (int64_t head = 0; head < g.h; ++head) {
-        const HeadView qh = q_head(g, q, head), oh = q_head(g, out, head);
-        const HeadView doh = q_head(g, dout, head), dqh = q_head(g, dq, head);
-        const HeadView kh = kv_head(g, k, head), vh = kv_head(g, v, head);
-        const HeadView dkh = kv_head(g, dk, head), dvh = kv_head(g, dv, head);
-        const float* lse_h = lse.empty() ? nullptr : lse.f32() + head * g.sq;
-        for (int64_t c = 0; c < g.num_chunks; ++c) {
-            const Chunk ch = g.chunk(c);
-            const int64_t nk = ch.total_keys();
-            p.resize(static_cast<size_t>(ch.rows() * nk));
-            ds.resize(p.size());
-            times_keys_t(g, ch, g.scale, qh.row(ch.i0), qh.ld, kh, p.data());
-            times_keys_t(g, ch, 1.0f, doh.row(ch.i0), doh.ld, vh, ds.data());  // dp = dout · vᵀ
-#pragma omp parallel for num_threads(ex.threads) schedule(static)
-            for (int64_t i = ch.i0; i < ch.i1; ++i) {
-                float* prow = p.data() + (i - ch.i0) * nk;
-                float* dsrow = ds.data() + (i - ch.i0) * nk;
-                probs_row(g, ch, i, lse_h[i], prow, nk);
-                double delta = 0.0;  // dout_i · out_i
-                for (int64_t d = 0; d < g.dh; ++d) delta += double(doh.row(i)[d]) * oh.row(i)[d];
-                const float dl = static_cast<float>(delta);
-                for (int64_t j = 0; j < nk; ++j) dsrow[j] = prow[j] * (dsrow[j] - dl);
+    const Args a{g, q, k, v, out, lse};
+    // The heads of one kv group accumulate into the same dk/dv rows, so a kv group is the unit
+    // of outer parallelism and its heads and chunks always run in the same order.
+    const bool outer = outer_parallel(ex);
+#pragma omp parallel for num_threads(outer ? ex.threads : 1) schedule(dynamic, 1) if (outer)
+    for (int64_t hk = 0; hk < g.hkv; ++hk) {
+        std::vector<float> p, ds;
+        for (int64_t head = hk * g.group; head < (hk + 1) * g.group; ++head) {
+            for (int64_t c = 0; c < g.num_chunks; ++c) {
+                bwd_chunk(a, dout, dq, dk, dv, head, c, outer ? 1 : ex.threads, p, ds);
             }
-            times_keys(g, ch, g.scale, ds.data(), kh, dqh);
-            accumulate_keys(g, ch, g.scale, ds.data(), qh, dkh);
-            accumulate_keys(g, ch, 1.0f, p.data(), doh, dvh);
         }
     }
 }
