@@ -23,7 +23,9 @@ TEST(Catalog, EveryDeclarationIsComplete) {
         EXPECT_TRUE(envs.insert(d.env_name()).second) << d.key;
         const bool numeric = d.type == Type::integer || d.type == Type::real ||
                              d.type == Type::int_list || d.type == Type::float_list;
-        if (numeric) EXPECT_TRUE(d.min.has_value()) << d.key << " has no lower bound";
+        if (numeric) {
+            EXPECT_TRUE(d.min.has_value()) << d.key << " has no lower bound";
+        }
     }
 }
 
