@@ -1,12 +1,19 @@
-// The `dflash` binary: picks the subcommand, builds the settings snapshot, runs the command, and
-// turns a dflash::Error into one readable line and a non-zero exit status.
+// The `dflash` binary: picks the subcommand, builds the settings snapshot (defaults < --config
+// files < DFLASH_* environment < command-line flags), runs the command, and turns any error into
+// one readable line (`dflash: error: ...`) and exit status 1.
+// Tested by tests/cli/config_cli_test.cpp and tests/cli/main_cli_test.cpp.
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "config/environment.h"
+#include "config/loader.h"
+#include "config/registry.h"
 #include "core/error.h"
+#include "core/logging.h"
 
 namespace dflash::cli {
 namespace {
@@ -23,6 +30,16 @@ constexpr CommandInfo kCommands[] = {
     {"plot", cmd_plot, "render a run's loss and accuracy curves"},
 };
 
+constexpr const char* kSettingsFlagsHelp =
+    "settings flags (any command, anywhere after it):\n"
+    "  --config FILE.toml     load settings from a TOML file (nested tables = dotted keys)\n"
+    "  --KEY VALUE, --KEY=VALUE, --set KEY=VALUE\n"
+    "                         set one setting, e.g. --train.lr 3e-4 (bools need true/false)\n"
+    "  --log-level LEVEL      same as --runtime.log_level LEVEL\n"
+    "  environment            DFLASH_<KEY> (dots to '_', upper case), e.g. DFLASH_TRAIN_LR\n"
+    "Order: default < --config < environment < command line. "
+    "`dflash config list [REGEX]` shows every KEY.\n";
+
 void print_usage(std::FILE* out) {
     std::fprintf(out,
                  "dflash %s: train and serve DFlash drafters for speculative decoding\n\n"
@@ -33,6 +50,65 @@ void print_usage(std::FILE* out) {
     std::fprintf(out,
                  "\nEvery setting can be listed with `dflash config list [REGEX]`.\n"
                  "`dflash COMMAND --help` describes a command.\n");
+}
+
+const CommandInfo& find_command(const std::string& name) {
+    const CommandInfo* best = nullptr;
+    size_t best_d = 0;
+    for (const auto& c : kCommands) {
+        if (name == c.name) return c;
+        const size_t d = config::edit_distance(name, c.name);
+        if (!best || d < best_d) {
+            best = &c;
+            best_d = d;
+        }
+    }
+    DF_FAIL("unknown command `{}`{}; `dflash --help` lists the commands", name,
+            best && best_d <= 2 ? fmt::format(" (did you mean `{}`?)", best->name) : "");
+}
+
+bool wants_help(const std::vector<std::string>& args) {
+    for (const auto& a : args) {
+        if (a == "--") return false;
+        if (a == "--help" || a == "-h") return true;
+    }
+    return false;
+}
+
+// `dflash COMMAND --help`: the part every command shares, then the command's own options. A
+// command that has no option parser yet answers --help with an error; that is reported as a note
+// so that --help still works.
+int run_help(const CommandInfo& cmd, CommandContext& ctx) {
+    std::printf("usage: dflash %s [settings flags] [args]\n%s\n\n%s\n", cmd.name, cmd.summary,
+                kSettingsFlagsHelp);
+    std::fflush(stdout);
+    try {
+        return cmd.fn(ctx);
+    } catch (const Error& e) {
+        std::printf("(no command-specific help: %s)\n", e.what());
+        return 0;
+    }
+}
+
+// Errors are one line: the message alone, no stack, no noise.
+void print_error(std::string msg) {
+    for (char& c : msg)
+        if (c == '\n' || c == '\r') c = ' ';
+    std::fprintf(stderr, "dflash: error: %s\n", msg.c_str());
+}
+
+int run(const std::vector<std::string>& args) {
+    const CommandInfo& cmd = find_command(args[0]);
+    auto registry = std::make_shared<const config::Registry>(config::make_registry());
+    config::Loaded loaded =
+        config::load_settings(registry, std::vector<std::string>(args.begin() + 1, args.end()),
+                              config::Environment::from_process());
+    const auto level = parse_log_level(loaded.settings.get<std::string>("runtime.log_level"));
+    DF_ASSERT(level.has_value());
+    auto sink = std::make_shared<LogSink>(*level);
+    CommandContext ctx{*registry, loaded.settings, std::move(loaded.args), sink, Logger(sink, "")};
+    if (wants_help(ctx.args)) return run_help(cmd, ctx);
+    return cmd.fn(ctx);
 }
 
 }  // namespace
@@ -49,6 +125,10 @@ int main(int argc, char** argv) {
         std::printf("dflash %s\n", DFLASH_VERSION);
         return 0;
     }
-    std::fprintf(stderr, "dflash: settings are not wired yet\n");
-    return 2;
+    try {
+        return run(args);
+    } catch (const std::exception& e) {  // dflash::Error, CLI::Error and the rest alike
+        print_error(e.what());
+    }
+    return 1;
 }

@@ -1,0 +1,209 @@
+// The catalog: every dflash setting, declared once (design §4). A new tunable is added here and
+// nowhere else; `dflash config list` and docs/settings.md show the result.
+// Tested by tests/config/catalog_test.cpp.
+#include <cstdint>
+#include <limits>
+
+#include "config/registry.h"
+
+namespace dflash::config {
+namespace {
+
+using D = Declaration;
+constexpr double kMaxI64 = static_cast<double>(std::numeric_limits<int64_t>::max());
+constexpr double kBig = 1 << 30;  // a generous cap for counts and sizes
+
+void add_runtime(Registry& r) {
+    r.add(D::integer("runtime.devices", 1, "number of workers (one per device, one thread each)")
+              .range(1, 1024)
+              .read_by("cli commands (Device creation), train::Trainer, comm::Communicator"));
+    r.add(D::enumeration("runtime.backend", "auto", {"auto", "cpu", "cuda"},
+                         "compute backend; auto = cuda when a GPU is present, else cpu")
+              .read_by("backend factory (src/backend/backend.h)"));
+    r.add(D::integer("runtime.threads", 0, "CPU threads per worker; 0 = all cores / workers")
+              .range(0, 4096)
+              .read_by("cpu backend (OpenMP/OpenBLAS thread count)"));
+    r.add(D::integer("runtime.seed", 42, "seed of every random stream (init, data order, anchors)")
+              .range(0, kMaxI64)
+              .read_by("train::Trainer, data loader, pretrain"));
+    r.add(D::enumeration("runtime.log_level", "info", {"trace", "debug", "info", "warn", "error"},
+                         "lowest log level printed (also --log-level)")
+              .read_by("cli/main.cpp (LogSink)"));
+}
+
+void add_cuda_graphs(Registry& r) {
+    r.add(D::boolean("cuda_graphs.enabled", true,
+                     "capture and replay CUDA graphs; false runs everything eagerly")
+              .read_by("cuda backend graph cache (per Device)"));
+    r.add(D::enumeration("cuda_graphs.capture_mode", "thread_local",
+                         {"thread_local", "global", "relaxed"},
+                         "cudaStreamCaptureMode used for capture (design §6)")
+              .read_by("cuda backend graph cache (per Device)"));
+    r.add(D::integer("cuda_graphs.max_rerecords", 3,
+                     "re-captures allowed per graph key before it falls back to eager")
+              .range(0, 1000)
+              .read_by("cuda backend graph cache (per Device)"));
+    r.add(D::integer("cuda_graphs.warmup_runs", 2, "eager runs of a shape before it is captured")
+              .range(0, 100)
+              .read_by("cuda backend graph cache (per Device)"));
+}
+
+void add_drafter(Registry& r) {
+    r.add(D::integer("drafter.block_size", 16, "tokens per drafted block (anchor + B-1 masks)")
+              .range(2, 256)
+              .read_by("model::Drafter config, train::Trainer, infer engine"));
+    r.add(D::integer("drafter.num_layers", 1, "drafter decoder layers")
+              .range(1, 64)
+              .read_by("model::Drafter config"));
+    r.add(D::int_list("drafter.target_layer_ids", {},
+                      "target layers whose outputs feed the drafter; empty = spec §1.2 rule")
+              .range(0, 4095)
+              .read_by("model::Drafter config, target feature capture"));
+    r.add(D::integer("drafter.mask_token_id", -1, "MASK token id; -1 = derive from the tokenizer")
+              .range(-1, std::numeric_limits<int32_t>::max())
+              .read_by("model::Drafter config, tokenizer"));
+    r.add(D::integer("drafter.num_target_features", 5,
+                     "K, the number of target layers used when target_layer_ids is empty")
+              .range(1, 64)
+              .read_by("model::Drafter config"));
+}
+
+void add_train_optimizer(Registry& r) {
+    r.add(D::real("train.lr", 6e-4, "peak learning rate").range(0, 10).read_by("train schedule"));
+    r.add(D::real("train.warmup_ratio", 0.04, "fraction of steps spent in linear warm-up")
+              .range(0, 1)
+              .read_by("train schedule"));
+    r.add(D::enumeration("train.schedule", "cosine", {"cosine", "linear", "constant"},
+                         "learning-rate decay after warm-up")
+              .read_by("train schedule"));
+    r.add(D::real("train.grad_clip", 1.0, "global gradient-norm clip; 0 = off")
+              .range(0, 1e6)
+              .read_by("train::Trainer"));
+    r.add(D::real("train.weight_decay", 0.0, "AdamW decoupled weight decay")
+              .range(0, 10)
+              .read_by("train AdamW"));
+    r.add(D::real("train.beta1", 0.9, "AdamW beta1").range(0, 1).read_by("train AdamW"));
+    r.add(D::real("train.beta2", 0.95, "AdamW beta2").range(0, 1).read_by("train AdamW"));
+    r.add(D::real("train.adam_eps", 1e-8, "AdamW epsilon").range(0, 1).read_by("train AdamW"));
+}
+
+void add_train(Registry& r) {
+    r.add(D::integer("train.epochs", 6, "passes over the training data")
+              .range(1, 100000)
+              .read_by("train::Trainer"));
+    r.add(D::integer("train.max_steps", 0, "optimizer steps; 0 = derive from train.epochs")
+              .range(0, kBig)
+              .read_by("train::Trainer, train schedule"));
+    r.add(D::integer("train.batch_size", 1, "sequences per worker per micro-step")
+              .range(1, 65536)
+              .read_by("data loader, train::Worker"));
+    r.add(D::integer("train.max_length", 3072, "tokens per training sequence (longer ones are cut)")
+              .range(16, 1 << 22)
+              .read_by("data loader, arena planning"));
+    r.add(D::integer("train.num_anchors", 512, "N, anchors (drafted blocks) sampled per sequence")
+              .range(1, 1 << 20)
+              .read_by("data anchor sampling, arena planning"));
+    r.add(D::real("train.loss_decay_gamma", 7.0,
+                  "position decay of the block loss, exp(-(k-1)/gamma); 0 = no decay")
+              .range(0, 1e6)
+              .read_by("train loss (lm_head CE weights)"));
+    r.add(D::integer("train.accumulation", 1, "micro-steps accumulated per optimizer step")
+              .range(1, 65536)
+              .read_by("train::Trainer"));
+    r.add(D::integer("train.checkpoint_every", 1000, "steps between checkpoints; 0 = only at end")
+              .range(0, kBig)
+              .read_by("train checkpoints"));
+    r.add(D::integer("train.eval_every", 1000, "steps between evaluations; 0 = never")
+              .range(0, kBig)
+              .read_by("train::Trainer"));
+    r.add(D::integer("train.log_every", 10, "steps between metric log lines")
+              .range(1, kBig)
+              .read_by("train metrics"));
+    r.add(D::string("train.output_dir", "runs/drafter", "run directory: checkpoints, metrics")
+              .read_by("dflash train, train checkpoints"));
+    r.add(D::integer("train.lm_head_chunk", 8192, "vocabulary rows per chunk of the fused CE")
+              .range(1, 1 << 24)
+              .read_by("backend lm_head_ce op, arena planning"));
+}
+
+void add_pretrain(Registry& r) {
+    r.add(D::real("pretrain.lr", 3e-3, "peak learning rate of target pretraining")
+              .range(0, 10)
+              .read_by("dflash pretrain"));
+    r.add(D::integer("pretrain.hidden_size", 256, "D of the small target")
+              .range(8, 65536)
+              .read_by("dflash pretrain (target config)"));
+    r.add(D::integer("pretrain.num_layers", 4, "L of the small target")
+              .range(1, 256)
+              .read_by("dflash pretrain (target config)"));
+    r.add(D::integer("pretrain.num_heads", 4, "H of the small target")
+              .range(1, 256)
+              .read_by("dflash pretrain (target config)"));
+    r.add(D::integer("pretrain.num_kv_heads", 2, "Hkv of the small target")
+              .range(1, 256)
+              .read_by("dflash pretrain (target config)"));
+    r.add(D::integer("pretrain.head_dim", 64, "Dh of the small target")
+              .range(1, 1024)
+              .read_by("dflash pretrain (target config)"));
+    r.add(D::integer("pretrain.intermediate_size", 768, "SwiGLU width of the small target")
+              .range(1, 1 << 20)
+              .read_by("dflash pretrain (target config)"));
+    r.add(D::integer("pretrain.max_length", 256, "tokens per pretraining sequence")
+              .range(8, 1 << 20)
+              .read_by("dflash pretrain, data loader"));
+    r.add(D::string("pretrain.output_dir", "runs/target", "where the pretrained target is written")
+              .read_by("dflash pretrain"));
+}
+
+void add_infer(Registry& r) {
+    r.add(D::real("infer.temperature", 0.0, "sampling temperature; 0 = greedy")
+              .range(0, 100)
+              .read_by("infer samplers"));
+    r.add(D::integer("infer.top_k", 0, "keep the k most likely tokens; 0 = off")
+              .range(0, 1 << 24)
+              .read_by("infer samplers"));
+    r.add(D::real("infer.top_p", 1.0, "nucleus sampling mass; 1 = off")
+              .range(0, 1)
+              .read_by("infer samplers"));
+    r.add(D::integer("infer.max_new_tokens", 256, "tokens generated per prompt")
+              .range(1, 1 << 24)
+              .read_by("dflash generate, dflash bench, infer engine"));
+    r.add(D::integer("infer.block_size", 0, "draft block size; 0 = the drafter's")
+              .range(0, 256)
+              .read_by("infer engine"));
+    r.add(D::boolean("infer.draft_sampling", false,
+                     "sample draft tokens (instead of argmax) when temperature > 0")
+              .read_by("infer engine"));
+    r.add(D::integer("infer.seed", 0, "seed of the sampler's random stream")
+              .range(0, kMaxI64)
+              .read_by("infer samplers"));
+}
+
+void add_data_and_demo(Registry& r) {
+    r.add(D::boolean("data.shuffle", true, "shuffle sequences each epoch (seeded by runtime.seed)")
+              .read_by("data loader"));
+    r.add(D::boolean("data.pack", true, "pack several sequences into one training row")
+              .read_by("data loader"));
+    r.add(D::boolean("demo.quick", false, "a smaller, faster demo (CI smoke runs)")
+              .read_by("dflash demo"));
+    r.add(
+        D::string("demo.output_dir", "dflash-demo", "where the demo writes target, drafter, report")
+            .read_by("dflash demo"));
+}
+
+}  // namespace
+
+Registry make_registry() {
+    Registry r;
+    add_runtime(r);
+    add_cuda_graphs(r);
+    add_drafter(r);
+    add_train_optimizer(r);
+    add_train(r);
+    add_pretrain(r);
+    add_infer(r);
+    add_data_and_demo(r);
+    return r;
+}
+
+}  // namespace dflash::config
