@@ -213,8 +213,7 @@ void describe_weights(const DirState& st, const std::vector<TensorSpec>& specs, 
     std::array<int64_t, kNumParamGroups> groups{};
     int64_t total = 0;
     for (const auto& [n, f] : shown) {
-        int64_t numel = 1;
-        for (int64_t d : f.shape) numel *= d;
+        const int64_t numel = TensorSpec{n, f.shape}.numel();
         groups[static_cast<int>(param_group(n))] += numel;
         total += numel;
     }
