@@ -1,11 +1,32 @@
-// `dflash inspect`.
+// `dflash inspect DIR`: prints what a target, drafter or checkpoint directory holds and every
+// problem with it; exits 1 when there are problems. The report itself is model/inspect.h.
+// Tested by tests/cli/inspect_cli_test.cpp.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
 #include "cli/commands.h"
-#include "core/error.h"
+#include "model/inspect.h"
 
 namespace dflash::cli {
 
-int cmd_inspect(CommandContext&) {
-    DF_FAIL("`dflash inspect` is not implemented yet");
+int cmd_inspect(CommandContext& ctx) {
+    CLI::App app{
+        "What is in a target model, DFlash drafter or checkpoint directory: kind, "
+        "architecture, parameter counts, dtypes, tensors, and every problem found.",
+        "dflash inspect"};
+    std::string dir;
+    bool no_tensors = false;
+    app.add_option("DIR", dir, "HF model / drafter / checkpoint directory")->required();
+    app.add_flag("--no-tensors", no_tensors, "omit the tensor list");
+    std::vector<std::string> args(ctx.args.rbegin(), ctx.args.rend());  // CLI11 pops from the back
+    try {
+        app.parse(args);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    const InspectReport report = inspect_directory(dir, {.list_tensors = !no_tensors});
+    std::fputs(report.text.c_str(), stdout);
+    return report.ok() ? 0 : 1;
 }
 
 }  // namespace dflash::cli

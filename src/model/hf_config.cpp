@@ -268,15 +268,16 @@ std::vector<std::string> TargetConfig::problems() const {
     return p;
 }
 
-TargetConfig TargetConfig::from_json(const json& j) {
+TargetConfig TargetConfig::from_json_unchecked(const json& j) {
     DF_CHECK(j.is_object() && present(j, "model_type") && j["model_type"].is_string(),
              "config.json has no \"model_type\" string (expected \"qwen3\" or \"llama\")");
-    const auto model_type = j["model_type"].get<std::string>();
-    DF_CHECK(model_type == "qwen3" || model_type == "llama",
-             "model_type '{}' is not supported (supported: qwen3, llama)", model_type);
-    TargetConfig c = parse_layer_fields(j, model_type, "a target model");
+    return parse_layer_fields(j, j["model_type"].get<std::string>(), "a target model");
+}
+
+TargetConfig TargetConfig::from_json(const json& j) {
+    TargetConfig c = from_json_unchecked(j);
     const auto p = c.problems();
-    DF_CHECK(p.empty(), "invalid {} config: {}", model_type, joined(p));
+    DF_CHECK(p.empty(), "invalid {} config: {}", c.model_type, joined(p));
     return c;
 }
 
@@ -347,6 +348,13 @@ std::vector<std::string> DrafterConfig::problems() const {
 }
 
 DrafterConfig DrafterConfig::from_json(const json& j) {
+    DrafterConfig d = from_json_unchecked(j);
+    const auto p = d.problems();
+    DF_CHECK(p.empty(), "invalid DFlash drafter config: {}", joined(p));
+    return d;
+}
+
+DrafterConfig DrafterConfig::from_json_unchecked(const json& j) {
     DF_CHECK(j.is_object(), "drafter config.json is {} (expected an object)", j.type_name());
     DrafterConfig d;
     d.layer = parse_layer_fields(j, "qwen3", "a DFlash drafter");
@@ -387,8 +395,6 @@ DrafterConfig DrafterConfig::from_json(const json& j) {
                      "(sliding-window drafters are not)",
                      i, lt[i].dump());
     }
-    const auto p = d.problems();
-    DF_CHECK(p.empty(), "invalid DFlash drafter config: {}", joined(p));
     return d;
 }
 

@@ -35,6 +35,9 @@ struct TargetConfig {
     std::string torch_dtype = "bfloat16";  // dtype of the stored weights, as HF spells it
 
     static TargetConfig from_json(const nlohmann::json& j);
+    // from_json without the final problems() check (malformed values still throw): for tools
+    // such as `dflash inspect` that report every problem instead of stopping at the first.
+    static TargetConfig from_json_unchecked(const nlohmann::json& j);
     nlohmann::json to_json() const;
     static TargetConfig load(const std::filesystem::path& dir);  // dir/config.json
     void save(const std::filesystem::path& dir) const;           // atomic
@@ -52,6 +55,7 @@ struct DrafterConfig {
     std::vector<int64_t> target_layer_ids;  // K ids, in feature concatenation order
 
     static DrafterConfig from_json(const nlohmann::json& j);
+    static DrafterConfig from_json_unchecked(const nlohmann::json& j);  // see TargetConfig's
     nlohmann::json to_json() const;
     static DrafterConfig load(const std::filesystem::path& dir);
     void save(const std::filesystem::path& dir) const;

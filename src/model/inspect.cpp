@@ -1,0 +1,274 @@
+// `dflash inspect` report. Tested by tests/cli/inspect_cli_test.cpp.
+#include "model/inspect.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "core/checkpoint_io.h"
+#include "core/error.h"
+#include "model/hf_config.h"
+#include "model/tensor_layout.h"
+
+namespace dflash {
+
+namespace {
+
+using nlohmann::json;
+
+struct Found {
+    std::string dtype;
+    std::vector<int64_t> shape;
+};
+
+// What the directory holds, gathered before any judgement.
+struct DirState {
+    std::optional<json> config_json;
+    std::optional<TargetConfig> target;
+    std::optional<DrafterConfig> drafter;
+    std::unique_ptr<CheckpointReader> ckpt;
+    std::map<std::string, Found> tensors;  // from the checkpoint
+    std::vector<std::string> notes;        // worth saying, not wrong
+};
+
+std::string shape_str(const std::vector<int64_t>& s) {
+    return fmt::format("[{}]", fmt::join(s, ", "));
+}
+
+// 1234567 -> "1,234,567"
+std::string grouped(int64_t n) {
+    std::string digits = std::to_string(n), out;
+    for (size_t i = 0; i < digits.size(); ++i) {
+        if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+        out += digits[i];
+    }
+    return out;
+}
+
+std::string human(int64_t n) {
+    if (n >= 1000000000) return fmt::format("{:.2f}B", n / 1e9);
+    if (n >= 1000000) return fmt::format("{:.2f}M", n / 1e6);
+    if (n >= 1000) return fmt::format("{:.1f}K", n / 1e3);
+    return std::to_string(n);
+}
+
+const char* rope_name(const RopeScaling& s) {
+    switch (s.type) {
+        case RopeScalingType::none:
+            return "none";
+        case RopeScalingType::linear:
+            return "linear";
+        case RopeScalingType::llama3:
+            return "llama3";
+    }
+    return "?";
+}
+
+void load_config(const std::filesystem::path& dir, DirState& st,
+                 std::vector<std::string>& problems) {
+    const auto path = dir / "config.json";
+    if (!std::filesystem::exists(path)) {
+        problems.push_back(fmt::format(
+            "no config.json in '{}': the architecture is unknown, so the tensors cannot be checked",
+            dir.string()));
+        return;
+    }
+    std::vector<std::string> found;
+    try {
+        st.config_json = read_json_file(path);
+        if (is_drafter_config_json(*st.config_json)) {
+            st.drafter = DrafterConfig::from_json_unchecked(*st.config_json);
+            found = st.drafter->problems();
+        } else {
+            st.target = TargetConfig::from_json_unchecked(*st.config_json);
+            found = st.target->problems();
+        }
+    } catch (const Error& e) {
+        found.push_back(e.what());
+    }
+    for (const auto& p : found) problems.push_back(fmt::format("config.json: {}", p));
+}
+
+// Whether the layout implied by a config that has problems is still worth comparing against
+// (dimensions that cannot describe any tensor would only bury the real problems).
+bool layout_is_meaningful(const TargetConfig& c) {
+    return c.hidden_size > 0 && c.intermediate_size > 0 && c.num_attention_heads > 0 &&
+           c.num_key_value_heads > 0 && c.head_dim > 0 && c.vocab_size > 0 &&
+           c.num_hidden_layers > 0 && c.num_hidden_layers <= 4096;
+}
+
+void load_weights(const std::filesystem::path& dir, DirState& st,
+                  std::vector<std::string>& problems) {
+    if (!std::filesystem::exists(dir / kSingleCheckpointFile) &&
+        !std::filesystem::exists(dir / kCheckpointIndexFile)) {
+        problems.push_back(fmt::format("no weights: '{}' has neither {} nor {}", dir.string(),
+                                       kSingleCheckpointFile, kCheckpointIndexFile));
+        return;
+    }
+    try {
+        st.ckpt = std::make_unique<CheckpointReader>(CheckpointReader::open(dir));
+        for (const auto& n : st.ckpt->names())
+            st.tensors[n] = {st.ckpt->dtype(n), st.ckpt->shape(n)};
+    } catch (const Error& e) {
+        problems.push_back(fmt::format("weights: {}", e.what()));
+    }
+}
+
+// Missing, unexpected and misshapen tensors against the layout the config implies.
+void check_layout(const std::vector<TensorSpec>& specs, DirState& st, bool tied, bool drafter,
+                  std::vector<std::string>& problems) {
+    std::map<std::string, const TensorSpec*> want;
+    for (const auto& s : specs) want[s.name] = &s;
+    for (const auto& s : specs) {
+        auto it = st.tensors.find(s.name);
+        if (it == st.tensors.end()) {
+            problems.push_back(fmt::format("missing tensor '{}' {}", s.name, shape_str(s.shape)));
+        } else if (it->second.shape != s.shape) {
+            problems.push_back(fmt::format("tensor '{}' has shape {} but the config implies {}",
+                                           s.name, shape_str(it->second.shape),
+                                           shape_str(s.shape)));
+        }
+    }
+    for (const auto& [name, f] : st.tensors) {
+        if (!want.count(name)) {
+            if (name.ends_with("rotary_emb.inv_freq")) {
+                st.notes.push_back(fmt::format("'{}' is a RoPE buffer; ignored", name));
+            } else if (tied && name == "lm_head.weight") {
+                st.notes.push_back(
+                    "lm_head.weight is stored although tie_word_embeddings is "
+                    "true; the tied embedding is used");
+            } else if (drafter && param_group(name) == ParamGroup::embeddings) {
+                problems.push_back(
+                    fmt::format("unexpected tensor '{}' {}: a DFlash drafter "
+                                "borrows the target's embeddings and lm_head and "
+                                "must not store them",
+                                name, shape_str(f.shape)));
+            } else {
+                problems.push_back(
+                    fmt::format("unexpected tensor '{}' {} (not part of the layout "
+                                "the config describes)",
+                                name, shape_str(f.shape)));
+            }
+        } else if (f.dtype != "F32" && f.dtype != "BF16" && f.dtype != "F16") {
+            problems.push_back(
+                fmt::format("tensor '{}' is {}; weights must be F32, BF16 or F16", name, f.dtype));
+        }
+    }
+}
+
+std::string guess_kind(const DirState& st) {
+    if (st.drafter || (st.config_json && is_drafter_config_json(*st.config_json))) return "drafter";
+    if (st.target || st.config_json) return "target";
+    if (st.tensors.count("fc.weight")) return "drafter";
+    if (st.tensors.count("model.embed_tokens.weight")) return "target";
+    return "unknown";
+}
+
+void describe_config(const DirState& st, std::string& out) {
+    const TargetConfig* l = st.drafter ? &st.drafter->layer : (st.target ? &*st.target : nullptr);
+    if (l == nullptr) return;
+    out += fmt::format(
+        "architecture:  {} layers, hidden {}, intermediate {}, heads {} (kv {}, head_dim {}), "
+        "vocab {}\n",
+        l->num_hidden_layers, l->hidden_size, l->intermediate_size, l->num_attention_heads,
+        l->num_key_value_heads, l->head_dim, l->vocab_size);
+    out += fmt::format(
+        "               rope theta {}, scaling {}; rms_norm_eps {}; max positions {}; qk_norm "
+        "{}; tied embeddings {}\n",
+        l->rope.theta, rope_name(l->rope.scaling), l->rms_norm_eps, l->max_position_embeddings,
+        l->qk_norm, l->tie_word_embeddings);
+    if (st.drafter) {
+        out += fmt::format(
+            "dflash:        block_size {}, mask_token_id {}, target_layer_ids {} of {} target "
+            "layers\n",
+            st.drafter->block_size, st.drafter->mask_token_id,
+            shape_str(st.drafter->target_layer_ids), st.drafter->num_target_layers);
+    }
+}
+
+void describe_weights(const DirState& st, const std::vector<TensorSpec>& specs, bool list_tensors,
+                      std::string& out) {
+    std::map<std::string, Found> shown = st.tensors;
+    const char* source = "checkpoint";
+    if (!st.ckpt) {
+        for (const auto& s : specs) shown[s.name] = {"-", s.shape};
+        source = "the config's layout (no weights read)";
+    } else {
+        const auto files = st.ckpt->files();
+        out += fmt::format("weights:       {}\n",
+                           st.ckpt->sharded()
+                               ? fmt::format("{} shards via {}", files.size(), kCheckpointIndexFile)
+                               : std::string(kSingleCheckpointFile));
+        std::map<std::string, int> dtypes;
+        for (const auto& [n, f] : st.tensors) ++dtypes[f.dtype];
+        std::vector<std::string> parts;
+        for (const auto& [d, c] : dtypes) parts.push_back(fmt::format("{} x{}", d, c));
+        out += fmt::format("dtype:         {}\n",
+                           parts.empty() ? "-" : fmt::format("{}", fmt::join(parts, ", ")));
+    }
+    std::array<int64_t, kNumParamGroups> groups{};
+    int64_t total = 0;
+    for (const auto& [n, f] : shown) {
+        const int64_t numel = TensorSpec{n, f.shape}.numel();
+        groups[static_cast<int>(param_group(n))] += numel;
+        total += numel;
+    }
+    out += fmt::format("parameters:    {} ({}) from {}\n", grouped(total), human(total), source);
+    for (int g = 0; g < kNumParamGroups; ++g) {
+        if (groups[g] == 0 && static_cast<ParamGroup>(g) == ParamGroup::other) continue;
+        out += fmt::format("  {:<12} {:>16} ({})\n", param_group_name(static_cast<ParamGroup>(g)),
+                           grouped(groups[g]), human(groups[g]));
+    }
+    if (!list_tensors) return;
+    out += fmt::format("tensors ({}):\n", shown.size());
+    for (const auto& [n, f] : shown)
+        out += fmt::format("  {:<56} {:<5} {}\n", n, f.dtype, shape_str(f.shape));
+}
+
+}  // namespace
+
+InspectReport inspect_directory(const std::filesystem::path& dir, const InspectOptions& opts) {
+    InspectReport r;
+    std::string& out = r.text;
+    out += fmt::format("directory:     {}\n", dir.string());
+    if (!std::filesystem::is_directory(dir)) {
+        r.kind = "unknown";
+        r.problems.push_back(fmt::format("'{}' is not a directory", dir.string()));
+    } else {
+        DirState st;
+        load_config(dir, st, r.problems);
+        load_weights(dir, st, r.problems);
+        r.kind = guess_kind(st);
+        std::string arch;
+        if (st.config_json && st.config_json->contains("architectures"))
+            for (const auto& a : (*st.config_json)["architectures"])
+                arch +=
+                    (arch.empty() ? "" : ", ") + (a.is_string() ? a.get<std::string>() : a.dump());
+        if (arch.empty()) arch = "-";
+        out += fmt::format("kind:          {} ({})\n", r.kind, arch);
+        std::vector<TensorSpec> specs;
+        if (st.drafter && layout_is_meaningful(st.drafter->layer))
+            specs = drafter_tensor_specs(*st.drafter);
+        if (st.target && layout_is_meaningful(*st.target)) specs = target_tensor_specs(*st.target);
+        if (!specs.empty() && st.ckpt)
+            check_layout(specs, st, st.target && st.target->tie_word_embeddings,
+                         st.drafter.has_value(), r.problems);
+        describe_config(st, out);
+        if (st.ckpt || !specs.empty()) describe_weights(st, specs, opts.list_tensors, out);
+        for (const auto& n : st.notes) out += fmt::format("note: {}\n", n);
+    }
+    if (r.problems.empty()) {
+        out += "status:        OK\n";
+    } else {
+        out += fmt::format("problems ({}):\n", r.problems.size());
+        for (const auto& p : r.problems) out += fmt::format("  - {}\n", p);
+        out += "status:        BROKEN\n";
+    }
+    return r;
+}
+
+}  // namespace dflash
