@@ -1,0 +1,67 @@
+// The speculative decoding engine (dflash-spec §2.2): target prefill, then per step one drafter
+// forward over [anchor, MASK x (B-1)], one target forward verifying the block, acceptance of the
+// longest valid prefix plus one target token, and cache cropping. With no drafter the same engine
+// decodes plainly (block size 1): that is the baseline every speed-up is measured against.
+// Tested by tests/infer/spec_decode_test.cpp.
+#pragma once
+
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "infer/sampler.h"
+#include "model/drafter.h"
+#include "model/target.h"
+
+namespace dflash {
+
+struct GenerateOptions {
+    int64_t max_new_tokens = 256;
+    SamplingParams sampling;
+    bool draft_sampling = false;  // draw drafts from the drafter's distribution instead of argmax
+    int64_t block_size = 0;       // 0 = the drafter's block size
+    std::vector<int32_t> stop_tokens;
+    uint64_t seed = 0;
+    int64_t max_context = 0;  // 0 = the target's max_position_embeddings
+};
+
+enum class StopReason { max_new_tokens, stop_token, context_full };
+std::string to_string(StopReason r);
+
+struct GenerateStats {
+    int64_t prompt_tokens = 0;
+    int64_t new_tokens = 0;
+    int64_t steps = 0;                 // decode steps after the prefill
+    std::vector<int64_t> accept_hist;  // [B+1]: steps that committed n tokens, n = 1..B
+    double prefill_s = 0;              // target prefill (time to first token)
+    double draft_s = 0;                // all drafter forwards
+    double verify_s = 0;               // all target forwards after the prefill
+    double decode_s = 0;               // everything after the prefill
+    double tau() const;                // mean tokens committed per step (a + 1)
+};
+
+struct GenerateResult {
+    std::vector<int32_t> tokens;  // generated tokens only (stop token included when hit)
+    GenerateStats stats;
+    StopReason stop = StopReason::max_new_tokens;
+};
+
+// Called with the tokens committed by each step, as soon as they are committed.
+using TokenSink = std::function<void(std::span<const int32_t>)>;
+
+class SpeculativeEngine {
+  public:
+    // drafter == nullptr: plain decoding with the same engine.
+    SpeculativeEngine(const TargetModel& target, const DrafterModel* drafter, Backend& be);
+    GenerateResult generate(std::span<const int32_t> prompt, const GenerateOptions& opt,
+                            const TokenSink& sink = {}) const;
+
+  private:
+    const TargetModel& target_;
+    const DrafterModel* drafter_;
+    Backend& be_;
+};
+
+}  // namespace dflash

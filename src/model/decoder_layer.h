@@ -1,0 +1,98 @@
+// One Qwen3/Llama pre-norm decoder layer, written once against the Backend op set and shared by the
+// target and the DFlash drafter (dflash-spec §1.3). The layer attends from its query rows x to keys
+// and values computed from [ctx ; norm(x)]: the target passes no ctx (plain self-attention); the
+// drafter passes its projected target features as ctx ("KV injection": context rows go through
+// k_proj/k_norm/RoPE and v_proj only, never through Q, o_proj or the MLP).
+// Tested by tests/model/decoder_layer_test.cpp (finite differences) and the model tests.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/scratch.h"
+#include "model/hf_config.h"
+#include "model/params.h"
+
+namespace dflash {
+
+struct LayerDims {
+    int64_t D, H, Hkv, Dh, I;
+    float eps;
+    bool qk_norm;
+};
+LayerDims layer_dims(const TargetConfig& cfg);
+
+// Views of one layer's parameters (or of their gradients) inside a ParamSet.
+struct LayerWeights {
+    Tensor input_ln;        // [D]
+    Tensor wq, wk, wv;      // [H*Dh, D], [Hkv*Dh, D], [Hkv*Dh, D]
+    Tensor q_norm, k_norm;  // [Dh] (qwen3 only; empty for llama)
+    Tensor wo;              // [D, H*Dh]
+    Tensor post_ln;         // [D]
+    Tensor w_gate, w_up;    // [I, D]
+    Tensor w_down;          // [D, I]
+};
+// prefix: "model.layers.3." (target) or "layers.3." (drafter).
+LayerWeights layer_weights(const ParamSet& p, const std::string& prefix, const LayerDims& d);
+LayerWeights layer_grads(const ParamSet& p, const std::string& prefix, const LayerDims& d);
+
+// Activations a training forward keeps for the backward pass (views into a Scratch).
+struct LayerActs {
+    int64_t Sq = 0, Sc = 0;
+    Tensor x;              // [Sq, D] layer input
+    Tensor ctx;            // [Sc, D] context rows (drafter) or empty
+    Tensor rstd1;          // [Sq]
+    Tensor h;              // [Sq, D] input_layernorm(x)
+    Tensor kv_in;          // [Sc+Sq, D] = [ctx ; h]
+    Tensor q_lin;          // [Sq, H*Dh] before q_norm
+    Tensor rstd_q;         // [Sq*H]
+    Tensor q;              // [Sq, H, Dh] after q_norm and RoPE
+    Tensor k_lin;          // [Sc+Sq, Hkv*Dh]
+    Tensor rstd_k;         // [(Sc+Sq)*Hkv]
+    Tensor k;              // [Sc+Sq, Hkv, Dh] after k_norm and RoPE
+    Tensor v;              // [Sc+Sq, Hkv, Dh]
+    Tensor attn;           // [Sq, H*Dh]
+    Tensor lse;            // [H, Sq]
+    Tensor x1;             // [Sq, D] after the attention residual
+    Tensor rstd2;          // [Sq]
+    Tensor h2;             // [Sq, D]
+    Tensor gate, up, act;  // [Sq, I]
+};
+
+struct LayerContext {
+    Backend& be;
+    const LayerDims& dims;
+    const std::vector<float>& inv_freq;  // [Dh/2]
+};
+
+// Training forward. q_pos i32 [Sq], kv_pos i32 [Sc+Sq] (positions of [ctx ; x]). out [Sq, D] may
+// not alias x. `tag` names this layer's buffers in `scratch`.
+void layer_forward_train(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
+                         const Tensor& ctx, const Tensor& q_pos, const Tensor& kv_pos,
+                         const AttnMask& mask, Scratch& scratch, const std::string& tag,
+                         LayerActs& acts, const Tensor& out);
+
+// Backward of layer_forward_train: accumulates parameter gradients into g, overwrites dx [Sq, D],
+// and adds the context gradient into dctx [Sc, D] (+=) when Sc > 0.
+void layer_backward(const LayerContext& lc, const LayerWeights& w, const LayerWeights& g,
+                    const LayerActs& acts, const Tensor& q_pos, const Tensor& kv_pos,
+                    const AttnMask& mask, const Tensor& dout, Scratch& scratch,
+                    const std::string& tag, const Tensor& dx, const Tensor& dctx);
+
+// One layer's KV cache: rows [0, len) hold K (after norm and RoPE) and V.
+struct LayerKvCache {
+    HostTensor k;  // [capacity, Hkv, Dh]
+    HostTensor v;  // [capacity, Hkv, Dh]
+};
+
+// Inference forward over a cache holding `cache_len` rows: K/V of [ctx ; norm(x)] are written at
+// rows cache_len .. cache_len+Sc+Sq-1, then x's queries attend over rows [0, cache_len+Sc+Sq) with
+// `kind` (causal: the queries sit at rows cache_len+Sc..; full: every row). The caller advances or
+// crops its length.
+void layer_forward_cached(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
+                          const Tensor& ctx, const Tensor& q_pos, const Tensor& kv_pos,
+                          LayerKvCache& cache, int64_t cache_len, AttnMaskKind kind,
+                          Scratch& scratch, const Tensor& out);
+
+}  // namespace dflash

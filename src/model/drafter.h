@@ -1,0 +1,112 @@
+// The DFlash drafter (dflash-spec §1): fc over K concatenated target features, hidden_norm,
+// N decoder layers with KV injection and non-causal attention, final norm, and the target's frozen
+// embedding and LM head (passed in, never owned). Training forward/backward over a packed sequence
+// with N anchors and the block-sparse mask (§3.2-3.4), and an inference session whose context KV
+// cache keeps only committed context rows (§2.2). Tested by tests/model/drafter_test.cpp.
+#pragma once
+
+#include <filesystem>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/scratch.h"
+#include "model/decoder_layer.h"
+#include "model/hf_config.h"
+#include "model/params.h"
+
+namespace dflash {
+
+// Decay weight of block position k >= 1: exp(-(k-1)/gamma); gamma <= 0 means uniform weights.
+float dflash_position_weight(int64_t k, double gamma);
+
+class DrafterModel {
+  public:
+    explicit DrafterModel(DrafterConfig cfg);  // zero weights
+    static DrafterModel load(const std::filesystem::path& dir);
+    static DrafterModel random(DrafterConfig cfg, uint64_t seed, float std = 0.02f);
+    void save(const std::filesystem::path& dir, DType store_as = DType::bf16) const;
+
+    const DrafterConfig& config() const { return cfg_; }
+    const LayerDims& dims() const { return dims_; }
+    const std::vector<float>& inv_freq() const { return inv_freq_; }
+    int64_t block_size() const { return cfg_.block_size; }
+    int64_t feature_dim() const;  // K * D
+    ParamSet& params() { return params_; }
+    const ParamSet& params() const { return params_; }
+    LayerWeights layer(int64_t i) const;
+
+    // Context features: ctx [T, D] = hidden_norm(features [T, K*D] · fcᵀ). pre [T, D] and rstd [T]
+    // receive the intermediate values when non-empty (training).
+    void project_context(Backend& be, const Tensor& features, const Tensor& ctx, const Tensor& pre,
+                         const Tensor& rstd) const;
+
+    struct LossStats {
+        double loss_sum = 0;           // sum over valid rows of w * CE
+        double weight_sum = 0;         // sum of w over valid rows
+        std::vector<int64_t> correct;  // [B]: argmax == label at block position k (k >= 1)
+        std::vector<int64_t> count;    // [B]: valid rows at block position k
+    };
+    // Sum of decay weights of one sequence's blocks (what the loss is normalised by), computable
+    // before the forward so the trainer can normalise across micro-batches and workers.
+    double weight_sum(std::span<const uint8_t> loss_mask, std::span<const int32_t> anchors,
+                      double gamma) const;
+
+    // One packed sequence: features [S, K*D] (target outputs of target_layer_ids), tokens [S],
+    // loss_mask [S], anchors (sorted, each < S). Blocks are [token a_j, MASK x (B-1)] at positions
+    // a_j..a_j+B-1; block position k is trained to predict tokens[a_j + k] (k = 0 excluded) with
+    // weight loss_mask * exp(-(k-1)/gamma). When params have gradients, accumulates
+    // grad_scale * d(sum w CE)/dparams.
+    LossStats train_step(Backend& be, const Tensor& embed, const Tensor& lm_head,
+                         const Tensor& features, std::span<const int32_t> tokens,
+                         std::span<const uint8_t> loss_mask, std::span<const int32_t> anchors,
+                         double gamma, float grad_scale, int64_t ce_chunk, Scratch& scratch);
+
+    // The training-path forward alone: final-normed hidden states hf [N*B, D] of every block row
+    // (logits = hf · lm_headᵀ). Ties the training and inference paths together in tests.
+    void block_hidden(Backend& be, const Tensor& embed, const Tensor& features,
+                      std::span<const int32_t> tokens, std::span<const int32_t> anchors,
+                      Scratch& scratch, const Tensor& hf) const;
+
+  private:
+    struct BlockForward;  // the activations of one training forward
+    void forward_blocks(Backend& be, const Tensor& embed, const Tensor& features,
+                        std::span<const int32_t> tokens, std::span<const int32_t> anchors,
+                        Scratch& sc, BlockForward& f) const;
+
+    DrafterConfig cfg_;
+    LayerDims dims_;
+    std::vector<float> inv_freq_;
+    ParamSet params_;
+};
+
+// Inference state of one request: per-layer K/V of committed context rows only.
+class DrafterSession {
+  public:
+    // capacity: context rows; max_block: the largest block drafted (0 = the drafter's block size).
+    DrafterSession(const DrafterModel& model, Backend& be, const Tensor& embed,
+                   const Tensor& lm_head, int64_t capacity, int64_t max_block = 0);
+    int64_t context_length() const { return ctx_len_; }
+
+    // Appends the features [T, K*D] of newly committed tokens at positions
+    // context_length()..context_length()+T-1 to the context, then drafts the block
+    // [anchor, MASK x (B-1)] at positions context_length()..+B-1 (after the append) and writes the
+    // logits of block positions 1..B-1 into logits [B-1, V]. The block's own K/V are not kept.
+    // block_size 0 means the drafter's own.
+    void draft(const Tensor& new_features, int32_t anchor, const Tensor& logits,
+               int64_t block_size = 0);
+    // Forgets context rows >= len.
+    void crop(int64_t len);
+
+  private:
+    const DrafterModel& model_;
+    Backend& be_;
+    Tensor embed_, lm_head_;
+    int64_t capacity_;
+    int64_t max_block_;
+    std::vector<LayerKvCache> cache_;
+    int64_t ctx_len_ = 0;
+    Scratch scratch_;
+};
+
+}  // namespace dflash

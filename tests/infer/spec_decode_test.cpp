@@ -1,0 +1,185 @@
+// The speculative engine is lossless: greedy speculative output equals greedy target output token
+// for token (random pairs, a drafter that is always right, one that is always wrong, prompts of
+// length 1, every length), and under sampling the first tokens follow the target's distribution
+// even for a deliberately bad drafter.
+#include <cmath>
+#include <map>
+
+#include "backend/backend.h"
+#include "infer/spec_decode.h"
+#include "support/test_util.h"
+#include "support/tiny_models.h"
+
+namespace dflash {
+namespace {
+
+struct Pair {
+    TargetModel target;
+    DrafterModel drafter;
+};
+
+Pair make_pair(uint64_t seed, int64_t block, int64_t vocab = 37) {
+    auto tc = test::tiny_target_config(true, 3);
+    tc.vocab_size = vocab;
+    TargetModel t = TargetModel::random(tc, seed, 0.5f);
+    DrafterModel d = DrafterModel::random(test::tiny_drafter_config(tc, 1, block), seed + 1, 0.5f);
+    return {std::move(t), std::move(d)};
+}
+
+std::vector<int32_t> random_prompt(int64_t n, int64_t vocab, uint64_t seed) {
+    Rng rng(seed);
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = static_cast<int32_t>(rng.below(vocab));
+    return t;
+}
+
+void expect_lossless(const Pair& p, Backend& be, int64_t prompts, std::vector<int64_t>& hist) {
+    SpeculativeEngine spec(p.target, &p.drafter, be);
+    SpeculativeEngine plain(p.target, nullptr, be);
+    for (int64_t i = 0; i < prompts; ++i) {
+        const auto prompt = random_prompt(1 + (i * 7) % 12, p.target.config().vocab_size, 100 + i);
+        GenerateOptions o;
+        o.max_new_tokens = 5 + (i * 5) % 30;
+        auto a = plain.generate(prompt, o);
+        std::vector<int32_t> streamed;
+        auto b = spec.generate(prompt, o, [&](std::span<const int32_t> t) {
+            streamed.insert(streamed.end(), t.begin(), t.end());
+        });
+        ASSERT_EQ(a.tokens, b.tokens) << "prompt " << i;
+        EXPECT_EQ(streamed, b.tokens);
+        EXPECT_EQ(static_cast<int64_t>(b.tokens.size()), o.max_new_tokens);
+        for (size_t k = 0; k < b.stats.accept_hist.size(); ++k) hist[k] += b.stats.accept_hist[k];
+    }
+}
+
+TEST(SpecDecode, GreedyIsLosslessForRandomPair) {
+    auto be = make_cpu_backend(1);
+    Pair p = make_pair(7, 4);
+    std::vector<int64_t> hist(5, 0);
+    expect_lossless(p, *be, 24, hist);
+    EXPECT_GT(hist[1], 0);  // blocks where no draft was accepted
+}
+
+TEST(SpecDecode, GreedyIsLosslessWhenEveryDraftIsAccepted) {
+    auto be = make_cpu_backend(1);
+    Pair p = make_pair(8, 5);
+    // Zero final norms: all logits are 0, so the target and the drafter both pick token 0.
+    fill_f32(p.target.params().value("model.norm.weight"), 0.0f);
+    fill_f32(p.drafter.params().value("norm.weight"), 0.0f);
+    std::vector<int64_t> hist(6, 0);
+    expect_lossless(p, *be, 8, hist);
+    for (int k = 1; k < 5; ++k) EXPECT_EQ(hist[k], 0) << k;
+    EXPECT_GT(hist[5], 0);  // every block fully accepted: 4 drafts + bonus
+}
+
+TEST(SpecDecode, GreedyIsLosslessWithMixedAcceptance) {
+    auto be = make_cpu_backend(1);
+    Pair p = make_pair(9, 6, 5);  // a 5-token vocabulary makes partial matches common
+    std::vector<int64_t> hist(7, 0);
+    expect_lossless(p, *be, 30, hist);
+    int64_t partial = 0;
+    for (int k = 2; k < 6; ++k) partial += hist[k];
+    EXPECT_GT(partial, 0);
+}
+
+TEST(SpecDecode, StopTokensBudgetsAndBadInput) {
+    auto be = make_cpu_backend(1);
+    Pair p = make_pair(10, 4);
+    SpeculativeEngine spec(p.target, &p.drafter, *be);
+    SpeculativeEngine plain(p.target, nullptr, *be);
+    const auto prompt = random_prompt(3, 37, 1);
+    GenerateOptions o;
+    o.max_new_tokens = 40;
+    const auto full = plain.generate(prompt, o).tokens;
+    // Stop at the token generated 6th: both engines end right after it.
+    o.stop_tokens = {full[5]};
+    const auto a = plain.generate(prompt, o), b = spec.generate(prompt, o);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(b.stop, StopReason::stop_token);
+    EXPECT_EQ(b.tokens.back(), full[5]);
+    EXPECT_THROW(spec.generate({}, o), Error);
+    // A context that ends before the budget: generation stops at the context, losslessly.
+    o.stop_tokens.clear();
+    o.max_context = 12;
+    const auto c = plain.generate(prompt, o), d = spec.generate(prompt, o);
+    EXPECT_EQ(c.tokens, d.tokens);
+    EXPECT_EQ(static_cast<int64_t>(d.tokens.size()), 9);
+    EXPECT_EQ(d.stop, StopReason::context_full);
+    o.max_context = 3;
+    EXPECT_THROW(spec.generate(prompt, o), Error);  // the prompt fills the context
+}
+
+// Exact distribution of the first 3 generated tokens under the target at temperature 1.
+std::vector<double> exact_three(const TargetModel& t, Backend& be,
+                                const std::vector<int32_t>& prompt, const SamplingParams& sp) {
+    const int64_t V = t.config().vocab_size;
+    std::vector<double> out(V * V * V, 0.0);
+    auto probs_after = [&](const std::vector<int32_t>& seq) {
+        TargetSession s(t, be, 32, {});
+        HostTensor l({static_cast<int64_t>(seq.size()), V});
+        s.forward(seq, l, Tensor());
+        return sampling_probs(std::span(l.f32() + (seq.size() - 1) * V, V), sp);
+    };
+    const auto p1 = probs_after(prompt);
+    for (int64_t a = 0; a < V; ++a) {
+        auto s1 = prompt;
+        s1.push_back(a);
+        const auto p2 = probs_after(s1);
+        for (int64_t b = 0; b < V; ++b) {
+            auto s2 = s1;
+            s2.push_back(b);
+            const auto p3 = probs_after(s2);
+            for (int64_t c = 0; c < V; ++c) out[(a * V + b) * V + c] = p1[a] * p2[b] * p3[c];
+        }
+    }
+    return out;
+}
+
+class SpecSampling : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SpecSampling, FirstTokensFollowTargetDistribution) {
+    auto be = make_cpu_backend(1);
+    Pair p = make_pair(12, 4, 4);  // vocabulary 4: 64 outcomes for 3 tokens
+    SpeculativeEngine spec(p.target, &p.drafter, *be);
+    const std::vector<int32_t> prompt = {1, 3, 2};
+    GenerateOptions o;
+    o.max_new_tokens = 3;
+    o.sampling.temperature = 1.3;
+    o.draft_sampling = GetParam();
+    const auto exact = exact_three(p.target, *be, prompt, o.sampling);
+    const int64_t n = 12000;
+    std::vector<int64_t> counts(exact.size(), 0);
+    for (int64_t i = 0; i < n; ++i) {
+        o.seed = 1000 + i;
+        const auto r = spec.generate(prompt, o);
+        ASSERT_EQ(r.tokens.size(), 3u);
+        counts[(r.tokens[0] * 4 + r.tokens[1]) * 4 + r.tokens[2]] += 1;
+    }
+    // Pool cells with expected count < 5 into one, then chi-square at 0.1% significance.
+    double chi = 0, pooled_e = 0, pooled_o = 0;
+    int cells = 0;
+    for (size_t i = 0; i < exact.size(); ++i) {
+        const double e = exact[i] * n;
+        if (e < 5) {
+            pooled_e += e;
+            pooled_o += counts[i];
+            continue;
+        }
+        chi += (counts[i] - e) * (counts[i] - e) / e;
+        ++cells;
+    }
+    if (pooled_e > 0) {
+        chi += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e;
+        ++cells;
+    }
+    // Critical value of chi-square at 0.1% for (cells - 1) dof, Wilson-Hilferty approximation.
+    const double k = cells - 1, z = 3.09;
+    const double crit = k * std::pow(1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k)), 3);
+    EXPECT_LT(chi, crit) << cells << " cells";
+}
+
+INSTANTIATE_TEST_SUITE_P(GreedyAndSampledDrafts, SpecSampling, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "sampled" : "greedy"; });
+
+}  // namespace
+}  // namespace dflash

@@ -1,0 +1,165 @@
+// DFlash drafter: whole-model gradient check, the inference path (context cache + one block)
+// against the training path (packed, block-sparse mask), and save/load.
+#include <cmath>
+#include <map>
+
+#include "backend/backend.h"
+#include "support/test_util.h"
+#include "support/tiny_models.h"
+
+namespace dflash {
+namespace {
+
+struct Pair {
+    TargetModel target;
+    DrafterModel drafter;
+};
+
+Pair make_pair(bool qwen3, uint64_t seed) {
+    auto tc = test::tiny_target_config(qwen3, 4);
+    TargetModel t = TargetModel::random(tc, seed, 0.3f);
+    DrafterModel d = DrafterModel::random(test::tiny_drafter_config(tc, 2, 4), seed + 1, 0.3f);
+    return {std::move(t), std::move(d)};
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+    Rng rng(seed);
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = static_cast<int32_t>(rng.below(vocab - 1));  // never the mask id
+    return t;
+}
+
+HostTensor target_features(Backend& be, const Pair& p, const std::vector<int32_t>& toks) {
+    Scratch sc;
+    const auto& ids = p.drafter.config().target_layer_ids;
+    HostTensor f({static_cast<int64_t>(toks.size()), p.drafter.feature_dim()});
+    p.target.forward(be, toks, ids, sc, f, Tensor());
+    return f;
+}
+
+class DrafterTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(DrafterTest, InferencePathMatchesTrainingPath) {
+    auto be = make_cpu_backend(1);
+    Pair p = make_pair(GetParam(), 21);
+    const int64_t S = 17, B = p.drafter.block_size(), V = p.target.config().vocab_size;
+    const auto toks = random_tokens(S, V, 2);
+    HostTensor feats = target_features(*be, p, toks);
+    const std::vector<int32_t> anchors = {0, 5, 9, 15};  // 15: the block runs past the sequence
+    Scratch sc;
+    HostTensor hf({static_cast<int64_t>(anchors.size()) * B, p.drafter.dims().D});
+    p.drafter.block_hidden(*be, p.target.embed(), feats, toks, anchors, sc, hf);
+    HostTensor train_logits({hf.dim(0), V});
+    be->gemm(hf, false, p.target.lm_head(), true, train_logits);
+
+    for (size_t j = 0; j < anchors.size(); ++j) {
+        const int64_t a = anchors[j];
+        // Context fed in two pieces, as decoding would (prompt, then committed rows).
+        DrafterSession s(p.drafter, *be, p.target.embed(), p.target.lm_head(), 64);
+        HostTensor logits({B - 1, V});
+        const int64_t cut = a / 2;
+        if (cut > 0) {
+            s.draft(feats.view().rows(0, cut), toks[cut], logits);
+            EXPECT_EQ(s.context_length(), cut);
+        }
+        s.draft(feats.view().rows(cut, a), toks[a], logits);
+        EXPECT_EQ(s.context_length(), a);
+        const Tensor ref = train_logits.view().rows(j * B + 1, (j + 1) * B);
+        EXPECT_LT(test::max_rel_diff(logits, ref), 1e-5) << "anchor " << a;
+    }
+}
+
+TEST_P(DrafterTest, GradientMatchesFiniteDifferences) {
+    auto be = make_cpu_backend(1);
+    Pair p = make_pair(GetParam(), 31);
+    p.drafter.params().enable_grads();
+    const int64_t S = 14, V = p.target.config().vocab_size;
+    const auto toks = random_tokens(S, V, 3);
+    std::vector<uint8_t> mask(S, 1);
+    mask[0] = mask[1] = mask[7] = 0;
+    HostTensor feats = target_features(*be, p, toks);
+    const std::vector<int32_t> anchors = {2, 6, 11};
+    const double gamma = 3.0;
+    auto loss = [&]() {
+        Scratch s;
+        return p.drafter
+            .train_step(*be, p.target.embed(), p.target.lm_head(), feats, toks, mask, anchors,
+                        gamma, 1.0f, 7, s)
+            .loss_sum;
+    };
+    p.drafter.params().zero_grads();
+    Scratch sc;
+    p.drafter.train_step(*be, p.target.embed(), p.target.lm_head(), feats, toks, mask, anchors,
+                         gamma, 1.0f, 7, sc);
+    // Every finite-difference evaluation runs the backward too: compare against a snapshot.
+    std::map<std::string, HostTensor> snapshot;
+    for (const auto& prm : p.drafter.params().params())
+        snapshot.emplace(prm.name, prm.grad.clone());
+    Rng rng(5);
+    std::vector<std::string> names = {"fc.weight",
+                                      "hidden_norm.weight",
+                                      "norm.weight",
+                                      "layers.0.self_attn.q_proj.weight",
+                                      "layers.1.self_attn.k_proj.weight",
+                                      "layers.0.self_attn.v_proj.weight",
+                                      "layers.1.mlp.down_proj.weight",
+                                      "layers.0.input_layernorm.weight"};
+    if (GetParam()) names.push_back("layers.0.self_attn.k_norm.weight");
+    for (const auto& name : names) {
+        Tensor w = p.drafter.params().value(name);
+        const Tensor g = snapshot.at(name).view();
+        for (int trial = 0; trial < 4; ++trial) {
+            const int64_t i = rng.below(w.numel());
+            const float orig = w.f32()[i], h = 1e-2f;
+            auto at = [&](float v) {
+                w.f32()[i] = v;
+                return loss();
+            };
+            const double fd =
+                (-at(orig + 2 * h) + 8 * at(orig + h) - 8 * at(orig - h) + at(orig - 2 * h)) /
+                (12.0 * h);
+            w.f32()[i] = orig;
+            EXPECT_NEAR(g.f32()[i], fd, 2e-3 + 2e-2 * std::fabs(fd)) << name << "[" << i << "]";
+        }
+    }
+}
+
+TEST_P(DrafterTest, LossIsDecayWeightedMeanAndStatsCountValidRows) {
+    auto be = make_cpu_backend(1);
+    Pair p = make_pair(GetParam(), 41);
+    const int64_t S = 12, V = p.target.config().vocab_size;
+    const auto toks = random_tokens(S, V, 4);
+    std::vector<uint8_t> mask(S, 1);
+    mask[4] = 0;
+    HostTensor feats = target_features(*be, p, toks);
+    const std::vector<int32_t> anchors = {1, 9};
+    Scratch sc;
+    auto st = p.drafter.train_step(*be, p.target.embed(), p.target.lm_head(), feats, toks, mask,
+                                   anchors, 2.0, 1.0f, 5, sc);
+    // Block at 1 covers positions 2,3,(4 masked); block at 9 covers 10, 11 (12 is past the end).
+    EXPECT_EQ(st.count[0], 0);
+    EXPECT_EQ(st.count[1], 2);
+    EXPECT_EQ(st.count[2], 2);
+    EXPECT_EQ(st.count[3], 0);
+    const double w = 1.0 + std::exp(-0.5);
+    EXPECT_NEAR(st.weight_sum, 2 * w, 1e-6);
+    EXPECT_NEAR(p.drafter.weight_sum(mask, anchors, 2.0), st.weight_sum, 1e-6);
+}
+
+TEST_P(DrafterTest, SaveLoadRoundTrip) {
+    auto be = make_cpu_backend(1);
+    Pair p = make_pair(GetParam(), 51);
+    test::TempDir dir("drafter");
+    p.drafter.save(dir.path(), DType::f32);
+    DrafterModel back = DrafterModel::load(dir.path());
+    EXPECT_EQ(back.config().target_layer_ids, p.drafter.config().target_layer_ids);
+    EXPECT_EQ(back.config().block_size, p.drafter.block_size());
+    for (const auto& prm : p.drafter.params().params())
+        EXPECT_EQ(test::max_abs_diff(back.params().value(prm.name), prm.value), 0.0) << prm.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Qwen3AndLlama, DrafterTest, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "qwen3" : "llama"; });
+
+}  // namespace
+}  // namespace dflash
