@@ -97,6 +97,15 @@ void print_error(std::string msg) {
     std::fprintf(stderr, "dflash: error: %s\n", msg.c_str());
 }
 
+// `--log-level debug|trace` anywhere on the line (the settings may not have loaded).
+bool wants_debug(const std::vector<std::string>& args) {
+    for (size_t i = 0; i + 1 < args.size(); ++i)
+        if ((args[i] == "--log-level" || args[i] == "--runtime.log_level") &&
+            (args[i + 1] == "debug" || args[i + 1] == "trace"))
+            return true;
+    return false;
+}
+
 int run(const std::vector<std::string>& args) {
     const CommandInfo& cmd = find_command(args[0]);
     auto registry = std::make_shared<const config::Registry>(config::make_registry());
@@ -127,7 +136,11 @@ int main(int argc, char** argv) {
     }
     try {
         return run(args);
-    } catch (const std::exception& e) {  // dflash::Error, CLI::Error and the rest alike
+    } catch (const dflash::Error& e) {
+        print_error(e.what());
+        if (!e.where().empty() && wants_debug(args))
+            std::fprintf(stderr, "dflash: (raised at %s)\n", e.where().c_str());
+    } catch (const std::exception& e) {  // CLI::Error and the rest alike
         print_error(e.what());
     }
     return 1;

@@ -13,9 +13,10 @@ const char* base_name(const char* file) {
 }  // namespace
 
 void throw_check_failed(const char* file, int line, const char* cond, const std::string& msg) {
-    // User errors carry only the message: the file and line go last, for whoever reports a bug.
+    // User errors carry only the message; the location is kept apart (`dflash --log-level debug`
+    // prints it) for whoever reports a bug.
     (void)cond;
-    throw Error(fmt::format("{} [{}:{}]", msg, base_name(file), line));
+    throw Error(msg, fmt::format("{}:{}", base_name(file), line));
 }
 
 void throw_assert_failed(const char* file, int line, const char* cond, const std::string& msg) {

@@ -14,7 +14,13 @@ namespace dflash {
 // value, what was expected, and (where there is one) a hint.
 class Error : public std::runtime_error {
   public:
-    using std::runtime_error::runtime_error;
+    explicit Error(const std::string& msg, std::string where = {})
+        : std::runtime_error(msg), where_(std::move(where)) {}
+    // "file.cpp:123" of the check that failed, kept out of what(): users act on the message.
+    const std::string& where() const { return where_; }
+
+  private:
+    std::string where_;
 };
 
 namespace detail {

@@ -31,10 +31,12 @@ TEST(Error, CheckCarriesFormattedValueAndLocation) {
         EXPECT_EQ(msg.rfind("target_layer_ids[4]=36 but the target has 36 layers (ids 0..35)", 0),
                   0u)
             << msg;
-        EXPECT_TRUE(contains(msg, "error_test.cpp:")) << msg;
+        // The location is kept apart from the message a user reads.
+        EXPECT_FALSE(contains(msg, "error_test.cpp")) << msg;
+        EXPECT_TRUE(contains(e.where(), "error_test.cpp:")) << e.where();
         EXPECT_FALSE(contains(msg, "internal error")) << msg;
         // Only the file's base name, not the build machine's path.
-        EXPECT_FALSE(contains(msg, "/tests/core/")) << msg;
+        EXPECT_FALSE(contains(e.where(), "/tests/core/")) << e.where();
     }
 }
 
