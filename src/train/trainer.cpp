@@ -178,8 +178,8 @@ void Worker::setup() {
 void Worker::run() {
     setup();
     for (int64_t step = start_step_ + 1; step <= sh_.total_steps; ++step) {
-        if (sh_.spec.hooks.on_step_begin) sh_.spec.hooks.on_step_begin(rank_, step);
         ctx_.set_phase(fmt::format("step {}", step));
+        if (sh_.spec.hooks.on_step_begin) sh_.spec.hooks.on_step_begin(rank_, step);
         const bool stop = train_step(step);
         const bool last = step == sh_.total_steps;
         const int64_t ee = sh_.opt.eval_every;
