@@ -1,4 +1,4 @@
-// Training metrics. Tested by tests/train/metrics_test.cpp.
+// Training metrics. Tested by tests/train/optimizer_test.cpp.
 #include "train/metrics.h"
 
 #include <fmt/format.h>

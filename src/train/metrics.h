@@ -1,6 +1,6 @@
 // Training metrics (design §3, dflash-spec §2.5): per-position accuracy of the drafted block, the
 // acceptance length it implies, throughput; appended to <run>/metrics.jsonl and shown as a
-// progress line. Tested by tests/train/metrics_test.cpp.
+// progress line. Tested by tests/train/optimizer_test.cpp.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Learning-rate schedules. Tested by tests/train/schedule_test.cpp.
+// Learning-rate schedules. Tested by tests/train/optimizer_test.cpp.
 #include "train/schedule.h"
 
 #include <cmath>
@@ -20,8 +20,10 @@ LrSchedule::LrSchedule(ScheduleKind kind, double peak_lr, int64_t total_steps, d
     DF_CHECK(total_steps >= 1, "a schedule needs at least 1 step, got total_steps={}", total_steps);
     DF_CHECK(warmup_ratio >= 0 && warmup_ratio <= 1,
              "warmup_ratio={} must lie in [0, 1] (a fraction of the total steps)", warmup_ratio);
-    // Rounded up so that any positive ratio gives at least one warm-up step.
-    warmup_ = static_cast<int64_t>(std::ceil(warmup_ratio * static_cast<double>(total_steps)));
+    // Rounded up so that any positive ratio gives at least one warm-up step; the slack keeps
+    // 0.04 * 50 (= 2.0000000000000004 in binary) at 2.
+    warmup_ =
+        static_cast<int64_t>(std::ceil(warmup_ratio * static_cast<double>(total_steps) - 1e-9));
     if (warmup_ > total_) warmup_ = total_;
 }
 

@@ -1,6 +1,6 @@
 // Learning-rate schedules (dflash-spec §3.1, §3.5): linear warm-up over warmup_ratio * total_steps
 // optimizer steps, then cosine (to 0), linear (to 0) or constant. Tested by
-// tests/train/schedule_test.cpp.
+// tests/train/optimizer_test.cpp.
 #pragma once
 
 #include <cstdint>
