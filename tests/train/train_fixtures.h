@@ -2,6 +2,11 @@
 // model directory, settings for fast runs, and helpers that read a checkpoint's training state.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
 #include <cstring>
 #include <filesystem>
 #include <map>
