@@ -3,6 +3,7 @@
 // stdout as each step commits tokens; a summary (tokens, tau, tokens/s, stop reason) goes to
 // stderr. Sampling comes from the infer.* settings. Tested by tests/cli/generate_cli_test.cpp.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>

@@ -54,8 +54,7 @@ GenerateOptions generate_options_from_settings(const config::Settings& s) {
 std::vector<int32_t> default_stop_tokens(const TargetConfig& target, const Tokenizer* tok) {
     std::vector<int32_t> out;
     auto add = [&](int64_t id) {
-        if (id >= 0 && id < target.vocab_size &&
-            std::find(out.begin(), out.end(), id) == out.end())
+        if (id >= 0 && id < target.vocab_size && std::find(out.begin(), out.end(), id) == out.end())
             out.push_back(static_cast<int32_t>(id));
     };
     add(target.eos_token_id);
@@ -97,10 +96,15 @@ double BenchTotals::predicted_speedup() const {
 }
 
 double BenchReport::mean_request_tau() const {
-    if (requests.empty()) return 0.0;
+    // A prompt answered by the prefill alone (stop token first) has no steps and no tau.
     double s = 0;
-    for (const auto& r : requests) s += r.speculative.tau();
-    return s / static_cast<double>(requests.size());
+    int64_t n = 0;
+    for (const auto& r : requests) {
+        if (r.speculative.steps == 0) continue;
+        s += r.speculative.tau();
+        ++n;
+    }
+    return n > 0 ? s / static_cast<double>(n) : 0.0;
 }
 
 std::optional<BenchMismatch> first_difference(int64_t prompt, const std::vector<int32_t>& baseline,
@@ -209,9 +213,12 @@ std::string histogram_text(const std::vector<int64_t>& hist) {
     out += fmt::format("{:>4}  {:>8}  {:>6}\n", "n", "steps", "share");
     for (size_t n = 1; n < hist.size(); ++n) {
         const size_t bar = most > 0 ? static_cast<size_t>(40 * hist[n] / most) : 0;
-        out += fmt::format("{:>4}  {:>8}  {:>5.1f}%  {}\n", n, hist[n],
-                           100.0 * ratio(static_cast<double>(hist[n]), static_cast<double>(total)),
-                           std::string(bar, '#'));
+        std::string row =
+            fmt::format("{:>4}  {:>8}  {:>5.1f}%  {}", n, hist[n],
+                        100.0 * ratio(static_cast<double>(hist[n]), static_cast<double>(total)),
+                        std::string(bar, '#'));
+        while (row.back() == ' ') row.pop_back();
+        out += row + "\n";
     }
     return out;
 }
@@ -270,7 +277,8 @@ std::string format_bench_table(const BenchReport& rep) {
             fmt::format("lossless: NO, {} of {} outputs differ; first: {}\n", rep.mismatches.size(),
                         rep.requests.size(), rep.mismatches.front().to_string());
     }
-    out += "\n" + histogram_text(t.accept_hist);
+    out += '\n';
+    out += histogram_text(t.accept_hist);
     return out;
 }
 

@@ -77,7 +77,8 @@ struct BenchReport {
     std::vector<BenchRequest> requests;
     BenchTotals total;
     std::vector<BenchMismatch> mismatches;  // empty when lossless (or not checked)
-    double mean_request_tau() const;  // mean over prompts of each prompt's tau (§2.5 definition)
+    // Mean over prompts of each prompt's tau (the §2.5 definition); prompts without steps skipped.
+    double mean_request_tau() const;
     bool lossless() const { return mismatches.empty(); }
 };
 

@@ -100,8 +100,10 @@ Prompt parse_prompt_line(std::string_view line, const Tokenizer* tok, int64_t vo
         p.label = short_label(text);
     } else {
         std::string keys;
-        for (auto it = j.begin(); it != j.end(); ++it)
-            keys += (keys.empty() ? "" : ", ") + it.key();
+        for (auto it = j.begin(); it != j.end(); ++it) {
+            if (!keys.empty()) keys += ", ";
+            keys += it.key();
+        }
         DF_FAIL("{}: expected a \"prompt\", \"messages\" or \"prompt_ids\" key; found keys [{}]",
                 where, keys);
     }

@@ -62,8 +62,9 @@ std::string expected_text(const SavedPair& p, const std::vector<int32_t>& prompt
 TEST(GenerateCli, StreamsTheGreedyOutputPlainAndSpeculative) {
     const SavedPair p;
     const std::string want = expected_text(p, {257, 72, 105}, 12);
-    const std::string base = "generate --target " + p.target_dir.string() +
-                             " --prompt-ids 257,72,105 --infer.max_new_tokens 12";
+    const std::string base =
+        "generate --target " + p.target_dir.string() +
+        " --prompt-ids 257,72,105 --infer.max_new_tokens 12 --runtime.threads 1";
     for (const std::string& extra : {std::string(), " --drafter " + p.drafter_dir.string()}) {
         const auto r = test::run_dflash(base + extra);
         ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -115,10 +116,10 @@ TEST(BenchCli, PrintsTheTableWritesJsonAndIsLossless) {
                               "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}\n"
                               "{\"prompt_ids\": [257, 1, 2, 3], \"label\": \"ids\"}\n";
     const fs::path json = p.dir / "bench.json";
-    const auto r =
-        test::run_dflash("bench --target " + p.target_dir.string() + " --drafter " +
-                         p.drafter_dir.string() + " --prompts " + prompts.string() + " --json " +
-                         json.string() + " --limit 2 --infer.max_new_tokens 20");
+    const auto r = test::run_dflash("bench --target " + p.target_dir.string() + " --drafter " +
+                                    p.drafter_dir.string() + " --prompts " + prompts.string() +
+                                    " --json " + json.string() +
+                                    " --limit 2 --infer.max_new_tokens 20 --runtime.threads 1");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     for (const char* s : {"The cat", "Hi", "2 prompts", "lossless: yes, 2 of 2", "predicted"})
         EXPECT_TRUE(has(r.output, s)) << s << "\n" << r.output;
