@@ -1,11 +1,61 @@
-// `dflash pretrain`.
+// `dflash pretrain`: trains a small Qwen3-architecture target from scratch on a tokenized dataset;
+// a thin layer over train::run_pretraining (src/train/pretraining.h). Tested by
+// tests/train/train_cli_test.cpp.
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
 #include "cli/commands.h"
+#include "config/settings.h"
 #include "core/error.h"
+#include "train/pretraining.h"
 
 namespace dflash::cli {
 
-int cmd_pretrain(CommandContext&) {
-    DF_FAIL("`dflash pretrain` is not implemented yet");
+int cmd_pretrain(CommandContext& ctx) {
+    CLI::App app{"Train a small Qwen3-architecture target model from scratch.", "dflash pretrain"};
+    app.footer(
+        "Model dims and length are settings (pretrain.*); batch, schedule, optimizer, logging "
+        "and checkpoints use train.* (`dflash config list 'pretrain|train'`).\n"
+        "Ctrl-C saves a checkpoint at the end of the current step; --resume continues from it.");
+    train::PretrainJob job;
+    std::string data, eval, output, resume;
+    app.add_option("--data", data, "training data directory (`dflash data prepare`)")->required();
+    app.add_option("--eval-data", eval, "held-out data directory (default: train.eval_data)");
+    app.add_option("--output", output,
+                   "run directory (default: pretrain.output_dir, or the resumed run's)");
+    app.add_option("--resume", resume, "continue from a checkpoint or a run directory's latest");
+    std::vector<std::string> reversed(ctx.args.rbegin(), ctx.args.rend());  // CLI11 wants reverse
+    try {
+        app.parse(reversed);
+    } catch (const CLI::CallForHelp&) {
+        std::fputs(app.help().c_str(), stdout);
+        return 0;
+    } catch (const CLI::ParseError& e) {
+        throw Error(fmt::format("pretrain: {} (see `dflash pretrain --help`)", e.what()));
+    }
+    job.data_dir = data;
+    job.eval_data_dir = eval;
+    job.output_dir = output;
+    job.resume = resume;
+    const train::TrainSummary s = train::run_pretraining(job, ctx.settings, ctx.log);
+    std::printf("%s after step %lld/%lld: loss %.4f (first %.4f), next-token acc %.3f, %.0fs\n",
+                s.interrupted ? "stopped" : "trained", static_cast<long long>(s.steps),
+                static_cast<long long>(s.total_steps), s.final_loss, s.first_loss,
+                s.acc.empty() ? 0.0 : s.acc.front(), s.seconds);
+    if (s.final_eval)
+        std::printf("held-out: loss %.4f, next-token acc %.3f\n", s.final_eval->loss,
+                    s.final_eval->acc.empty() ? 0.0 : s.final_eval->acc.front());
+    std::printf("target:   %s\nmetrics:  %s\n", s.model_dir.c_str(), s.metrics_path.c_str());
+    if (s.interrupted) {
+        std::printf("next:     dflash pretrain --data %s --resume %s\n", data.c_str(),
+                    s.run_dir.c_str());
+    } else {
+        std::printf("next:     dflash train --target %s --data %s\n", s.model_dir.c_str(),
+                    data.c_str());
+    }
+    return 0;
 }
 
 }  // namespace dflash::cli

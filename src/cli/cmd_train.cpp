@@ -1,11 +1,70 @@
-// `dflash train`.
+// `dflash train`: trains a DFlash drafter for a target on a tokenized dataset; a thin layer over
+// train::run_drafter_training (src/train/drafter_training.h). Tested by
+// tests/train/train_cli_test.cpp.
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
 #include "cli/commands.h"
+#include "config/settings.h"
 #include "core/error.h"
+#include "train/drafter_training.h"
 
 namespace dflash::cli {
 
-int cmd_train(CommandContext&) {
-    DF_FAIL("`dflash train` is not implemented yet");
+int cmd_train(CommandContext& ctx) {
+    CLI::App app{"Train a DFlash drafter for a target model on a tokenized dataset.",
+                 "dflash train"};
+    app.footer(
+        "Hyper-parameters are settings (train.*, drafter.*, runtime.*): `dflash config list "
+        "train` lists them; set them with --train.lr 3e-4, --set KEY=VALUE or --config FILE.\n"
+        "Ctrl-C saves a checkpoint at the end of the current step; --resume continues from it.");
+    train::DrafterTrainJob job;
+    std::string target, data, eval, output, resume, init;
+    app.add_option("--target", target, "target model directory (HF layout)")->required();
+    app.add_option("--data", data, "training data directory (`dflash data prepare`)")->required();
+    app.add_option("--eval-data", eval, "held-out data directory (default: train.eval_data)");
+    app.add_option("--output", output,
+                   "run directory (default: train.output_dir, or the resumed run's)");
+    app.add_option("--resume", resume, "continue from a checkpoint or a run directory's latest");
+    app.add_option("--init-drafter", init, "start from this drafter instead of a random one");
+    std::vector<std::string> reversed(ctx.args.rbegin(), ctx.args.rend());  // CLI11 wants reverse
+    try {
+        app.parse(reversed);
+    } catch (const CLI::CallForHelp&) {
+        std::fputs(app.help().c_str(), stdout);
+        return 0;
+    } catch (const CLI::ParseError& e) {
+        throw Error(fmt::format("train: {} (see `dflash train --help`)", e.what()));
+    }
+    DF_CHECK(resume.empty() || init.empty(),
+             "give either --resume (continue a run) or --init-drafter (a new run from a "
+             "drafter), not both");
+    job.target_dir = target;
+    job.data_dir = data;
+    job.eval_data_dir = eval;
+    job.output_dir = output;
+    job.resume = resume;
+    job.init_drafter = init;
+    const train::TrainSummary s = train::run_drafter_training(job, ctx.settings, ctx.log);
+    std::printf("%s after step %lld/%lld: loss %.4f (first %.4f), acc@1 %.3f, tau~%.2f, %.0fs\n",
+                s.interrupted ? "stopped" : "trained", static_cast<long long>(s.steps),
+                static_cast<long long>(s.total_steps), s.final_loss, s.first_loss,
+                s.acc.empty() ? 0.0 : s.acc.front(), s.tau_implied, s.seconds);
+    if (s.final_eval)
+        std::printf("held-out: loss %.4f, acc@1 %.3f, tau~%.2f\n", s.final_eval->loss,
+                    s.final_eval->acc.empty() ? 0.0 : s.final_eval->acc.front(),
+                    s.final_eval->tau_implied);
+    std::printf("drafter:  %s\nmetrics:  %s\n", s.model_dir.c_str(), s.metrics_path.c_str());
+    if (s.interrupted) {
+        std::printf("next:     dflash train --target %s --data %s --resume %s\n", target.c_str(),
+                    data.c_str(), s.run_dir.c_str());
+    } else {
+        std::printf("next:     dflash bench --target %s --drafter %s\n", target.c_str(),
+                    s.model_dir.c_str());
+    }
+    return 0;
 }
 
 }  // namespace dflash::cli

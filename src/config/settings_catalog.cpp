@@ -121,6 +121,11 @@ void add_train(Registry& r) {
               .read_by("train metrics"));
     r.add(D::string("train.output_dir", "runs/drafter", "run directory: checkpoints, metrics")
               .read_by("dflash train, train checkpoints"));
+    r.add(D::string("train.eval_data", "", "held-out dataset directory; empty = no evaluation")
+              .read_by("dflash train, dflash pretrain (--eval-data overrides)"));
+    r.add(D::integer("train.eval_sequences", 64, "held-out sequences per evaluation; 0 = all")
+              .range(0, kBig)
+              .read_by("train::Trainer evaluation"));
     r.add(D::integer("train.lm_head_chunk", 8192, "vocabulary rows per chunk of the fused CE")
               .range(1, 1 << 24)
               .read_by("backend lm_head_ce op, arena planning"));
@@ -151,6 +156,15 @@ void add_pretrain(Registry& r) {
     r.add(D::integer("pretrain.max_length", 256, "tokens per pretraining sequence")
               .range(8, 1 << 20)
               .read_by("dflash pretrain, data loader"));
+    r.add(D::integer("pretrain.epochs", 1, "passes over the pretraining data")
+              .range(1, 100000)
+              .read_by("dflash pretrain"));
+    r.add(D::integer("pretrain.max_steps", 0, "pretraining optimizer steps; 0 = from epochs")
+              .range(0, kBig)
+              .read_by("dflash pretrain"));
+    r.add(D::boolean("pretrain.loss_on_prompt", true,
+                     "next-token loss on every token (false: only where the data's mask is 1)")
+              .read_by("dflash pretrain"));
     r.add(D::string("pretrain.output_dir", "runs/target", "where the pretrained target is written")
               .read_by("dflash pretrain"));
 }

@@ -1,0 +1,342 @@
+// Speculative-decoding benchmark (see bench.h). Tested by tests/infer/bench_test.cpp.
+#include "infer/bench.h"
+
+#include <fmt/format.h>
+#include <algorithm>
+
+#include "config/settings.h"
+#include "core/error.h"
+
+namespace dflash {
+
+namespace {
+
+double ratio(double num, double den) {
+    return den > 0 ? num / den : 0.0;
+}
+
+void add_stats(BenchTotals& t, const BenchRequest& r) {
+    t.requests += 1;
+    t.prompt_tokens += r.prompt_tokens;
+    t.baseline_new_tokens += r.baseline.new_tokens;
+    t.speculative_new_tokens += r.speculative.new_tokens;
+    t.baseline_steps += r.baseline.steps;
+    t.speculative_steps += r.speculative.steps;
+    t.baseline_prefill_s += r.baseline.prefill_s;
+    t.speculative_prefill_s += r.speculative.prefill_s;
+    t.baseline_decode_s += r.baseline.decode_s;
+    t.speculative_decode_s += r.speculative.decode_s;
+    t.draft_s += r.speculative.draft_s;
+    t.verify_s += r.speculative.verify_s;
+    const auto& h = r.speculative.accept_hist;
+    if (t.accept_hist.size() < h.size()) t.accept_hist.resize(h.size(), 0);
+    for (size_t n = 0; n < h.size(); ++n) t.accept_hist[n] += h[n];
+}
+
+std::string token_text(int32_t t) {
+    return t < 0 ? std::string("(end)") : std::to_string(t);
+}
+
+}  // namespace
+
+GenerateOptions generate_options_from_settings(const config::Settings& s) {
+    GenerateOptions o;
+    o.sampling.temperature = s.get<double>("infer.temperature");
+    o.sampling.top_k = s.get<int64_t>("infer.top_k");
+    o.sampling.top_p = s.get<double>("infer.top_p");
+    o.max_new_tokens = s.get<int64_t>("infer.max_new_tokens");
+    o.block_size = s.get<int64_t>("infer.block_size");
+    o.draft_sampling = s.get<bool>("infer.draft_sampling");
+    o.seed = static_cast<uint64_t>(s.get<int64_t>("infer.seed"));
+    return o;
+}
+
+std::vector<int32_t> default_stop_tokens(const TargetConfig& target, const Tokenizer* tok) {
+    std::vector<int32_t> out;
+    auto add = [&](int64_t id) {
+        if (id >= 0 && id < target.vocab_size && std::find(out.begin(), out.end(), id) == out.end())
+            out.push_back(static_cast<int32_t>(id));
+    };
+    add(target.eos_token_id);
+    if (tok) {
+        add(tok->specials().eos);
+        add(tok->specials().end_turn);
+    }
+    return out;
+}
+
+std::string BenchMismatch::to_string() const {
+    return fmt::format("prompt {}, position {}: baseline {} vs speculative {}", prompt, position,
+                       token_text(baseline_token), token_text(speculative_token));
+}
+
+// Only tokens committed after the prefill count: the first token comes from the prefill in both
+// runs, so tau is (new_tokens - 1) / steps, as GenerateStats::tau.
+double BenchTotals::tau() const {
+    return ratio(static_cast<double>(speculative_new_tokens - requests),
+                 static_cast<double>(speculative_steps));
+}
+
+double BenchTotals::baseline_tpot_s() const {
+    return ratio(baseline_decode_s, static_cast<double>(baseline_new_tokens));
+}
+
+double BenchTotals::speculative_tpot_s() const {
+    return ratio(speculative_decode_s, static_cast<double>(speculative_new_tokens));
+}
+
+double BenchTotals::speedup() const {
+    return ratio(baseline_tpot_s(), speculative_tpot_s());
+}
+
+double BenchTotals::predicted_speedup() const {
+    const double t_ar = ratio(baseline_decode_s, static_cast<double>(baseline_steps));
+    const double t_step = ratio(draft_s + verify_s, static_cast<double>(speculative_steps));
+    return ratio(tau() * t_ar, t_step);
+}
+
+double BenchReport::mean_request_tau() const {
+    // A prompt answered by the prefill alone (stop token first) has no steps and no tau.
+    double s = 0;
+    int64_t n = 0;
+    for (const auto& r : requests) {
+        if (r.speculative.steps == 0) continue;
+        s += r.speculative.tau();
+        ++n;
+    }
+    return n > 0 ? s / static_cast<double>(n) : 0.0;
+}
+
+std::optional<BenchMismatch> first_difference(int64_t prompt, const std::vector<int32_t>& baseline,
+                                              const std::vector<int32_t>& speculative) {
+    const size_t n = std::min(baseline.size(), speculative.size());
+    size_t p = 0;
+    while (p < n && baseline[p] == speculative[p]) ++p;
+    if (p == n && baseline.size() == speculative.size()) return std::nullopt;
+    BenchMismatch m;
+    m.prompt = prompt;
+    m.position = static_cast<int64_t>(p);
+    m.baseline_token = p < baseline.size() ? baseline[p] : -1;
+    m.speculative_token = p < speculative.size() ? speculative[p] : -1;
+    return m;
+}
+
+BenchReport run_bench(const TargetModel& target, const DrafterModel& drafter, Backend& be,
+                      const std::vector<Prompt>& prompts, const GenerateOptions& opt,
+                      const Logger& log) {
+    const SpeculativeEngine baseline(target, nullptr, be);
+    const SpeculativeEngine speculative(target, &drafter, be);
+    return run_bench_engines(baseline, speculative, prompts, opt, log);
+}
+
+BenchReport run_bench_engines(const SpeculativeEngine& baseline,
+                              const SpeculativeEngine& speculative,
+                              const std::vector<Prompt>& prompts, const GenerateOptions& opt,
+                              const Logger& log) {
+    DF_CHECK(!prompts.empty(), "bench needs at least one prompt");
+    BenchReport rep;
+    rep.max_new_tokens = opt.max_new_tokens;
+    rep.greedy = opt.sampling.greedy();
+    {
+        // Warm-up: first-touch page faults, allocator growth and cold caches would otherwise be
+        // charged to whichever run comes first.
+        GenerateOptions warm = opt;
+        warm.max_new_tokens = std::min<int64_t>(opt.max_new_tokens, 16);
+        const auto w = speculative.generate(prompts.front().tokens, warm);
+        rep.block_size = static_cast<int64_t>(w.stats.accept_hist.size()) - 1;
+        DF_ASSERT(rep.block_size >= 2, "the speculative engine has no drafter");
+        baseline.generate(prompts.front().tokens, warm);
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        const Prompt& p = prompts[i];
+        const GenerateResult a = baseline.generate(p.tokens, opt);
+        const GenerateResult b = speculative.generate(p.tokens, opt);
+        DF_ASSERT(a.stats.accept_hist.size() == 2, "the baseline engine must decode plainly");
+        BenchRequest r;
+        r.label = p.label;
+        r.prompt_tokens = static_cast<int64_t>(p.tokens.size());
+        r.baseline = a.stats;
+        r.speculative = b.stats;
+        if (rep.greedy) {
+            if (auto m = first_difference(static_cast<int64_t>(i), a.tokens, b.tokens)) {
+                r.outputs_match = false;
+                log.error("outputs differ: {}", m->to_string());
+                rep.mismatches.push_back(*m);
+            }
+        }
+        log.info("prompt {}/{} ({}): {} tokens, tau {:.2f}, {:.1f} -> {:.1f} tok/s", i + 1,
+                 prompts.size(), r.label, b.stats.new_tokens, b.stats.tau(),
+                 ratio(static_cast<double>(a.stats.new_tokens), a.stats.decode_s),
+                 ratio(static_cast<double>(b.stats.new_tokens), b.stats.decode_s));
+        add_stats(rep.total, r);
+        rep.requests.push_back(std::move(r));
+    }
+    return rep;
+}
+
+namespace {
+
+double per_s(int64_t tokens, double s) {
+    return ratio(static_cast<double>(tokens), s);
+}
+double ms(double s) {
+    return s * 1e3;
+}
+
+struct TableRow {
+    std::string idx, label;
+    int64_t prompt_tokens, new_tokens, steps;
+    double tau, base_tok_s, spec_tok_s, speedup, ttft_ms, draft_ms, verify_ms;
+    std::string match;
+};
+
+std::string format_row(const TableRow& r, size_t label_w) {
+    return fmt::format(
+        "{:>6}  {:<{}}  {:>6}  {:>6}  {:>6}  {:>5.2f}  {:>10.1f}  {:>10.1f}  {:>7.2f}x"
+        "  {:>8.2f}  {:>8.3f}  {:>9.3f}  {}\n",
+        r.idx, r.label, label_w, r.prompt_tokens, r.new_tokens, r.steps, r.tau, r.base_tok_s,
+        r.spec_tok_s, r.speedup, r.ttft_ms, r.draft_ms, r.verify_ms, r.match);
+}
+
+std::string match_text(const BenchReport& rep, bool match) {
+    if (!rep.greedy) return "-";
+    return match ? "yes" : "NO";
+}
+
+std::string histogram_text(const std::vector<int64_t>& hist) {
+    int64_t total = 0, most = 0;
+    for (size_t n = 1; n < hist.size(); ++n) {
+        total += hist[n];
+        most = std::max(most, hist[n]);
+    }
+    std::string out = "acceptance length (tokens committed per step, incl. the target's token):\n";
+    out += fmt::format("{:>4}  {:>8}  {:>6}\n", "n", "steps", "share");
+    for (size_t n = 1; n < hist.size(); ++n) {
+        const size_t bar = most > 0 ? static_cast<size_t>(40 * hist[n] / most) : 0;
+        std::string row =
+            fmt::format("{:>4}  {:>8}  {:>5.1f}%  {}", n, hist[n],
+                        100.0 * ratio(static_cast<double>(hist[n]), static_cast<double>(total)),
+                        std::string(bar, '#'));
+        while (row.back() == ' ') row.pop_back();
+        out += row + "\n";
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string format_bench_table(const BenchReport& rep) {
+    size_t label_w = 5;
+    for (const auto& r : rep.requests) label_w = std::max(label_w, r.label.size());
+    std::string out = fmt::format(
+        "{:>6}  {:<{}}  {:>6}  {:>6}  {:>6}  {:>5}  {:>10}  {:>10}  {:>8}  {:>8}  {:>8}  {:>9}  "
+        "{}\n",
+        "prompt", "label", label_w, "P", "new", "steps", "tau", "base tok/s", "spec tok/s",
+        "speed-up", "ttft ms", "draft ms", "verify ms", "same");
+    for (size_t i = 0; i < rep.requests.size(); ++i) {
+        const BenchRequest& r = rep.requests[i];
+        const GenerateStats& a = r.baseline;
+        const GenerateStats& b = r.speculative;
+        out += format_row(
+            {std::to_string(i), r.label, r.prompt_tokens, b.new_tokens, b.steps, b.tau(),
+             per_s(a.new_tokens, a.decode_s), per_s(b.new_tokens, b.decode_s),
+             ratio(ratio(a.decode_s, static_cast<double>(a.new_tokens)),
+                   ratio(b.decode_s, static_cast<double>(b.new_tokens))),
+             ms(b.prefill_s), ms(ratio(b.draft_s, static_cast<double>(b.steps))),
+             ms(ratio(b.verify_s, static_cast<double>(b.steps))), match_text(rep, r.outputs_match)},
+            label_w);
+    }
+    const BenchTotals& t = rep.total;
+    const double steps = static_cast<double>(t.speculative_steps);
+    out += format_row(
+        {"total", fmt::format("{} prompts", t.requests), t.prompt_tokens, t.speculative_new_tokens,
+         t.speculative_steps, t.tau(), per_s(t.baseline_new_tokens, t.baseline_decode_s),
+         per_s(t.speculative_new_tokens, t.speculative_decode_s), t.speedup(),
+         ms(ratio(t.speculative_prefill_s, static_cast<double>(t.requests))),
+         ms(ratio(t.draft_s, steps)), ms(ratio(t.verify_s, steps)),
+         match_text(rep, rep.lossless())},
+        label_w);
+    out +=
+        "(tok/s and speed-up: decode after the prefill; ttft: prefill; draft/verify: per step)\n\n";
+    const double t_ar = ratio(t.baseline_decode_s, static_cast<double>(t.baseline_steps));
+    out += fmt::format(
+        "speed-up {:.2f}x measured, {:.2f}x predicted = tau {:.2f} x t_AR {:.3f} ms / (t_draft "
+        "{:.3f} + t_verify {:.3f} ms); measured/predicted {:.2f}\n",
+        t.speedup(), t.predicted_speedup(), t.tau(), ms(t_ar), ms(ratio(t.draft_s, steps)),
+        ms(ratio(t.verify_s, steps)), ratio(t.speedup(), t.predicted_speedup()));
+    out +=
+        fmt::format("tau: {:.3f} pooled over steps, {:.3f} mean of per-prompt tau; block size {}\n",
+                    t.tau(), rep.mean_request_tau(), rep.block_size);
+    if (!rep.greedy) {
+        out += "lossless: not checked (temperature > 0: outputs are samples)\n";
+    } else if (rep.lossless()) {
+        out += fmt::format("lossless: yes, {} of {} greedy outputs identical token for token\n",
+                           rep.requests.size(), rep.requests.size());
+    } else {
+        out +=
+            fmt::format("lossless: NO, {} of {} outputs differ; first: {}\n", rep.mismatches.size(),
+                        rep.requests.size(), rep.mismatches.front().to_string());
+    }
+    out += '\n';
+    out += histogram_text(t.accept_hist);
+    return out;
+}
+
+nlohmann::json bench_to_json(const BenchReport& rep) {
+    using nlohmann::json;
+    auto stats = [](const GenerateStats& s) {
+        return json{{"new_tokens", s.new_tokens},
+                    {"steps", s.steps},
+                    {"tau", s.tau()},
+                    {"accept_hist", s.accept_hist},
+                    {"prefill_s", s.prefill_s},
+                    {"draft_s", s.draft_s},
+                    {"verify_s", s.verify_s},
+                    {"decode_s", s.decode_s},
+                    {"tokens_per_s", per_s(s.new_tokens, s.decode_s)}};
+    };
+    json requests = json::array();
+    for (const auto& r : rep.requests) {
+        requests.push_back({{"label", r.label},
+                            {"prompt_tokens", r.prompt_tokens},
+                            {"baseline", stats(r.baseline)},
+                            {"speculative", stats(r.speculative)},
+                            {"outputs_match", r.outputs_match}});
+    }
+    json mismatches = json::array();
+    for (const auto& m : rep.mismatches) {
+        mismatches.push_back({{"prompt", m.prompt},
+                              {"position", m.position},
+                              {"baseline_token", m.baseline_token},
+                              {"speculative_token", m.speculative_token}});
+    }
+    const BenchTotals& t = rep.total;
+    const double steps = static_cast<double>(t.speculative_steps);
+    json total = {
+        {"requests", t.requests},
+        {"prompt_tokens", t.prompt_tokens},
+        {"baseline_new_tokens", t.baseline_new_tokens},
+        {"speculative_new_tokens", t.speculative_new_tokens},
+        {"baseline_steps", t.baseline_steps},
+        {"speculative_steps", t.speculative_steps},
+        {"tau", t.tau()},
+        {"tau_mean_of_requests", rep.mean_request_tau()},
+        {"accept_hist", t.accept_hist},
+        {"baseline_tpot_s", t.baseline_tpot_s()},
+        {"speculative_tpot_s", t.speculative_tpot_s()},
+        {"baseline_tokens_per_s", per_s(t.baseline_new_tokens, t.baseline_decode_s)},
+        {"speculative_tokens_per_s", per_s(t.speculative_new_tokens, t.speculative_decode_s)},
+        {"ttft_s", ratio(t.speculative_prefill_s, static_cast<double>(t.requests))},
+        {"t_ar_s", ratio(t.baseline_decode_s, static_cast<double>(t.baseline_steps))},
+        {"t_draft_s", ratio(t.draft_s, steps)},
+        {"t_verify_s", ratio(t.verify_s, steps)},
+        {"speedup", t.speedup()},
+        {"predicted_speedup", t.predicted_speedup()},
+        {"measured_over_predicted", ratio(t.speedup(), t.predicted_speedup())}};
+    return json{{"block_size", rep.block_size}, {"max_new_tokens", rep.max_new_tokens},
+                {"greedy", rep.greedy},         {"lossless_checked", rep.greedy},
+                {"lossless", rep.lossless()},   {"mismatches", mismatches},
+                {"requests", requests},         {"total", total}};
+}
+
+}  // namespace dflash

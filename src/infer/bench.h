@@ -1,0 +1,109 @@
+// `dflash bench` as a library: for each prompt, plain decoding and speculative decoding with the
+// same engine and options, the metrics of dflash-spec §2.5 (tau, acceptance histogram, time per
+// output token, speed-up, time to first token) and a losslessness check (greedy outputs must be
+// identical token for token). Tested by tests/infer/bench_test.cpp.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/logging.h"
+#include "infer/prompts.h"
+#include "infer/spec_decode.h"
+#include "model/drafter.h"
+#include "model/target.h"
+
+namespace dflash {
+
+namespace config {
+class Settings;
+}
+
+// GenerateOptions from the infer.* settings (temperature, top_k, top_p, max_new_tokens,
+// block_size, draft_sampling, seed); stop tokens are left to the caller.
+GenerateOptions generate_options_from_settings(const config::Settings& s);
+
+// What ends a reply: the target's eos_token_id (when it has one) and, with a tokenizer, its eos
+// and end_turn tokens; duplicates removed.
+std::vector<int32_t> default_stop_tokens(const TargetConfig& target, const Tokenizer* tok);
+
+// One prompt: the plain run and the speculative run.
+struct BenchRequest {
+    std::string label;
+    int64_t prompt_tokens = 0;
+    GenerateStats baseline;     // plain decoding (block size 1)
+    GenerateStats speculative;  // drafter + target
+    bool outputs_match = true;  // token-for-token equal outputs (checked only when greedy)
+};
+
+// The first difference between the baseline's and the speculative output of one prompt.
+struct BenchMismatch {
+    int64_t prompt = 0;              // index into the prompt list
+    int64_t position = 0;            // index into the generated tokens
+    int32_t baseline_token = -1;     // -1: the output ended here
+    int32_t speculative_token = -1;  // -1: the output ended here
+    std::string to_string() const;   // "prompt i, position p: baseline t vs speculative u"
+};
+
+// Sums over all prompts, and the figures derived from them. Times per output token are decode
+// time (after the prefill) over new tokens, as in the reference benchmark.
+struct BenchTotals {
+    int64_t requests = 0;
+    int64_t prompt_tokens = 0;
+    int64_t baseline_new_tokens = 0, speculative_new_tokens = 0;
+    int64_t baseline_steps = 0, speculative_steps = 0;
+    std::vector<int64_t> accept_hist;  // [B+1]: steps that committed n tokens, n = 1..B
+    double baseline_prefill_s = 0, speculative_prefill_s = 0;
+    double baseline_decode_s = 0, speculative_decode_s = 0;
+    double draft_s = 0, verify_s = 0;
+
+    double tau() const;                 // tokens committed per step, pooled over prompts
+    double baseline_tpot_s() const;     // baseline decode time per output token
+    double speculative_tpot_s() const;  // speculative decode time per output token
+    double speedup() const;             // baseline_tpot_s / speculative_tpot_s
+    // tau * t_AR / (t_draft + t_verify): t_AR = baseline decode time per step (one token each),
+    // t_draft / t_verify = mean drafter / target time per speculative step. What the speed-up
+    // would be if the two forwards were the only cost (perf target 9).
+    double predicted_speedup() const;
+};
+
+struct BenchReport {
+    int64_t block_size = 0;
+    int64_t max_new_tokens = 0;
+    bool greedy = true;  // losslessness is only checked under greedy decoding
+    std::vector<BenchRequest> requests;
+    BenchTotals total;
+    std::vector<BenchMismatch> mismatches;  // empty when lossless (or not checked)
+    // Mean over prompts of each prompt's tau (the §2.5 definition); prompts without steps skipped.
+    double mean_request_tau() const;
+    bool lossless() const { return mismatches.empty(); }
+};
+
+// The first difference between two outputs of prompt `prompt`; nullopt when they are equal.
+std::optional<BenchMismatch> first_difference(int64_t prompt, const std::vector<int32_t>& baseline,
+                                              const std::vector<int32_t>& speculative);
+
+// A short warm-up (the first prompt, at most 16 tokens, through each engine), then for each prompt
+// the baseline run and the speculative run with identical options. Progress and every mismatch
+// are logged.
+BenchReport run_bench(const TargetModel& target, const DrafterModel& drafter, Backend& be,
+                      const std::vector<Prompt>& prompts, const GenerateOptions& opt,
+                      const Logger& log);
+
+// The same with the two engines given: `baseline` must decode plainly and `speculative` with a
+// drafter. Lets tests pit a speculative engine against a baseline of a different target.
+BenchReport run_bench_engines(const SpeculativeEngine& baseline,
+                              const SpeculativeEngine& speculative,
+                              const std::vector<Prompt>& prompts, const GenerateOptions& opt,
+                              const Logger& log);
+
+// An aligned table a person reads: one row per prompt and a total row, the prediction, the
+// losslessness verdict, then the acceptance-length histogram.
+std::string format_bench_table(const BenchReport& r);
+
+nlohmann::json bench_to_json(const BenchReport& r);
+
+}  // namespace dflash

@@ -1,0 +1,190 @@
+// Training checkpoints. Tested by tests/train/checkpoint_test.cpp.
+#include "train/checkpoint.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "core/checkpoint_io.h"
+#include "core/error.h"
+#include "core/safetensors.h"
+
+namespace dflash::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Tensor names in training_state.safetensors.
+std::string master_key(const std::string& n) {
+    return "master." + n;
+}
+std::string m_key(const std::string& n) {
+    return "adam_m." + n;
+}
+std::string v_key(const std::string& n) {
+    return "adam_v." + n;
+}
+
+void write_state_tensors(const fs::path& path, const ParamSet& params, const AdamW& opt) {
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    const auto& ps = params.params();
+    DF_ASSERT(ps.size() == opt.size());
+    for (size_t i = 0; i < ps.size(); ++i) {
+        tensors.emplace_back(master_key(ps[i].name), ps[i].value.view());
+        tensors.emplace_back(m_key(ps[i].name), opt.m(i).view());
+        tensors.emplace_back(v_key(ps[i].name), opt.v(i).view());
+    }
+    write_safetensors(path, tensors, {{"format", "dflash-training-state"}}, DType::f32);
+}
+
+void read_into(const SafetensorsFile& f, const std::string& key, const Tensor& dst) {
+    DF_CHECK(f.has(key), "'{}' has no tensor '{}'; was the checkpoint written for another model?",
+             f.path().string(), key);
+    HostTensor t = f.read_f32(key);
+    DF_CHECK(t.shape() == dst.shape(), "'{}': tensor '{}' has shape {} but the model needs {}",
+             f.path().string(), key, t.shape().to_string(), dst.shape().to_string());
+    copy_tensor(dst, t);
+}
+
+std::string read_text(const fs::path& p) {
+    std::ifstream in(p);
+    DF_CHECK(in.good(), "cannot read '{}'", p.string());
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+template <class T>
+T field(const nlohmann::json& j, const char* key) {
+    DF_CHECK(j.contains(key),
+             "training_state.json has no \"{}\"; is it from another dflash "
+             "version?",
+             key);
+    try {
+        return j.at(key).get<T>();
+    } catch (const nlohmann::json::exception& e) {
+        DF_FAIL("training_state.json: \"{}\" has the wrong type ({})", key, e.what());
+    }
+}
+
+}  // namespace
+
+nlohmann::json training_state_to_json(const TrainingState& s) {
+    nlohmann::json loaders = nlohmann::json::array();
+    for (const auto& l : s.loaders) loaders.push_back(loader_state_to_json(l));
+    return {{"format_version", kTrainingStateVersion},
+            {"kind", s.kind},
+            {"step", s.step},
+            {"total_steps", s.total_steps},
+            {"epoch", s.epoch},
+            {"loaders", loaders},
+            {"rng", {{"seed", s.seed}, {"anchor_seed", s.anchor_seed}}},
+            {"settings_hash", s.settings_hash},
+            {"settings_toml", s.settings_toml}};
+}
+
+TrainingState training_state_from_json(const nlohmann::json& j) {
+    DF_CHECK(j.is_object(), "training_state.json must hold a JSON object");
+    const int version = field<int>(j, "format_version");
+    DF_CHECK(version == kTrainingStateVersion,
+             "training_state.json has format_version {} but this dflash reads version {}", version,
+             kTrainingStateVersion);
+    TrainingState s;
+    s.kind = field<std::string>(j, "kind");
+    s.step = field<int64_t>(j, "step");
+    s.total_steps = field<int64_t>(j, "total_steps");
+    s.epoch = field<int64_t>(j, "epoch");
+    const auto loaders = field<nlohmann::json>(j, "loaders");
+    DF_CHECK(loaders.is_array() && !loaders.empty(),
+             "training_state.json: \"loaders\" must be a non-empty array (one per worker)");
+    for (const auto& l : loaders) s.loaders.push_back(loader_state_from_json(l));
+    const auto rng = field<nlohmann::json>(j, "rng");
+    s.seed = field<uint64_t>(rng, "seed");
+    s.anchor_seed = field<uint64_t>(rng, "anchor_seed");
+    s.settings_hash = field<std::string>(j, "settings_hash");
+    s.settings_toml = field<std::string>(j, "settings_toml");
+    return s;
+}
+
+std::string checkpoint_name(int64_t step) {
+    return fmt::format("checkpoint-{:06d}", step);
+}
+
+fs::path write_checkpoint(const fs::path& run_dir, const TrainingState& state,
+                          const ParamSet& params, const AdamW& opt,
+                          const std::function<void(const fs::path&)>& save_model) {
+    const fs::path final_dir = run_dir / checkpoint_name(state.step);
+    const fs::path tmp = run_dir / (".tmp-" + checkpoint_name(state.step));
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    fs::create_directories(tmp);
+    try {
+        save_model(tmp);
+        write_state_tensors(tmp / kTrainingStateTensors, params, opt);
+        write_text_atomic(tmp / kTrainingStateJson, training_state_to_json(state).dump(2) + "\n");
+        write_text_atomic(tmp / kRunSettingsFile, state.settings_toml);
+        // rename() cannot replace a non-empty directory: a checkpoint of this step from an
+        // earlier attempt is removed first (its content is what we are about to rewrite).
+        fs::remove_all(final_dir);
+        fs::rename(tmp, final_dir);
+    } catch (...) {
+        fs::remove_all(tmp, ec);
+        throw;
+    }
+    write_text_atomic(run_dir / kLatestFile, final_dir.filename().string() + "\n");
+    return final_dir;
+}
+
+TrainingState read_training_state(const fs::path& checkpoint_dir) {
+    const fs::path p = checkpoint_dir / kTrainingStateJson;
+    DF_CHECK(fs::exists(p), "'{}' is not a training checkpoint: it has no {}",
+             checkpoint_dir.string(), kTrainingStateJson);
+    try {
+        return training_state_from_json(read_json_file(p));
+    } catch (const Error& e) {
+        DF_FAIL("{}: {}", p.string(), e.what());
+    }
+}
+
+void load_optimizer_state(const fs::path& checkpoint_dir, int64_t optimizer_steps, ParamSet& params,
+                          AdamW& opt) {
+    const SafetensorsFile f = SafetensorsFile::open(checkpoint_dir / kTrainingStateTensors);
+    auto& ps = params.params();
+    DF_ASSERT(ps.size() == opt.size());
+    for (size_t i = 0; i < ps.size(); ++i) {
+        read_into(f, master_key(ps[i].name), ps[i].value);
+        read_into(f, m_key(ps[i].name), opt.m(i));
+        read_into(f, v_key(ps[i].name), opt.v(i));
+    }
+    opt.set_steps_done(optimizer_steps);
+}
+
+std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {
+    const fs::path p = run_dir / kLatestFile;
+    if (!fs::exists(p)) return std::nullopt;
+    std::string name = read_text(p);
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    DF_CHECK(!name.empty() && name.find('/') == std::string::npos,
+             "'{}' should name a checkpoint directory of the run, but holds '{}'", p.string(),
+             name);
+    const fs::path dir = run_dir / name;
+    DF_CHECK(fs::is_directory(dir), "'{}' names '{}', which does not exist", p.string(), name);
+    return dir;
+}
+
+fs::path resolve_resume_dir(const fs::path& dir) {
+    DF_CHECK(fs::is_directory(dir),
+             "--resume '{}' is not a directory; give a checkpoint "
+             "directory or a run directory",
+             dir.string());
+    if (fs::exists(dir / kTrainingStateJson)) return dir;
+    const auto latest = latest_checkpoint(dir);
+    DF_CHECK(latest.has_value(),
+             "--resume '{}' is neither a checkpoint (no {}) nor a run "
+             "directory with checkpoints (no '{}' file)",
+             dir.string(), kTrainingStateJson, kLatestFile);
+    return *latest;
+}
+
+}  // namespace dflash::train

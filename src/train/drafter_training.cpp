@@ -1,0 +1,183 @@
+// Drafter training: the WorkerTask that runs the frozen target and the drafter's DFlash loss, and
+// run_drafter_training. Tested by tests/train/trainer_test.cpp and tests/train/checkpoint_test.cpp.
+#include "train/drafter_training.h"
+
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "data/anchors.h"
+#include "tokenizer/model_tokenizer.h"
+#include "train/checkpoint.h"
+
+namespace dflash::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uint64_t kInitSalt = 0x1417ull;
+
+struct DrafterLossOptions {
+    int64_t num_anchors = 512;
+    double gamma = 7.0;
+    int64_t ce_chunk = 8192;
+};
+
+void copy_params(const ParamSet& from, ParamSet& to) {
+    auto& dst = to.params();
+    const auto& src = from.params();
+    DF_ASSERT(dst.size() == src.size());
+    for (size_t i = 0; i < dst.size(); ++i) copy_tensor(dst[i].value, src[i].value);
+}
+
+class DrafterTask : public WorkerTask {
+  public:
+    DrafterTask(const TargetModel& target, const DrafterModel& init, const Tokenizer& tok,
+                DrafterLossOptions opt)
+        : target_(target), drafter_(init.config()), tok_(tok), opt_(opt) {
+        copy_params(init.params(), drafter_.params());
+        drafter_.params().enable_grads();
+    }
+
+    ParamSet& params() override { return drafter_.params(); }
+    int64_t num_positions() const override { return drafter_.block_size() - 1; }
+    bool reports_tau() const override { return true; }
+
+    void prepare(MicroBatch& mb, Rng& rng) const override {
+        mb.anchors = sample_anchors(mb.seq.loss_mask, opt_.num_anchors, rng);
+        mb.weight = mb.anchors.empty()
+                        ? 0.0
+                        : drafter_.weight_sum(mb.seq.loss_mask, mb.anchors, opt_.gamma);
+    }
+
+    void run(Backend& be, const MicroBatch& mb, float grad_scale, Scratch& scratch,
+             TaskStats& st) override {
+        const auto S = static_cast<int64_t>(mb.seq.tokens.size());
+        // The target's activations live in their own scratch: its keys must not collide with
+        // the drafter's, and `features` must survive the drafter's step.
+        Tensor features = target_scratch_.get("dflash.features", {S, drafter_.feature_dim()});
+        target_.forward(be, mb.seq.tokens, drafter_.config().target_layer_ids, target_scratch_,
+                        features, Tensor());
+        const auto ls = drafter_.train_step(be, target_.embed(), target_.lm_head(), features,
+                                            mb.seq.tokens, mb.seq.loss_mask, mb.anchors, opt_.gamma,
+                                            grad_scale, opt_.ce_chunk, scratch);
+        st.loss_sum += ls.loss_sum;
+        st.weight_sum += ls.weight_sum;
+        st.tokens += static_cast<double>(S);
+        for (int64_t k = 1; k < drafter_.block_size(); ++k) {
+            st.correct[k - 1] += static_cast<double>(ls.correct[k]);
+            st.count[k - 1] += static_cast<double>(ls.count[k]);
+        }
+    }
+
+    void save_model(const fs::path& dir) const override {
+        drafter_.save(dir, DType::bf16);
+        save_tokenizer_spec(dir, tok_);
+    }
+
+  private:
+    const TargetModel& target_;
+    DrafterModel drafter_;
+    const Tokenizer& tok_;
+    DrafterLossOptions opt_;
+    Scratch target_scratch_;
+};
+
+fs::path pick_eval_dir(const fs::path& given, const config::Settings& s) {
+    if (!given.empty()) return given;
+    return fs::path(s.get<std::string>("train.eval_data"));
+}
+
+fs::path pick_run_dir(const fs::path& output, const std::optional<fs::path>& resume_ckpt,
+                      const std::string& setting) {
+    if (!output.empty()) return output;
+    if (resume_ckpt) return resume_ckpt->parent_path();
+    return fs::path(setting);
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> training_tokenizer(const fs::path& target_dir,
+                                              const std::string& dataset_tokenizer) {
+    std::unique_ptr<Tokenizer> tok = has_tokenizer_spec(target_dir)
+                                         ? load_tokenizer_for_model(target_dir)
+                                         : make_tokenizer(dataset_tokenizer);
+    DF_CHECK(tok->name() == dataset_tokenizer,
+             "the target '{}' uses tokenizer '{}' but the data was tokenized with '{}'; "
+             "re-run `dflash data prepare` with the target's tokenizer",
+             target_dir.string(), tok->name(), dataset_tokenizer);
+    return tok;
+}
+
+DrafterModel make_initial_drafter(const TargetModel& target, const Tokenizer& tok,
+                                  const config::Settings& s) {
+    const TargetConfig& tc = target.config();
+    int64_t mask = s.get<int64_t>("drafter.mask_token_id");
+    if (mask < 0) mask = tok.specials().mask;
+    DF_CHECK(mask < tc.vocab_size,
+             "drafter.mask_token_id={} is outside the target vocabulary "
+             "(size {}); the MASK row must exist in the target's embedding",
+             mask, tc.vocab_size);
+    auto ids = s.get<std::vector<int64_t>>("drafter.target_layer_ids");
+    if (ids.empty()) {
+        // Spacing the ids by at least one layer needs L-3 >= n (spec §1.2 rule).
+        const int64_t n = std::clamp<int64_t>(tc.num_hidden_layers - 3, 1,
+                                              s.get<int64_t>("drafter.num_target_features"));
+        ids = default_target_layer_ids(tc.num_hidden_layers, n);
+    }
+    const DrafterConfig dc =
+        make_drafter_config(tc, s.get<int64_t>("drafter.num_layers"),
+                            s.get<int64_t>("drafter.block_size"), mask, std::move(ids));
+    const auto seed = static_cast<uint64_t>(s.get<int64_t>("runtime.seed"));
+    return DrafterModel::random(dc, seed ^ kInitSalt);
+}
+
+TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Settings& s,
+                                  const Logger& log) {
+    DF_CHECK(!job.target_dir.empty(), "no target: give --target DIR (an HF model directory)");
+    DF_CHECK(!job.data_dir.empty(), "no training data: give --data DIR (`dflash data prepare`)");
+    const ShardedDataset train = ShardedDataset::open(job.data_dir);
+    const fs::path eval_dir = pick_eval_dir(job.eval_data_dir, s);
+    std::optional<ShardedDataset> eval;
+    if (!eval_dir.empty()) eval.emplace(ShardedDataset::open(eval_dir));
+
+    const TargetModel target = TargetModel::load(job.target_dir);
+    const auto tok = training_tokenizer(job.target_dir, train.tokenizer_name());
+    DF_CHECK(train.vocab_size() <= target.config().vocab_size,
+             "the data's vocabulary ({} ids) is larger than the target's ({})", train.vocab_size(),
+             target.config().vocab_size);
+
+    TrainerSpec spec;
+    spec.kind = "drafter";
+    if (!job.resume.empty()) spec.resume_from = resolve_resume_dir(job.resume);
+    // The starting weights: a resumed run overwrites them with the checkpoint's fp32 masters,
+    // but the architecture comes from the checkpoint's config.json.
+    DrafterModel init = spec.resume_from            ? DrafterModel::load(*spec.resume_from)
+                        : !job.init_drafter.empty() ? DrafterModel::load(job.init_drafter)
+                                                    : make_initial_drafter(target, *tok, s);
+    const auto mismatch = drafter_target_mismatches(init.config(), target.config());
+    DF_CHECK(mismatch.empty(), "the drafter does not fit the target '{}': {}",
+             job.target_dir.string(), mismatch.front());
+    log.info("drafter: {} layers, block {}, target layers [{}], mask id {}, {} parameters",
+             init.config().layer.num_hidden_layers, init.block_size(),
+             fmt::join(init.config().target_layer_ids, ", "), init.config().mask_token_id,
+             init.params().numel());
+
+    spec.train_data = &train;
+    spec.eval_data = eval ? &*eval : nullptr;
+    spec.max_length = s.get<int64_t>("train.max_length");
+    spec.lr = s.get<double>("train.lr");
+    spec.epochs = s.get<int64_t>("train.epochs");
+    spec.max_steps = s.get<int64_t>("train.max_steps");
+    spec.run_dir =
+        pick_run_dir(job.output_dir, spec.resume_from, s.get<std::string>("train.output_dir"));
+    spec.hooks = job.hooks;
+    const DrafterLossOptions lo{s.get<int64_t>("train.num_anchors"),
+                                s.get<double>("train.loss_decay_gamma"),
+                                s.get<int64_t>("train.lm_head_chunk")};
+    spec.make_task = [&](int) { return std::make_unique<DrafterTask>(target, init, *tok, lo); };
+    return run_trainer(spec, s, log);
+}
+
+}  // namespace dflash::train

@@ -1,0 +1,44 @@
+// `dflash train` as a library function: a DFlash drafter trained for a frozen target on a
+// tokenized dataset (dflash-spec §3), with the data-parallel loop of trainer.h. The target is
+// loaded once and shared read-only by every worker; each worker owns its drafter replica.
+// Tested by tests/train/trainer_test.cpp and tests/train/checkpoint_test.cpp.
+#pragma once
+
+#include <filesystem>
+
+#include "config/settings.h"
+#include "core/logging.h"
+#include "model/drafter.h"
+#include "model/target.h"
+#include "tokenizer/tokenizer.h"
+#include "train/trainer.h"
+
+namespace dflash::train {
+
+struct DrafterTrainJob {
+    std::filesystem::path target_dir;     // HF target directory
+    std::filesystem::path data_dir;       // *.dfshard training data
+    std::filesystem::path eval_data_dir;  // empty: train.eval_data (empty too: no evaluation)
+    // Empty: the run directory of `resume` when resuming, else train.output_dir.
+    std::filesystem::path output_dir;
+    std::filesystem::path resume;        // a checkpoint or run directory; empty: a fresh run
+    std::filesystem::path init_drafter;  // start from this drafter instead of a random one
+    TrainHooks hooks;
+};
+
+TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Settings& settings,
+                                  const Logger& log);
+
+// The drafter a fresh run starts from: make_drafter_config from the target's dims and the
+// drafter.* settings (mask id -1 = the tokenizer's MASK; empty target_layer_ids = the spec §1.2
+// rule with drafter.num_target_features ids, fewer for shallow targets), weights N(0, 0.02^2)
+// seeded by runtime.seed.
+DrafterModel make_initial_drafter(const TargetModel& target, const Tokenizer& tok,
+                                  const config::Settings& settings);
+
+// The tokenizer of a training run: the target's (dflash_tokenizer.json) when it names one, else
+// the one the dataset was tokenized with; the two must agree.
+std::unique_ptr<Tokenizer> training_tokenizer(const std::filesystem::path& target_dir,
+                                              const std::string& dataset_tokenizer);
+
+}  // namespace dflash::train

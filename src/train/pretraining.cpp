@@ -1,0 +1,133 @@
+// Target pretraining: the WorkerTask around TargetModel::train_step, and run_pretraining.
+// Tested by tests/train/pretrain_test.cpp.
+#include "train/pretraining.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/target.h"
+#include "tokenizer/model_tokenizer.h"
+#include "train/checkpoint.h"
+
+namespace dflash::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uint64_t kInitSalt = 0x7a67ull;
+
+class PretrainTask : public WorkerTask {
+  public:
+    PretrainTask(const TargetModel& init, const Tokenizer& tok, bool loss_on_prompt,
+                 int64_t ce_chunk)
+        : model_(init.config()), tok_(tok), loss_on_prompt_(loss_on_prompt), chunk_(ce_chunk) {
+        auto& dst = model_.params().params();
+        const auto& src = init.params().params();
+        for (size_t i = 0; i < dst.size(); ++i) copy_tensor(dst[i].value, src[i].value);
+        model_.params().enable_grads();
+    }
+
+    ParamSet& params() override { return model_.params(); }
+    int64_t num_positions() const override { return 1; }
+    bool reports_tau() const override { return false; }
+
+    void prepare(MicroBatch& mb, Rng&) const override {
+        // Row t predicts token t+1 with weight mask[t+1] (TargetModel::train_step).
+        if (loss_on_prompt_) std::fill(mb.seq.loss_mask.begin(), mb.seq.loss_mask.end(), 1);
+        double w = 0;
+        for (size_t t = 1; t < mb.seq.loss_mask.size(); ++t) w += mb.seq.loss_mask[t];
+        mb.weight = w;
+    }
+
+    void run(Backend& be, const MicroBatch& mb, float grad_scale, Scratch& scratch,
+             TaskStats& st) override {
+        const auto ls =
+            model_.train_step(be, mb.seq.tokens, mb.seq.loss_mask, grad_scale, chunk_, scratch);
+        st.loss_sum += ls.loss_sum;
+        st.weight_sum += ls.weight_sum;
+        st.tokens += static_cast<double>(mb.seq.tokens.size());
+        st.correct[0] += static_cast<double>(ls.correct);
+        st.count[0] += static_cast<double>(ls.rows);
+    }
+
+    void save_model(const fs::path& dir) const override {
+        model_.save(dir, DType::bf16);
+        save_tokenizer_spec(dir, tok_);
+    }
+
+  private:
+    TargetModel model_;
+    const Tokenizer& tok_;
+    bool loss_on_prompt_;
+    int64_t chunk_;
+};
+
+}  // namespace
+
+TargetConfig pretrain_target_config(const config::Settings& s, const Tokenizer& tok,
+                                    int64_t data_vocab) {
+    TargetConfig c;
+    c.model_type = "qwen3";
+    c.hidden_size = s.get<int64_t>("pretrain.hidden_size");
+    c.num_hidden_layers = s.get<int64_t>("pretrain.num_layers");
+    c.num_attention_heads = s.get<int64_t>("pretrain.num_heads");
+    c.num_key_value_heads = s.get<int64_t>("pretrain.num_kv_heads");
+    c.head_dim = s.get<int64_t>("pretrain.head_dim");
+    c.intermediate_size = s.get<int64_t>("pretrain.intermediate_size");
+    c.vocab_size = (std::max(tok.vocab_size(), data_vocab) + 7) / 8 * 8;
+    // Generation runs past the training length (prompt + new tokens + a block): RoPE allows it.
+    c.max_position_embeddings = std::max<int64_t>(4096, s.get<int64_t>("pretrain.max_length"));
+    c.rms_norm_eps = 1e-6;
+    c.rope.theta = 10000.0;
+    c.tie_word_embeddings = false;
+    c.attention_bias = false;
+    c.qk_norm = true;
+    c.bos_token_id = tok.specials().bos;
+    c.eos_token_id = tok.specials().eos;
+    c.torch_dtype = "bfloat16";
+    const auto p = c.problems();
+    DF_CHECK(p.empty(), "the pretrain.* settings do not make a valid target: {}", p.front());
+    return c;
+}
+
+TrainSummary run_pretraining(const PretrainJob& job, const config::Settings& s, const Logger& log) {
+    DF_CHECK(!job.data_dir.empty(), "no training data: give --data DIR (`dflash data prepare`)");
+    const ShardedDataset train = ShardedDataset::open(job.data_dir);
+    fs::path eval_dir = job.eval_data_dir;
+    if (eval_dir.empty()) eval_dir = s.get<std::string>("train.eval_data");
+    std::optional<ShardedDataset> eval;
+    if (!eval_dir.empty()) eval.emplace(ShardedDataset::open(eval_dir));
+    const auto tok = make_tokenizer(train.tokenizer_name());
+
+    TrainerSpec spec;
+    spec.kind = "target";
+    if (!job.resume.empty()) spec.resume_from = resolve_resume_dir(job.resume);
+    const auto seed = static_cast<uint64_t>(s.get<int64_t>("runtime.seed"));
+    const TargetModel init =
+        spec.resume_from ? TargetModel::load(*spec.resume_from)
+                         : TargetModel::random(pretrain_target_config(s, *tok, train.vocab_size()),
+                                               seed ^ kInitSalt);
+    const TargetConfig& c = init.config();
+    log.info("target: qwen3, {} layers, hidden {}, heads {}/{}, vocab {}, {} parameters",
+             c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
+             c.vocab_size, init.params().numel());
+
+    spec.train_data = &train;
+    spec.eval_data = eval ? &*eval : nullptr;
+    spec.max_length = s.get<int64_t>("pretrain.max_length");
+    spec.lr = s.get<double>("pretrain.lr");
+    spec.epochs = s.get<int64_t>("pretrain.epochs");
+    spec.max_steps = s.get<int64_t>("pretrain.max_steps");
+    spec.run_dir = !job.output_dir.empty() ? job.output_dir
+                   : spec.resume_from      ? spec.resume_from->parent_path()
+                                           : fs::path(s.get<std::string>("pretrain.output_dir"));
+    spec.hooks = job.hooks;
+    const bool on_prompt = s.get<bool>("pretrain.loss_on_prompt");
+    const int64_t chunk = s.get<int64_t>("train.lm_head_chunk");
+    spec.make_task = [&](int) {
+        return std::make_unique<PretrainTask>(init, *tok, on_prompt, chunk);
+    };
+    return run_trainer(spec, s, log);
+}
+
+}  // namespace dflash::train

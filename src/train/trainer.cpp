@@ -1,0 +1,518 @@
+// The data-parallel training loop (see trainer.h). Tested by tests/train/trainer_test.cpp and
+// tests/train/pretrain_test.cpp.
+#include "train/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "backend/cpu/cpu_ops.h"
+#include "comm/in_process.h"
+#include "config/dump.h"
+#include "core/error.h"
+#include "core/safetensors.h"
+#include "train/checkpoint.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+#include "train/signal_watcher.h"
+#include "train/worker_pool.h"
+
+namespace dflash::train {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// Salts that separate the random streams derived from runtime.seed.
+constexpr uint64_t kAnchorSalt = 0xa9c40a11ull;
+constexpr uint64_t kEvalSalt = 0xe7a1ull;
+
+struct LoopOptions {
+    int workers = 1;
+    int threads = 1;  // per worker
+    int64_t batch = 1;
+    int64_t accumulation = 1;
+    double grad_clip = 0;
+    AdamWConfig adamw;
+    ScheduleKind schedule = ScheduleKind::cosine;
+    double warmup_ratio = 0;
+    int64_t log_every = 1;
+    int64_t eval_every = 0;
+    int64_t eval_sequences = 0;
+    int64_t checkpoint_every = 0;
+    uint64_t seed = 0;
+    bool packing = true;
+};
+
+LoopOptions read_options(const config::Settings& s) {
+    LoopOptions o;
+    o.workers = static_cast<int>(s.get<int64_t>("runtime.devices"));
+    const auto threads = s.get<int64_t>("runtime.threads");
+    const auto cores = static_cast<int64_t>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+    o.threads = static_cast<int>(threads > 0 ? threads : std::max<int64_t>(1, cores / o.workers));
+    const auto backend = s.get<std::string>("runtime.backend");
+    DF_CHECK(backend != "cuda",
+             "runtime.backend=cuda: training on CUDA is not built yet; use "
+             "runtime.backend=cpu (or auto)");
+    o.batch = s.get<int64_t>("train.batch_size");
+    o.accumulation = s.get<int64_t>("train.accumulation");
+    o.grad_clip = s.get<double>("train.grad_clip");
+    o.adamw = {s.get<double>("train.beta1"), s.get<double>("train.beta2"),
+               s.get<double>("train.adam_eps"), s.get<double>("train.weight_decay")};
+    o.schedule = parse_schedule_kind(s.get<std::string>("train.schedule"));
+    o.warmup_ratio = s.get<double>("train.warmup_ratio");
+    o.log_every = s.get<int64_t>("train.log_every");
+    o.eval_every = s.get<int64_t>("train.eval_every");
+    o.eval_sequences = s.get<int64_t>("train.eval_sequences");
+    o.checkpoint_every = s.get<int64_t>("train.checkpoint_every");
+    o.seed = static_cast<uint64_t>(s.get<int64_t>("runtime.seed"));
+    o.packing = s.get<bool>("data.pack");
+    return o;
+}
+
+LoaderOptions loader_options(const TrainerSpec& spec, const LoopOptions& o, int rank) {
+    LoaderOptions lo;
+    lo.max_length = spec.max_length;
+    lo.packing = o.packing;
+    lo.seed = o.seed;
+    lo.rank = rank;
+    lo.world = o.workers;
+    lo.drop_last = false;
+    return lo;
+}
+
+// State every worker reads and worker 0 writes results into (only worker 0 touches `summary`).
+struct Shared {
+    const TrainerSpec& spec;
+    const config::Settings& settings;
+    const Logger& log;
+    LoopOptions opt;
+    int64_t total_steps = 0;
+    std::optional<TrainingState> resume;
+    InProcessGroup group;
+    Clock::time_point start = Clock::now();
+    bool tty = false;
+    std::optional<MetricsLog> metrics;  // worker 0 appends
+    TrainSummary summary;
+
+    Shared(const TrainerSpec& s, const config::Settings& st, const Logger& l, LoopOptions o)
+        : spec(s), settings(st), log(l), opt(o), group(o.workers) {}
+};
+
+std::vector<double> pack_stats(const TaskStats& st) {
+    std::vector<double> v = {st.loss_sum, st.weight_sum, st.tokens};
+    v.insert(v.end(), st.correct.begin(), st.correct.end());
+    v.insert(v.end(), st.count.begin(), st.count.end());
+    return v;
+}
+
+TaskStats unpack_stats(const std::vector<double>& v, int64_t P) {
+    TaskStats st;
+    st.loss_sum = v[0];
+    st.weight_sum = v[1];
+    st.tokens = v[2];
+    st.correct.assign(v.begin() + 3, v.begin() + 3 + P);
+    st.count.assign(v.begin() + 3 + P, v.begin() + 3 + 2 * P);
+    return st;
+}
+
+std::vector<double> accuracies(const TaskStats& st) {
+    std::vector<double> acc(st.correct.size());
+    for (size_t k = 0; k < acc.size(); ++k)
+        acc[k] = st.count[k] > 0 ? st.correct[k] / st.count[k] : 0.0;
+    return acc;
+}
+
+class Worker {
+  public:
+    Worker(Shared& sh, WorkerContext& ctx)
+        : sh_(sh), ctx_(ctx), comm_(sh.group.rank(ctx.id())), rank_(ctx.id()) {}
+    void run();
+
+  private:
+    void setup();
+    bool train_step(int64_t step);  // true when the workers agreed to stop
+    void all_reduce_grads(float stop_flag, float& stop_sum);
+    void evaluate(int64_t step);
+    void checkpoint(int64_t step);
+    void report(const StepRecord& r);
+    double elapsed() const {
+        return std::chrono::duration<double>(Clock::now() - sh_.start).count();
+    }
+
+    Shared& sh_;
+    WorkerContext& ctx_;
+    Communicator& comm_;
+    int rank_;
+    std::unique_ptr<Backend> be_;
+    std::unique_ptr<WorkerTask> task_;
+    std::unique_ptr<PackedLoader> loader_;
+    std::unique_ptr<AdamW> opt_;
+    std::optional<LrSchedule> sched_;
+    Scratch scratch_;
+    std::vector<float> flat_;  // [numel + 1]: every gradient, then the stop flag
+    int64_t start_step_ = 0;
+    int64_t last_ckpt_ = -1;
+    double step_seconds_ = 0;  // sum over this call's steps (for the ETA)
+};
+
+void Worker::setup() {
+    be_ = make_cpu_backend(sh_.opt.threads);
+    task_ = sh_.spec.make_task(rank_);
+    DF_ASSERT(task_->params().has_grads(), "a training replica needs gradients");
+    loader_ = std::make_unique<PackedLoader>(*sh_.spec.train_data,
+                                             loader_options(sh_.spec, sh_.opt, rank_));
+    opt_ = std::make_unique<AdamW>(task_->params(), sh_.opt.adamw);
+    sched_.emplace(sh_.opt.schedule, sh_.spec.lr, sh_.total_steps, sh_.opt.warmup_ratio);
+    flat_.assign(static_cast<size_t>(task_->params().numel()) + 1, 0.0f);
+    if (sh_.resume) {
+        const TrainingState& rs = *sh_.resume;
+        loader_->set_state(rs.loaders[rank_]);
+        load_optimizer_state(*sh_.spec.resume_from, rs.step, task_->params(), *opt_);
+        start_step_ = last_ckpt_ = rs.step;
+    }
+}
+
+void Worker::run() {
+    setup();
+    for (int64_t step = start_step_ + 1; step <= sh_.total_steps; ++step) {
+        ctx_.set_phase(fmt::format("step {}", step));
+        if (sh_.spec.hooks.on_step_begin) sh_.spec.hooks.on_step_begin(rank_, step);
+        const bool stop = train_step(step);
+        const bool last = step == sh_.total_steps;
+        const int64_t ee = sh_.opt.eval_every;
+        if (sh_.spec.eval_data && ((ee > 0 && step % ee == 0) || (last && !stop))) evaluate(step);
+        const int64_t ce = sh_.opt.checkpoint_every;
+        if (stop || last || (ce > 0 && step % ce == 0)) checkpoint(step);
+        if (stop) {
+            if (rank_ == 0) sh_.summary.interrupted = true;
+            break;
+        }
+    }
+    if (rank_ == 0 && sh_.tty && sh_.spec.hooks.progress) std::fputs("\n", stdout);
+}
+
+bool Worker::train_step(int64_t step) {
+    const auto t0 = Clock::now();
+    const LoopOptions& o = sh_.opt;
+    std::vector<MicroBatch> mbs(static_cast<size_t>(o.batch * o.accumulation));
+    double w_local = 0;
+    for (MicroBatch& mb : mbs) {
+        mb.seq = loader_->next();
+        const LoaderState ls = loader_->state();
+        // The index of this sequence in the epoch's global order: the same whatever the layout.
+        const auto g = static_cast<uint64_t>((ls.cursor - 1) * o.workers + rank_);
+        Rng rng = Rng(o.seed ^ kAnchorSalt).fork(static_cast<uint64_t>(ls.epoch)).fork(g);
+        task_->prepare(mb, rng);
+        w_local += mb.weight;
+    }
+    double w = w_local;
+    comm_.all_reduce_sum(&w, 1);
+    ParamSet& params = task_->params();
+    params.zero_grads();
+    const int64_t P = task_->num_positions();
+    TaskStats st;
+    st.correct.assign(P, 0.0);
+    st.count.assign(P, 0.0);
+    const float scale = w > 0 ? static_cast<float>(1.0 / w) : 0.0f;
+    for (const MicroBatch& mb : mbs) {
+        if (mb.weight > 0)
+            task_->run(*be_, mb, scale, scratch_, st);
+        else
+            st.tokens += static_cast<double>(mb.seq.tokens.size());
+    }
+    float stop_sum = 0;
+    all_reduce_grads(ctx_.stop_requested() ? 1.0f : 0.0f, stop_sum);
+    std::vector<double> packed = pack_stats(st);
+    comm_.all_reduce_sum(packed.data(), packed.size());
+    const TaskStats g = unpack_stats(packed, P);
+    const double loss = w > 0 ? g.loss_sum / w : 0.0;
+    DF_CHECK(std::isfinite(loss),
+             "the loss is {} at step {}: training diverged (lower train.lr "
+             "or raise train.warmup_ratio); the last checkpoint is intact",
+             loss, step);
+    const double norm = global_grad_norm(*be_, params);
+    DF_CHECK(std::isfinite(norm),
+             "the gradient norm is {} at step {}; the last checkpoint is "
+             "intact",
+             norm, step);
+    clip_grad_norm(*be_, params, norm, o.grad_clip);
+    const double lr = sched_->lr(step);
+    if (w > 0)
+        opt_->step(*be_, params, lr);
+    else if (rank_ == 0)
+        sh_.log.warn("step {}: no token carries loss weight; update skipped", step);
+
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    step_seconds_ += secs;
+    StepRecord r;
+    r.step = step;
+    r.total_steps = sh_.total_steps;
+    r.epoch = loader_->state().epoch;
+    r.loss = loss;
+    r.acc = accuracies(g);
+    if (task_->reports_tau()) r.tau_implied = implied_tau(r.acc);
+    r.lr = lr;
+    r.grad_norm = norm;
+    r.tokens_per_s = secs > 0 ? g.tokens / secs : 0;
+    r.elapsed_s = elapsed();
+    r.eta_s = step_seconds_ / static_cast<double>(step - start_step_) *
+              static_cast<double>(sh_.total_steps - step);
+    report(r);
+    return stop_sum > 0;
+}
+
+void Worker::all_reduce_grads(float stop_flag, float& stop_sum) {
+    auto& ps = task_->params().params();
+    size_t off = 0;
+    for (const Param& p : ps) {
+        const float* g = p.grad.f32();
+        std::copy(g, g + p.grad.numel(), flat_.begin() + static_cast<ptrdiff_t>(off));
+        off += static_cast<size_t>(p.grad.numel());
+    }
+    flat_[off] = stop_flag;
+    comm_.all_reduce_sum(flat_.data(), flat_.size());
+    off = 0;
+    for (Param& p : ps) {
+        std::copy(flat_.begin() + static_cast<ptrdiff_t>(off),
+                  flat_.begin() + static_cast<ptrdiff_t>(off + p.grad.numel()), p.grad.f32());
+        off += static_cast<size_t>(p.grad.numel());
+    }
+    stop_sum = flat_[off];
+}
+
+// Moves the gradients out of a ParamSet for its lifetime, so that forwards compute no backward.
+class GradsDetached {
+  public:
+    explicit GradsDetached(ParamSet& ps) : ps_(ps) {
+        for (Param& p : ps_.params()) {
+            saved_.push_back(std::move(p.grad));
+            p.grad = HostTensor();
+        }
+    }
+    ~GradsDetached() {
+        auto& ps = ps_.params();
+        for (size_t i = 0; i < ps.size(); ++i) ps[i].grad = std::move(saved_[i]);
+    }
+    GradsDetached(const GradsDetached&) = delete;
+    GradsDetached& operator=(const GradsDetached&) = delete;
+
+  private:
+    ParamSet& ps_;
+    std::vector<HostTensor> saved_;
+};
+
+// Eval sequence i of the held-out set: the epoch-0 packing of a single-worker loader, read
+// directly so that each worker reads only its own sequences.
+Sequence read_eval_sequence(const ShardedDataset& ds, const PackedLoader& plan, int64_t i) {
+    Sequence seq;
+    const auto max_len = static_cast<size_t>(plan.options().max_length);
+    for (int64_t id : plan.sequence_samples(0, i)) {
+        Encoded s = ds.sample(id);
+        const size_t len = std::min(s.tokens.size(), max_len);
+        seq.sample_starts.push_back(static_cast<int32_t>(seq.tokens.size()));
+        seq.tokens.insert(seq.tokens.end(), s.tokens.begin(), s.tokens.begin() + len);
+        seq.loss_mask.insert(seq.loss_mask.end(), s.loss_mask.begin(), s.loss_mask.begin() + len);
+    }
+    return seq;
+}
+
+void Worker::evaluate(int64_t step) {
+    ctx_.set_phase(fmt::format("evaluation at step {}", step));
+    const ShardedDataset& ds = *sh_.spec.eval_data;
+    LoaderOptions lo = loader_options(sh_.spec, sh_.opt, 0);
+    lo.world = 1;
+    const PackedLoader plan(ds, lo);
+    int64_t n = plan.sequences_per_epoch();
+    if (sh_.opt.eval_sequences > 0) n = std::min(n, sh_.opt.eval_sequences);
+    const int64_t P = task_->num_positions();
+    TaskStats st;
+    st.correct.assign(P, 0.0);
+    st.count.assign(P, 0.0);
+    {
+        GradsDetached no_grads(task_->params());
+        for (int64_t i = rank_; i < n; i += sh_.opt.workers) {
+            MicroBatch mb;
+            mb.seq = read_eval_sequence(ds, plan, i);
+            // Fixed anchors: the same for every evaluation of the run and every worker layout.
+            Rng rng = Rng(sh_.opt.seed ^ kEvalSalt).fork(static_cast<uint64_t>(i));
+            task_->prepare(mb, rng);
+            if (mb.weight > 0) task_->run(*be_, mb, 0.0f, scratch_, st);
+        }
+    }
+    std::vector<double> packed = pack_stats(st);
+    comm_.all_reduce_sum(packed.data(), packed.size());
+    const TaskStats g = unpack_stats(packed, P);
+    StepRecord r;
+    r.eval = true;
+    r.step = step;
+    r.total_steps = sh_.total_steps;
+    r.epoch = loader_->state().epoch;
+    r.loss = g.weight_sum > 0 ? g.loss_sum / g.weight_sum : 0.0;
+    r.acc = accuracies(g);
+    if (task_->reports_tau()) r.tau_implied = implied_tau(r.acc);
+    r.elapsed_s = elapsed();
+    report(r);
+}
+
+void Worker::checkpoint(int64_t step) {
+    if (step == last_ckpt_) return;
+    ctx_.set_phase(fmt::format("checkpoint at step {}", step));
+    const int W = sh_.opt.workers;
+    std::vector<double> states(static_cast<size_t>(2 * W), 0.0);  // gathered by a sum
+    states[2 * rank_] = static_cast<double>(loader_->state().epoch);
+    states[2 * rank_ + 1] = static_cast<double>(loader_->state().cursor);
+    comm_.all_reduce_sum(states.data(), states.size());
+    if (rank_ == 0) {
+        TrainingState s;
+        s.kind = sh_.spec.kind;
+        s.step = step;
+        s.total_steps = sh_.total_steps;
+        s.epoch = loader_->state().epoch;
+        for (int r = 0; r < W; ++r)
+            s.loaders.push_back(
+                {static_cast<int64_t>(states[2 * r]), static_cast<int64_t>(states[2 * r + 1])});
+        s.seed = sh_.opt.seed;
+        s.anchor_seed = sh_.opt.seed ^ kAnchorSalt;
+        s.settings_toml = config::dump_toml(sh_.settings);
+        s.settings_hash = sh_.settings.hash();
+        const fs::path dir = write_checkpoint(sh_.spec.run_dir, s, task_->params(), *opt_,
+                                              [this](const fs::path& d) { task_->save_model(d); });
+        sh_.summary.model_dir = dir;
+        sh_.log.info("checkpoint: {}", dir.string());
+    }
+    comm_.barrier();
+    last_ckpt_ = step;
+}
+
+void Worker::report(const StepRecord& r) {
+    if (rank_ != 0) return;
+    TrainSummary& sum = sh_.summary;
+    const bool first = !r.eval && r.step == start_step_ + 1;
+    const bool last = r.step == sh_.total_steps;
+    if (r.eval) {
+        sum.final_eval = r;
+        if (sh_.tty && sh_.spec.hooks.progress) std::fputs("\n", stdout);
+        sh_.log.info("eval @ step {}: loss {:.4f} acc@1 {:.3f}{}", r.step, r.loss,
+                     r.acc.empty() ? 0.0 : r.acc.front(),
+                     r.tau_implied > 0 ? fmt::format(" tau~{:.2f}", r.tau_implied) : "");
+    } else {
+        if (first) {
+            sum.first_step = r.step;
+            sum.first_loss = r.loss;
+        }
+        sum.steps = r.step;
+        sum.final_loss = r.loss;
+        sum.acc = r.acc;
+        sum.tau_implied = r.tau_implied;
+    }
+    const bool logged = r.eval || first || last || r.step % sh_.opt.log_every == 0;
+    if (logged) sh_.metrics->append(r);
+    if (!r.eval) {
+        if (sh_.tty && sh_.spec.hooks.progress) {
+            std::fprintf(stdout, "\r%s\033[K", progress_line(r).c_str());
+            std::fflush(stdout);
+        } else if (logged) {
+            sh_.log.info("{}", progress_line(r));
+        }
+    }
+    if (sh_.spec.hooks.on_record) sh_.spec.hooks.on_record(r);
+}
+
+int64_t count_total_steps(const TrainerSpec& spec, const LoopOptions& o) {
+    const int64_t per_step = o.batch * o.accumulation;
+    if (spec.max_steps > 0) return spec.max_steps;
+    const PackedLoader probe(*spec.train_data, loader_options(spec, o, 0));
+    const int64_t seqs = probe.total_sequences(spec.epochs);
+    const int64_t total = seqs / per_step;
+    DF_CHECK(total >= 1,
+             "{} epoch(s) give each of the {} workers {} sequences, fewer than one "
+             "optimizer step of train.batch_size x train.accumulation = {}; use more data, "
+             "fewer workers, a smaller batch, or set train.max_steps",
+             spec.epochs, o.workers, seqs, per_step);
+    return total;
+}
+
+void check_resume(const TrainingState& rs, const TrainerSpec& spec, const LoopOptions& o,
+                  const config::Settings& settings, int64_t total, const Logger& log) {
+    DF_CHECK(rs.kind == spec.kind,
+             "--resume: the checkpoint trains a {} but this command "
+             "trains a {}",
+             rs.kind, spec.kind);
+    DF_CHECK(static_cast<int>(rs.loaders.size()) == o.workers,
+             "--resume: the checkpoint was written by {} workers but runtime.devices={}; resume "
+             "with --runtime.devices {}",
+             rs.loaders.size(), o.workers, rs.loaders.size());
+    DF_CHECK(rs.step < total,
+             "--resume: the checkpoint is at step {}, and the run has {} steps; "
+             "raise train.max_steps (or the epochs) to train further",
+             rs.step, total);
+    if (rs.total_steps != total)
+        log.warn(
+            "resume: the run now has {} steps (the checkpoint's run had {}); the learning "
+            "rate schedule changes",
+            total, rs.total_steps);
+    if (rs.settings_hash != settings.hash())
+        log.warn(
+            "resume: the settings differ from the checkpoint's (hash {} vs {}); compare "
+            "with `dflash config diff <checkpoint>/settings.toml`",
+            settings.hash(), rs.settings_hash);
+}
+
+}  // namespace
+
+void prepare_run_dir(const fs::path& run_dir, const config::Settings& settings, bool resuming) {
+    fs::create_directories(run_dir);
+    if (!resuming) {
+        DF_CHECK(!fs::exists(run_dir / kLatestFile),
+                 "the run directory '{}' already holds checkpoints; continue it with --resume {} "
+                 "or choose another --output",
+                 run_dir.string(), run_dir.string());
+    }
+    write_text_atomic(run_dir / kRunSettingsFile, config::dump_toml(settings));
+}
+
+TrainSummary run_trainer(const TrainerSpec& spec, const config::Settings& settings,
+                         const Logger& log) {
+    DF_ASSERT(spec.train_data && spec.make_task);
+    // Results must not depend on thread counts: parallelism comes from our ops' OpenMP.
+    cpu::set_blas_threads(1);
+    const LoopOptions o = read_options(settings);
+    Shared sh(spec, settings, log, o);
+    sh.total_steps = count_total_steps(spec, o);
+    if (spec.resume_from) {
+        sh.resume = read_training_state(*spec.resume_from);
+        check_resume(*sh.resume, spec, o, settings, sh.total_steps, log);
+    }
+    prepare_run_dir(spec.run_dir, settings, spec.resume_from.has_value());
+    sh.summary.run_dir = spec.run_dir;
+    sh.summary.metrics_path = spec.run_dir / "metrics.jsonl";
+    sh.summary.total_steps = sh.total_steps;
+    sh.metrics.emplace(sh.summary.metrics_path);
+    sh.tty = isatty(STDOUT_FILENO) != 0;
+    log.info("{} training: {} steps, {} worker(s) x {} thread(s), batch {} x accumulation {}",
+             spec.kind, sh.total_steps, o.workers, o.threads, o.batch, o.accumulation);
+
+    std::vector<std::string> devices;
+    for (int w = 0; w < o.workers; ++w) devices.push_back(fmt::format("cpu:{}", w));
+    WorkerPool pool(o.workers, devices, log);
+    pool.add_abort_hook([&sh](const std::string& reason) { sh.group.abort(reason); });
+    std::optional<SignalWatcher> watcher;
+    if (spec.hooks.handle_signals) {
+        watcher.emplace([&pool, &log](int sig) {
+            log.warn("{}: stopping after this step with a checkpoint (again to quit at once)",
+                     sig == SIGINT ? "interrupt" : "terminate");
+            pool.request_stop();
+        });
+    }
+    pool.run([&sh](WorkerContext& ctx) {
+        Worker w(sh, ctx);
+        w.run();
+    });
+    sh.summary.seconds = std::chrono::duration<double>(Clock::now() - sh.start).count();
+    return sh.summary;
+}
+
+}  // namespace dflash::train

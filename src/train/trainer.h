@@ -1,0 +1,117 @@
+// The data-parallel training loop shared by `dflash train` (drafters) and `dflash pretrain`
+// (targets), design §3 and §7: runtime.devices workers, each a WorkerPool thread with its own
+// Backend, model replica, Scratch, optimizer and PackedLoader slice, exchanging gradients through a
+// Communicator (InProcessGroup on CPU). What is trained is a WorkerTask; the loop owns batching,
+// loss normalisation, all-reduce, clipping, AdamW, the schedule, metrics, evaluation, checkpoints,
+// resume and Ctrl-C. Note [Worker-invariant loss]: every micro-batch's loss weight is known before
+// its forward (anchors are drawn first, from (seed, epoch, global sequence index) only), the
+// global weight sum W is all-reduced, each forward/backward runs with grad_scale 1/W and the
+// gradients are summed — so N workers x batch b match 1 worker x batch N*b to float rounding.
+// Tested by tests/train/trainer_test.cpp, tests/train/pretrain_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "config/settings.h"
+#include "core/logging.h"
+#include "core/rng.h"
+#include "core/scratch.h"
+#include "data/dataset.h"
+#include "model/params.h"
+#include "train/metrics.h"
+
+namespace dflash::train {
+
+// One training sequence with what its loss needs, prepared before any forward.
+struct MicroBatch {
+    Sequence seq;
+    std::vector<int32_t> anchors;  // drafter: block starts; pretraining: unused
+    double weight = 0;             // this sequence's share of the loss normaliser
+};
+
+// Loss and accuracy sums over micro-batches (and, after the all-reduce, over workers).
+struct TaskStats {
+    double loss_sum = 0;
+    double weight_sum = 0;
+    double tokens = 0;
+    std::vector<double> correct;  // [P] per accuracy position
+    std::vector<double> count;    // [P]
+};
+
+// The model-specific part of a run; one instance per worker, owning that worker's replica.
+class WorkerTask {
+  public:
+    virtual ~WorkerTask() = default;
+    virtual ParamSet& params() = 0;  // with gradients enabled
+    // Accuracy positions P: B-1 block positions for a drafter, 1 (next token) for a target.
+    virtual int64_t num_positions() const = 0;
+    // Whether StepRecord::tau_implied means something (drafters).
+    virtual bool reports_tau() const = 0;
+    // Fills mb.anchors (drawing from rng) and mb.weight; runs before any forward.
+    virtual void prepare(MicroBatch& mb, Rng& rng) const = 0;
+    // Forward (+ backward when params have gradients, accumulating grad_scale * d(sum w CE));
+    // adds loss, weight, tokens and per-position accuracy to st.
+    virtual void run(Backend& be, const MicroBatch& mb, float grad_scale, Scratch& scratch,
+                     TaskStats& st) = 0;
+    // Writes the model in its HF layout (bf16) plus the tokenizer description into dir.
+    virtual void save_model(const std::filesystem::path& dir) const = 0;
+};
+
+// Callbacks for progress UIs, the demo and tests.
+struct TrainHooks {
+    // Worker 0, after every optimizer step and every evaluation.
+    std::function<void(const StepRecord&)> on_record;
+    // Every worker, at the start of every step before any work (tests inject failures here).
+    std::function<void(int worker, int64_t step)> on_step_begin;
+    bool handle_signals = true;  // Ctrl-C / SIGTERM: checkpoint at the next step boundary, stop
+    bool progress = true;        // a redrawn progress line on stdout when it is a terminal
+};
+
+struct TrainSummary {
+    std::filesystem::path run_dir;
+    std::filesystem::path model_dir;  // the last checkpoint (an HF model directory)
+    std::filesystem::path metrics_path;
+    int64_t first_step = 0;  // the first step run by this call (resume: checkpoint step + 1)
+    int64_t steps = 0;       // the last step done
+    int64_t total_steps = 0;
+    double first_loss = 0;
+    double final_loss = 0;
+    std::vector<double> acc;  // of the last step
+    double tau_implied = 0;
+    double seconds = 0;
+    bool interrupted = false;  // stopped early by a signal
+    std::optional<StepRecord> final_eval;
+};
+
+// What run_trainer needs from run_drafter_training / run_pretraining.
+struct TrainerSpec {
+    std::string kind;  // "drafter" or "target", recorded in checkpoints
+    const ShardedDataset* train_data = nullptr;
+    const ShardedDataset* eval_data = nullptr;  // may be null
+    int64_t max_length = 0;
+    double lr = 0;
+    int64_t epochs = 1;
+    int64_t max_steps = 0;  // 0 = from epochs
+    // A fresh replica for worker w with the initial weights (identical for every w).
+    std::function<std::unique_ptr<WorkerTask>(int worker)> make_task;
+    std::filesystem::path run_dir;
+    std::optional<std::filesystem::path> resume_from;  // a checkpoint directory
+    TrainHooks hooks;
+};
+
+TrainSummary run_trainer(const TrainerSpec& spec, const config::Settings& settings,
+                         const Logger& log);
+
+// Makes <run> for a fresh run (refusing one that already holds checkpoints) and writes
+// <run>/settings.toml.
+void prepare_run_dir(const std::filesystem::path& run_dir, const config::Settings& settings,
+                     bool resuming);
+
+}  // namespace dflash::train

@@ -1,0 +1,219 @@
+// The benchmark on a tiny random target + drafter pair: per-request and total fields agree with
+// each other (histograms sum to steps, tau = (new_tokens - 1) / steps, speed-up and prediction
+// follow their formulas), greedy runs are lossless, a baseline of a different target is caught at
+// the first differing position, and the table / JSON carry every figure.
+#include "infer/bench.h"
+
+#include <cmath>
+#include <numeric>
+
+#include "config/registry.h"
+#include "config/settings.h"
+#include "support/test_util.h"
+#include "support/tiny_models.h"
+
+namespace dflash {
+namespace {
+
+struct Pair {
+    TargetModel target;
+    DrafterModel drafter;
+};
+
+Pair make_pair(uint64_t seed, int64_t block = 4) {
+    const auto tc = test::tiny_target_config(true, 3);
+    return {TargetModel::random(tc, seed, 0.5f),
+            DrafterModel::random(test::tiny_drafter_config(tc, 1, block), seed + 1, 0.5f)};
+}
+
+std::vector<Prompt> make_prompts(int64_t n, int64_t vocab) {
+    Rng rng(11);
+    std::vector<Prompt> out;
+    for (int64_t i = 0; i < n; ++i) {
+        Prompt p;
+        p.tokens.resize(1 + (i * 5) % 9);
+        for (auto& t : p.tokens) t = static_cast<int32_t>(rng.below(vocab));
+        p.label = fmt::format("p{}", i);
+        out.push_back(std::move(p));
+    }
+    return out;
+}
+
+int64_t sum(const std::vector<int64_t>& v) {
+    return std::accumulate(v.begin(), v.end(), 0LL);
+}
+
+TEST(Bench, ReportFieldsAreConsistentAndGreedyIsLossless) {
+    auto be = make_cpu_backend(1);
+    const Pair p = make_pair(3);
+    const auto prompts = make_prompts(5, p.target.config().vocab_size);
+    GenerateOptions opt;
+    opt.max_new_tokens = 24;
+    opt.stop_tokens = {5};  // a random model hits it now and then: outputs of varied length
+    const BenchReport r = run_bench(p.target, p.drafter, *be, prompts, opt, Logger());
+
+    EXPECT_EQ(r.block_size, 4);
+    EXPECT_TRUE(r.greedy);
+    EXPECT_TRUE(r.lossless());
+    ASSERT_EQ(r.requests.size(), prompts.size());
+    int64_t new_tokens = 0, steps = 0, prompt_tokens = 0;
+    std::vector<int64_t> hist(5, 0);
+    for (size_t i = 0; i < r.requests.size(); ++i) {
+        const BenchRequest& q = r.requests[i];
+        const GenerateStats& a = q.baseline;
+        const GenerateStats& b = q.speculative;
+        EXPECT_EQ(q.label, prompts[i].label);
+        EXPECT_EQ(q.prompt_tokens, static_cast<int64_t>(prompts[i].tokens.size()));
+        EXPECT_TRUE(q.outputs_match);
+        EXPECT_EQ(a.new_tokens, b.new_tokens) << i;  // lossless => same output length
+        EXPECT_EQ(a.steps, a.new_tokens - 1);        // plain decoding: one token per step
+        ASSERT_EQ(b.accept_hist.size(), 5u);
+        EXPECT_EQ(b.accept_hist[0], 0);
+        EXPECT_EQ(sum(b.accept_hist), b.steps) << i;
+        EXPECT_NEAR(b.tau(), static_cast<double>(b.new_tokens - 1) / b.steps, 1e-12);
+        EXPECT_GE(b.tau(), 1.0);
+        EXPECT_LE(b.tau(), 4.0);
+        EXPECT_GT(b.draft_s, 0.0);
+        EXPECT_GT(b.verify_s, 0.0);
+        EXPECT_LE(b.draft_s + b.verify_s, b.decode_s * 1.0001);
+        new_tokens += b.new_tokens;
+        steps += b.steps;
+        prompt_tokens += q.prompt_tokens;
+        for (int k = 0; k < 5; ++k) hist[k] += b.accept_hist[k];
+    }
+    const BenchTotals& t = r.total;
+    EXPECT_EQ(t.requests, 5);
+    EXPECT_EQ(t.prompt_tokens, prompt_tokens);
+    EXPECT_EQ(t.speculative_new_tokens, new_tokens);
+    EXPECT_EQ(t.speculative_steps, steps);
+    EXPECT_EQ(t.accept_hist, hist);
+    EXPECT_EQ(sum(t.accept_hist), t.speculative_steps);
+    EXPECT_NEAR(t.tau(), static_cast<double>(new_tokens - 5) / steps, 1e-12);
+    EXPECT_NEAR(t.speedup(),
+                (t.baseline_decode_s / t.baseline_new_tokens) /
+                    (t.speculative_decode_s / t.speculative_new_tokens),
+                1e-9);
+    const double t_ar = t.baseline_decode_s / t.baseline_steps;
+    EXPECT_NEAR(t.predicted_speedup(), t.tau() * t_ar / ((t.draft_s + t.verify_s) / steps), 1e-9);
+    EXPECT_GT(t.speedup(), 0.0);
+}
+
+TEST(Bench, BaselineOfAnotherTargetIsCaughtAtTheFirstDifference) {
+    auto be = make_cpu_backend(1);
+    const Pair p = make_pair(3);
+    const Pair other = make_pair(99);
+    const auto prompts = make_prompts(3, p.target.config().vocab_size);
+    GenerateOptions opt;
+    opt.max_new_tokens = 16;
+    const SpeculativeEngine wrong_baseline(other.target, nullptr, *be);
+    const SpeculativeEngine spec(p.target, &p.drafter, *be);
+    const BenchReport r = run_bench_engines(wrong_baseline, spec, prompts, opt, Logger());
+    ASSERT_FALSE(r.lossless());
+    ASSERT_EQ(r.mismatches.size(), 3u);  // two random targets agree on no whole output
+    for (int64_t i = 0; i < 3; ++i) {
+        const auto a = wrong_baseline.generate(prompts[i].tokens, opt).tokens;
+        const auto b = spec.generate(prompts[i].tokens, opt).tokens;
+        int64_t pos = 0;
+        while (a[pos] == b[pos]) ++pos;  // both have 16 tokens and differ somewhere
+        const BenchMismatch& m = r.mismatches[i];
+        EXPECT_EQ(m.prompt, i);
+        EXPECT_EQ(m.position, pos);
+        EXPECT_EQ(m.baseline_token, a[pos]);
+        EXPECT_EQ(m.speculative_token, b[pos]);
+        EXPECT_FALSE(r.requests[i].outputs_match);
+        EXPECT_EQ(m.to_string(),
+                  fmt::format("prompt {}, position {}: baseline {} vs speculative {}", i, pos,
+                              a[pos], b[pos]));
+    }
+    EXPECT_NE(format_bench_table(r).find("lossless: NO, 3 of 3 outputs differ; first: prompt 0"),
+              std::string::npos);
+    EXPECT_FALSE(bench_to_json(r)["lossless"].get<bool>());
+}
+
+TEST(Bench, FirstDifferenceHandlesPrefixes) {
+    EXPECT_FALSE(first_difference(0, {1, 2, 3}, {1, 2, 3}).has_value());
+    const auto m = first_difference(2, {1, 2, 3}, {1, 2});
+    ASSERT_TRUE(m.has_value());
+    EXPECT_EQ(m->position, 2);
+    EXPECT_EQ(m->baseline_token, 3);
+    EXPECT_EQ(m->speculative_token, -1);
+    EXPECT_EQ(m->to_string(), "prompt 2, position 2: baseline 3 vs speculative (end)");
+}
+
+TEST(Bench, SampledRunsAreNotCheckedForLosslessness) {
+    auto be = make_cpu_backend(1);
+    const Pair p = make_pair(5);
+    GenerateOptions opt;
+    opt.max_new_tokens = 12;
+    opt.sampling.temperature = 1.0;
+    const BenchReport r = run_bench(p.target, p.drafter, *be, make_prompts(2, 37), opt, Logger());
+    EXPECT_FALSE(r.greedy);
+    EXPECT_TRUE(r.mismatches.empty());
+    EXPECT_NE(format_bench_table(r).find("lossless: not checked"), std::string::npos);
+    EXPECT_FALSE(bench_to_json(r)["lossless_checked"].get<bool>());
+}
+
+TEST(Bench, TableAndJsonCarryEveryFigure) {
+    auto be = make_cpu_backend(1);
+    const Pair p = make_pair(3);
+    GenerateOptions opt;
+    opt.max_new_tokens = 10;
+    const BenchReport r = run_bench(p.target, p.drafter, *be, make_prompts(3, 37), opt, Logger());
+    const std::string table = format_bench_table(r);
+    for (const char* s : {"prompt", "tau", "base tok/s", "spec tok/s", "speed-up", "ttft ms",
+                          "draft ms", "verify ms", "total", "3 prompts", "predicted",
+                          "lossless: yes, 3 of 3", "acceptance length"}) {
+        EXPECT_NE(table.find(s), std::string::npos) << s << "\n" << table;
+    }
+    for (const char* s : {"\n     0  p0", "\n     1  p1", "\n     2  p2"})
+        EXPECT_NE(table.find(s), std::string::npos) << s << "\n" << table;
+    // One histogram row per acceptance length 1..B.
+    const size_t h = table.find("acceptance length");
+    EXPECT_EQ(std::count(table.begin() + h, table.end(), '\n'), 1 + 1 + 4);
+    const nlohmann::json j = bench_to_json(r);
+    EXPECT_EQ(j["block_size"].get<int64_t>(), 4);
+    EXPECT_TRUE(j["lossless"].get<bool>());
+    ASSERT_EQ(j["requests"].size(), 3u);
+    EXPECT_EQ(j["requests"][1]["label"], "p1");
+    EXPECT_EQ(j["requests"][1]["speculative"]["accept_hist"].size(), 5u);
+    EXPECT_EQ(j["total"]["accept_hist"].get<std::vector<int64_t>>(), r.total.accept_hist);
+    EXPECT_DOUBLE_EQ(j["total"]["tau"].get<double>(), r.total.tau());
+    EXPECT_DOUBLE_EQ(j["total"]["speedup"].get<double>(), r.total.speedup());
+    EXPECT_DOUBLE_EQ(j["total"]["predicted_speedup"].get<double>(), r.total.predicted_speedup());
+    for (const char* k : {"ttft_s", "t_ar_s", "t_draft_s", "t_verify_s", "baseline_tpot_s",
+                          "speculative_tpot_s", "measured_over_predicted", "tau_mean_of_requests"})
+        EXPECT_TRUE(j["total"].contains(k)) << k;
+}
+
+TEST(Bench, OptionsAndStopTokens) {
+    auto tc = test::tiny_target_config();
+    tc.vocab_size = 300;
+    tc.eos_token_id = 2;
+    auto tok = make_byte_tokenizer();
+    const auto stop = default_stop_tokens(tc, tok.get());
+    EXPECT_EQ(stop, (std::vector<int32_t>{2, tok->specials().eos, tok->specials().end_turn}));
+    tc.eos_token_id = tok->specials().eos;
+    EXPECT_EQ(default_stop_tokens(tc, tok.get()).size(), 2u);
+    EXPECT_EQ(default_stop_tokens(tc, nullptr), (std::vector<int32_t>{tok->specials().eos}));
+
+    const config::Settings s =
+        config::Settings(std::make_shared<const config::Registry>(config::make_registry()))
+            .with_overrides({{"infer.temperature", "0.7"},
+                             {"infer.top_k", "20"},
+                             {"infer.top_p", "0.9"},
+                             {"infer.max_new_tokens", "33"},
+                             {"infer.block_size", "6"},
+                             {"infer.draft_sampling", "true"},
+                             {"infer.seed", "12"}});
+    const GenerateOptions o = generate_options_from_settings(s);
+    EXPECT_DOUBLE_EQ(o.sampling.temperature, 0.7);
+    EXPECT_EQ(o.sampling.top_k, 20);
+    EXPECT_DOUBLE_EQ(o.sampling.top_p, 0.9);
+    EXPECT_EQ(o.max_new_tokens, 33);
+    EXPECT_EQ(o.block_size, 6);
+    EXPECT_TRUE(o.draft_sampling);
+    EXPECT_EQ(o.seed, 12u);
+}
+
+}  // namespace
+}  // namespace dflash

@@ -1,0 +1,170 @@
+// Drafter checkpoints (src/train/checkpoint.h): the directory layout (HF drafter files that load
+// back and pass `dflash inspect`, training state, latest pointer, settings, metrics) and bitwise
+// resume: k steps, then resume to 2k, equals 2k straight — every weight and moment, bit for bit.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+
+#include "core/checkpoint_io.h"
+#include "model/drafter.h"
+#include "model/inspect.h"
+#include "model/tensor_layout.h"
+#include "support/test_util.h"
+#include "train/drafter_training.h"
+#include "train_fixtures.h"
+
+namespace dflash {
+namespace {
+
+namespace fs = std::filesystem;
+
+class DrafterCheckpoints : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        dir_ = new test::TempDir("dflash-ckpt");
+        test::write_pattern_dataset(*dir_ / "data", 24, 3);
+        test::write_pattern_dataset(*dir_ / "eval", 6, 4);
+        test::write_tiny_target(*dir_ / "target");
+    }
+    static void TearDownTestSuite() { delete dir_; }
+
+    static train::DrafterTrainJob job(const std::string& out) {
+        train::DrafterTrainJob j;
+        j.target_dir = *dir_ / "target";
+        j.data_dir = *dir_ / "data";
+        j.output_dir = *dir_ / out;
+        j.hooks.handle_signals = false;
+        j.hooks.progress = false;
+        return j;
+    }
+    static test::TempDir* dir_;
+};
+test::TempDir* DrafterCheckpoints::dir_ = nullptr;
+
+std::string read_all(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST_F(DrafterCheckpoints, LayoutLoadsBackAndPassesInspect) {
+    auto j = job("layout");
+    j.eval_data_dir = *dir_ / "eval";
+    const auto s = test::drafter_settings({{"train.checkpoint_every", "2"},
+                                           {"train.max_steps", "5"},
+                                           {"train.eval_every", "2"},
+                                           {"train.log_every", "2"}});
+    const train::TrainSummary sum = train::run_drafter_training(j, s, Logger());
+    const fs::path run = *dir_ / "layout";
+    for (int step : {2, 4, 5}) EXPECT_TRUE(fs::is_directory(run / train::checkpoint_name(step)));
+    EXPECT_EQ(sum.model_dir, run / train::checkpoint_name(5));
+    EXPECT_EQ(read_all(run / "latest"), train::checkpoint_name(5) + "\n");
+    EXPECT_EQ(train::resolve_resume_dir(run), sum.model_dir);
+    EXPECT_TRUE(fs::exists(run / "settings.toml"));
+    for (const auto& e : fs::directory_iterator(run))
+        EXPECT_EQ(e.path().filename().string().rfind(".tmp", 0), std::string::npos);
+
+    const fs::path ck = sum.model_dir;
+    const auto cfg = read_json_file(ck / "config.json");
+    EXPECT_EQ(cfg["architectures"][0], "DFlashDraftModel");
+    EXPECT_EQ(cfg["dtype"], "bfloat16");
+    EXPECT_EQ(cfg["block_size"], 4);
+    EXPECT_EQ(cfg["num_hidden_layers"], 1);
+    EXPECT_EQ(cfg["dflash_config"]["target_layer_ids"], nlohmann::json({1, 2}));
+    EXPECT_EQ(cfg["dflash_config"]["mask_token_id"], make_byte_tokenizer()->specials().mask);
+
+    const DrafterConfig dc = DrafterConfig::load(ck);
+    const auto reader = CheckpointReader::open(ck);
+    std::set<std::string> expected, found;
+    for (const auto& spec : drafter_tensor_specs(dc)) expected.insert(spec.name);
+    for (const auto& n : reader.names()) {
+        found.insert(n);
+        EXPECT_EQ(reader.dtype(n), "BF16") << n;
+    }
+    EXPECT_EQ(found, expected);
+    EXPECT_NO_THROW(DrafterModel::load(ck));
+    const InspectReport rep = inspect_directory(ck);
+    EXPECT_TRUE(rep.ok()) << rep.text;
+    EXPECT_EQ(rep.kind, "drafter");
+    EXPECT_TRUE(has_tokenizer_spec(ck));
+
+    const train::TrainingState st = train::read_training_state(ck);
+    EXPECT_EQ(st.kind, "drafter");
+    EXPECT_EQ(st.step, 5);
+    EXPECT_EQ(st.total_steps, 5);
+    ASSERT_EQ(st.loaders.size(), 1u);
+    EXPECT_EQ(st.loaders[0].cursor, 5);  // 12 sequences per epoch, batch 1
+    EXPECT_EQ(st.settings_hash, s.hash());
+    const auto tensors = test::read_state_tensors(ck);
+    EXPECT_EQ(tensors.size(), 3 * expected.size());  // master, adam_m, adam_v
+
+    // metrics.jsonl: steps 1 (first), 2, 4, 5 (last), plus evaluations at 2, 4 and the end.
+    std::ifstream in(run / "metrics.jsonl");
+    std::string line;
+    std::vector<int64_t> steps, evals;
+    while (std::getline(in, line)) {
+        const auto r = nlohmann::json::parse(line);
+        if (r.value("eval", false)) {
+            evals.push_back(r["step"]);
+            EXPECT_EQ(r["acc"].size(), 3u);
+            continue;
+        }
+        steps.push_back(r["step"]);
+        for (const char* k : {"epoch", "loss", "acc", "tau_implied", "lr", "grad_norm",
+                              "tokens_per_s", "elapsed_s"})
+            EXPECT_TRUE(r.contains(k)) << k << " in " << line;
+    }
+    EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 4, 5}));
+    EXPECT_EQ(evals, (std::vector<int64_t>{2, 4, 5}));
+    ASSERT_TRUE(sum.final_eval.has_value());
+    EXPECT_GT(sum.final_eval->loss, 0.0);
+}
+
+TEST_F(DrafterCheckpoints, ResumeIsBitwiseIdentical) {
+    // 2 workers, accumulation 2: loader states of several workers and micro-steps must resume.
+    const auto s = test::drafter_settings({{"train.checkpoint_every", "3"},
+                                           {"train.max_steps", "6"},
+                                           {"runtime.devices", "2"},
+                                           {"train.accumulation", "2"}});
+    const train::TrainSummary straight = train::run_drafter_training(job("straight"), s, Logger());
+    auto j = job("resumed");
+    j.resume = *dir_ / "straight" / train::checkpoint_name(3);
+    const train::TrainSummary resumed = train::run_drafter_training(j, s, Logger());
+    EXPECT_EQ(resumed.first_step, 4);
+    EXPECT_EQ(resumed.steps, 6);
+    const auto a = test::read_state_tensors(straight.model_dir);
+    const auto b = test::read_state_tensors(resumed.model_dir);
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& [name, va] : a) {
+        ASSERT_TRUE(b.count(name)) << name;
+        const auto& vb = b.at(name);
+        ASSERT_EQ(va.size(), vb.size()) << name;
+        EXPECT_EQ(std::memcmp(va.data(), vb.data(), va.size() * sizeof(float)), 0) << name;
+    }
+    EXPECT_EQ(read_all(straight.model_dir / "model.safetensors"),
+              read_all(resumed.model_dir / "model.safetensors"));
+    EXPECT_DOUBLE_EQ(straight.final_loss, resumed.final_loss);
+}
+
+TEST_F(DrafterCheckpoints, ResumeErrorsAreClear) {
+    auto j = job("bad-resume");
+    j.resume = *dir_ / "data";  // not a checkpoint, no latest
+    try {
+        train::run_drafter_training(j, test::drafter_settings(), Logger());
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("neither a checkpoint"), std::string::npos)
+            << e.what();
+    }
+    // A fresh run into a directory that holds checkpoints is refused.
+    train::run_drafter_training(job("twice"), test::drafter_settings(), Logger());
+    try {
+        train::run_drafter_training(job("twice"), test::drafter_settings(), Logger());
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("--resume"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace dflash

@@ -1,0 +1,134 @@
+// Shared by the training tests: a tiny learnable dataset written with ShardWriter, a tiny target
+// model directory, settings for fast runs, and helpers that read a checkpoint's training state.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/registry.h"
+#include "config/settings.h"
+#include "core/safetensors.h"
+#include "data/shard.h"
+#include "model/target.h"
+#include "tokenizer/model_tokenizer.h"
+#include "tokenizer/tokenizer.h"
+#include "train/checkpoint.h"
+
+namespace dflash::test {
+
+// Samples of a learnable language: a short prompt (loss mask 0), then a response (mask 1) that
+// repeats a period-5 pattern from a random phase, so the next tokens are predictable from context.
+inline void write_pattern_dataset(const std::filesystem::path& dir, int64_t samples, uint64_t seed,
+                                  int64_t response_len = 24) {
+    std::filesystem::create_directories(dir);
+    const auto tok = make_byte_tokenizer();
+    ShardWriter w(dir / "shard-00000.dfshard", tok->name(), tok->vocab_size());
+    Rng rng(seed);
+    const std::string alphabet = "abcde";
+    for (int64_t i = 0; i < samples; ++i) {
+        Encoded e;
+        e.tokens.push_back(tok->specials().bos);
+        e.loss_mask.push_back(0);
+        for (int k = 0; k < 3; ++k) {
+            e.tokens.push_back(static_cast<int32_t>('p' + rng.below(4)));
+            e.loss_mask.push_back(0);
+        }
+        const uint64_t phase = rng.below(5);
+        for (int64_t k = 0; k < response_len; ++k) {
+            e.tokens.push_back(static_cast<int32_t>(alphabet[(phase + k) % 5]));
+            e.loss_mask.push_back(1);
+        }
+        w.add(e);
+    }
+    w.finish();
+}
+
+// A tiny random Qwen3 target (5 layers, so the default feature layers are [1, 2]) for the byte
+// tokenizer, written as an HF directory with its tokenizer description.
+inline void write_tiny_target(const std::filesystem::path& dir, uint64_t seed = 7) {
+    const auto tok = make_byte_tokenizer();
+    TargetConfig c;
+    c.model_type = "qwen3";
+    c.hidden_size = 32;
+    c.intermediate_size = 48;
+    c.num_hidden_layers = 5;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 8;
+    c.vocab_size = tok->vocab_size();
+    c.max_position_embeddings = 512;
+    c.rope.theta = 10000.0;
+    c.tie_word_embeddings = false;
+    c.qk_norm = true;
+    c.bos_token_id = tok->specials().bos;
+    c.eos_token_id = tok->specials().eos;
+    TargetModel::random(c, seed, 0.2f).save(dir);
+    save_tokenizer_spec(dir, *tok);
+}
+
+inline std::shared_ptr<const config::Registry> registry() {
+    return std::make_shared<const config::Registry>(config::make_registry());
+}
+
+// Settings of a fast drafter run; `more` overrides on top.
+inline config::Settings drafter_settings(
+    std::vector<std::pair<std::string, std::string>> more = {}) {
+    std::vector<std::pair<std::string, std::string>> kv = {
+        {"runtime.threads", "1"},        {"runtime.devices", "1"},
+        {"runtime.backend", "cpu"},      {"train.batch_size", "1"},
+        {"train.max_steps", "6"},        {"train.lr", "3e-3"},
+        {"train.warmup_ratio", "0.2"},   {"train.log_every", "1"},
+        {"train.checkpoint_every", "0"}, {"train.eval_every", "0"},
+        {"train.max_length", "64"},      {"train.num_anchors", "6"},
+        {"train.lm_head_chunk", "100"},  {"drafter.num_layers", "1"},
+        {"drafter.block_size", "4"},     {"train.loss_decay_gamma", "4"}};
+    kv.insert(kv.end(), more.begin(), more.end());
+    return config::Settings(registry()).with_overrides(kv);
+}
+
+// Every tensor of a checkpoint's training_state.safetensors, as f32 copies.
+inline std::map<std::string, std::vector<float>> read_state_tensors(
+    const std::filesystem::path& ckpt) {
+    const auto f = SafetensorsFile::open(ckpt / train::kTrainingStateTensors);
+    std::map<std::string, std::vector<float>> out;
+    for (const auto& name : f.names()) {
+        HostTensor t = f.read_f32(name);
+        out[name].assign(t.f32(), t.f32() + t.numel());
+    }
+    return out;
+}
+
+// Largest |a-b| / max(1, max|b|) over every tensor the two states share (and they must share all).
+inline double max_state_rel_diff(const std::map<std::string, std::vector<float>>& a,
+                                 const std::map<std::string, std::vector<float>>& b,
+                                 const std::string& prefix) {
+    double worst = 0;
+    EXPECT_EQ(a.size(), b.size());
+    for (const auto& [name, va] : a) {
+        if (name.rfind(prefix, 0) != 0) continue;
+        const auto it = b.find(name);
+        if (it == b.end()) {
+            ADD_FAILURE() << "missing " << name;
+            continue;
+        }
+        double scale = 1, diff = 0;
+        for (size_t i = 0; i < va.size(); ++i) {
+            scale = std::max(scale, static_cast<double>(std::abs(it->second[i])));
+            diff = std::max(diff, static_cast<double>(std::abs(va[i] - it->second[i])));
+        }
+        worst = std::max(worst, diff / scale);
+    }
+    return worst;
+}
+
+}  // namespace dflash::test
