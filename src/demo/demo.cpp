@@ -1,0 +1,293 @@
+// The embedded demo pipeline. Tested by tests/cli/demo_slow_test.cpp.
+#include "demo/demo.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_ops.h"
+#include "config/registry.h"
+#include "core/safetensors.h"
+#include "data/local_corpus.h"
+#include "data/prepare.h"
+#include "infer/prompts.h"
+#include "infer/regenerate.h"
+#include "model/drafter.h"
+#include "model/target.h"
+#include "tokenizer/tokenizer.h"
+#include "train/drafter_training.h"
+#include "train/pretraining.h"
+
+namespace dflash::demo {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// How much work each stage does. Full: about 4 minutes on 2 cores; quick: under one.
+struct Plan {
+    size_t corpus_bytes;
+    int64_t pretrain_steps;
+    int64_t regen_prompts;
+    int64_t regen_tokens;
+    int64_t drafter_steps;
+    int64_t bench_prompts;
+    int64_t bench_tokens;
+};
+
+Plan plan_for(bool quick) {
+    if (quick) return {300'000, 100, 160, 64, 100, 6, 64};
+    return {1'000'000, 500, 700, 128, 600, 16, 128};
+}
+
+constexpr const char* kMarker = ".dflash-demo";
+
+double since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The demo's choices for settings the user left at their defaults (an explicit value wins).
+config::Settings with_demo_defaults(const config::Settings& base,
+                                    const std::vector<std::pair<std::string, std::string>>& kv) {
+    std::vector<config::Assignment> as;
+    for (const auto& [key, text] : kv) {
+        if (base.source(key) != "default") continue;
+        const config::Registry& reg = base.registry();
+        const config::Declaration* decl = reg.find(key);
+        DF_ASSERT(decl != nullptr, "demo setting {}", key);
+        as.push_back({key, reg.parse_text(*decl, text, "demo"), "demo"});
+    }
+    return base.with(as);
+}
+
+// The output directory belongs to the demo (a marker file says so); stages of an earlier demo
+// run there are replaced, anything else is refused rather than overwritten.
+void prepare_output_dir(const fs::path& dir) {
+    if (fs::exists(dir) && !fs::is_empty(dir)) {
+        DF_CHECK(fs::exists(dir / kMarker),
+                 "'{}' exists and was not made by `dflash demo`; choose another with "
+                 "--demo.output_dir DIR",
+                 dir.string());
+        for (const char* stage : {"corpus", "data", "target", "drafter", "bench.json"})
+            fs::remove_all(dir / stage);
+    }
+    fs::create_directories(dir);
+    std::ofstream(dir / kMarker) << "made by dflash demo\n";
+}
+
+void write_text_jsonl(const fs::path& path, const std::vector<std::string>& docs) {
+    std::string text;
+    for (const auto& d : docs) text += nlohmann::json{{"text", d}}.dump() + "\n";
+    write_text_atomic(path, text);
+}
+
+// Prompts for regeneration: `n` slices of the training documents, each starting at a line.
+std::vector<std::vector<int32_t>> regeneration_prompts(const std::vector<std::string>& docs,
+                                                       int64_t n, const Tokenizer& tok,
+                                                       uint64_t seed) {
+    Rng rng(seed);
+    std::vector<std::vector<int32_t>> prompts;
+    for (int64_t i = 0; i < n; ++i) {
+        const std::string& d = docs[rng.below(docs.size())];
+        size_t start = rng.below(d.size() / 2 + 1);
+        const size_t nl = d.find('\n', start);
+        start = nl == std::string::npos ? 0 : nl + 1;
+        const size_t len = 48 + rng.below(81);  // 48..128 bytes
+        std::string text = d.substr(start, len);
+        if (text.size() < 16) text = d.substr(0, len);
+        prompts.push_back(encode_text_prompt(tok, text));
+    }
+    return prompts;
+}
+
+void print_stage(std::FILE* out, int i, const char* what) {
+    std::fprintf(out, "\n[%d/5] %s\n", i, what);
+    std::fflush(out);
+}
+
+std::string acc_list(const std::vector<double>& acc) {
+    std::string s;
+    for (size_t k = 0; k < acc.size(); ++k) s += fmt::format("{}{:.2f}", k ? " " : "", acc[k]);
+    return s;
+}
+
+// Two generations side by side with their prompts, as a person would run them.
+void print_examples(std::FILE* out, const TargetModel& target, const DrafterModel& drafter,
+                    Backend& be, const std::vector<Prompt>& prompts, const GenerateOptions& go,
+                    const Tokenizer& tok) {
+    const SpeculativeEngine engine(target, &drafter, be);
+    for (size_t i = 0; i < std::min<size_t>(2, prompts.size()); ++i) {
+        const auto r = engine.generate(prompts[i].tokens, go);
+        std::fprintf(
+            out, "\nexample %zu (tau %.2f)\n--- prompt ---\n%s\n--- continuation ---\n%s\n", i + 1,
+            r.stats.tau(), tok.decode(std::span(prompts[i].tokens).subspan(1)).c_str(),
+            tok.decode(r.tokens).c_str());
+    }
+}
+
+}  // namespace
+
+std::vector<fs::path> default_corpus_roots() {
+    const fs::path src = DFLASH_DEMO_CORPUS_DIR;
+    std::vector<fs::path> roots;
+    for (const char* sub : {"docs", "src", "tests"})
+        if (fs::is_directory(src / sub)) roots.push_back(src / sub);
+    return roots;
+}
+
+DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_settings,
+                    const Logger& log, std::FILE* out) {
+    const auto t_start = Clock::now();
+    const Plan plan = plan_for(opt.quick);
+    DemoReport rep;
+    const fs::path dir = opt.output_dir;
+    prepare_output_dir(dir);
+    cpu::set_blas_threads(1);
+    const uint64_t seed = static_cast<uint64_t>(user_settings.get<int64_t>("runtime.seed"));
+    auto tok = make_byte_tokenizer();
+
+    // 1. Corpus -> token shards.
+    print_stage(out, 1, "corpus: the project's own sources and docs, as byte-level tokens");
+    const auto roots = opt.corpus_roots.empty() ? default_corpus_roots() : opt.corpus_roots;
+    DF_CHECK(
+        !roots.empty(),
+        "no corpus: the source tree this binary was built from ({}) is gone; pass --corpus DIR "
+        "(any directory of text files)",
+        DFLASH_DEMO_CORPUS_DIR);
+    const auto docs = collect_text_documents(
+        roots, {".md", ".h", ".cpp", ".cc", ".hpp", ".txt", ".toml"}, plan.corpus_bytes, 1500);
+    DF_CHECK(docs.size() >= 20, "the corpus under {} has only {} documents; pass --corpus DIR",
+             roots.front().string(), docs.size());
+    const CorpusSplit split = split_heldout(docs, 0.05, seed);
+    rep.corpus_documents = static_cast<int64_t>(docs.size());
+    for (const auto& d : docs) rep.corpus_bytes += static_cast<int64_t>(d.size());
+    fs::create_directories(dir / "corpus");
+    write_text_jsonl(dir / "corpus/train.jsonl", split.train);
+    write_text_jsonl(dir / "corpus/heldout.jsonl", split.heldout);
+    for (const char* part : {"train", "heldout"}) {
+        PrepareOptions po;
+        po.inputs = {dir / "corpus" / (std::string(part) + ".jsonl")};
+        po.output_dir = dir / "data" / part;
+        prepare_dataset(po, *tok, log);
+    }
+    std::fprintf(out, "  %lld documents, %.2f MB from %s%s; %zu held out\n",
+                 static_cast<long long>(rep.corpus_documents), rep.corpus_bytes / 1e6,
+                 roots.front().parent_path().string().c_str(),
+                 roots.size() > 1 ? " (docs, src, tests)" : "", split.heldout.size());
+
+    // Data-parallel CPU workers of one thread each: on a busy machine this degrades far more
+    // gracefully than one worker whose OpenMP team spins at every barrier (docs/performance.md).
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int n_workers = std::min(cores, 4);
+    const std::string workers = std::to_string(n_workers);
+    const std::string per_worker_batch = std::to_string(std::max(1, 4 / n_workers));
+
+    // 2. Pretrain the target.
+    print_stage(out, 2, "pretrain a small Qwen3-layout target (dflash pretrain)");
+    const auto t_pre = Clock::now();
+    const config::Settings pre_settings = with_demo_defaults(
+        user_settings, {{"runtime.devices", workers},
+                        {"runtime.threads", "1"},
+                        {"pretrain.hidden_size", "256"},
+                        {"pretrain.num_layers", "4"},
+                        {"pretrain.num_heads", "4"},
+                        {"pretrain.num_kv_heads", "2"},
+                        {"pretrain.head_dim", "64"},
+                        {"pretrain.intermediate_size", "768"},
+                        {"pretrain.max_length", "256"},
+                        {"pretrain.lr", "3e-3"},
+                        {"pretrain.max_steps", std::to_string(plan.pretrain_steps)},
+                        {"train.batch_size", per_worker_batch},
+                        {"train.log_every", "50"},
+                        {"train.checkpoint_every", "100000"},
+                        {"train.eval_every", "100000"}});
+    train::PretrainJob pj;
+    pj.data_dir = dir / "data/train";
+    pj.eval_data_dir = dir / "data/heldout";
+    pj.output_dir = dir / "target";
+    rep.target = train::run_pretraining(pj, pre_settings, log);
+    const std::string heldout =
+        rep.target.final_eval ? fmt::format(", held-out loss {:.3f}", rep.target.final_eval->loss)
+                              : "";
+    std::fprintf(out, "  target: loss %.3f -> %.3f in %lld steps (%.0f s)%s\n",
+                 rep.target.first_loss, rep.target.final_loss,
+                 static_cast<long long>(rep.target.steps), since(t_pre), heldout.c_str());
+    const TargetModel target = TargetModel::load(rep.target.model_dir);
+
+    // 3. Regenerate responses with the target (the drafter learns the target, not the corpus).
+    print_stage(out, 3, "regenerate training responses with the target (greedy)");
+    const auto t_regen = Clock::now();
+    RegenerateOptions ro;
+    ro.generate.max_new_tokens = plan.regen_tokens;
+    ro.generate.stop_tokens = default_stop_tokens(target.config(), tok.get());
+    ro.workers = cores;
+    RegenerateStats rs;
+    const auto samples = regenerate_responses(
+        target, regeneration_prompts(split.train, plan.regen_prompts, *tok, seed), ro, log, &rs);
+    write_samples_shard(dir / "data/regenerated", samples, *tok);
+    std::fprintf(out, "  %lld responses, %lld tokens (%.0f s)\n",
+                 static_cast<long long>(rs.samples), static_cast<long long>(rs.response_tokens),
+                 since(t_regen));
+
+    // 4. Train the drafter.
+    print_stage(out, 4, "train a DFlash drafter for the target (dflash train)");
+    const auto t_dr = Clock::now();
+    const config::Settings dr_settings =
+        with_demo_defaults(user_settings, {{"runtime.devices", workers},
+                                           {"runtime.threads", "1"},
+                                           {"drafter.block_size", "8"},
+                                           {"drafter.num_layers", "1"},
+                                           {"drafter.target_layer_ids", "1,2,3"},
+                                           {"train.max_steps", std::to_string(plan.drafter_steps)},
+                                           {"train.max_length", "256"},
+                                           {"train.batch_size", per_worker_batch},
+                                           {"train.num_anchors", "48"},
+                                           {"train.loss_decay_gamma", "4"},
+                                           {"train.lr", "3e-3"},
+                                           {"train.log_every", "50"},
+                                           {"train.checkpoint_every", "100000"},
+                                           {"train.eval_every", "100000"}});
+    train::DrafterTrainJob dj;
+    dj.target_dir = rep.target.model_dir;
+    dj.data_dir = dir / "data/regenerated";
+    dj.output_dir = dir / "drafter";
+    dj.hooks.on_record = [&](const train::StepRecord& r) {
+        if (rep.drafter_first_acc.empty() && !r.eval) rep.drafter_first_acc = r.acc;
+    };
+    rep.drafter = train::run_drafter_training(dj, dr_settings, log);
+    std::fprintf(out, "  drafter: loss %.3f -> %.3f in %lld steps (%.0f s)\n",
+                 rep.drafter.first_loss, rep.drafter.final_loss,
+                 static_cast<long long>(rep.drafter.steps), since(t_dr));
+    std::fprintf(out, "  accuracy per block position, first step: %s\n",
+                 acc_list(rep.drafter_first_acc).c_str());
+    std::fprintf(out, "  accuracy per block position, last step:  %s  (implied tau %.2f)\n",
+                 acc_list(rep.drafter.acc).c_str(), rep.drafter.tau_implied);
+
+    // 5. Speculative decoding on held-out prompts.
+    print_stage(out, 5, "speculative decoding on held-out prompts (dflash bench)");
+    const DrafterModel drafter = DrafterModel::load(rep.drafter.model_dir);
+    std::vector<Prompt> prompts;
+    for (const auto& d : split.heldout) {
+        if (static_cast<int64_t>(prompts.size()) >= plan.bench_prompts) break;
+        const std::string text = d.substr(0, 96);
+        prompts.push_back({encode_text_prompt(*tok, text), short_label(text)});
+    }
+    GenerateOptions go = generate_options_from_settings(user_settings);
+    go.max_new_tokens = user_settings.source("infer.max_new_tokens") == "default"
+                            ? plan.bench_tokens
+                            : go.max_new_tokens;
+    go.stop_tokens = default_stop_tokens(target.config(), tok.get());
+    auto be = make_cpu_backend(1);
+    rep.bench = run_bench(target, drafter, *be, prompts, go, log);
+    write_text_atomic(dir / "bench.json", bench_to_json(rep.bench).dump(2) + "\n");
+    std::fputs(format_bench_table(rep.bench).c_str(), out);
+    print_examples(out, target, drafter, *be, prompts, go, *tok);
+    rep.seconds = since(t_start);
+    return rep;
+}
+
+}  // namespace dflash::demo
