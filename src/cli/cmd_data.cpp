@@ -1,13 +1,20 @@
 // `dflash data`: `prepare` tokenizes JSONL text/chat files into shards (src/data/prepare.h);
-// `verify` re-reads a dataset directory and checks every checksum. The logic lives in the
-// library and is tested by tests/data/prepare_test.cpp.
+// `verify` re-reads a dataset directory and checks every checksum; `regenerate` replaces the
+// responses of a prompt set with the target's own (src/infer/regenerate.h). The logic lives in the
+// library and is tested by tests/data/prepare_test.cpp and tests/infer/regenerate_test.cpp.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "config/settings.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/prepare.h"
+#include "infer/bench.h"
+#include "infer/prompts.h"
+#include "infer/regenerate.h"
+#include "model/target.h"
+#include "tokenizer/model_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dflash::cli {
@@ -43,6 +50,32 @@ int run_verify(const std::string& dir) {
     return 0;
 }
 
+struct RegenerateArgs {
+    std::string target, prompts, output;
+};
+
+int run_regenerate(const RegenerateArgs& a, CommandContext& ctx) {
+    const TargetModel target = TargetModel::load(a.target);
+    const auto tok = load_tokenizer_for_model(a.target);
+    const auto prompts = read_prompts(a.prompts, tok.get(), target.config().vocab_size);
+    DF_CHECK(!std::filesystem::exists(a.output) || std::filesystem::is_empty(a.output),
+             "output directory '{}' is not empty; choose a new one", a.output);
+    RegenerateOptions ro;
+    ro.generate = generate_options_from_settings(ctx.settings);
+    ro.generate.stop_tokens = default_stop_tokens(target.config(), tok.get());
+    ro.workers = static_cast<int>(ctx.settings.get<int64_t>("runtime.devices"));
+    std::vector<std::vector<int32_t>> ids;
+    for (const auto& p : prompts) ids.push_back(p.tokens);
+    RegenerateStats st;
+    const auto samples = regenerate_responses(target, ids, ro, ctx.log, &st);
+    write_samples_shard(a.output, samples, *tok);
+    std::printf("regenerated %s: %lld samples, %lld prompt + %lld response tokens in %.1f s\n",
+                a.output.c_str(), static_cast<long long>(st.samples),
+                static_cast<long long>(st.prompt_tokens),
+                static_cast<long long>(st.response_tokens), st.seconds);
+    return 0;
+}
+
 }  // namespace
 
 int cmd_data(CommandContext& ctx) {
@@ -67,6 +100,17 @@ int cmd_data(CommandContext& ctx) {
     auto* verify = app.add_subcommand("verify", "re-read a dataset directory, check checksums");
     verify->add_option("dir", verify_dir, "dataset directory")->required();
 
+    RegenerateArgs regen;
+    auto* rg = app.add_subcommand(
+        "regenerate",
+        "the target's own responses to a prompts JSONL -> *.dfshard (infer.* settings sample; "
+        "runtime.devices workers)");
+    rg->add_option("--target", regen.target, "target model directory")->required();
+    rg->add_option("--prompts", regen.prompts,
+                   "JSONL of {\"prompt\"}, {\"messages\"} or {\"prompt_ids\"}")
+        ->required();
+    rg->add_option("--output,-o", regen.output, "output directory for the shards")->required();
+
     // CLI11 consumes arguments from the back of the vector.
     std::vector<std::string> args(ctx.args.rbegin(), ctx.args.rend());
     try {
@@ -79,6 +123,7 @@ int cmd_data(CommandContext& ctx) {
         opt.output_dir = output;
         return run_prepare(opt, tokenizer, ctx);
     }
+    if (rg->parsed()) return run_regenerate(regen, ctx);
     return run_verify(verify_dir);
 }
 
