@@ -34,6 +34,7 @@ struct CommandInfo {
 
 int cmd_config(CommandContext& ctx);
 int cmd_inspect(CommandContext& ctx);
+int cmd_init(CommandContext& ctx);
 int cmd_data(CommandContext& ctx);
 int cmd_train(CommandContext& ctx);
 int cmd_pretrain(CommandContext& ctx);

@@ -26,6 +26,7 @@ constexpr CommandInfo kCommands[] = {
     {"bench", cmd_bench, "acceptance length, speed-up and a losslessness check"},
     {"data", cmd_data, "tokenize JSONL text/chat data into training shards"},
     {"inspect", cmd_inspect, "what is in a model, drafter or checkpoint directory"},
+    {"init", cmd_init, "write a randomly initialised target or drafter (HF layout)"},
     {"config", cmd_config, "list / show / explain / dump / diff every setting"},
     {"plot", cmd_plot, "render a run's loss and accuracy curves"},
 };
