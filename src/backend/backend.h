@@ -1,6 +1,7 @@
 // Backend: the op set every model is written against (design §5). CpuBackend (backend/cpu) is the
 // fp32 reference; a CUDA backend implements the same interface. All tensors are row-major and
 // contiguous; shapes are in the comments and checked by each op.
+// Tested through CpuBackend by tests/ops/*_test.cpp and every model test (tests/model/).
 #pragma once
 
 #include <memory>

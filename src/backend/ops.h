@@ -1,5 +1,7 @@
 // The op set (design §5): the plain data types every backend's ops share.
 // The CPU reference lives in backend/cpu/, one op family per file; backend.h is the interface.
+// Tested by tests/ops/attention_test.cpp (AttnMask) and tests/ops/lm_head_ce_test.cpp
+// (LmHeadCeOut).
 #pragma once
 
 #include <cstdint>

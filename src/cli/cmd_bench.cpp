@@ -6,10 +6,9 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
-#include <thread>
 
 #include "backend/backend.h"
-#include "backend/cpu/cpu_ops.h"
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "config/settings.h"
 #include "core/error.h"
@@ -39,16 +38,8 @@ int cmd_bench(CommandContext& ctx) {
     app.add_option("--json", json_path, "also write the report as JSON to this file");
     app.add_option("--limit", limit, "only the first N prompts (0: all)")
         ->check(CLI::NonNegativeNumber);
-    std::vector<std::string> args(ctx.args.rbegin(), ctx.args.rend());  // CLI11 pops from the back
-    try {
-        app.parse(args);
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e);
-    }
-    cpu::set_blas_threads(1);  // ops parallelise themselves; see backend/cpu/gemm.cpp
-    const int64_t threads = ctx.settings.get<int64_t>("runtime.threads");
-    auto be = make_cpu_backend(threads > 0 ? static_cast<int>(threads)
-                                           : static_cast<int>(std::thread::hardware_concurrency()));
+    if (!parse_command_args(app, ctx, "bench")) return 0;
+    auto be = make_backend_from_settings(ctx);
     const TargetModel target = TargetModel::load(target_dir);
     const DrafterModel drafter = DrafterModel::load(drafter_dir);
     std::unique_ptr<Tokenizer> tok;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "config/dump.h"
 #include "config/registry.h"
@@ -172,15 +173,7 @@ int cmd_config(CommandContext& ctx) {
     diff->add_option("FILE", o.file, "a TOML settings file")->required();
     auto* hash = app.add_subcommand("hash", "the stable hash of the effective settings");
 
-    std::vector<std::string> reversed(ctx.args.rbegin(), ctx.args.rend());  // CLI11 wants reverse
-    try {
-        app.parse(reversed);
-    } catch (const CLI::CallForHelp&) {
-        std::fputs(app.help().c_str(), stdout);
-        return 0;
-    } catch (const CLI::ParseError& e) {
-        throw Error(fmt::format("config: {} (see `dflash config --help`)", e.what()));
-    }
+    if (!parse_command_args(app, ctx, "config")) return 0;
     if (list->parsed()) return do_list(ctx, o);
     if (show->parsed()) return do_show(ctx, o);
     if (explain->parsed()) return do_explain(ctx, o);

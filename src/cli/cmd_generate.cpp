@@ -7,10 +7,9 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
-#include <thread>
 
 #include "backend/backend.h"
-#include "backend/cpu/cpu_ops.h"
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "config/settings.h"
 #include "core/error.h"
@@ -86,16 +85,8 @@ int cmd_generate(CommandContext& ctx) {
     app.add_option("--prompt", a.prompt, "prompt text (encoded as [bos] text)");
     app.add_option("--prompt-ids", a.prompt_ids, "prompt token ids, comma-separated");
     app.add_flag("--chat", a.chat, "wrap --prompt as a user message in the chat template");
-    std::vector<std::string> args(ctx.args.rbegin(), ctx.args.rend());  // CLI11 pops from the back
-    try {
-        app.parse(args);
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e);
-    }
-    cpu::set_blas_threads(1);  // ops parallelise themselves; see backend/cpu/gemm.cpp
-    const int64_t threads = ctx.settings.get<int64_t>("runtime.threads");
-    auto be = make_cpu_backend(threads > 0 ? static_cast<int>(threads)
-                                           : static_cast<int>(std::thread::hardware_concurrency()));
+    if (!parse_command_args(app, ctx, "generate")) return 0;
+    auto be = make_backend_from_settings(ctx);
     const TargetModel target = TargetModel::load(a.target);
     std::unique_ptr<Tokenizer> tok;
     if (has_tokenizer_spec(a.target)) tok = load_tokenizer_for_model(a.target);

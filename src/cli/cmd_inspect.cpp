@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "model/inspect.h"
 
@@ -18,12 +19,7 @@ int cmd_inspect(CommandContext& ctx) {
     bool no_tensors = false;
     app.add_option("DIR", dir, "HF model / drafter / checkpoint directory")->required();
     app.add_flag("--no-tensors", no_tensors, "omit the tensor list");
-    std::vector<std::string> args(ctx.args.rbegin(), ctx.args.rend());  // CLI11 pops from the back
-    try {
-        app.parse(args);
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e);
-    }
+    if (!parse_command_args(app, ctx, "inspect")) return 0;
     const InspectReport report = inspect_directory(dir, {.list_tensors = !no_tensors});
     std::fputs(report.text.c_str(), stdout);
     return report.ok() ? 0 : 1;

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "train/plot.h"
 
@@ -17,12 +18,7 @@ int cmd_plot(CommandContext& ctx) {
     std::string run_dir, output;
     app.add_option("RUN_DIR", run_dir, "run directory written by `dflash train`")->required();
     app.add_option("--output,-o", output, "SVG file to write (default RUN_DIR/curves.svg)");
-    std::vector<std::string> args(ctx.args.rbegin(), ctx.args.rend());  // CLI11 pops from the back
-    try {
-        app.parse(args);
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e);
-    }
+    if (!parse_command_args(app, ctx, "plot")) return 0;
     const auto written = plot_run(run_dir, output);
     std::printf("wrote %s\n", written.string().c_str());
     return 0;

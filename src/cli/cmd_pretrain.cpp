@@ -1,14 +1,13 @@
 // `dflash pretrain`: trains a small Qwen3-architecture target from scratch on a tokenized dataset;
 // a thin layer over train::run_pretraining (src/train/pretraining.h). Tested by
 // tests/train/train_cli_test.cpp.
-#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "config/settings.h"
-#include "core/error.h"
 #include "train/pretraining.h"
 
 namespace dflash::cli {
@@ -26,15 +25,7 @@ int cmd_pretrain(CommandContext& ctx) {
     app.add_option("--output", output,
                    "run directory (default: pretrain.output_dir, or the resumed run's)");
     app.add_option("--resume", resume, "continue from a checkpoint or a run directory's latest");
-    std::vector<std::string> reversed(ctx.args.rbegin(), ctx.args.rend());  // CLI11 wants reverse
-    try {
-        app.parse(reversed);
-    } catch (const CLI::CallForHelp&) {
-        std::fputs(app.help().c_str(), stdout);
-        return 0;
-    } catch (const CLI::ParseError& e) {
-        throw Error(fmt::format("pretrain: {} (see `dflash pretrain --help`)", e.what()));
-    }
+    if (!parse_command_args(app, ctx, "pretrain")) return 0;
     job.data_dir = data;
     job.eval_data_dir = eval;
     job.output_dir = output;

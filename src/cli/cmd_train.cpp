@@ -1,11 +1,11 @@
 // `dflash train`: trains a DFlash drafter for a target on a tokenized dataset; a thin layer over
 // train::run_drafter_training (src/train/drafter_training.h). Tested by
 // tests/train/train_cli_test.cpp.
-#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "config/settings.h"
 #include "core/error.h"
@@ -29,15 +29,7 @@ int cmd_train(CommandContext& ctx) {
                    "run directory (default: train.output_dir, or the resumed run's)");
     app.add_option("--resume", resume, "continue from a checkpoint or a run directory's latest");
     app.add_option("--init-drafter", init, "start from this drafter instead of a random one");
-    std::vector<std::string> reversed(ctx.args.rbegin(), ctx.args.rend());  // CLI11 wants reverse
-    try {
-        app.parse(reversed);
-    } catch (const CLI::CallForHelp&) {
-        std::fputs(app.help().c_str(), stdout);
-        return 0;
-    } catch (const CLI::ParseError& e) {
-        throw Error(fmt::format("train: {} (see `dflash train --help`)", e.what()));
-    }
+    if (!parse_command_args(app, ctx, "train")) return 0;
     DF_CHECK(resume.empty() || init.empty(),
              "give either --resume (continue a run) or --init-drafter (a new run from a "
              "drafter), not both");

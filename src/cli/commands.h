@@ -1,6 +1,7 @@
 // The `dflash` subcommands: one file each (cmd_<name>.cpp), dispatched by main.cpp.
 // Every command receives the immutable settings snapshot taken at start-up and its own arguments
 // (the settings flags --config/--set/--<key> were already taken out by the registry).
+// Tested through the binary by tests/cli/*_test.cpp and tests/train/train_cli_test.cpp.
 #pragma once
 
 #include <memory>

@@ -1,6 +1,6 @@
 // Scratch: named, reusable host buffers. A buffer keeps its address while the requested size does
 // not grow, so a steady-state step allocates nothing. Owned by whoever runs the model (a session or
-// a worker), never shared between threads.
+// a worker), never shared between threads. Tested through its users: tests/model/*_test.cpp.
 #pragma once
 
 #include <map>

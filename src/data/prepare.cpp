@@ -2,11 +2,11 @@
 #include "data/prepare.h"
 
 #include <chrono>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "core/error.h"
+#include "core/safetensors.h"
 #include "data/anchors.h"
 #include "data/jsonl.h"
 #include "data/shard.h"
@@ -86,15 +86,7 @@ void write_manifest(const PrepareOptions& opt, const Tokenizer& tok, const Prepa
         {"skipped", st.skipped},
         {"shards", st.shards},
     };
-    const fs::path path = opt.output_dir / "manifest.json";
-    fs::path tmp = path;
-    tmp += ".tmp";
-    {
-        std::ofstream out(tmp);
-        out << j.dump(2) << "\n";
-        DF_CHECK(out.good(), "cannot write {}", tmp.string());
-    }
-    fs::rename(tmp, path);
+    write_text_atomic(opt.output_dir / "manifest.json", j.dump(2) + "\n");
 }
 
 }  // namespace

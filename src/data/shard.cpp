@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/safetensors.h"
 
 namespace dflash {
 
@@ -46,19 +47,6 @@ uint64_t sample_checksum(std::span<const int32_t> tokens, std::span<const uint8_
     const uint64_t h =
         fnv1a64({reinterpret_cast<const uint8_t*>(tokens.data()), tokens.size() * sizeof(int32_t)});
     return fnv1a64(mask, h);
-}
-
-// write(2) until everything is out; EINTR-safe.
-void write_all(int fd, const void* data, uint64_t n, const std::filesystem::path& path) {
-    const auto* p = static_cast<const uint8_t*>(data);
-    while (n > 0) {
-        const ssize_t w = ::write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        DF_CHECK(w > 0, "cannot write shard {}: {} (is the disk full?)", path.string(),
-                 std::strerror(errno));
-        p += w;
-        n -= static_cast<uint64_t>(w);
-    }
 }
 
 }  // namespace
@@ -127,24 +115,11 @@ void ShardWriter::finish() {
     const uint64_t index_end = hbytes + n * kShardIndexEntryBytes;
     put<uint64_t>(head, index_end, fnv1a64({head.data() + hbytes, n * kShardIndexEntryBytes}));
 
-    std::filesystem::path tmp = path_;
-    tmp += ".tmp";
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    DF_CHECK(fd >= 0, "cannot create {}: {}", tmp.string(), std::strerror(errno));
-    try {
-        write_all(fd, head.data(), head.size(), tmp);
-        write_all(fd, tokens_.data(), tokens_.size() * sizeof(int32_t), tmp);
-        write_all(fd, loss_mask_.data(), loss_mask_.size(), tmp);
-        DF_CHECK(::fsync(fd) == 0, "cannot flush {}: {}", tmp.string(), std::strerror(errno));
-    } catch (...) {
-        ::close(fd);
-        std::filesystem::remove(tmp);
-        throw;
-    }
-    ::close(fd);
-    std::error_code ec;
-    std::filesystem::rename(tmp, path_, ec);
-    DF_CHECK(!ec, "cannot rename {} to {}: {}", tmp.string(), path_.string(), ec.message());
+    AtomicFileWriter out(path_);  // "<path>.tmp", fsync'ed, then renamed
+    out.write(head.data(), head.size());
+    out.write(tokens_.data(), tokens_.size() * sizeof(int32_t));
+    out.write(loss_mask_.data(), loss_mask_.size());
+    out.commit();
     finished_ = true;
 }
 

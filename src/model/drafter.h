@@ -101,7 +101,7 @@ class DrafterSession {
   private:
     const DrafterModel& model_;
     Backend& be_;
-    Tensor embed_, lm_head_;
+    Tensor embed_, lm_head_;  // [V, D], [V, D]: the target's, frozen
     int64_t capacity_;
     int64_t max_block_;
     std::vector<LayerKvCache> cache_;

@@ -13,6 +13,7 @@
 namespace dflash {
 namespace {
 
+using test::has;
 using test::run_dflash;
 
 // The line of `output` that starts with `key` (a row of `config list`), or "".
@@ -29,10 +30,6 @@ std::vector<std::string> cells(const std::string& row) {
     std::vector<std::string> out;
     for (std::string cell; in >> cell;) out.push_back(cell);
     return out;
-}
-
-bool has(const std::string& haystack, const std::string& needle) {
-    return haystack.find(needle) != std::string::npos;
 }
 
 TEST(ConfigCli, ListFindsNestedKeysByRegexOverFullPaths) {

@@ -17,10 +17,7 @@ namespace dflash {
 namespace {
 
 namespace fs = std::filesystem;
-
-bool has(const std::string& s, const std::string& needle) {
-    return s.find(needle) != std::string::npos;
-}
+using test::has;
 
 // A tiny target whose vocabulary is the byte tokenizer's, and a drafter for it, saved to disk.
 struct SavedPair {

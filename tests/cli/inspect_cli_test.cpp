@@ -1,5 +1,6 @@
 // `dflash inspect`: reports on sound and broken target/drafter directories, through the library
-// function the command prints (the binary itself: inspect_binary_test.cpp).
+// function the command prints, and through the built binary (exit status 0 for a sound directory,
+// 1 with the problems listed for a broken one, a usage error without DIR).
 #include <fstream>
 #include <map>
 
@@ -13,6 +14,7 @@ namespace dflash {
 namespace {
 
 namespace fs = std::filesystem;
+using test::has;
 using test::TempDir;
 
 TargetConfig tiny_target() {
@@ -49,10 +51,6 @@ void write_weights(const fs::path& dir, const std::vector<TensorSpec>& specs, DT
         named.emplace_back(s.name, owned.back());
     }
     write_checkpoint(dir, named, store_as, max_shard);
-}
-
-bool has(const std::string& text, const std::string& needle) {
-    return text.find(needle) != std::string::npos;
 }
 
 TEST(Inspect, SoundDrafterDirectory) {
@@ -171,6 +169,24 @@ TEST(Inspect, MissingWeightsAndShards) {
     EXPECT_TRUE(has(r.text, "missing: " + shard)) << r.text;
 
     EXPECT_FALSE(inspect_directory(dir / "nope").ok());
+}
+
+TEST(InspectCli, ExitStatusFollowsTheProblems) {
+    TempDir dir;
+    const auto d = tiny_drafter();
+    d.save(dir.path());
+    write_weights(dir.path(), drafter_tensor_specs(d), DType::bf16, size_t{1} << 20);
+    auto res = test::run_dflash("inspect " + dir.path().string());
+    EXPECT_EQ(res.exit_code, 0) << res.output;
+    EXPECT_TRUE(has(res.output, "status:        OK")) << res.output;
+    fs::remove(dir / "config.json");
+    res = test::run_dflash("inspect " + dir.path().string());
+    EXPECT_EQ(res.exit_code, 1) << res.output;
+    EXPECT_TRUE(has(res.output, "no config.json")) << res.output;
+    // A usage error is one `dflash: error:` line naming what is missing, like every other error.
+    res = test::run_dflash("inspect");
+    EXPECT_EQ(res.exit_code, 1) << res.output;
+    EXPECT_TRUE(has(res.output, "dflash: error: inspect: DIR is required")) << res.output;
 }
 
 }  // namespace

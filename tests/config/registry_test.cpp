@@ -5,22 +5,13 @@
 
 #include "config/test_registry.h"
 #include "core/error.h"
+#include "support/test_util.h"
 
 namespace dflash::config {
 namespace {
 
 using D = Declaration;
-
-// The message of the dflash::Error that `fn` throws ("" if none).
-template <class F>
-std::string error_of(F&& fn) {
-    try {
-        fn();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
+using dflash::test::error_of;
 
 TEST(Registry, EnvNamesMirrorKeys) {
     EXPECT_EQ(env_name_for("cuda_graphs.capture_mode"), "DFLASH_CUDA_GRAPHS_CAPTURE_MODE");

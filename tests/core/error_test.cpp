@@ -8,9 +8,7 @@
 namespace dflash {
 namespace {
 
-bool contains(const std::string& s, const std::string& part) {
-    return s.find(part) != std::string::npos;
-}
+using test::has;
 
 void check_layer(int id, int layers) {
     DF_CHECK(id < layers, "target_layer_ids[4]={} but the target has {} layers (ids 0..{})", id,
@@ -32,11 +30,11 @@ TEST(Error, CheckCarriesFormattedValueAndLocation) {
                   0u)
             << msg;
         // The location is kept apart from the message a user reads.
-        EXPECT_FALSE(contains(msg, "error_test.cpp")) << msg;
-        EXPECT_TRUE(contains(e.where(), "error_test.cpp:")) << e.where();
-        EXPECT_FALSE(contains(msg, "internal error")) << msg;
+        EXPECT_FALSE(has(msg, "error_test.cpp")) << msg;
+        EXPECT_TRUE(has(e.where(), "error_test.cpp:")) << e.where();
+        EXPECT_FALSE(has(msg, "internal error")) << msg;
         // Only the file's base name, not the build machine's path.
-        EXPECT_FALSE(contains(e.where(), "/tests/core/")) << e.where();
+        EXPECT_FALSE(has(e.where(), "/tests/core/")) << e.where();
     }
 }
 
@@ -57,17 +55,17 @@ TEST(Error, AssertSaysInternalErrorAndNamesTheCondition) {
     } catch (const Error& e) {
         const std::string msg = e.what();
         EXPECT_EQ(msg.rfind("internal error", 0), 0u) << msg;
-        EXPECT_TRUE(contains(msg, "n == 4")) << msg;
-        EXPECT_TRUE(contains(msg, "n=3")) << msg;
-        EXPECT_TRUE(contains(msg, "error_test.cpp:")) << msg;
-        EXPECT_TRUE(contains(msg, "bug")) << msg;
+        EXPECT_TRUE(has(msg, "n == 4")) << msg;
+        EXPECT_TRUE(has(msg, "n=3")) << msg;
+        EXPECT_TRUE(has(msg, "error_test.cpp:")) << msg;
+        EXPECT_TRUE(has(msg, "bug")) << msg;
     }
     // Without a message.
     try {
         DF_ASSERT(n < 0);
         FAIL() << "DF_ASSERT did not throw";
     } catch (const Error& e) {
-        EXPECT_TRUE(contains(e.what(), "`n < 0` does not hold at error_test.cpp:")) << e.what();
+        EXPECT_TRUE(has(e.what(), "`n < 0` does not hold at error_test.cpp:")) << e.what();
     }
     EXPECT_NO_THROW(DF_ASSERT(n == 3));
 }

@@ -13,6 +13,7 @@ namespace dflash {
 namespace {
 
 namespace fs = std::filesystem;
+using test::error_of;
 using test::TempDir;
 
 // A file made of an 8-byte length, `header` and `data`; `declared_len` overrides the length.
@@ -22,17 +23,6 @@ void write_raw(const fs::path& p, const std::string& header, const std::string& 
     const uint64_t n = declared_len >= 0 ? static_cast<uint64_t>(declared_len) : header.size();
     out.write(reinterpret_cast<const char*>(&n), 8);
     out << header << data;
-}
-
-// The message of the Error that `fn` throws ("" if none).
-template <typename Fn>
-std::string error_of(Fn fn) {
-    try {
-        fn();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
 }
 
 // Expects opening `p` to fail with a message naming the file and containing `needle`.

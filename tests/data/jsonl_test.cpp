@@ -9,18 +9,8 @@
 namespace dflash {
 namespace {
 
-void write_file(const std::filesystem::path& p, const std::string& s) {
-    std::ofstream(p, std::ios::binary) << s;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-    try {
-        fn();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
+using test::error_of;
+using test::write_file;
 
 TEST(Jsonl, ReadsAllThreeLayoutsAndSkipsEmptyLines) {
     test::TempDir dir("jsonl");

@@ -13,11 +13,7 @@ namespace dflash {
 namespace {
 
 namespace fs = std::filesystem;
-
-void write_file(const fs::path& p, const std::string& s) {
-    fs::create_directories(p.parent_path());
-    std::ofstream(p, std::ios::binary) << s;
-}
+using test::write_file;
 
 std::string join(const std::vector<std::string>& v) {
     std::string out;

@@ -14,10 +14,7 @@ namespace dflash {
 namespace {
 
 namespace fs = std::filesystem;
-
-void write_file(const fs::path& p, const std::string& s) {
-    std::ofstream(p) << s;
-}
+using test::write_file;
 
 const char* kJsonl =
     "{\"text\": \"hello world\"}\n"

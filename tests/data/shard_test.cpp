@@ -12,6 +12,7 @@ namespace dflash {
 namespace {
 
 namespace fs = std::filesystem;
+using test::has;
 
 std::vector<Encoded> make_samples() {
     std::vector<Encoded> out;
@@ -53,10 +54,6 @@ std::string open_and_read_all(const fs::path& p) {
         return e.what();
     }
     return "";
-}
-
-bool contains(const std::string& s, const std::string& needle) {
-    return s.find(needle) != std::string::npos;
 }
 
 // Section offsets of the test shard: header "byte" name -> 48 + 8 (name padded) + 8 checksum.
@@ -124,16 +121,16 @@ TEST(Shard, TruncationAnywhereIsAnErrorWithOffset) {
     for (const auto& c : cuts) {
         write_bytes(path, std::vector<char>(good.begin(), good.begin() + c.at));
         const std::string msg = open_and_read_all(path);
-        EXPECT_TRUE(contains(msg, path.string())) << c.at << ": " << msg;
-        EXPECT_TRUE(contains(msg, "truncated")) << c.at << ": " << msg;
-        EXPECT_TRUE(contains(msg, "byte offset " + std::to_string(c.at))) << c.at << ": " << msg;
-        EXPECT_TRUE(contains(msg, c.where)) << c.at << ": " << msg;
+        EXPECT_TRUE(has(msg, path.string())) << c.at << ": " << msg;
+        EXPECT_TRUE(has(msg, "truncated")) << c.at << ": " << msg;
+        EXPECT_TRUE(has(msg, "byte offset " + std::to_string(c.at))) << c.at << ": " << msg;
+        EXPECT_TRUE(has(msg, c.where)) << c.at << ": " << msg;
     }
     // Bytes appended after the data are not silently ignored either.
     auto longer = good;
     longer.push_back('x');
     write_bytes(path, longer);
-    EXPECT_TRUE(contains(open_and_read_all(path), "unexpected bytes")) << open_and_read_all(path);
+    EXPECT_TRUE(has(open_and_read_all(path), "unexpected bytes")) << open_and_read_all(path);
 }
 
 TEST(Shard, CorruptionIsDetectedWhereItHappens) {
@@ -157,9 +154,9 @@ TEST(Shard, CorruptionIsDetectedWhereItHappens) {
         bad[f.at] ^= 0x10;
         write_bytes(path, bad);
         const std::string msg = open_and_read_all(path);
-        EXPECT_TRUE(contains(msg, path.string())) << f.at << ": " << msg;
-        EXPECT_TRUE(contains(msg, f.needle)) << f.at << ": " << msg;
-        EXPECT_TRUE(contains(msg, "byte offset")) << f.at << ": " << msg;
+        EXPECT_TRUE(has(msg, path.string())) << f.at << ": " << msg;
+        EXPECT_TRUE(has(msg, f.needle)) << f.at << ": " << msg;
+        EXPECT_TRUE(has(msg, "byte offset")) << f.at << ": " << msg;
     }
     // A corrupt sample does not poison the others: they still read.
     auto bad = good;
@@ -178,18 +175,18 @@ TEST(Shard, WrongMagicAndNewerVersion) {
     auto bad = good;
     bad[2] = 'X';
     write_bytes(path, bad);
-    EXPECT_TRUE(contains(open_and_read_all(path), "wrong magic")) << open_and_read_all(path);
+    EXPECT_TRUE(has(open_and_read_all(path), "wrong magic")) << open_and_read_all(path);
 
     write_bytes(path, {'{', '"', 'a', '"', '}'});  // some other small file
-    EXPECT_TRUE(contains(open_and_read_all(path), "wrong magic")) << open_and_read_all(path);
+    EXPECT_TRUE(has(open_and_read_all(path), "wrong magic")) << open_and_read_all(path);
 
     bad = good;
     const uint32_t v = kShardVersion + 1;
     std::memcpy(bad.data() + 8, &v, 4);
     write_bytes(path, bad);
     const std::string msg = open_and_read_all(path);
-    EXPECT_TRUE(contains(msg, "version " + std::to_string(v))) << msg;
-    EXPECT_TRUE(contains(msg, "upgrade dflash")) << msg;
+    EXPECT_TRUE(has(msg, "version " + std::to_string(v))) << msg;
+    EXPECT_TRUE(has(msg, "upgrade dflash")) << msg;
 }
 
 TEST(Shard, ListShardsIsSortedAndFiltered) {

@@ -12,22 +12,9 @@
 namespace dflash {
 namespace {
 
-void write_file(const std::filesystem::path& p, const std::string& s) {
-    std::ofstream(p, std::ios::binary) << s;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-    try {
-        fn();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
-
-bool has(const std::string& s, const std::string& needle) {
-    return s.find(needle) != std::string::npos;
-}
+using test::error_of;
+using test::has;
+using test::write_file;
 
 TEST(Prompts, ReadsTextChatAndIdLayouts) {
     auto tok = make_byte_tokenizer();

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "backend/backend.h"
+#include "support/finite_diff.h"
 #include "support/test_util.h"
 #include "support/tiny_models.h"
 
@@ -110,15 +111,7 @@ TEST_P(DrafterTest, GradientMatchesFiniteDifferences) {
         const Tensor g = snapshot.at(name).view();
         for (int trial = 0; trial < 4; ++trial) {
             const int64_t i = rng.below(w.numel());
-            const float orig = w.f32()[i], h = 1e-2f;
-            auto at = [&](float v) {
-                w.f32()[i] = v;
-                return loss();
-            };
-            const double fd =
-                (-at(orig + 2 * h) + 8 * at(orig + h) - 8 * at(orig - h) + at(orig - 2 * h)) /
-                (12.0 * h);
-            w.f32()[i] = orig;
+            const double fd = test::fd_derivative_in_place(w.f32()[i], loss, 1e-2f);
             EXPECT_NEAR(g.f32()[i], fd, 2e-3 + 2e-2 * std::fabs(fd)) << name << "[" << i << "]";
         }
     }

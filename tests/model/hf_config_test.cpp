@@ -10,6 +10,7 @@ namespace dflash {
 namespace {
 
 using nlohmann::json;
+using test::error_of;
 namespace fs = std::filesystem;
 
 // Qwen3-8B's config.json as published.
@@ -54,16 +55,6 @@ json qwen3_8b_drafter_json() {
                       "full_attention"],
       "attention_bias": false, "tie_word_embeddings": false, "vocab_size": 151936,
       "dtype": "bfloat16", "sliding_window": null, "use_sliding_window": false})");
-}
-
-template <typename Fn>
-std::string error_of(Fn fn) {
-    try {
-        fn();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
 }
 
 #define EXPECT_ERROR_HAS(stmt, needle)                                            \

@@ -17,7 +17,9 @@
 namespace dflash {
 namespace {
 
+using test::max_rel_diff;
 using test::random_tensor;
+using test::to_double;
 
 struct Dims {
     int64_t sq, sk, h, hkv, dh;
@@ -86,22 +88,6 @@ RefResult ref_attention(const std::vector<double>& q, const std::vector<double>&
     return r;
 }
 
-std::vector<double> to_double(const HostTensor& t) {
-    return std::vector<double>(t.f32(), t.f32() + t.numel());
-}
-
-// max |a - ref| / max(1, max |ref|)
-double rel_err(const float* a, const std::vector<double>& ref) {
-    double scale = 1.0, err = 0.0;
-    for (double x : ref) scale = std::max(scale, std::fabs(x));
-    for (size_t i = 0; i < ref.size(); ++i) {
-        const double e = std::fabs(double(a[i]) - ref[i]);
-        if (std::isnan(e)) return INFINITY;
-        err = std::max(err, e);
-    }
-    return err / scale;
-}
-
 struct Problem {
     Dims d;
     AttnMask mask;
@@ -131,7 +117,7 @@ void expect_matches_reference(const Problem& p, const std::string& what) {
     const FwdResult got = run_fwd(p);
     const RefResult ref =
         ref_attention(to_double(p.q), to_double(p.k), to_double(p.v), dense_mask(p.mask, p.d), p.d);
-    EXPECT_LT(rel_err(got.out.f32(), ref.out), 2e-5);
+    EXPECT_LT(max_rel_diff(got.out.f32(), ref.out), 2e-5);
     for (int64_t i = 0; i < p.d.h * p.d.sq; ++i) {
         if (std::isinf(ref.lse[i])) {
             EXPECT_EQ(got.lse.f32()[i], -INFINITY) << "lse " << i;
@@ -368,7 +354,7 @@ double fd_error(const Problem& p, const std::vector<double>& dout, int which, co
         got.push_back(grad[e]);
     }
     std::vector<float> got_f(got.begin(), got.end());
-    return rel_err(got_f.data(), fd);
+    return max_rel_diff(got_f.data(), fd);
 }
 
 void expect_gradients_match_fd(const Problem& p, uint64_t seed, int64_t stride = 1) {

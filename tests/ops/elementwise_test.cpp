@@ -1,5 +1,5 @@
-// cpu::add_inplace / cpu::scale_inplace against double formulas, element-count errors and
-// thread-count independence.
+// cpu::add_inplace / cpu::scale_inplace against double formulas, element-count and dtype errors
+// (the shared cpu::check_cpu_f32 message) and thread-count independence.
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
@@ -48,6 +48,13 @@ TEST(Elementwise, ShapeErrors) {
     EXPECT_THROW(cpu::add_inplace(cpu::Exec{1}, y, x, 1.0f), Error);
     EXPECT_THROW(cpu::add_inplace(cpu::Exec{1}, y, xi, 1.0f), Error);
     EXPECT_THROW(cpu::scale_inplace(cpu::Exec{1}, xi, 2.0f), Error);
+}
+
+TEST(Elementwise, DtypeErrorNamesOpTensorAndWhatWasExpected) {
+    HostTensor y({4, 6}), xi({4, 6}, DType::i32);
+    const std::string msg = test::error_of([&] { cpu::add_inplace(cpu::Exec{1}, y, xi, 1.0f); });
+    EXPECT_TRUE(test::has(msg, "add_inplace: x is")) << msg;
+    EXPECT_TRUE(test::has(msg, "expected a CPU f32 tensor")) << msg;
 }
 
 TEST(Elementwise, ThreadCountDoesNotChangeBits) {

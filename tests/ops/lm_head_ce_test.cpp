@@ -12,7 +12,9 @@
 namespace dflash {
 namespace {
 
+using test::max_rel_diff;
 using test::random_tensor;
+using test::to_double;
 
 struct Problem {
     HostTensor h;        // [R, D]
@@ -75,21 +77,6 @@ Ref reference(const std::vector<double>& h, const std::vector<double>& w, const 
     return ref;
 }
 
-std::vector<double> to_double(const HostTensor& t) {
-    return std::vector<double>(t.f32(), t.f32() + t.numel());
-}
-
-double rel_err(const float* a, const std::vector<double>& ref) {
-    double scale = 1.0, err = 0.0;
-    for (double x : ref) scale = std::max(scale, std::fabs(x));
-    for (size_t i = 0; i < ref.size(); ++i) {
-        const double e = std::fabs(double(a[i]) - ref[i]);
-        if (std::isnan(e)) return INFINITY;
-        err = std::max(err, e);
-    }
-    return err / scale;
-}
-
 struct Result {
     HostTensor loss_rows, argmax, dh, dw;
 };
@@ -108,9 +95,9 @@ void expect_matches_reference(const Problem& p, int64_t chunk, const std::string
     SCOPED_TRACE(what);
     const Result got = run(p, chunk);
     const Ref ref = reference(to_double(p.h), to_double(p.w), p);
-    EXPECT_LT(rel_err(got.loss_rows.f32(), ref.loss_rows), 1e-5);
-    EXPECT_LT(rel_err(got.dh.f32(), ref.dh), 1e-5);
-    EXPECT_LT(rel_err(got.dw.f32(), ref.dw), 1e-5);
+    EXPECT_LT(max_rel_diff(got.loss_rows.f32(), ref.loss_rows), 1e-5);
+    EXPECT_LT(max_rel_diff(got.dh.f32(), ref.dh), 1e-5);
+    EXPECT_LT(max_rel_diff(got.dw.f32(), ref.dw), 1e-5);
     for (int64_t i = 0; i < p.h.dim(0); ++i) {
         EXPECT_EQ(got.argmax.i32()[i], ref.argmax[i]) << "row " << i;
         if (p.weights.f32()[i] == 0.0f) {
@@ -189,8 +176,8 @@ TEST(LmHeadCe, GradientsMatchFiniteDifferences) {
         SCOPED_TRACE(fmt::format("chunk={}", chunk));
         const Problem p = make_problem(7, 5, 23, 17);
         const Result got = run(p, chunk);
-        EXPECT_LT(rel_err(got.dh.f32(), finite_diff(p, true)), 1e-4);
-        EXPECT_LT(rel_err(got.dw.f32(), finite_diff(p, false)), 1e-4);
+        EXPECT_LT(max_rel_diff(got.dh.f32(), finite_diff(p, true)), 1e-4);
+        EXPECT_LT(max_rel_diff(got.dw.f32(), finite_diff(p, false)), 1e-4);
     }
 }
 

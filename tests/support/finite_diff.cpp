@@ -37,6 +37,18 @@ std::vector<double> fd_gradient(const ScalarFn& f, const std::vector<double>& x,
     return central_differences(f, x, h);
 }
 
+double fd_derivative_in_place(float& w, const std::function<double()>& loss, float h) {
+    const float orig = w;
+    auto at = [&](float v) {
+        w = v;
+        return loss();
+    };
+    const double d =
+        (-at(orig + 2 * h) + 8 * at(orig + h) - 8 * at(orig - h) + at(orig - 2 * h)) / (12.0 * h);
+    w = orig;
+    return d;
+}
+
 std::vector<double> fd_gradient_f32(const ScalarFnF32& f, const std::vector<float>& x, double h) {
     return central_differences(f, x, h);
 }

@@ -1,6 +1,6 @@
-// Finite-difference gradient checks shared by the op tests (tests/ops/*_test.cpp): 4-point central
-// differences evaluated in double, compared with an analytic gradient. Exercised by every op test
-// that checks a backward (e.g. tests/ops/rmsnorm_test.cpp).
+// Finite-difference gradient checks shared by the op and model tests (tests/ops/*_test.cpp,
+// tests/model/*_test.cpp): 4-point central differences, compared with an analytic gradient.
+// Checked itself by tests/ops/finite_diff_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,10 @@ std::vector<double> fd_gradient(const ScalarFn& f, const std::vector<double>& x,
 // rounding of f itself the step carries an error of about ulp(x[i]) / h. Pick h around 1e-2 for
 // O(1) inputs and expect agreement to ~1e-3, not 1e-6.
 std::vector<double> fd_gradient_f32(const ScalarFnF32& f, const std::vector<float>& x, double h);
+
+// The same stencil on one float inside a model (a weight): sets `w` to each perturbed value, calls
+// `loss`, and restores `w`. The perturbations are rounded to float like the model's own weights.
+double fd_derivative_in_place(float& w, const std::function<double()>& loss, float h);
 
 // Worst disagreement between an analytic and a numerical gradient:
 //   max_rel_err = max_i |analytic[i] - numeric[i]| / scale,

@@ -8,6 +8,10 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
 
 namespace dflash::test {
 
@@ -33,6 +37,49 @@ double max_rel_diff(const Tensor& a, const Tensor& b) {
     double ref = 1.0;
     for (int64_t i = 0; i < b.numel(); ++i) ref = std::max(ref, std::fabs((double)b.f32()[i]));
     return max_abs_diff(a, b) / ref;
+}
+
+double max_rel_diff(const float* got, const std::vector<double>& ref) {
+    double scale = 1.0, err = 0.0;
+    for (double x : ref) scale = std::max(scale, std::fabs(x));
+    for (size_t i = 0; i < ref.size(); ++i) {
+        const double e = std::fabs(static_cast<double>(got[i]) - ref[i]);
+        if (std::isnan(e)) return INFINITY;
+        err = std::max(err, e);
+    }
+    return err / scale;
+}
+
+std::vector<double> to_double(const Tensor& t) {
+    return std::vector<double>(t.f32(), t.f32() + t.numel());
+}
+
+void write_file(const std::filesystem::path& path, const std::string& text) {
+    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    EXPECT_TRUE(out.good()) << "cannot write " << path;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    EXPECT_TRUE(in.good()) << "cannot read " << path;
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+bool has(const std::string& text, const std::string& needle) {
+    return text.find(needle) != std::string::npos;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+    try {
+        fn();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
 }
 
 TempDir::TempDir(const std::string& tag) {

@@ -1,10 +1,13 @@
-// Helpers shared by the tests: random tensors, comparisons and temporary directories.
+// Helpers shared by the tests: random tensors, comparisons, temporary directories, files, error
+// messages and the built binary. Used by most tests/<group>/*_test.cpp.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "core/rng.h"
 #include "core/tensor.h"
@@ -17,6 +20,11 @@ HostTensor random_tensor(Shape shape, Rng& rng, float scale = 1.0f);
 // max |a - b| / max(1, max |b|); both f32 of equal numel.
 double max_rel_diff(const Tensor& a, const Tensor& b);
 double max_abs_diff(const Tensor& a, const Tensor& b);
+// The same against a double-precision reference: max |got - ref| / max(1, max |ref|); NaN gives
+// infinity. `got` holds ref.size() values.
+double max_rel_diff(const float* got, const std::vector<double>& ref);
+// The f32 values of `t`, widened.
+std::vector<double> to_double(const Tensor& t);
 
 // A fresh, empty directory under the system temp dir, removed when the object dies.
 class TempDir {
@@ -32,7 +40,19 @@ class TempDir {
     std::filesystem::path path_;
 };
 
-// Runs the built `dflash` binary with the arguments (shell-quoted), capturing stdout+stderr.
+// Whole-file text I/O (binary mode, so "\r\n" stays as written); write_file creates missing
+// parent directories.
+void write_file(const std::filesystem::path& path, const std::string& text);
+std::string read_file(const std::filesystem::path& path);
+
+// Whether `text` contains `needle`.
+bool has(const std::string& text, const std::string& needle);
+
+// The message of the dflash::Error that `fn` throws, "" when it throws none.
+std::string error_of(const std::function<void()>& fn);
+
+// Runs the built `dflash` binary with `args` as one shell word list (the caller quotes what needs
+// quoting), capturing stdout+stderr.
 struct RunResult {
     int exit_code;
     std::string output;

@@ -13,11 +13,6 @@ namespace {
 // thread count.
 constexpr int64_t kSumChunk = 4096;
 
-void check_f32(const Tensor& t, const char* op, const char* name) {
-    DF_CHECK(t.dtype() == DType::f32 && t.device().kind == DeviceKind::cpu,
-             "{}: {} is {}, expected a CPU f32 tensor", op, name, t.describe());
-}
-
 }  // namespace
 
 // p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
@@ -26,10 +21,10 @@ void check_f32(const Tensor& t, const char* op, const char* name) {
 // with the scalar factors in double.
 void adamw_step(const Exec& ex, const Tensor& param, const Tensor& grad, const Tensor& m,
                 const Tensor& v, const AdamWParams& p) {
-    check_f32(param, "adamw_step", "param");
-    check_f32(grad, "adamw_step", "grad");
-    check_f32(m, "adamw_step", "m");
-    check_f32(v, "adamw_step", "v");
+    check_cpu_f32(param, "adamw_step", "param");
+    check_cpu_f32(grad, "adamw_step", "grad");
+    check_cpu_f32(m, "adamw_step", "m");
+    check_cpu_f32(v, "adamw_step", "v");
     DF_CHECK(
         grad.numel() == param.numel() && m.numel() == param.numel() && v.numel() == param.numel(),
         "adamw_step: param {} grad {} m {} v {} must have the same element count",
@@ -65,7 +60,7 @@ void adamw_step(const Exec& ex, const Tensor& param, const Tensor& grad, const T
 }
 
 double sum_squares(const Exec& ex, const Tensor& t) {
-    check_f32(t, "sum_squares", "t");
+    check_cpu_f32(t, "sum_squares", "t");
     const int64_t n = t.numel();
     const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
     const float* p = t.f32();

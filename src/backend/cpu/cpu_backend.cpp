@@ -1,5 +1,6 @@
 // CpuBackend: the Backend interface over the cpu:: reference ops. Each call forwards with the
 // backend's thread count; there is no other state.
+// Tested by tests/model/*_test.cpp and tests/infer/*_test.cpp, which run the models through it.
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
 

@@ -17,6 +17,10 @@ struct Exec {
     int threads = 1;
 };
 
+// checks.cpp: the input check every op family shares. Throws a dflash::Error naming op, name and
+// the tensor when `t` is not an f32 tensor on the CPU.
+void check_cpu_f32(const Tensor& t, const char* op, const char* name);
+
 // gemm.cpp
 void gemm(const Exec& ex, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
           const Tensor& c, float alpha, float beta);

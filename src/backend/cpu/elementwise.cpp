@@ -3,20 +3,12 @@
 #include "backend/cpu/cpu_ops.h"
 
 namespace dflash::cpu {
-namespace {
-
-void check_f32(const Tensor& t, const char* op, const char* name) {
-    DF_CHECK(t.dtype() == DType::f32 && t.device().kind == DeviceKind::cpu,
-             "{}: {} is {}, expected a CPU f32 tensor", op, name, t.describe());
-}
-
-}  // namespace
 
 // Tensors are contiguous, so only the element count has to agree (a [S, H, Dh] view may be added
 // to its [S, H*Dh] twin).
 void add_inplace(const Exec& ex, const Tensor& y, const Tensor& x, float alpha) {
-    check_f32(y, "add_inplace", "y");
-    check_f32(x, "add_inplace", "x");
+    check_cpu_f32(y, "add_inplace", "y");
+    check_cpu_f32(x, "add_inplace", "x");
     DF_CHECK(y.numel() == x.numel(),
              "add_inplace: y has shape {} ({} elements) but x has {} ({} elements)",
              y.shape().to_string(), y.numel(), x.shape().to_string(), x.numel());
@@ -33,7 +25,7 @@ void add_inplace(const Exec& ex, const Tensor& y, const Tensor& x, float alpha) 
 }
 
 void scale_inplace(const Exec& ex, const Tensor& y, float alpha) {
-    check_f32(y, "scale_inplace", "y");
+    check_cpu_f32(y, "scale_inplace", "y");
     const int64_t n = y.numel();
     float* py = y.f32();
 #pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 32768)

@@ -11,11 +11,6 @@ namespace {
 // Columns per work item of the backward: wide enough to stream rows, narrow enough to share.
 constexpr int64_t kColBlock = 64;
 
-void check_f32(const Tensor& t, const char* op, const char* name) {
-    DF_CHECK(t.dtype() == DType::f32 && t.device().kind == DeviceKind::cpu,
-             "{}: {} is {}, expected a CPU f32 tensor", op, name, t.describe());
-}
-
 // Validates ids against the table before any thread starts (an exception cannot leave an OpenMP
 // region) and names the first bad id by position.
 void check_ids(const Tensor& ids, int64_t vocab, const char* op) {
@@ -33,8 +28,8 @@ void check_ids(const Tensor& ids, int64_t vocab, const char* op) {
 // table/dtable [V, D] and out/dout holding S rows of D.
 void check_shapes(const Tensor& table, const Tensor& ids, const Tensor& rows, const char* op,
                   const char* table_name, const char* rows_name) {
-    check_f32(table, op, table_name);
-    check_f32(rows, op, rows_name);
+    check_cpu_f32(table, op, table_name);
+    check_cpu_f32(rows, op, rows_name);
     DF_CHECK(table.rank() == 2, "{}: {} has shape {}; expected [V, D]", op, table_name,
              table.shape().to_string());
     const int64_t d = table.dim(1);

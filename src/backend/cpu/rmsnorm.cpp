@@ -12,15 +12,10 @@ namespace {
 // Columns per work item of the dw reduction.
 constexpr int64_t kColBlock = 64;
 
-void check_f32(const Tensor& t, const char* op, const char* name) {
-    DF_CHECK(t.dtype() == DType::f32 && t.device().kind == DeviceKind::cpu,
-             "{}: {} is {}, expected a CPU f32 tensor", op, name, t.describe());
-}
-
 // Returns the number of rows R of x viewed as [R, C], C = w.numel().
 int64_t check_rows(const Tensor& x, const Tensor& w, const char* op) {
-    check_f32(x, op, "x");
-    check_f32(w, op, "w");
+    check_cpu_f32(x, op, "x");
+    check_cpu_f32(w, op, "w");
     const int64_t c = w.numel();
     DF_CHECK(c > 0 && x.rank() >= 1 && x.dim(-1) == c,
              "{}: x has shape {} but w has {} elements; the norm runs over x's last dim, which "
@@ -30,14 +25,14 @@ int64_t check_rows(const Tensor& x, const Tensor& w, const char* op) {
 }
 
 void check_like(const Tensor& t, const Tensor& x, const char* op, const char* name) {
-    check_f32(t, op, name);
+    check_cpu_f32(t, op, name);
     DF_CHECK(t.shape() == x.shape(), "{}: {} has shape {} but x has {}; they must match", op, name,
              t.shape().to_string(), x.shape().to_string());
 }
 
 void check_rstd(const Tensor& rstd, int64_t rows, const char* op) {
     if (rstd.empty()) return;
-    check_f32(rstd, op, "rstd");
+    check_cpu_f32(rstd, op, "rstd");
     DF_CHECK(rstd.numel() == rows, "{}: rstd has shape {} but x has {} rows of the norm dim", op,
              rstd.shape().to_string(), rows);
 }
@@ -79,7 +74,7 @@ void rmsnorm_bwd(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor
     const int64_t rows = check_rows(x, w, "rmsnorm_bwd");
     check_like(dy, x, "rmsnorm_bwd", "dy");
     check_like(dx, x, "rmsnorm_bwd", "dx");
-    check_f32(dw, "rmsnorm_bwd", "dw");
+    check_cpu_f32(dw, "rmsnorm_bwd", "dw");
     DF_CHECK(dw.numel() == w.numel(), "rmsnorm_bwd: dw has shape {} but w has {}",
              dw.shape().to_string(), w.shape().to_string());
     DF_CHECK(!rstd.empty() || rows == 0,

@@ -7,8 +7,7 @@ namespace dflash::cpu {
 namespace {
 
 void check_like(const Tensor& t, const Tensor& gate, const char* op, const char* name) {
-    DF_CHECK(t.dtype() == DType::f32 && t.device().kind == DeviceKind::cpu,
-             "{}: {} is {}, expected a CPU f32 tensor", op, name, t.describe());
+    check_cpu_f32(t, op, name);
     DF_CHECK(t.shape() == gate.shape(), "{}: {} has shape {} but gate has {}; they must match", op,
              name, t.shape().to_string(), gate.shape().to_string());
 }

@@ -1,0 +1,39 @@
+// Argument parsing and backend set-up shared by the subcommands (cli_util.h).
+// Tested through the binary by tests/cli/*_cli_test.cpp and tests/train/train_cli_test.cpp.
+#include "cli/cli_util.h"
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "config/settings.h"
+#include "core/error.h"
+
+namespace dflash::cli {
+
+bool parse_command_args(CLI::App& app, const CommandContext& ctx, const char* name) {
+    std::vector<std::string> reversed(ctx.args.rbegin(), ctx.args.rend());  // CLI11 pops the back
+    try {
+        app.parse(reversed);
+    } catch (const CLI::CallForHelp&) {
+        std::fputs(app.help().c_str(), stdout);
+        return false;
+    } catch (const CLI::ParseError& e) {
+        throw Error(fmt::format("{}: {} (see `dflash {} --help`)", name, e.what(), name));
+    }
+    return true;
+}
+
+std::unique_ptr<Backend> make_backend_from_settings(const CommandContext& ctx) {
+    cpu::set_blas_threads(1);
+    const int64_t threads = ctx.settings.get<int64_t>("runtime.threads");
+    return make_cpu_backend(threads > 0 ? static_cast<int>(threads)
+                                        : static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+}  // namespace dflash::cli

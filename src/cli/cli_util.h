@@ -1,0 +1,26 @@
+// What several subcommands share: parsing their own arguments with CLI11 the same way (--help
+// prints and exits 0; a usage error is a dflash::Error, so main prints one `dflash: error:` line
+// and exits 1), and the CPU backend sized by runtime.threads.
+// Tested through the binary by tests/cli/*_cli_test.cpp and tests/train/train_cli_test.cpp.
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "cli/commands.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace dflash::cli {
+
+// Parses ctx.args into `app`. Returns false when --help was asked for and the help is already
+// printed (the command then returns 0). `name` is the subcommand, for the error's hint.
+bool parse_command_args(CLI::App& app, const CommandContext& ctx, const char* name);
+
+// The CPU backend with runtime.threads threads (0: every core). OpenBLAS is kept single-threaded
+// because the ops parallelise themselves (see backend/cpu/gemm.cpp).
+std::unique_ptr<Backend> make_backend_from_settings(const CommandContext& ctx);
+
+}  // namespace dflash::cli
