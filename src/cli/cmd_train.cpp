@@ -21,10 +21,13 @@ int cmd_train(CommandContext& ctx) {
         "train` lists them; set them with --train.lr 3e-4, --set KEY=VALUE or --config FILE.\n"
         "Ctrl-C saves a checkpoint at the end of the current step; --resume continues from it.");
     train::DrafterTrainJob job;
-    std::string target, data, eval, output, resume, init;
+    std::string target, data, eval, prompts, output, resume, init;
     app.add_option("--target", target, "target model directory (HF layout)")->required();
     app.add_option("--data", data, "training data directory (`dflash data prepare`)")->required();
     app.add_option("--eval-data", eval, "held-out data directory (default: train.eval_data)");
+    app.add_option("--eval-prompts", prompts,
+                   "prompts JSONL decoded speculatively at each evaluation, for the real "
+                   "acceptance length (default: train.eval_prompts)");
     app.add_option("--output", output,
                    "run directory (default: train.output_dir, or the resumed run's)");
     app.add_option("--resume", resume, "continue from a checkpoint or a run directory's latest");
@@ -36,6 +39,7 @@ int cmd_train(CommandContext& ctx) {
     job.target_dir = target;
     job.data_dir = data;
     job.eval_data_dir = eval;
+    job.eval_prompts = prompts;
     job.output_dir = output;
     job.resume = resume;
     job.init_drafter = init;
@@ -44,10 +48,15 @@ int cmd_train(CommandContext& ctx) {
                 s.interrupted ? "stopped" : "trained", static_cast<long long>(s.steps),
                 static_cast<long long>(s.total_steps), s.final_loss, s.first_loss,
                 s.acc.empty() ? 0.0 : s.acc.front(), s.tau_implied, s.seconds);
-    if (s.final_eval)
+    if (s.final_eval && s.final_eval->has_loss)
         std::printf("held-out: loss %.4f, acc@1 %.3f, tau~%.2f\n", s.final_eval->loss,
                     s.final_eval->acc.empty() ? 0.0 : s.final_eval->acc.front(),
                     s.final_eval->tau_implied);
+    if (s.final_eval && s.final_eval->decode)
+        std::printf("decoding: tau %.2f over %lld prompts (%lld steps)\n",
+                    s.final_eval->decode->tau(),
+                    static_cast<long long>(s.final_eval->decode->prompts),
+                    static_cast<long long>(s.final_eval->decode->steps));
     std::printf("drafter:  %s\nmetrics:  %s\n", s.model_dir.c_str(), s.metrics_path.c_str());
     if (s.interrupted) {
         std::printf("next:     dflash train --target %s --data %s --resume %s\n", target.c_str(),

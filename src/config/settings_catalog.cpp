@@ -126,6 +126,17 @@ void add_train(Registry& r) {
     r.add(D::integer("train.eval_sequences", 64, "held-out sequences per evaluation; 0 = all")
               .range(0, kBig)
               .read_by("train::Trainer evaluation"));
+    r.add(
+        D::string("train.eval_prompts", "",
+                  "prompts JSONL decoded speculatively at each evaluation (real tau); empty = off")
+            .read_by("dflash train evaluation (--eval-prompts overrides)"));
+    r.add(D::integer("train.eval_prompt_count", 8,
+                     "prompts of train.eval_prompts used per evaluation")
+              .range(1, kBig)
+              .read_by("dflash train evaluation"));
+    r.add(D::integer("train.eval_max_new_tokens", 64, "tokens generated per evaluation prompt")
+              .range(1, 1 << 24)
+              .read_by("dflash train evaluation"));
     r.add(D::integer("train.lm_head_chunk", 8192, "vocabulary rows per chunk of the fused CE")
               .range(1, 1 << 24)
               .read_by("backend lm_head_ce op, arena planning"));

@@ -86,7 +86,7 @@ PackedLoader::Plan PackedLoader::make_plan(int64_t epoch) const {
     p.order.resize(static_cast<size_t>(n));
     std::iota(p.order.begin(), p.order.end(), int64_t{0});
     Rng rng = Rng(opt_.seed).fork(static_cast<uint64_t>(epoch));
-    for (int64_t i = n - 1; i > 0; --i) {
+    for (int64_t i = opt_.shuffle ? n - 1 : 0; i > 0; --i) {
         const auto j = static_cast<int64_t>(rng.below(static_cast<uint64_t>(i + 1)));
         std::swap(p.order[i], p.order[j]);
     }

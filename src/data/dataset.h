@@ -59,6 +59,7 @@ struct LoaderOptions {
     int64_t max_length = 2048;  // tokens per sequence; longer samples are truncated
     bool packing = true;        // concatenate whole samples up to max_length
     uint64_t seed = 0;          // the shuffle of epoch e depends on (seed, e) only
+    bool shuffle = true;        // false: every epoch reads the samples in dataset order
     int64_t rank = 0;           // this worker
     int64_t world = 1;          // number of workers
     // Every worker must take the same number of steps. When an epoch's sequences do not divide

@@ -1,13 +1,21 @@
-// Drafter training: the WorkerTask that runs the frozen target and the drafter's DFlash loss, and
-// run_drafter_training. Tested by tests/train/trainer_test.cpp and tests/train/checkpoint_test.cpp.
+// Drafter training: the WorkerTask that runs the frozen target and the drafter's DFlash loss (and,
+// at evaluations, speculative decoding of held-out prompts), and run_drafter_training. Tested by
+// tests/train/trainer_test.cpp, tests/train/checkpoint_test.cpp and
+// tests/train/eval_decode_test.cpp.
 #include "train/drafter_training.h"
 
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <chrono>
+#include <memory>
+#include <optional>
 
 #include "core/error.h"
 #include "data/anchors.h"
+#include "infer/bench.h"
+#include "infer/prompts.h"
+#include "infer/spec_decode.h"
 #include "tokenizer/model_tokenizer.h"
 #include "train/checkpoint.h"
 
@@ -24,6 +32,12 @@ struct DrafterLossOptions {
     int64_t ce_chunk = 8192;
 };
 
+// What an evaluation decodes: the first train.eval_prompt_count prompts, greedily.
+struct DecodeEvalSetup {
+    std::vector<Prompt> prompts;
+    GenerateOptions options;
+};
+
 void copy_params(const ParamSet& from, ParamSet& to) {
     auto& dst = to.params();
     const auto& src = from.params();
@@ -33,9 +47,10 @@ void copy_params(const ParamSet& from, ParamSet& to) {
 
 class DrafterTask : public WorkerTask {
   public:
+    // decode: null when evaluations do not decode.
     DrafterTask(const TargetModel& target, const DrafterModel& init, const Tokenizer& tok,
-                DrafterLossOptions opt)
-        : target_(target), drafter_(init.config()), tok_(tok), opt_(opt) {
+                DrafterLossOptions opt, const DecodeEvalSetup* decode)
+        : target_(target), drafter_(init.config()), tok_(tok), opt_(opt), decode_(decode) {
         copy_params(init.params(), drafter_.params());
         drafter_.params().enable_grads();
     }
@@ -76,17 +91,60 @@ class DrafterTask : public WorkerTask {
         save_tokenizer_spec(dir, tok_);
     }
 
+    std::optional<DecodeEval> decode_eval(Backend& be) override {
+        if (!decode_) return std::nullopt;
+        const auto t0 = std::chrono::steady_clock::now();
+        // A copy without gradients: the engine gets an inference model, and the replica's
+        // training state stays untouched whatever the engine does with its model.
+        if (!eval_model_) eval_model_.emplace(drafter_.config());
+        copy_params(drafter_.params(), eval_model_->params());
+        const SpeculativeEngine engine(target_, &*eval_model_, be);
+        DecodeEval d;
+        d.accept_hist.assign(static_cast<size_t>(drafter_.block_size() + 1), 0);
+        for (const Prompt& p : decode_->prompts) {
+            const GenerateResult g = engine.generate(p.tokens, decode_->options);
+            d.prompts += 1;
+            d.new_tokens += g.stats.new_tokens;
+            d.steps += g.stats.steps;
+            DF_ASSERT(g.stats.accept_hist.size() == d.accept_hist.size());
+            for (size_t n = 0; n < d.accept_hist.size(); ++n)
+                d.accept_hist[n] += g.stats.accept_hist[n];
+        }
+        d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        return d;
+    }
+
   private:
     const TargetModel& target_;
     DrafterModel drafter_;
     const Tokenizer& tok_;
     DrafterLossOptions opt_;
+    const DecodeEvalSetup* decode_;
+    std::optional<DrafterModel> eval_model_;  // made at the first decoding evaluation
     Scratch target_scratch_;
 };
 
 fs::path pick_eval_dir(const fs::path& given, const config::Settings& s) {
     if (!given.empty()) return given;
     return fs::path(s.get<std::string>("train.eval_data"));
+}
+
+// The prompts of decoding evaluations (null when there are none to decode).
+std::unique_ptr<DecodeEvalSetup> make_decode_setup(const fs::path& given, const TargetModel& target,
+                                                   const Tokenizer& tok, const config::Settings& s,
+                                                   const Logger& log) {
+    const fs::path path =
+        given.empty() ? fs::path(s.get<std::string>("train.eval_prompts")) : given;
+    if (path.empty()) return nullptr;
+    auto setup = std::make_unique<DecodeEvalSetup>();
+    setup->prompts = read_prompts(path, &tok, target.config().vocab_size);
+    const auto count = static_cast<size_t>(s.get<int64_t>("train.eval_prompt_count"));
+    if (setup->prompts.size() > count) setup->prompts.resize(count);
+    setup->options.max_new_tokens = s.get<int64_t>("train.eval_max_new_tokens");
+    setup->options.stop_tokens = default_stop_tokens(target.config(), &tok);
+    log.info("evaluation decodes {} prompt(s) of {} greedily, up to {} tokens each",
+             setup->prompts.size(), path.string(), setup->options.max_new_tokens);
+    return setup;
 }
 
 fs::path pick_run_dir(const fs::path& output, const std::optional<fs::path>& resume_ckpt,
@@ -164,8 +222,10 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Sett
              fmt::join(init.config().target_layer_ids, ", "), init.config().mask_token_id,
              init.params().numel());
 
+    const auto decode = make_decode_setup(job.eval_prompts, target, *tok, s, log);
     spec.train_data = &train;
     spec.eval_data = eval ? &*eval : nullptr;
+    spec.eval_decoding = decode != nullptr;
     spec.max_length = s.get<int64_t>("train.max_length");
     spec.lr = s.get<double>("train.lr");
     spec.epochs = s.get<int64_t>("train.epochs");
@@ -176,7 +236,9 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Sett
     const DrafterLossOptions lo{s.get<int64_t>("train.num_anchors"),
                                 s.get<double>("train.loss_decay_gamma"),
                                 s.get<int64_t>("train.lm_head_chunk")};
-    spec.make_task = [&](int) { return std::make_unique<DrafterTask>(target, init, *tok, lo); };
+    spec.make_task = [&](int) {
+        return std::make_unique<DrafterTask>(target, init, *tok, lo, decode.get());
+    };
     return run_trainer(spec, s, log);
 }
 

@@ -1,7 +1,9 @@
 // `dflash train` as a library function: a DFlash drafter trained for a frozen target on a
 // tokenized dataset (dflash-spec §3), with the data-parallel loop of trainer.h. The target is
 // loaded once and shared read-only by every worker; each worker owns its drafter replica.
-// Tested by tests/train/trainer_test.cpp and tests/train/checkpoint_test.cpp.
+// Evaluations can also decode held-out prompts speculatively with the current weights (real tau).
+// Tested by tests/train/trainer_test.cpp, tests/train/checkpoint_test.cpp and
+// tests/train/eval_decode_test.cpp.
 #pragma once
 
 #include <filesystem>
@@ -19,6 +21,9 @@ struct DrafterTrainJob {
     std::filesystem::path target_dir;     // HF target directory
     std::filesystem::path data_dir;       // *.dfshard training data
     std::filesystem::path eval_data_dir;  // empty: train.eval_data (empty too: no evaluation)
+    // Prompts JSONL (infer/prompts.h) decoded at each evaluation; empty: train.eval_prompts
+    // (empty too: evaluations do not decode).
+    std::filesystem::path eval_prompts;
     // Empty: the run directory of `resume` when resuming, else train.output_dir.
     std::filesystem::path output_dir;
     std::filesystem::path resume;        // a checkpoint or run directory; empty: a fresh run

@@ -1,11 +1,14 @@
-// Training metrics. Tested by tests/train/optimizer_test.cpp.
+// Training metrics. Tested by tests/train/optimizer_test.cpp, tests/train/eval_decode_test.cpp
+// and tests/train/metrics_resume_test.cpp.
 #include "train/metrics.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
+#include <fstream>
 
 #include "core/error.h"
+#include "core/safetensors.h"
 
 namespace dflash::train {
 
@@ -18,11 +21,26 @@ double implied_tau(const std::vector<double>& acc) {
     return tau;
 }
 
+double DecodeEval::tau() const {
+    return steps > 0 ? static_cast<double>(new_tokens - prompts) / static_cast<double>(steps) : 0.0;
+}
+
 nlohmann::json record_json(const StepRecord& r) {
-    nlohmann::json j = {{"step", r.step}, {"epoch", r.epoch}, {"loss", r.loss}, {"acc", r.acc}};
+    nlohmann::json j = {{"step", r.step}, {"epoch", r.epoch}};
+    if (!r.eval || r.has_loss) {
+        j["loss"] = r.loss;
+        j["acc"] = r.acc;
+    }
     if (r.eval) {
         j["eval"] = true;
         if (r.tau_implied > 0) j["tau_implied"] = r.tau_implied;
+        if (r.decode) {
+            j["tau"] = r.decode->tau();
+            j["accept_hist"] = r.decode->accept_hist;
+            j["decode_prompts"] = r.decode->prompts;
+            j["decode_steps"] = r.decode->steps;
+            j["decode_s"] = r.decode->seconds;
+        }
         return j;
     }
     if (r.tau_implied > 0) j["tau_implied"] = r.tau_implied;
@@ -49,6 +67,29 @@ void MetricsLog::append(const StepRecord& r) {
     const std::string line = record_json(r).dump() + "\n";
     DF_CHECK(std::fputs(line.c_str(), file_) >= 0 && std::fflush(file_) == 0,
              "writing metrics to '{}' failed (disk full?)", path_.string());
+}
+
+int64_t truncate_metrics(const std::filesystem::path& path, int64_t last_step) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return 0;
+    std::string line, kept;
+    int64_t dropped = 0;
+    while (std::getline(in, line)) {
+        if (line.empty()) continue;
+        const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        const bool keep = j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+                          j["step"].get<int64_t>() <= last_step;
+        if (keep) {
+            kept += line;
+            kept += '\n';
+        } else {
+            ++dropped;
+        }
+    }
+    DF_CHECK(in.eof(), "reading metrics '{}' failed", path.string());
+    in.close();
+    if (dropped > 0) write_text_atomic(path, kept);
+    return dropped;
 }
 
 std::string format_duration(double seconds) {

@@ -1,16 +1,31 @@
 // Training metrics (design §3, dflash-spec §2.5): per-position accuracy of the drafted block, the
-// acceptance length it implies, throughput; appended to <run>/metrics.jsonl and shown as a
-// progress line. Tested by tests/train/optimizer_test.cpp.
+// acceptance length it implies, the real acceptance length of speculative decoding on held-out
+// prompts, throughput; appended to <run>/metrics.jsonl and shown as a progress line. Tested by
+// tests/train/optimizer_test.cpp, tests/train/eval_decode_test.cpp (real tau) and
+// tests/train/metrics_resume_test.cpp (the rewrite on resume).
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace dflash::train {
+
+// Greedy speculative decoding of the held-out prompts with the weights of one evaluation: what
+// `dflash bench` would report for the drafter at that step.
+struct DecodeEval {
+    int64_t prompts = 0;
+    int64_t new_tokens = 0;  // summed over prompts; each prompt's first comes from prefill
+    int64_t steps = 0;       // draft + verify steps, summed over prompts
+    std::vector<int64_t> accept_hist;  // [B+1]: steps that committed n tokens, n = 1..B
+    double seconds = 0;
+    // Pooled acceptance length: sum(new_tokens - 1) / sum(steps), as BenchTotals::tau.
+    double tau() const;
+};
 
 // One logged step (or evaluation) of a run, after the all-reduce: identical on every worker.
 struct StepRecord {
@@ -28,6 +43,10 @@ struct StepRecord {
     double tokens_per_s = 0;
     double elapsed_s = 0;
     double eta_s = 0;
+    // Evaluations only: false when there is no held-out data (only prompts), so loss and acc
+    // mean nothing; decode is set when held-out prompts were decoded (worker 0 only).
+    bool has_loss = true;
+    std::optional<DecodeEval> decode;
 };
 
 // Expected acceptance length if block position k were accepted independently with probability
@@ -50,6 +69,12 @@ class MetricsLog {
     std::filesystem::path path_;
     std::FILE* file_ = nullptr;
 };
+
+// A resumed run writes the records after its checkpoint again, so before it appends, its
+// metrics file keeps only records with step <= last_step. Lines that do not parse (a run killed
+// mid-line) go too. The file is replaced atomically (temp file + rename); a missing file is left
+// missing. Returns the number of lines dropped.
+int64_t truncate_metrics(const std::filesystem::path& path, int64_t last_step);
 
 // "step 12/300 | loss 3.2101 | acc@1 0.412 | 1234 tok/s | ETA 1m05s"
 std::string progress_line(const StepRecord& r);

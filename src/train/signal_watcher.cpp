@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 
 // OpenBLAS (linked statically, see CMakeLists.txt) starts its server threads in a library
@@ -14,7 +15,6 @@
 // any thread that does not block it, so one of those threads would take Ctrl-C and its default
 // action would kill the process. Shutting the server down after blocking the signals makes
 // OpenBLAS start new threads (if it ever needs them) from a thread that blocks them.
-extern "C" int blas_thread_shutdown_(void);
 
 namespace dflash::train {
 
@@ -25,7 +25,7 @@ SignalWatcher::SignalWatcher(std::function<void(int)> on_signal)
     sigaddset(&set_, SIGTERM);
     const int rc = pthread_sigmask(SIG_BLOCK, &set_, &old_mask_);
     DF_ASSERT(rc == 0, "pthread_sigmask failed ({})", rc);
-    blas_thread_shutdown_();
+    cpu::stop_blas_threads();
     thread_ = std::thread([this] { wait_loop(); });
 }
 

@@ -7,7 +7,9 @@
 // its forward (anchors are drawn first, from (seed, epoch, global sequence index) only), the
 // global weight sum W is all-reduced, each forward/backward runs with grad_scale 1/W and the
 // gradients are summed — so N workers x batch b match 1 worker x batch N*b to float rounding.
-// Tested by tests/train/trainer_test.cpp, tests/train/pretrain_test.cpp.
+// Tested by tests/train/trainer_test.cpp, tests/train/pretrain_test.cpp and, for evaluation by
+// decoding, metrics on resume, data.shuffle and a NaN loss, tests/train/eval_decode_test.cpp,
+// metrics_resume_test.cpp, data_order_test.cpp and divergence_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +64,9 @@ class WorkerTask {
                      TaskStats& st) = 0;
     // Writes the model in its HF layout (bf16) plus the tokenizer description into dir.
     virtual void save_model(const std::filesystem::path& dir) const = 0;
+    // Real speculative decoding of held-out prompts with the current weights (drafters given
+    // prompts); run by worker 0 at each evaluation when TrainerSpec::eval_decoding is set.
+    virtual std::optional<DecodeEval> decode_eval(Backend& /*be*/) { return std::nullopt; }
 };
 
 // Callbacks for progress UIs, the demo and tests.
@@ -70,6 +75,9 @@ struct TrainHooks {
     std::function<void(const StepRecord&)> on_record;
     // Every worker, at the start of every step before any work (tests inject failures here).
     std::function<void(int worker, int64_t step)> on_step_begin;
+    // Every worker, right after on_step_begin, with its replica's weights (tests make them
+    // non-finite here to exercise the divergence error).
+    std::function<void(int worker, int64_t step, ParamSet& params)> on_step_weights;
     bool handle_signals = true;  // Ctrl-C / SIGTERM: checkpoint at the next step boundary, stop
     bool progress = true;        // a redrawn progress line on stdout when it is a terminal
 };
@@ -86,8 +94,8 @@ struct TrainSummary {
     std::vector<double> acc;  // of the last step
     double tau_implied = 0;
     double seconds = 0;
-    bool interrupted = false;  // stopped early by a signal
-    std::optional<StepRecord> final_eval;
+    bool interrupted = false;              // stopped early by a signal
+    std::optional<StepRecord> final_eval;  // final_eval->decode: real tau on held-out prompts
 };
 
 // What run_trainer needs from run_drafter_training / run_pretraining.
@@ -95,6 +103,9 @@ struct TrainerSpec {
     std::string kind;  // "drafter" or "target", recorded in checkpoints
     const ShardedDataset* train_data = nullptr;
     const ShardedDataset* eval_data = nullptr;  // may be null
+    // Evaluations also decode held-out prompts (WorkerTask::decode_eval on worker 0); they run
+    // when eval_data or this is set.
+    bool eval_decoding = false;
     int64_t max_length = 0;
     double lr = 0;
     int64_t epochs = 1;
@@ -108,6 +119,11 @@ struct TrainerSpec {
 
 TrainSummary run_trainer(const TrainerSpec& spec, const config::Settings& settings,
                          const Logger& log);
+
+// The data loader options of worker `rank` of a run: max_length, data.pack, data.shuffle,
+// runtime.seed and runtime.devices (the world).
+LoaderOptions training_loader_options(const config::Settings& settings, int64_t max_length,
+                                      int rank);
 
 // Makes <run> for a fresh run (refusing one that already holds checkpoints) and writes
 // <run>/settings.toml.

@@ -1,7 +1,9 @@
 // `dflash pretrain` and `dflash train` end to end through the binary: help, a tiny pretraining
-// run, a drafter trained on its output that `dflash inspect` accepts, and a clear error for a
-// missing argument.
+// run, a drafter trained on its output (evaluated on held-out data and by decoding prompts) that
+// `dflash inspect` accepts, and a clear error for a missing argument.
 #include <gtest/gtest.h>
+
+#include <fstream>
 
 #include "support/test_util.h"
 #include "train_fixtures.h"
@@ -19,8 +21,8 @@ const char* kTiny =
 TEST(TrainCli, HelpNamesTheArguments) {
     const auto train = test::run_dflash("train --help");
     EXPECT_EQ(train.exit_code, 0) << train.output;
-    for (const char* a :
-         {"--target", "--data", "--eval-data", "--output", "--resume", "--init-drafter"})
+    for (const char* a : {"--target", "--data", "--eval-data", "--eval-prompts", "--output",
+                          "--resume", "--init-drafter"})
         EXPECT_NE(train.output.find(a), std::string::npos) << a << "\n" << train.output;
     const auto pre = test::run_dflash("pretrain --help");
     EXPECT_EQ(pre.exit_code, 0) << pre.output;
@@ -38,13 +40,17 @@ TEST(TrainCli, PretrainThenTrainThenInspect) {
     EXPECT_NE(pre.output.find("target:   " + target), std::string::npos) << pre.output;
     EXPECT_NE(pre.output.find("next:     dflash train"), std::string::npos) << pre.output;
 
+    std::ofstream(dir / "prompts.jsonl") << "{\"prompt\": \"pq abcde\"}\n";
     const auto tr =
         test::run_dflash("train --target " + target + " --data " + data + " --eval-data " + data +
-                         " --output " + (dir / "drafter").string() + kTiny);
+                         " --eval-prompts " + (dir / "prompts.jsonl").string() + " --output " +
+                         (dir / "drafter").string() + kTiny);
     ASSERT_EQ(tr.exit_code, 0) << tr.output;
     const std::string drafter = (dir / "drafter" / train::checkpoint_name(3)).string();
     EXPECT_NE(tr.output.find("drafter:  " + drafter), std::string::npos) << tr.output;
     EXPECT_NE(tr.output.find("held-out: loss"), std::string::npos) << tr.output;
+    EXPECT_NE(tr.output.find("decoding: tau"), std::string::npos) << tr.output;
+    EXPECT_NE(tr.output.find("decode tau"), std::string::npos) << tr.output;  // the log line
     const auto insp = test::run_dflash("inspect " + drafter);
     EXPECT_EQ(insp.exit_code, 0) << insp.output;
 

@@ -26,6 +26,9 @@ void gemm(const Exec& ex, const Tensor& a, bool trans_a, const Tensor& b, bool t
           const Tensor& c, float alpha, float beta);
 // OpenBLAS keeps one process-wide thread count; the command sets it once at start-up.
 void set_blas_threads(int threads);
+// Ends OpenBLAS's server threads; it starts new ones, from the calling thread, if it needs them
+// again (so they inherit that thread's signal mask: see train/signal_watcher.cpp).
+void stop_blas_threads();
 
 // embedding.cpp
 void embedding_fwd(const Exec& ex, const Tensor& table, const Tensor& ids, const Tensor& out);

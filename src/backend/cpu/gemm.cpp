@@ -6,6 +6,9 @@
 
 #include "backend/cpu/cpu_ops.h"
 
+// OpenBLAS's own entry point (not in cblas.h): stops its thread server.
+extern "C" int blas_thread_shutdown_(void);
+
 namespace dflash::cpu {
 namespace {
 
@@ -95,6 +98,10 @@ void gemm(const Exec& ex, const Tensor& a, bool trans_a, const Tensor& b, bool t
 // determinism]); more makes results depend on this count and oversubscribes ex.threads.
 void set_blas_threads(int threads) {
     openblas_set_num_threads(threads < 1 ? 1 : threads);
+}
+
+void stop_blas_threads() {
+    blas_thread_shutdown_();
 }
 
 }  // namespace dflash::cpu
