@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "config/settings.h"
 #include "core/error.h"
@@ -111,13 +112,7 @@ int cmd_data(CommandContext& ctx) {
         ->required();
     rg->add_option("--output,-o", regen.output, "output directory for the shards")->required();
 
-    // CLI11 consumes arguments from the back of the vector.
-    std::vector<std::string> args(ctx.args.rbegin(), ctx.args.rend());
-    try {
-        app.parse(args);
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e) == 0 ? 0 : 2;  // 2: usage error, like the top-level command
-    }
+    if (!parse_command_args(app, ctx, "data")) return 0;
     if (prep->parsed()) {
         opt.inputs.assign(inputs.begin(), inputs.end());
         opt.output_dir = output;

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "config/settings.h"
 #include "demo/demo.h"
@@ -23,13 +24,7 @@ int cmd_demo(CommandContext& ctx) {
     app.add_option("--output", output, "where everything is written (demo.output_dir)");
     app.add_option("--corpus", corpus,
                    "text directories to learn from instead of the project's sources");
-    std::vector<std::string> args(ctx.args.rbegin(), ctx.args.rend());
-    try {
-        app.parse(args);
-    } catch (const CLI::CallForHelp&) {
-        std::fputs(app.help().c_str(), stdout);
-        return 0;
-    }
+    if (!parse_command_args(app, ctx, "demo")) return 0;
     demo::DemoOptions opt;
     opt.output_dir = output;
     opt.quick = quick;

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "config/settings.h"
 #include "model/drafter.h"
@@ -47,12 +48,7 @@ int cmd_init(CommandContext& ctx) {
     dft->add_option("--output,-o", output, "directory to write")->required();
     for (auto* sub : {tgt, dft})
         sub->add_option("--dtype", dtype, "storage dtype: bf16 or f32")->capture_default_str();
-    std::vector<std::string> args(ctx.args.rbegin(), ctx.args.rend());
-    try {
-        app.parse(args);
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e) == 0 ? 0 : 2;
-    }
+    if (!parse_command_args(app, ctx, "init")) return 0;
     require_empty(output);
     const DType store = parse_dtype(dtype);
     const uint64_t seed = static_cast<uint64_t>(ctx.settings.get<int64_t>("runtime.seed"));
