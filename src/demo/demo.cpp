@@ -85,6 +85,15 @@ void write_text_jsonl(const fs::path& path, const std::vector<std::string>& docs
     write_text_atomic(path, text);
 }
 
+// Held-out prompts (the first 96 bytes of each held-out document), as a prompts JSONL for the
+// drafter's periodic evaluation and for the final bench.
+void write_prompts_jsonl(const fs::path& path, const std::vector<std::string>& docs, int64_t n) {
+    std::string text;
+    for (size_t i = 0; i < docs.size() && static_cast<int64_t>(i) < n; ++i)
+        text += nlohmann::json{{"prompt", docs[i].substr(0, 96)}}.dump() + "\n";
+    write_text_atomic(path, text);
+}
+
 // Prompts for regeneration: `n` slices of the training documents, each starting at a line.
 std::vector<std::vector<int32_t>> regeneration_prompts(const std::vector<std::string>& docs,
                                                        int64_t n, const Tokenizer& tok,
@@ -168,6 +177,7 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
     fs::create_directories(dir / "corpus");
     write_text_jsonl(dir / "corpus/train.jsonl", split.train);
     write_text_jsonl(dir / "corpus/heldout.jsonl", split.heldout);
+    write_prompts_jsonl(dir / "corpus/heldout_prompts.jsonl", split.heldout, plan.bench_prompts);
     for (const char* part : {"train", "heldout"}) {
         PrepareOptions po;
         po.inputs = {dir / "corpus" / (std::string(part) + ".jsonl")};
@@ -236,27 +246,31 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
     // 4. Train the drafter.
     print_stage(out, 4, "train a DFlash drafter for the target (dflash train)");
     const auto t_dr = Clock::now();
-    const config::Settings dr_settings =
-        with_demo_defaults(user_settings, {{"runtime.devices", workers},
-                                           {"runtime.threads", "1"},
-                                           {"drafter.block_size", "8"},
-                                           {"drafter.num_layers", "1"},
-                                           {"drafter.target_layer_ids", "1,2,3"},
-                                           {"train.max_steps", std::to_string(plan.drafter_steps)},
-                                           {"train.max_length", "256"},
-                                           {"train.batch_size", per_worker_batch},
-                                           {"train.num_anchors", "48"},
-                                           {"train.loss_decay_gamma", "4"},
-                                           {"train.lr", "3e-3"},
-                                           {"train.log_every", "50"},
-                                           {"train.checkpoint_every", "100000"},
-                                           {"train.eval_every", "100000"}});
+    const config::Settings dr_settings = with_demo_defaults(
+        user_settings, {{"runtime.devices", workers},
+                        {"runtime.threads", "1"},
+                        {"drafter.block_size", "8"},
+                        {"drafter.num_layers", "1"},
+                        {"drafter.target_layer_ids", "1,2,3"},
+                        {"train.max_steps", std::to_string(plan.drafter_steps)},
+                        {"train.max_length", "256"},
+                        {"train.batch_size", per_worker_batch},
+                        {"train.num_anchors", "48"},
+                        {"train.loss_decay_gamma", "4"},
+                        {"train.lr", "3e-3"},
+                        {"train.log_every", "50"},
+                        {"train.checkpoint_every", "100000"},
+                        {"train.eval_every", std::to_string(plan.drafter_steps / 4)},
+                        {"train.eval_prompt_count", "8"},
+                        {"train.eval_max_new_tokens", "64"}});
     train::DrafterTrainJob dj;
     dj.target_dir = rep.target.model_dir;
     dj.data_dir = dir / "data/regenerated";
     dj.output_dir = dir / "drafter";
+    dj.eval_prompts = dir / "corpus/heldout_prompts.jsonl";
     dj.hooks.on_record = [&](const train::StepRecord& r) {
         if (rep.drafter_first_acc.empty() && !r.eval) rep.drafter_first_acc = r.acc;
+        if (r.eval && r.decode) rep.eval_tau.emplace_back(r.step, r.decode->tau());
     };
     rep.drafter = train::run_drafter_training(dj, dr_settings, log);
     std::fprintf(out, "  drafter: loss %.3f -> %.3f in %lld steps (%.0f s)\n",
@@ -266,16 +280,16 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
                  acc_list(rep.drafter_first_acc).c_str());
     std::fprintf(out, "  accuracy per block position, last step:  %s  (implied tau %.2f)\n",
                  acc_list(rep.drafter.acc).c_str(), rep.drafter.tau_implied);
+    std::string taus;
+    for (const auto& [step, tau] : rep.eval_tau)
+        taus += fmt::format("  step {}: {:.2f}", step, tau);
+    std::fprintf(out, "  real tau on held-out prompts during training:%s\n", taus.c_str());
 
     // 5. Speculative decoding on held-out prompts.
     print_stage(out, 5, "speculative decoding on held-out prompts (dflash bench)");
     const DrafterModel drafter = DrafterModel::load(rep.drafter.model_dir);
-    std::vector<Prompt> prompts;
-    for (const auto& d : split.heldout) {
-        if (static_cast<int64_t>(prompts.size()) >= plan.bench_prompts) break;
-        const std::string text = d.substr(0, 96);
-        prompts.push_back({encode_text_prompt(*tok, text), short_label(text)});
-    }
+    const std::vector<Prompt> prompts =
+        read_prompts(dir / "corpus/heldout_prompts.jsonl", tok.get(), target.config().vocab_size);
     GenerateOptions go = generate_options_from_settings(user_settings);
     go.max_new_tokens = user_settings.source("infer.max_new_tokens") == "default"
                             ? plan.bench_tokens
