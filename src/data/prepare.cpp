@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
-#include "core/safetensors.h"
 #include "data/anchors.h"
 #include "data/jsonl.h"
 #include "data/shard.h"
