@@ -556,4 +556,20 @@ TrainSummary run_trainer(const TrainerSpec& spec, const config::Settings& settin
     return sh.summary;
 }
 
+std::optional<ShardedDataset> open_eval_data(const fs::path& given,
+                                             const config::Settings& settings) {
+    const fs::path dir =
+        given.empty() ? fs::path(settings.get<std::string>("train.eval_data")) : given;
+    std::optional<ShardedDataset> eval;
+    if (!dir.empty()) eval.emplace(ShardedDataset::open(dir));
+    return eval;
+}
+
+fs::path pick_run_dir(const fs::path& output, const std::optional<fs::path>& resume_from,
+                      const fs::path& fallback) {
+    if (!output.empty()) return output;
+    if (resume_from) return resume_from->parent_path();
+    return fallback;
+}
+
 }  // namespace dflash::train
