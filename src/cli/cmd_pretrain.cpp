@@ -19,17 +19,15 @@ int cmd_pretrain(CommandContext& ctx) {
         "and checkpoints use train.* (`dflash config list 'pretrain|train'`).\n"
         "Ctrl-C saves a checkpoint at the end of the current step; --resume continues from it.");
     train::PretrainJob job;
-    std::string data, eval, output, resume;
-    app.add_option("--data", data, "training data directory (`dflash data prepare`)")->required();
-    app.add_option("--eval-data", eval, "held-out data directory (default: train.eval_data)");
-    app.add_option("--output", output,
+    app.add_option("--data", job.data_dir, "training data directory (`dflash data prepare`)")
+        ->required();
+    app.add_option("--eval-data", job.eval_data_dir,
+                   "held-out data directory (default: train.eval_data)");
+    app.add_option("--output", job.output_dir,
                    "run directory (default: pretrain.output_dir, or the resumed run's)");
-    app.add_option("--resume", resume, "continue from a checkpoint or a run directory's latest");
+    app.add_option("--resume", job.resume,
+                   "continue from a checkpoint or a run directory's latest");
     if (!parse_command_args(app, ctx, "pretrain")) return 0;
-    job.data_dir = data;
-    job.eval_data_dir = eval;
-    job.output_dir = output;
-    job.resume = resume;
     const train::TrainSummary s = train::run_pretraining(job, ctx.settings, ctx.log);
     std::printf("%s after step %lld/%lld: loss %.4f (first %.4f), next-token acc %.3f, %.0fs\n",
                 s.interrupted ? "stopped" : "trained", static_cast<long long>(s.steps),
@@ -40,11 +38,11 @@ int cmd_pretrain(CommandContext& ctx) {
                     s.final_eval->acc.empty() ? 0.0 : s.final_eval->acc.front());
     std::printf("target:   %s\nmetrics:  %s\n", s.model_dir.c_str(), s.metrics_path.c_str());
     if (s.interrupted) {
-        std::printf("next:     dflash pretrain --data %s --resume %s\n", data.c_str(),
+        std::printf("next:     dflash pretrain --data %s --resume %s\n", job.data_dir.c_str(),
                     s.run_dir.c_str());
     } else {
         std::printf("next:     dflash train --target %s --data %s\n", s.model_dir.c_str(),
-                    data.c_str());
+                    job.data_dir.c_str());
     }
     return 0;
 }

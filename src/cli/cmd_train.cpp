@@ -21,28 +21,24 @@ int cmd_train(CommandContext& ctx) {
         "train` lists them; set them with --train.lr 3e-4, --set KEY=VALUE or --config FILE.\n"
         "Ctrl-C saves a checkpoint at the end of the current step; --resume continues from it.");
     train::DrafterTrainJob job;
-    std::string target, data, eval, prompts, output, resume, init;
-    app.add_option("--target", target, "target model directory (HF layout)")->required();
-    app.add_option("--data", data, "training data directory (`dflash data prepare`)")->required();
-    app.add_option("--eval-data", eval, "held-out data directory (default: train.eval_data)");
-    app.add_option("--eval-prompts", prompts,
+    app.add_option("--target", job.target_dir, "target model directory (HF layout)")->required();
+    app.add_option("--data", job.data_dir, "training data directory (`dflash data prepare`)")
+        ->required();
+    app.add_option("--eval-data", job.eval_data_dir,
+                   "held-out data directory (default: train.eval_data)");
+    app.add_option("--eval-prompts", job.eval_prompts,
                    "prompts JSONL decoded speculatively at each evaluation, for the real "
                    "acceptance length (default: train.eval_prompts)");
-    app.add_option("--output", output,
+    app.add_option("--output", job.output_dir,
                    "run directory (default: train.output_dir, or the resumed run's)");
-    app.add_option("--resume", resume, "continue from a checkpoint or a run directory's latest");
-    app.add_option("--init-drafter", init, "start from this drafter instead of a random one");
+    app.add_option("--resume", job.resume,
+                   "continue from a checkpoint or a run directory's latest");
+    app.add_option("--init-drafter", job.init_drafter,
+                   "start from this drafter instead of a random one");
     if (!parse_command_args(app, ctx, "train")) return 0;
-    DF_CHECK(resume.empty() || init.empty(),
+    DF_CHECK(job.resume.empty() || job.init_drafter.empty(),
              "give either --resume (continue a run) or --init-drafter (a new run from a "
              "drafter), not both");
-    job.target_dir = target;
-    job.data_dir = data;
-    job.eval_data_dir = eval;
-    job.eval_prompts = prompts;
-    job.output_dir = output;
-    job.resume = resume;
-    job.init_drafter = init;
     const train::TrainSummary s = train::run_drafter_training(job, ctx.settings, ctx.log);
     std::printf("%s after step %lld/%lld: loss %.4f (first %.4f), acc@1 %.3f, tau~%.2f, %.0fs\n",
                 s.interrupted ? "stopped" : "trained", static_cast<long long>(s.steps),
@@ -59,10 +55,10 @@ int cmd_train(CommandContext& ctx) {
                     static_cast<long long>(s.final_eval->decode->steps));
     std::printf("drafter:  %s\nmetrics:  %s\n", s.model_dir.c_str(), s.metrics_path.c_str());
     if (s.interrupted) {
-        std::printf("next:     dflash train --target %s --data %s --resume %s\n", target.c_str(),
-                    data.c_str(), s.run_dir.c_str());
+        std::printf("next:     dflash train --target %s --data %s --resume %s\n",
+                    job.target_dir.c_str(), job.data_dir.c_str(), s.run_dir.c_str());
     } else {
-        std::printf("next:     dflash bench --target %s --drafter %s\n", target.c_str(),
+        std::printf("next:     dflash bench --target %s --drafter %s\n", job.target_dir.c_str(),
                     s.model_dir.c_str());
     }
     return 0;

@@ -8,6 +8,8 @@
 #include <set>
 #include <sstream>
 
+#include "core/atomic_file.h"
+
 namespace dflash {
 
 namespace {

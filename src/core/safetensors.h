@@ -7,7 +7,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -79,26 +78,5 @@ void write_safetensors(const std::filesystem::path& path,
 
 // Bytes a tensor takes on disk when written by write_safetensors with `store_as`.
 uint64_t stored_nbytes(const Tensor& t, DType store_as);
-
-// A file written under `<path>.tmp` and renamed to `path` by commit() (after fsync). If commit()
-// is never reached (an exception, a full disk) the temporary is removed and `path` is untouched.
-class AtomicFileWriter {
-  public:
-    explicit AtomicFileWriter(std::filesystem::path path);
-    ~AtomicFileWriter();
-    AtomicFileWriter(const AtomicFileWriter&) = delete;
-    AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
-
-    void write(const void* data, size_t n);
-    void commit();
-
-  private:
-    std::filesystem::path path_;
-    std::filesystem::path tmp_;
-    std::FILE* file_ = nullptr;
-};
-
-// The whole of `text` into `path`, atomically (AtomicFileWriter).
-void write_text_atomic(const std::filesystem::path& path, const std::string& text);
 
 }  // namespace dflash

@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
-#include "core/safetensors.h"
 #include "data/anchors.h"
 #include "data/jsonl.h"
 #include "data/shard.h"
@@ -66,7 +66,13 @@ void prepare_output_dir(const PrepareOptions& opt) {
              "{} already holds {} shard(s) ({}...); pass --overwrite to replace them or choose "
              "another --output",
              opt.output_dir.string(), existing.size(), existing.front().filename().string());
-    for (const auto& p : existing) fs::remove(p);
+    for (const auto& p : existing) {
+        fs::remove(p, ec);
+        DF_CHECK(!ec,
+                 "cannot remove the old shard {} before writing new ones: {}; check its "
+                 "permissions or choose another --output",
+                 p.string(), ec.message());
+    }
     if (opt.overwrite) fs::remove(opt.output_dir / "manifest.json", ec);  // describes old shards
 }
 

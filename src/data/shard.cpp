@@ -11,8 +11,8 @@
 #include <cstring>
 #include <utility>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
-#include "core/safetensors.h"
 
 namespace dflash {
 

@@ -10,7 +10,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
 #include "config/registry.h"
-#include "core/safetensors.h"
+#include "core/atomic_file.h"
 #include "data/local_corpus.h"
 #include "data/prepare.h"
 #include "infer/prompts.h"

@@ -7,9 +7,9 @@
 #include <cmath>
 #include <set>
 
+#include "core/atomic_file.h"
 #include "core/checkpoint_io.h"
 #include "core/error.h"
-#include "core/safetensors.h"
 
 namespace dflash {
 

@@ -4,9 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/checkpoint_io.h"
 #include "core/error.h"
-#include "core/safetensors.h"
 
 namespace dflash {
 

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/checkpoint_io.h"
 #include "core/error.h"
 #include "core/safetensors.h"

@@ -124,11 +124,6 @@ class DrafterTask : public WorkerTask {
     Scratch target_scratch_;
 };
 
-fs::path pick_eval_dir(const fs::path& given, const config::Settings& s) {
-    if (!given.empty()) return given;
-    return fs::path(s.get<std::string>("train.eval_data"));
-}
-
 // The prompts of decoding evaluations (null when there are none to decode).
 std::unique_ptr<DecodeEvalSetup> make_decode_setup(const fs::path& given, const TargetModel& target,
                                                    const Tokenizer& tok, const config::Settings& s,
@@ -145,13 +140,6 @@ std::unique_ptr<DecodeEvalSetup> make_decode_setup(const fs::path& given, const 
     log.info("evaluation decodes {} prompt(s) of {} greedily, up to {} tokens each",
              setup->prompts.size(), path.string(), setup->options.max_new_tokens);
     return setup;
-}
-
-fs::path pick_run_dir(const fs::path& output, const std::optional<fs::path>& resume_ckpt,
-                      const std::string& setting) {
-    if (!output.empty()) return output;
-    if (resume_ckpt) return resume_ckpt->parent_path();
-    return fs::path(setting);
 }
 
 }  // namespace
@@ -196,9 +184,7 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Sett
     DF_CHECK(!job.target_dir.empty(), "no target: give --target DIR (an HF model directory)");
     DF_CHECK(!job.data_dir.empty(), "no training data: give --data DIR (`dflash data prepare`)");
     const ShardedDataset train = ShardedDataset::open(job.data_dir);
-    const fs::path eval_dir = pick_eval_dir(job.eval_data_dir, s);
-    std::optional<ShardedDataset> eval;
-    if (!eval_dir.empty()) eval.emplace(ShardedDataset::open(eval_dir));
+    const std::optional<ShardedDataset> eval = open_eval_data(job.eval_data_dir, s);
 
     const TargetModel target = TargetModel::load(job.target_dir);
     const auto tok = training_tokenizer(job.target_dir, train.tokenizer_name());

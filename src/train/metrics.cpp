@@ -7,8 +7,8 @@
 #include <cmath>
 #include <fstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
-#include "core/safetensors.h"
 
 namespace dflash::train {
 

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
-#include "core/safetensors.h"
 
 namespace dflash {
 

@@ -93,10 +93,7 @@ TargetConfig pretrain_target_config(const config::Settings& s, const Tokenizer& 
 TrainSummary run_pretraining(const PretrainJob& job, const config::Settings& s, const Logger& log) {
     DF_CHECK(!job.data_dir.empty(), "no training data: give --data DIR (`dflash data prepare`)");
     const ShardedDataset train = ShardedDataset::open(job.data_dir);
-    fs::path eval_dir = job.eval_data_dir;
-    if (eval_dir.empty()) eval_dir = s.get<std::string>("train.eval_data");
-    std::optional<ShardedDataset> eval;
-    if (!eval_dir.empty()) eval.emplace(ShardedDataset::open(eval_dir));
+    const std::optional<ShardedDataset> eval = open_eval_data(job.eval_data_dir, s);
     const auto tok = make_tokenizer(train.tokenizer_name());
 
     TrainerSpec spec;
@@ -118,9 +115,8 @@ TrainSummary run_pretraining(const PretrainJob& job, const config::Settings& s, 
     spec.lr = s.get<double>("pretrain.lr");
     spec.epochs = s.get<int64_t>("pretrain.epochs");
     spec.max_steps = s.get<int64_t>("pretrain.max_steps");
-    spec.run_dir = !job.output_dir.empty() ? job.output_dir
-                   : spec.resume_from      ? spec.resume_from->parent_path()
-                                           : fs::path(s.get<std::string>("pretrain.output_dir"));
+    spec.run_dir =
+        pick_run_dir(job.output_dir, spec.resume_from, s.get<std::string>("pretrain.output_dir"));
     spec.hooks = job.hooks;
     const bool on_prompt = s.get<bool>("pretrain.loss_on_prompt");
     const int64_t chunk = s.get<int64_t>("train.lm_head_chunk");

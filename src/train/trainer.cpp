@@ -12,8 +12,8 @@
 #include "backend/cpu/cpu_ops.h"
 #include "comm/in_process.h"
 #include "config/dump.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
-#include "core/safetensors.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
@@ -554,6 +554,22 @@ TrainSummary run_trainer(const TrainerSpec& spec, const config::Settings& settin
     });
     sh.summary.seconds = std::chrono::duration<double>(Clock::now() - sh.start).count();
     return sh.summary;
+}
+
+std::optional<ShardedDataset> open_eval_data(const fs::path& given,
+                                             const config::Settings& settings) {
+    const fs::path dir =
+        given.empty() ? fs::path(settings.get<std::string>("train.eval_data")) : given;
+    std::optional<ShardedDataset> eval;
+    if (!dir.empty()) eval.emplace(ShardedDataset::open(dir));
+    return eval;
+}
+
+fs::path pick_run_dir(const fs::path& output, const std::optional<fs::path>& resume_from,
+                      const fs::path& fallback) {
+    if (!output.empty()) return output;
+    if (resume_from) return resume_from->parent_path();
+    return fallback;
 }
 
 }  // namespace dflash::train

@@ -130,4 +130,14 @@ LoaderOptions training_loader_options(const config::Settings& settings, int64_t 
 void prepare_run_dir(const std::filesystem::path& run_dir, const config::Settings& settings,
                      bool resuming);
 
+// The held-out data of a run: `given`, else the train.eval_data setting; none when both are empty.
+std::optional<ShardedDataset> open_eval_data(const std::filesystem::path& given,
+                                             const config::Settings& settings);
+
+// Where a run writes: `output` when given, else the run directory of the checkpoint it resumes,
+// else `fallback` (the command's output_dir setting).
+std::filesystem::path pick_run_dir(const std::filesystem::path& output,
+                                   const std::optional<std::filesystem::path>& resume_from,
+                                   const std::filesystem::path& fallback);
+
 }  // namespace dflash::train

@@ -19,33 +19,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class DrafterCheckpoints : public ::testing::Test {
+class DrafterCheckpoints : public test::SharedInputsTest<DrafterCheckpoints> {
+  public:
+    static constexpr const char* kTag = "dflash-ckpt";
+    static void write_inputs(const fs::path& dir) {
+        test::write_pattern_dataset(dir / "data", 24, 3);
+        test::write_pattern_dataset(dir / "eval", 6, 4);
+        test::write_tiny_target(dir / "target");
+    }
+
   protected:
-    static void SetUpTestSuite() {
-        dir_ = new test::TempDir("dflash-ckpt");
-        test::write_pattern_dataset(*dir_ / "data", 24, 3);
-        test::write_pattern_dataset(*dir_ / "eval", 6, 4);
-        test::write_tiny_target(*dir_ / "target");
-    }
-    static void TearDownTestSuite() { delete dir_; }
-
     static train::DrafterTrainJob job(const std::string& out) {
-        train::DrafterTrainJob j;
-        j.target_dir = *dir_ / "target";
-        j.data_dir = *dir_ / "data";
-        j.output_dir = *dir_ / out;
-        j.hooks.handle_signals = false;
-        j.hooks.progress = false;
-        return j;
+        return test::drafter_job(dir_->path(), out);
     }
-    static test::TempDir* dir_;
 };
-test::TempDir* DrafterCheckpoints::dir_ = nullptr;
-
-std::string read_all(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 TEST_F(DrafterCheckpoints, LayoutLoadsBackAndPassesInspect) {
     auto j = job("layout");
@@ -58,7 +45,7 @@ TEST_F(DrafterCheckpoints, LayoutLoadsBackAndPassesInspect) {
     const fs::path run = *dir_ / "layout";
     for (int step : {2, 4, 5}) EXPECT_TRUE(fs::is_directory(run / train::checkpoint_name(step)));
     EXPECT_EQ(sum.model_dir, run / train::checkpoint_name(5));
-    EXPECT_EQ(read_all(run / "latest"), train::checkpoint_name(5) + "\n");
+    EXPECT_EQ(test::read_file(run / "latest"), train::checkpoint_name(5) + "\n");
     EXPECT_EQ(train::resolve_resume_dir(run), sum.model_dir);
     EXPECT_TRUE(fs::exists(run / "settings.toml"));
     for (const auto& e : fs::directory_iterator(run))
@@ -141,8 +128,8 @@ TEST_F(DrafterCheckpoints, ResumeIsBitwiseIdentical) {
         ASSERT_EQ(va.size(), vb.size()) << name;
         EXPECT_EQ(std::memcmp(va.data(), vb.data(), va.size() * sizeof(float)), 0) << name;
     }
-    EXPECT_EQ(read_all(straight.model_dir / "model.safetensors"),
-              read_all(resumed.model_dir / "model.safetensors"));
+    EXPECT_EQ(test::read_file(straight.model_dir / "model.safetensors"),
+              test::read_file(resumed.model_dir / "model.safetensors"));
     EXPECT_DOUBLE_EQ(straight.final_loss, resumed.final_loss);
 }
 

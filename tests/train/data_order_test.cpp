@@ -23,16 +23,13 @@ std::vector<int64_t> epoch_order(const PackedLoader& l, int64_t epoch) {
     return out;
 }
 
-class DataOrder : public ::testing::Test {
-  protected:
-    static void SetUpTestSuite() {
-        dir_ = new test::TempDir("dflash-data-order");
-        test::write_pattern_dataset(*dir_ / "data", 20, 11);
+class DataOrder : public test::SharedInputsTest<DataOrder> {
+  public:
+    static constexpr const char* kTag = "dflash-data-order";
+    static void write_inputs(const std::filesystem::path& dir) {
+        test::write_pattern_dataset(dir / "data", 20, 11);
     }
-    static void TearDownTestSuite() { delete dir_; }
-    static test::TempDir* dir_;
 };
-test::TempDir* DataOrder::dir_ = nullptr;
 
 TEST_F(DataOrder, TrainerPassesTheSettings) {
     const auto off =

@@ -17,23 +17,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class Divergence : public ::testing::Test {
-  protected:
-    static void SetUpTestSuite() {
-        dir_ = new test::TempDir("dflash-divergence");
-        test::write_pattern_dataset(*dir_ / "data", 12, 12);
-        test::write_tiny_target(*dir_ / "target");
+class Divergence : public test::SharedInputsTest<Divergence> {
+  public:
+    static constexpr const char* kTag = "dflash-divergence";
+    static void write_inputs(const fs::path& dir) {
+        test::write_pattern_dataset(dir / "data", 12, 12);
+        test::write_tiny_target(dir / "target");
     }
-    static void TearDownTestSuite() { delete dir_; }
 
+  protected:
     static train::DrafterTrainJob job(const std::string& out) {
-        train::DrafterTrainJob j;
-        j.target_dir = *dir_ / "target";
-        j.data_dir = *dir_ / "data";
-        j.output_dir = *dir_ / out;
-        j.hooks.handle_signals = false;
-        j.hooks.progress = false;
-        return j;
+        return test::drafter_job(dir_->path(), out);
     }
     // Runs the job, expecting it to fail; returns the error message.
     static std::string failure(const train::DrafterTrainJob& j, const config::Settings& s) {
@@ -45,9 +39,7 @@ class Divergence : public ::testing::Test {
         ADD_FAILURE() << "the run should fail";
         return "";
     }
-    static test::TempDir* dir_;
 };
-test::TempDir* Divergence::dir_ = nullptr;
 
 void fill_param(Param& p, float v) {
     std::fill(p.value.f32(), p.value.f32() + p.value.numel(), v);

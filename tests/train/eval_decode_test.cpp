@@ -18,14 +18,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class EvalDecoding : public ::testing::Test {
-  protected:
-    static void SetUpTestSuite() {
-        dir_ = new test::TempDir("dflash-eval-decode");
-        test::write_pattern_dataset(*dir_ / "data", 12, 5);
-        test::write_pattern_dataset(*dir_ / "eval", 4, 6);
-        test::write_tiny_target(*dir_ / "target");
-        std::ofstream out(*dir_ / "prompts.jsonl");
+class EvalDecoding : public test::SharedInputsTest<EvalDecoding> {
+  public:
+    static constexpr const char* kTag = "dflash-eval-decode";
+    static void write_inputs(const fs::path& dir) {
+        test::write_pattern_dataset(dir / "data", 12, 5);
+        test::write_pattern_dataset(dir / "eval", 4, 6);
+        test::write_tiny_target(dir / "target");
+        std::ofstream out(dir / "prompts.jsonl");
         out << R"({"prompt": "pqrs abcdeabcde"})"
             << "\n"
             << R"({"prompt_ids": [1, 112, 113, 97, 98, 99], "label": "ids"})"
@@ -33,21 +33,14 @@ class EvalDecoding : public ::testing::Test {
             << R"({"prompt": "qq cdeab"})"
             << "\n";
     }
-    static void TearDownTestSuite() { delete dir_; }
 
+  protected:
     static train::DrafterTrainJob job(const std::string& out) {
-        train::DrafterTrainJob j;
-        j.target_dir = *dir_ / "target";
-        j.data_dir = *dir_ / "data";
-        j.output_dir = *dir_ / out;
+        train::DrafterTrainJob j = test::drafter_job(dir_->path(), out);
         j.eval_prompts = *dir_ / "prompts.jsonl";
-        j.hooks.handle_signals = false;
-        j.hooks.progress = false;
         return j;
     }
-    static test::TempDir* dir_;
 };
-test::TempDir* EvalDecoding::dir_ = nullptr;
 
 std::vector<nlohmann::json> eval_records(const fs::path& metrics) {
     std::ifstream in(metrics);

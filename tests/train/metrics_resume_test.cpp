@@ -69,13 +69,8 @@ TEST(MetricsAfterResume, EveryStepAppearsOnce) {
     test::write_pattern_dataset(dir / "data", 12, 8);
     test::write_pattern_dataset(dir / "eval", 3, 9);
     test::write_tiny_target(dir / "target");
-    train::DrafterTrainJob j;
-    j.target_dir = dir / "target";
-    j.data_dir = dir / "data";
+    train::DrafterTrainJob j = test::drafter_job(dir.path(), "run");
     j.eval_data_dir = dir / "eval";
-    j.output_dir = dir / "run";
-    j.hooks.handle_signals = false;
-    j.hooks.progress = false;
     const auto s = test::drafter_settings(
         {{"train.max_steps", "5"}, {"train.checkpoint_every", "2"}, {"train.eval_every", "2"}});
     // The first run gets to step 5 (checkpoints 2, 4, 5); its tail after checkpoint 2 stands for

@@ -4,8 +4,6 @@
 // through the binary.
 #include "train/plot.h"
 
-#include <fstream>
-#include <functional>
 #include <regex>
 #include <sstream>
 
@@ -17,29 +15,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void write_file(const fs::path& p, const std::string& s) {
-    std::ofstream(p, std::ios::binary) << s;
-}
-
-std::string read_file(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-std::string error_of(const std::function<void()>& fn) {
-    try {
-        fn();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
-
-bool has(const std::string& s, const std::string& needle) {
-    return s.find(needle) != std::string::npos;
-}
+using test::error_of;
+using test::has;
+using test::read_file;
+using test::write_file;
 
 size_t count(const std::string& s, const std::string& needle) {
     size_t n = 0;

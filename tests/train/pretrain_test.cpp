@@ -28,13 +28,14 @@ config::Settings pretrain_settings(std::vector<std::pair<std::string, std::strin
     return test::drafter_settings(kv);
 }
 
-class Pretraining : public ::testing::Test {
-  protected:
-    static void SetUpTestSuite() {
-        dir_ = new test::TempDir("dflash-pretrain");
-        test::write_pattern_dataset(*dir_ / "data", 24, 5);
+class Pretraining : public test::SharedInputsTest<Pretraining> {
+  public:
+    static constexpr const char* kTag = "dflash-pretrain";
+    static void write_inputs(const fs::path& dir) {
+        test::write_pattern_dataset(dir / "data", 24, 5);
     }
-    static void TearDownTestSuite() { delete dir_; }
+
+  protected:
     static train::PretrainJob job(const std::string& out) {
         train::PretrainJob j;
         j.data_dir = *dir_ / "data";
@@ -43,9 +44,7 @@ class Pretraining : public ::testing::Test {
         j.hooks.progress = false;
         return j;
     }
-    static test::TempDir* dir_;
 };
-test::TempDir* Pretraining::dir_ = nullptr;
 
 TEST_F(Pretraining, LossFallsAndCheckpointIsAQwen3Directory) {
     const auto s = pretrain_settings({{"pretrain.max_steps", "60"}, {"train.batch_size", "2"}});

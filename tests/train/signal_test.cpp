@@ -20,12 +20,8 @@ TEST(SignalStop, SigintCheckpointsAtAStepBoundaryAndResumes) {
     test::TempDir dir("dflash-signal");
     test::write_pattern_dataset(dir / "data", 24, 9);
     test::write_tiny_target(dir / "target");
-    train::DrafterTrainJob job;
-    job.target_dir = dir / "target";
-    job.data_dir = dir / "data";
-    job.output_dir = dir / "run";
-    job.hooks.progress = false;
-    job.hooks.handle_signals = true;
+    train::DrafterTrainJob job = test::drafter_job(dir.path(), "run");
+    job.hooks.handle_signals = true;  // the behaviour under test
     job.hooks.on_record = [](const train::StepRecord& r) {
         if (r.step != 2) return;
         kill(getpid(), SIGINT);  // process-directed, like Ctrl-C

@@ -1,5 +1,6 @@
 // Shared by the training tests: a tiny learnable dataset written with ShardWriter, a tiny target
-// model directory, settings for fast runs, and helpers that read a checkpoint's training state.
+// model directory, a suite base whose tests share those inputs, jobs and settings for fast runs,
+// and helpers that read a checkpoint's training state.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -20,9 +21,11 @@
 #include "core/safetensors.h"
 #include "data/shard.h"
 #include "model/target.h"
+#include "support/test_util.h"
 #include "tokenizer/model_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
+#include "train/drafter_training.h"
 
 namespace dflash::test {
 
@@ -74,6 +77,37 @@ inline void write_tiny_target(const std::filesystem::path& dir, uint64_t seed = 
     c.eos_token_id = tok->specials().eos;
     TargetModel::random(c, seed, 0.2f).save(dir);
     save_tokenizer_spec(dir, *tok);
+}
+
+// Base of a test suite whose tests share one directory of inputs (datasets, targets), written
+// once before the first test by Suite::write_inputs(dir) because they are slow to make. Suite
+// declares, publicly, `static constexpr const char* kTag` (the directory's name prefix) and
+// write_inputs. A template so that each suite has its own directory.
+template <class Suite>
+class SharedInputsTest : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        dir_ = new TempDir(Suite::kTag);
+        Suite::write_inputs(dir_->path());
+    }
+    static void TearDownTestSuite() {
+        delete dir_;
+        dir_ = nullptr;
+    }
+    static inline TempDir* dir_ = nullptr;
+};
+
+// A drafter training job on dir/target and dir/data writing to dir/out, with no signal handler
+// and no progress line: one test process runs many jobs, and ctest output is not a terminal.
+inline train::DrafterTrainJob drafter_job(const std::filesystem::path& dir,
+                                          const std::string& out) {
+    train::DrafterTrainJob j;
+    j.target_dir = dir / "target";
+    j.data_dir = dir / "data";
+    j.output_dir = dir / out;
+    j.hooks.handle_signals = false;
+    j.hooks.progress = false;
+    return j;
 }
 
 inline std::shared_ptr<const config::Registry> registry() {

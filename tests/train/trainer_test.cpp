@@ -18,23 +18,18 @@ struct TrainRun {
     std::vector<double> losses;  // per step
 };
 
-class DrafterTraining : public ::testing::Test {
-  protected:
-    static void SetUpTestSuite() {
-        dir_ = new test::TempDir("dflash-train");
-        test::write_pattern_dataset(*dir_ / "data", 24, 1);
-        test::write_tiny_target(*dir_ / "target");
+class DrafterTraining : public test::SharedInputsTest<DrafterTraining> {
+  public:
+    static constexpr const char* kTag = "dflash-train";
+    static void write_inputs(const std::filesystem::path& dir) {
+        test::write_pattern_dataset(dir / "data", 24, 1);
+        test::write_tiny_target(dir / "target");
     }
-    static void TearDownTestSuite() { delete dir_; }
 
+  protected:
     static TrainRun train(const std::string& out,
                           std::vector<std::pair<std::string, std::string>> kv) {
-        train::DrafterTrainJob job;
-        job.target_dir = *dir_ / "target";
-        job.data_dir = *dir_ / "data";
-        job.output_dir = *dir_ / out;
-        job.hooks.handle_signals = false;
-        job.hooks.progress = false;
+        train::DrafterTrainJob job = test::drafter_job(dir_->path(), out);
         TrainRun r;
         job.hooks.on_record = [&r](const train::StepRecord& rec) {
             if (!rec.eval) r.losses.push_back(rec.loss);
@@ -42,10 +37,7 @@ class DrafterTraining : public ::testing::Test {
         r.summary = train::run_drafter_training(job, test::drafter_settings(kv), Logger());
         return r;
     }
-
-    static test::TempDir* dir_;
 };
-test::TempDir* DrafterTraining::dir_ = nullptr;
 
 // Gradient sums are taken in another order, so agreement is to float rounding: 1e-5 relative on
 // losses and on every fp32 master weight and AdamW moment after 6 steps.

@@ -1,0 +1,34 @@
+// Files that are either fully written or not there: data goes to `<path>.tmp`, is fsync'ed and
+// renamed into place, so the final name never holds a half-written file (checkpoints, manifests,
+// settings, shards, safetensors). Tested by tests/core/atomic_file_test.cpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+namespace dflash {
+
+// A file written under `<path>.tmp` and renamed to `path` by commit() (after fsync). If commit()
+// is never reached (an exception, a full disk) the temporary is removed and `path` is untouched.
+class AtomicFileWriter {
+  public:
+    explicit AtomicFileWriter(std::filesystem::path path);
+    ~AtomicFileWriter();
+    AtomicFileWriter(const AtomicFileWriter&) = delete;
+    AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+    void write(const void* data, size_t n);
+    void commit();
+
+  private:
+    std::filesystem::path path_;
+    std::filesystem::path tmp_;
+    std::FILE* file_ = nullptr;
+};
+
+// The whole of `text` into `path`, atomically (AtomicFileWriter).
+void write_text_atomic(const std::filesystem::path& path, const std::string& text);
+
+}  // namespace dflash
