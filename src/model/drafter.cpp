@@ -31,7 +31,10 @@ DrafterModel::DrafterModel(DrafterConfig cfg)
     : cfg_(std::move(cfg)),
       dims_(layer_dims(layer_config(cfg_))),
       inv_freq_(rope_inv_freq(cfg_.layer.rope, cfg_.layer.head_dim)),
-      params_(drafter_tensor_specs(cfg_)) {}
+      params_(drafter_tensor_specs(cfg_)) {
+    for (int64_t l = 0; l < cfg_.layer.num_hidden_layers; ++l)
+        layers_.push_back(layer_weights(params_, layer_prefix(l), dims_));
+}
 
 DrafterModel DrafterModel::load(const std::filesystem::path& dir) {
     DrafterModel m(DrafterConfig::load(dir));
@@ -54,10 +57,6 @@ void DrafterModel::save(const std::filesystem::path& dir, DType store_as) const 
 
 int64_t DrafterModel::feature_dim() const {
     return static_cast<int64_t>(cfg_.target_layer_ids.size()) * dims_.D;
-}
-
-LayerWeights DrafterModel::layer(int64_t i) const {
-    return layer_weights(params_, layer_prefix(i), dims_);
 }
 
 void DrafterModel::project_context(Backend& be, const Tensor& features, const Tensor& ctx,

@@ -34,7 +34,7 @@ class DrafterModel {
     int64_t feature_dim() const;  // K * D
     ParamSet& params() { return params_; }
     const ParamSet& params() const { return params_; }
-    LayerWeights layer(int64_t i) const;
+    const LayerWeights& layer(int64_t i) const { return layers_[i]; }
 
     // Context features: ctx [T, D] = hidden_norm(features [T, K*D] · fcᵀ). pre [T, D] and rstd [T]
     // receive the intermediate values when non-empty (training).
@@ -78,6 +78,9 @@ class DrafterModel {
     LayerDims dims_;
     std::vector<float> inv_freq_;
     ParamSet params_;
+    // Views into params_, resolved once: every forward (each decode step too) uses them, and the
+    // parameters' storage never moves.
+    std::vector<LayerWeights> layers_;
 };
 
 // Inference state of one request: per-layer K/V of committed context rows only.

@@ -38,7 +38,10 @@ TargetModel::TargetModel(TargetConfig cfg)
     : cfg_(std::move(cfg)),
       dims_(layer_dims(cfg_)),
       inv_freq_(rope_inv_freq(cfg_.rope, cfg_.head_dim)),
-      params_(target_tensor_specs(cfg_)) {}
+      params_(target_tensor_specs(cfg_)) {
+    for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
+        layers_.push_back(layer_weights(params_, layer_prefix(l), dims_));
+}
 
 TargetModel TargetModel::load(const std::filesystem::path& dir) {
     TargetModel m(TargetConfig::load(dir));
@@ -65,10 +68,6 @@ Tensor TargetModel::embed() const {
 
 Tensor TargetModel::lm_head() const {
     return cfg_.tie_word_embeddings ? embed() : params_.value("lm_head.weight");
-}
-
-LayerWeights TargetModel::layer(int64_t i) const {
-    return layer_weights(params_, layer_prefix(i), dims_);
 }
 
 void TargetModel::forward(Backend& be, std::span<const int32_t> tokens,

@@ -30,7 +30,7 @@ class TargetModel {
     const ParamSet& params() const { return params_; }
     Tensor embed() const;    // [V, D]
     Tensor lm_head() const;  // [V, D] (the embedding when tied)
-    LayerWeights layer(int64_t i) const;
+    const LayerWeights& layer(int64_t i) const { return layers_[i]; }
 
     // Full-sequence causal forward without a cache. Writes the outputs of `capture` layers
     // (0-based; output of layer id = HF hidden_states[id+1]) concatenated per row into features
@@ -56,6 +56,9 @@ class TargetModel {
     LayerDims dims_;
     std::vector<float> inv_freq_;
     ParamSet params_;
+    // Views into params_, resolved once: every forward (each decode step too) uses them, and the
+    // parameters' storage never moves.
+    std::vector<LayerWeights> layers_;
 };
 
 // Inference state of one request: a KV cache per layer. Positions are implicit: the next token
