@@ -19,6 +19,14 @@ TargetConfig layer_config(const DrafterConfig& cfg) {
     return cfg.layer;
 }
 
+// Loss weight of block row k of the block anchored at `a` (dflash-spec §3.4): 0 for the anchor
+// itself, for positions past the sequence and for non-response tokens; the decay weight otherwise.
+float block_row_weight(int64_t a, int64_t k, std::span<const uint8_t> loss_mask, double gamma) {
+    const int64_t p = a + k;
+    const bool valid = k > 0 && p < static_cast<int64_t>(loss_mask.size()) && loss_mask[p];
+    return valid ? dflash_position_weight(k, gamma) : 0.0f;
+}
+
 }  // namespace
 
 float dflash_position_weight(int64_t k, double gamma) {
@@ -71,11 +79,10 @@ void DrafterModel::project_context(Backend& be, const Tensor& features, const Te
 
 double DrafterModel::weight_sum(std::span<const uint8_t> loss_mask,
                                 std::span<const int32_t> anchors, double gamma) const {
-    const int64_t S = static_cast<int64_t>(loss_mask.size()), B = cfg_.block_size;
+    const int64_t B = cfg_.block_size;
     double w = 0;
     for (int32_t a : anchors)
-        for (int64_t k = 1; k < B; ++k)
-            if (a + k < S && loss_mask[a + k]) w += dflash_position_weight(k, gamma);
+        for (int64_t k = 1; k < B; ++k) w += block_row_weight(a, k, loss_mask, gamma);
     return w;
 }
 
@@ -161,9 +168,9 @@ DrafterModel::LossStats DrafterModel::train_step(Backend& be, const Tensor& embe
     for (int64_t j = 0; j < N; ++j) {
         for (int64_t k = 0; k < B; ++k) {
             const int64_t r = j * B + k, p = anchors[j] + k;
-            const bool valid = k > 0 && p < S && loss_mask[p];
-            labels.i32()[r] = valid ? tokens[p] : -1;
-            weights.f32()[r] = valid ? dflash_position_weight(k, gamma) : 0.0f;
+            const float w = block_row_weight(anchors[j], k, loss_mask, gamma);
+            labels.i32()[r] = w > 0.0f ? tokens[p] : -1;
+            weights.f32()[r] = w;
         }
     }
     const bool grads = params_.has_grads();
