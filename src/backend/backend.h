@@ -1,13 +1,19 @@
-// Backend: the op set every model is written against (design §5). CpuBackend (backend/cpu) is the
-// fp32 reference; a CUDA backend implements the same interface. All tensors are row-major and
-// contiguous; shapes are in the comments and checked by each op.
-// Tested through CpuBackend by tests/ops/*_test.cpp and every model test (tests/model/).
+// Backend: one device's memory, ordering and op set (design §5). Model, training and decoding code
+// is written once against it and never dereferences activation memory on the host: it uploads a
+// step's inputs once and downloads its small outputs once (backend/workspace.h).
+// Implementations: the CPU reference (backend/cpu, fp32, runs immediately), CUDA (backend/cuda,
+// bf16 storage, fp32 accumulation, ordered on the device's stream) and the planning backend (no
+// work at all: it sizes workspaces). All tensors are row-major and contiguous; shapes are in the
+// comments and checked by each op; a tensor of another device is an error naming it.
+// Tested through the CPU backend by tests/ops/*_test.cpp and every model test; the CUDA backend
+// against the CPU one by tests/cuda/*_test.cpp.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "backend/device_tensor.h"
 #include "backend/ops.h"
 #include "core/tensor.h"
 
@@ -16,39 +22,66 @@ namespace dflash {
 class Backend {
   public:
     virtual ~Backend() = default;
-    virtual std::string name() const = 0;
+    virtual std::string name() const = 0;  // "cpu", "cuda:0", "planning(cuda:0)"
     virtual DeviceRef device() const = 0;
+    // Storage type of activations and of the weights' compute copy: f32 on the CPU, bf16 on CUDA.
+    // Parameter gradients, optimizer moments, norms' rstd and attention lse are always f32.
+    virtual DType compute_dtype() const = 0;
 
+    // ---- memory (setup time only: never inside a step or a graph capture) -------------------
+    // Zero-filled device memory.
+    virtual Buffer allocate(size_t bytes) = 0;
+    // Host memory the device copies from and to fastest (pinned on CUDA).
+    virtual Buffer allocate_host(size_t bytes) = 0;
+
+    // ---- ordering and transfers -----------------------------------------------------------------
+    // Copies host memory into a device tensor (same dtype and element count). The host source
+    // must stay unchanged until the work queued so far has finished (synchronize).
+    virtual void upload(const Tensor& dst, const Tensor& src_host) = 0;
+    // Copies a device tensor into host memory and waits for it (and for all work before it).
+    virtual void download(const Tensor& dst_host, const Tensor& src) = 0;
+    // dst = src on the device, same element count; f32 <-> bf16 convert (round to nearest even),
+    // other dtypes must match.
+    virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+    // dst[:, col : col + C] = src for dst [R, W] and src [R, C] (same dtype).
+    virtual void copy_columns(const Tensor& dst, int64_t col, const Tensor& src) = 0;
+    // Every element = value (f32, bf16; i32 takes the value as an integer).
+    virtual void fill(const Tensor& t, float value) = 0;
+    // Waits until every operation queued on this backend has finished.
+    virtual void synchronize() = 0;
+
+    // ---- the op set -----------------------------------------------------------------------------
     // C = alpha * op(A) · op(B) + beta * C, op(X) = X or Xᵀ. A linear layer with an HF weight
-    // W [out, in] is gemm(x, false, W, true, y): y[M, out] = x[M, in] · Wᵀ.
+    // W [out, in] is gemm(x, false, W, true, y): y[M, out] = x[M, in] · Wᵀ. Tensors of rank > 2
+    // are viewed as [numel / last, last]. CUDA: A and B bf16, C bf16 or f32 (f32 for parameter
+    // gradients, accumulated with beta = 1).
     virtual void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
                       float alpha = 1.0f, float beta = 0.0f) = 0;
 
     // out[S, D] = table[ids[s]]; ids i32 [S], table [V, D].
     virtual void embedding_fwd(const Tensor& table, const Tensor& ids, const Tensor& out) = 0;
-    // dtable[ids[s]] += dout[s]
+    // dtable[ids[s]] += dout[s]; dtable f32. Deterministic (no floating-point atomics).
     virtual void embedding_bwd(const Tensor& ids, const Tensor& dout, const Tensor& dtable) = 0;
 
-    // RMSNorm over the last dim C = w.numel(); x, y viewed as [R, C]; rstd [R] (may be empty).
+    // RMSNorm over the last dim C = w.numel(); x, y viewed as [R, C]; rstd f32 [R] (may be empty).
     virtual void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, const Tensor& y,
                              const Tensor& rstd) = 0;
-    // dx overwritten, dw accumulated (+=). rstd from the forward.
+    // dx overwritten, dw (f32) accumulated (+=). rstd from the forward.
     virtual void rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                              const Tensor& dx, const Tensor& dw) = 0;
 
-    // In place on x [S, Hx, Dh] with positions i32 [S]; inv_freq [Dh/2] from rope_inv_freq.
-    virtual void rope_fwd(const Tensor& x, const Tensor& positions,
-                          const std::vector<float>& inv_freq) = 0;
+    // In place on x [S, Hx, Dh] with positions i32 [S]; inv_freq f32 [Dh/2] (rope_inv_freq, on
+    // this device). Angles, cos and sin in f32 as the HF reference computes them.
+    virtual void rope_fwd(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) = 0;
     // In place on dx: the transpose of the rotation (rotation by the negative angle).
-    virtual void rope_bwd(const Tensor& dx, const Tensor& positions,
-                          const std::vector<float>& inv_freq) = 0;
+    virtual void rope_bwd(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq) = 0;
 
     // q [Sq, H, Dh], k/v [Sk, Hkv, Dh], out [Sq, H, Dh], lse f32 [H, Sq] (may be empty).
     // GQA: head h reads kv head h / (H / Hkv). Scale Dh^-1/2. A row that sees no key gets out 0 and
-    // lse -inf.
+    // lse -inf. See AttnMask for which keys a query sees.
     virtual void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v,
                                const AttnMask& mask, const Tensor& out, const Tensor& lse) = 0;
-    // dq, dk, dv overwritten.
+    // dq, dk, dv overwritten. Deterministic.
     virtual void attention_bwd(const Tensor& dout, const Tensor& q, const Tensor& k,
                                const Tensor& v, const Tensor& out, const Tensor& lse,
                                const AttnMask& mask, const Tensor& dq, const Tensor& dk,
@@ -59,22 +92,50 @@ class Backend {
     virtual void swiglu_bwd(const Tensor& dout, const Tensor& gate, const Tensor& up,
                             const Tensor& dgate, const Tensor& dup) = 0;
 
-    // y += alpha * x (residual add, gradient accumulation); y *= alpha.
+    // y += alpha * x (residual add, gradient accumulation; y may be f32 with x bf16); y *= alpha.
     virtual void add_inplace(const Tensor& y, const Tensor& x, float alpha = 1.0f) = 0;
     virtual void scale_inplace(const Tensor& y, float alpha) = 0;
 
     // Final projection + cross-entropy over vocabulary chunks of `chunk` rows of w (never the
     // whole [R, V] logits). h [R, D], w [V, D], labels i32 [R], weights f32 [R]. Rows with weight 0
-    // are ignored (their label may be -1). See LmHeadCeOut.
+    // are ignored (their label may be -1). See LmHeadCeOut; out.workspace must hold
+    // lm_head_ce_workspace(R, V, chunk) f32 elements.
     virtual void lm_head_ce(const Tensor& h, const Tensor& w, const Tensor& labels,
                             const Tensor& weights, float grad_scale, int64_t chunk,
                             const LmHeadCeOut& out) = 0;
+    virtual int64_t lm_head_ce_workspace(int64_t rows, int64_t vocab, int64_t chunk) const = 0;
 
-    // Decoupled-weight-decay Adam on fp32 param/grad/moments of one tensor.
-    virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,
-                            const Tensor& v, const AdamWParams& p) = 0;
-    // Sum of squares in double (global grad norm = sqrt of the sum over tensors).
-    virtual double sum_squares(const Tensor& t) = 0;
+    // Adds one micro-batch's loss and accuracy sums into stats f32 [2 + 2P] (see LossStatsLayout):
+    // rows r with weights[r] > 0 add weights[r] * loss_rows[r] to the loss sum, weights[r] to the
+    // weight sum, and count at position r % P (correct when argmax[r] == labels[r]).
+    virtual void loss_stats(const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,
+                            const Tensor& weights, int64_t period, const Tensor& stats) = 0;
+
+    // out f32 [1] = sum of x² over x f32 (overwritten). Deterministic.
+    virtual void sum_squares(const Tensor& x, const Tensor& out) = 0;
+    // scale f32 [1] = max_norm / (sqrt(norm_sq) + 1e-6) when max_norm > 0 and the norm exceeds it,
+    // else 1 (torch.nn.utils.clip_grad_norm_'s rule), computed on the device.
+    virtual void clip_scale(const Tensor& norm_sq, float max_norm, const Tensor& scale) = 0;
+    // Decoupled-weight-decay Adam on fp32 master/grad/moments (any equal element counts: a whole
+    // flat parameter buffer at once). The gradient is multiplied by grad_scale[0] (f32 [1], on
+    // the device; empty = 1) first. `value` (may be empty) receives the updated master in its own
+    // dtype (the bf16 compute copy).
+    virtual void adamw_step(const Tensor& master, const Tensor& grad, const Tensor& m,
+                            const Tensor& v, const AdamWParams& p, const Tensor& grad_scale,
+                            const Tensor& value) = 0;
+
+    // out i32 [R] = index of the largest element of each row of x [R, V] (lowest on ties).
+    virtual void argmax_rows(const Tensor& x, const Tensor& out) = 0;
+};
+
+// Indices into the stats tensor of Backend::loss_stats for accuracy period P.
+struct LossStatsLayout {
+    int64_t period = 1;
+    static constexpr int64_t kLossSum = 0;
+    static constexpr int64_t kWeightSum = 1;
+    int64_t correct(int64_t k) const { return 2 + k; }
+    int64_t count(int64_t k) const { return 2 + period + k; }
+    int64_t size() const { return 2 + 2 * period; }
 };
 
 // Inverse frequencies [Dh/2] of NeoX RoPE with the Qwen3/Llama rope_scaling variants, in float32
@@ -82,5 +143,8 @@ class Backend {
 std::vector<float> rope_inv_freq(const RopeConfig& cfg, int64_t head_dim);
 
 std::unique_ptr<Backend> make_cpu_backend(int threads);
+// A backend that checks nothing and does nothing, reporting `real`'s device and compute dtype:
+// step code run against it with a planning Workspace measures the workspace a step needs.
+std::unique_ptr<Backend> make_planning_backend(const Backend& real);
 
 }  // namespace dflash

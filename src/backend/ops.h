@@ -38,17 +38,40 @@ enum class AttnMaskKind {
 // rows, Sq = N * block_size. A query in block n sees context keys j < anchors[n] (strictly: the
 // anchor's own feature is not visible) and every key of its own block n (bidirectional). A block
 // with anchors[n] < 0 is padding: it sees nothing, its output and gradients are 0.
+// Decoding over a KV cache passes the whole cache as k/v and its length in device memory
+// (`kv_len`, i32 [1]): only keys j < kv_len[0] exist, and a causal query i sits at position
+// kv_len[0] - Sq + i. One captured graph then serves every cache length.
 struct AttnMask {
     AttnMaskKind kind = AttnMaskKind::causal;
-    int64_t q_offset = 0;              // causal
-    int64_t ctx_len = 0;               // dflash_block
-    int64_t block_size = 0;            // dflash_block
-    const int32_t* anchors = nullptr;  // dflash_block: [N]
+    int64_t q_offset = 0;    // causal without kv_len
+    int64_t ctx_len = 0;     // dflash_block
+    int64_t block_size = 0;  // dflash_block
+    Tensor anchors;          // dflash_block: i32 [N] on the op's device
+    Tensor kv_len;           // causal / full over a cache: i32 [1] on the op's device, or empty
 
-    static AttnMask causal(int64_t q_offset = 0) { return {AttnMaskKind::causal, q_offset}; }
-    static AttnMask full() { return {AttnMaskKind::full}; }
-    static AttnMask dflash_block(int64_t ctx_len, int64_t block_size, const int32_t* anchors) {
-        return {AttnMaskKind::dflash_block, 0, ctx_len, block_size, anchors};
+    static AttnMask causal(int64_t q_offset = 0) {
+        AttnMask m;
+        m.q_offset = q_offset;
+        return m;
+    }
+    static AttnMask full() {
+        AttnMask m;
+        m.kind = AttnMaskKind::full;
+        return m;
+    }
+    static AttnMask over_cache(AttnMaskKind kind, const Tensor& kv_len) {
+        AttnMask m;
+        m.kind = kind;
+        m.kv_len = kv_len;
+        return m;
+    }
+    static AttnMask dflash_block(int64_t ctx_len, int64_t block_size, const Tensor& anchors) {
+        AttnMask m;
+        m.kind = AttnMaskKind::dflash_block;
+        m.ctx_len = ctx_len;
+        m.block_size = block_size;
+        m.anchors = anchors;
+        return m;
     }
 };
 
@@ -67,8 +90,10 @@ struct AdamWParams {
 struct LmHeadCeOut {
     Tensor loss_rows;  // f32 [R]: unweighted CE per row (0 where weight == 0)
     Tensor argmax;     // i32 [R]: argmax of the logits row (lowest index on ties)
-    Tensor dh;         // f32 [R, D]: overwritten with grad_scale * d(sum_r w_r CE_r)/dh
+    Tensor dh;         // [R, D] (f32 or the compute dtype): overwritten with grad_scale * d(sum_r w_r CE_r)/dh
     Tensor dw;         // f32 [V, D]: accumulated (+=) with grad_scale * d(sum_r w_r CE_r)/dW
+    // f32 [Backend::lm_head_ce_workspace(R, V, chunk)]: the per-chunk logits and row statistics.
+    Tensor workspace;
 };
 
 }  // namespace dflash

@@ -2,7 +2,6 @@
 // Tested by tests/model/decoder_layer_test.cpp and the target/drafter tests.
 #include "model/decoder_layer.h"
 
-#include <cstring>
 
 namespace dflash {
 
@@ -40,9 +39,10 @@ LayerWeights resolve(const ParamSet& p, const std::string& pre, const LayerDims&
 }
 
 // Rows [0, a) of dst <- a, rows [a, a+b) <- b.
-void concat_rows(const Tensor& dst, const Tensor& a, const Tensor& b) {
-    if (a.nbytes()) std::memcpy(dst.data(), a.data(), a.nbytes());
-    if (b.nbytes()) std::memcpy(static_cast<char*>(dst.data()) + a.nbytes(), b.data(), b.nbytes());
+void concat_rows(Backend& be, const Tensor& dst, const Tensor& a, const Tensor& b) {
+    const int64_t na = a.dim(0), nb = b.dim(0);
+    be.copy(dst.rows(0, na), a);
+    be.copy(dst.rows(na, na + nb), b);
 }
 
 // q/k projection tail: optional per-head RMSNorm (saving rstd), then RoPE in place on `out`.
@@ -53,7 +53,7 @@ void norm_and_rope(const LayerContext& lc, const Tensor& lin, const Tensor& norm
         lc.be.rmsnorm_fwd(lin.reshape({rows, out.dim(2)}), norm_w, lc.dims.eps,
                           out.reshape({rows, out.dim(2)}), rstd);
     } else {
-        copy_tensor(out, lin);
+        lc.be.copy(out, lin);
     }
     lc.be.rope_fwd(out, pos, lc.inv_freq);
 }
@@ -67,11 +67,19 @@ void mlp_forward(const LayerContext& lc, const LayerWeights& w, const Tensor& x1
     be.gemm(h2, false, w.w_gate, true, gate);
     be.gemm(h2, false, w.w_up, true, up);
     be.swiglu_fwd(gate, up, act);
-    copy_tensor(out, x1);
+    be.copy(out, x1);
     be.gemm(act, false, w.w_down, true, out, 1.0f, 1.0f);
 }
 
 }  // namespace
+
+DeviceTensor upload_inv_freq(Backend& be, const RopeConfig& rope, int64_t head_dim) {
+    const std::vector<float> f = rope_inv_freq(rope, head_dim);
+    const auto n = static_cast<int64_t>(f.size());
+    DeviceTensor t(be, {n}, DType::f32);
+    from_host_f32(be, t, HostTensor::from_f32({n}, f).view());
+    return t;
+}
 
 LayerWeights layer_weights(const ParamSet& p, const std::string& prefix, const LayerDims& d) {
     return resolve(p, prefix, d, false);
@@ -83,61 +91,63 @@ LayerWeights layer_grads(const ParamSet& p, const std::string& prefix, const Lay
 
 void layer_forward_train(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
                          const Tensor& ctx, const Tensor& q_pos, const Tensor& kv_pos,
-                         const AttnMask& mask, Scratch& sc, const std::string& tag, LayerActs& a,
-                         const Tensor& out) {
+                         const AttnMask& mask, LayerActs& a, const Tensor& out) {
     const LayerDims& d = lc.dims;
     Backend& be = lc.be;
     const int64_t Sq = x.dim(0), Sc = ctx.empty() ? 0 : ctx.dim(0), Sk = Sc + Sq;
     DF_ASSERT(q_pos.numel() == Sq && kv_pos.numel() == Sk, "positions {} / {} for {} + {} rows",
               q_pos.numel(), kv_pos.numel(), Sc, Sq);
-    auto buf = [&](const char* n, Shape s) { return sc.get(tag + n, s); };
+    const DType act = be.compute_dtype();
+    auto buf = [&](Shape s) { return lc.ws.take(s, act); };
+    auto f32 = [&](Shape s) { return lc.ws.take(s, DType::f32); };
     a.Sq = Sq;
     a.Sc = Sc;
     a.x = x;
     a.ctx = ctx;
-    a.rstd1 = buf(".rstd1", {Sq});
-    a.h = buf(".h", {Sq, d.D});
+    a.rstd1 = f32({Sq});
+    a.h = buf({Sq, d.D});
     be.rmsnorm_fwd(x, w.input_ln, d.eps, a.h, a.rstd1);
     if (Sc > 0) {
-        a.kv_in = buf(".kv_in", {Sk, d.D});
-        concat_rows(a.kv_in, ctx, a.h);
+        a.kv_in = buf({Sk, d.D});
+        concat_rows(be, a.kv_in, ctx, a.h);
     } else {
         a.kv_in = a.h;
     }
-    a.q_lin = buf(".q_lin", {Sq, d.H * d.Dh});
-    a.rstd_q = buf(".rstd_q", {Sq * d.H});
-    a.q = buf(".q", {Sq, d.H, d.Dh});
+    a.q_lin = buf({Sq, d.H * d.Dh});
+    a.rstd_q = f32({Sq * d.H});
+    a.q = buf({Sq, d.H, d.Dh});
     be.gemm(a.h, false, w.wq, true, a.q_lin);
     norm_and_rope(lc, a.q_lin, w.q_norm, a.rstd_q, q_pos, a.q);
-    a.k_lin = buf(".k_lin", {Sk, d.Hkv * d.Dh});
-    a.rstd_k = buf(".rstd_k", {Sk * d.Hkv});
-    a.k = buf(".k", {Sk, d.Hkv, d.Dh});
-    a.v = buf(".v", {Sk, d.Hkv, d.Dh});
+    a.k_lin = buf({Sk, d.Hkv * d.Dh});
+    a.rstd_k = f32({Sk * d.Hkv});
+    a.k = buf({Sk, d.Hkv, d.Dh});
+    a.v = buf({Sk, d.Hkv, d.Dh});
     be.gemm(a.kv_in, false, w.wk, true, a.k_lin);
     norm_and_rope(lc, a.k_lin, w.k_norm, a.rstd_k, kv_pos, a.k);
     be.gemm(a.kv_in, false, w.wv, true, a.v.reshape({Sk, d.Hkv * d.Dh}));
-    a.attn = buf(".attn", {Sq, d.H * d.Dh});
-    a.lse = buf(".lse", {d.H, Sq});
+    a.attn = buf({Sq, d.H * d.Dh});
+    a.lse = f32({d.H, Sq});
     be.attention_fwd(a.q, a.k, a.v, mask, a.attn.reshape({Sq, d.H, d.Dh}), a.lse);
-    a.x1 = buf(".x1", {Sq, d.D});
-    copy_tensor(a.x1, x);
+    a.x1 = buf({Sq, d.D});
+    be.copy(a.x1, x);
     be.gemm(a.attn, false, w.wo, true, a.x1, 1.0f, 1.0f);
-    a.rstd2 = buf(".rstd2", {Sq});
-    a.h2 = buf(".h2", {Sq, d.D});
-    a.gate = buf(".gate", {Sq, d.I});
-    a.up = buf(".up", {Sq, d.I});
-    a.act = buf(".act", {Sq, d.I});
+    a.rstd2 = f32({Sq});
+    a.h2 = buf({Sq, d.D});
+    a.gate = buf({Sq, d.I});
+    a.up = buf({Sq, d.I});
+    a.act = buf({Sq, d.I});
     mlp_forward(lc, w, a.x1, a.rstd2, a.h2, a.gate, a.up, a.act, out);
 }
 
 void layer_backward(const LayerContext& lc, const LayerWeights& w, const LayerWeights& g,
                     const LayerActs& a, const Tensor& q_pos, const Tensor& kv_pos,
-                    const AttnMask& mask, const Tensor& dout, Scratch& sc, const std::string& tag,
-                    const Tensor& dx, const Tensor& dctx) {
+                    const AttnMask& mask, const Tensor& dout, const Tensor& dx,
+                    const Tensor& dctx) {
     const LayerDims& d = lc.dims;
     Backend& be = lc.be;
     const int64_t Sq = a.Sq, Sc = a.Sc, Sk = Sc + Sq;
-    auto buf = [&](const char* n, Shape s) { return sc.get(tag + n, s); };
+    const Workspace::Mark mark = lc.ws.mark();
+    auto buf = [&](const char*, Shape s) { return lc.ws.take(s, be.compute_dtype()); };
 
     // MLP: out = x1 + down(act)
     Tensor dact = buf(".d_act", {Sq, d.I});
@@ -185,50 +195,66 @@ void layer_backward(const LayerContext& lc, const LayerWeights& w, const LayerWe
     be.gemm(dv_lin, false, w.wv, false, dkv_in, 1.0f, 1.0f);
     if (Sc > 0) be.add_inplace(dctx, dkv_in.rows(0, Sc), 1.0f);
     Tensor dh = buf(".d_h", {Sq, d.D});
-    copy_tensor(dh, dkv_in.rows(Sc, Sk));
+    be.copy(dh, dkv_in.rows(Sc, Sk));
     be.gemm(dq_lin, false, w.wq, false, dh, 1.0f, 1.0f);
     be.rmsnorm_bwd(dh, a.x, w.input_ln, a.rstd1, dx, g.input_ln);
     be.add_inplace(dx, dx1, 1.0f);
+    lc.ws.release(mark);
+}
+
+namespace {
+
+// K/V of rows `in` [n, D] (already normed for a layer's own tokens) into cache rows [row0, row0+n).
+void write_kv(const LayerContext& lc, const LayerWeights& w, const Tensor& in, const Tensor& pos,
+              LayerKvCache& cache, int64_t row0) {
+    const LayerDims& d = lc.dims;
+    Backend& be = lc.be;
+    const int64_t n = in.dim(0), end = row0 + n;
+    DF_CHECK(end <= cache.k.dim(0),
+             "KV cache overflow: {} rows needed but the cache holds {} (raise the context size)",
+             end, cache.k.dim(0));
+    const Tensor k_lin = lc.ws.take({n, d.Hkv * d.Dh}, be.compute_dtype());
+    be.gemm(in, false, w.wk, true, k_lin);
+    norm_and_rope(lc, k_lin, w.k_norm, lc.ws.take({n * d.Hkv}, DType::f32), pos,
+                  cache.k.view().rows(row0, end));
+    be.gemm(in, false, w.wv, true, cache.v.view().rows(row0, end).reshape({n, d.Hkv * d.Dh}));
+}
+
+}  // namespace
+
+void layer_append_context(const LayerContext& lc, const LayerWeights& w, const Tensor& ctx,
+                          const Tensor& pos, LayerKvCache& cache, int64_t cache_len) {
+    const Workspace::Mark mark = lc.ws.mark();
+    write_kv(lc, w, ctx, pos, cache, cache_len);
+    lc.ws.release(mark);
 }
 
 void layer_forward_cached(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
-                          const Tensor& ctx, const Tensor& q_pos, const Tensor& kv_pos,
-                          LayerKvCache& cache, int64_t cache_len, AttnMaskKind kind, Scratch& sc,
-                          const Tensor& out) {
+                          const Tensor& pos, LayerKvCache& cache, int64_t cache_len,
+                          const Tensor& kv_len, AttnMaskKind kind, const Tensor& out) {
     const LayerDims& d = lc.dims;
     Backend& be = lc.be;
-    const int64_t Sq = x.dim(0), Sc = ctx.empty() ? 0 : ctx.dim(0), Snew = Sc + Sq;
-    const int64_t total = cache_len + Snew;
-    DF_CHECK(total <= cache.k.dim(0),
-             "KV cache overflow: {} rows needed but the cache holds {} (raise the context size)",
-             total, cache.k.dim(0));
-    Tensor h = sc.get("h", {Sq, d.D});
-    be.rmsnorm_fwd(x, w.input_ln, d.eps, h, sc.get("rstd", {Sq}));
-    Tensor kv_in = h;
-    if (Sc > 0) {
-        kv_in = sc.get("kv_in", {Snew, d.D});
-        concat_rows(kv_in, ctx, h);
-    }
-    Tensor q_lin = sc.get("q_lin", {Sq, d.H * d.Dh});
-    Tensor q = sc.get("q", {Sq, d.H, d.Dh});
+    const int64_t Sq = x.dim(0);
+    const Workspace::Mark mark = lc.ws.mark();
+    const DType act = be.compute_dtype();
+    auto buf = [&](Shape s) { return lc.ws.take(s, act); };
+    auto f32 = [&](Shape s) { return lc.ws.take(s, DType::f32); };
+    Tensor h = buf({Sq, d.D});
+    be.rmsnorm_fwd(x, w.input_ln, d.eps, h, f32({Sq}));
+    Tensor q_lin = buf({Sq, d.H * d.Dh});
+    Tensor q = buf({Sq, d.H, d.Dh});
     be.gemm(h, false, w.wq, true, q_lin);
-    norm_and_rope(lc, q_lin, w.q_norm, sc.get("rstd_q", {Sq * d.H}), q_pos, q);
-    Tensor k_lin = sc.get("k_lin", {Snew, d.Hkv * d.Dh});
-    Tensor k_new = cache.k.view().rows(cache_len, total);
-    Tensor v_new = cache.v.view().rows(cache_len, total);
-    be.gemm(kv_in, false, w.wk, true, k_lin);
-    norm_and_rope(lc, k_lin, w.k_norm, sc.get("rstd_k", {Snew * d.Hkv}), kv_pos, k_new);
-    be.gemm(kv_in, false, w.wv, true, v_new.reshape({Snew, d.Hkv * d.Dh}));
-    Tensor attn = sc.get("attn", {Sq, d.H * d.Dh});
-    const AttnMask mask =
-        kind == AttnMaskKind::causal ? AttnMask::causal(cache_len + Sc) : AttnMask::full();
-    be.attention_fwd(q, cache.k.view().rows(0, total), cache.v.view().rows(0, total), mask,
+    norm_and_rope(lc, q_lin, w.q_norm, f32({Sq * d.H}), pos, q);
+    write_kv(lc, w, h, pos, cache, cache_len);
+    Tensor attn = buf({Sq, d.H * d.Dh});
+    be.attention_fwd(q, cache.k.view(), cache.v.view(), AttnMask::over_cache(kind, kv_len),
                      attn.reshape({Sq, d.H, d.Dh}), Tensor());
-    Tensor x1 = sc.get("x1", {Sq, d.D});
-    copy_tensor(x1, x);
+    Tensor x1 = buf({Sq, d.D});
+    be.copy(x1, x);
     be.gemm(attn, false, w.wo, true, x1, 1.0f, 1.0f);
-    mlp_forward(lc, w, x1, sc.get("rstd2", {Sq}), sc.get("h2", {Sq, d.D}),
-                sc.get("gate", {Sq, d.I}), sc.get("up", {Sq, d.I}), sc.get("act", {Sq, d.I}), out);
+    mlp_forward(lc, w, x1, f32({Sq}), buf({Sq, d.D}), buf({Sq, d.I}), buf({Sq, d.I}),
+                buf({Sq, d.I}), out);
+    lc.ws.release(mark);
 }
 
 }  // namespace dflash

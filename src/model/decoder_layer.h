@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "core/scratch.h"
+#include "backend/workspace.h"
 #include "model/hf_config.h"
 #include "model/params.h"
 
@@ -37,7 +37,8 @@ struct LayerWeights {
 LayerWeights layer_weights(const ParamSet& p, const std::string& prefix, const LayerDims& d);
 LayerWeights layer_grads(const ParamSet& p, const std::string& prefix, const LayerDims& d);
 
-// Activations a training forward keeps for the backward pass (views into a Scratch).
+// Activations a training forward keeps for the backward pass (taken from the step's Workspace).
+// Activations are in the backend's compute dtype; rstd and lse in f32.
 struct LayerActs {
     int64_t Sq = 0, Sc = 0;
     Tensor x;              // [Sq, D] layer input
@@ -60,39 +61,49 @@ struct LayerActs {
     Tensor gate, up, act;  // [Sq, I]
 };
 
+// RoPE's inverse frequencies (rope_inv_freq) as an f32 [Dh/2] tensor on be's device.
+DeviceTensor upload_inv_freq(Backend& be, const RopeConfig& rope, int64_t head_dim);
+
+// What every layer call runs on: the backend (real, or the planning one while a step is sized),
+// the step's workspace, the layer sizes and RoPE's inverse frequencies (f32 [Dh/2] on the device).
 struct LayerContext {
     Backend& be;
+    Workspace& ws;
     const LayerDims& dims;
-    const std::vector<float>& inv_freq;  // [Dh/2]
+    const Tensor& inv_freq;
 };
 
-// Training forward. q_pos i32 [Sq], kv_pos i32 [Sc+Sq] (positions of [ctx ; x]). out [Sq, D] may
-// not alias x. `tag` names this layer's buffers in `scratch`.
+// Training forward. q_pos i32 [Sq], kv_pos i32 [Sc+Sq] (positions of [ctx ; x]), on the device.
+// out [Sq, D] may not alias x. Activations are taken from lc.ws and stay there for the backward.
 void layer_forward_train(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
                          const Tensor& ctx, const Tensor& q_pos, const Tensor& kv_pos,
-                         const AttnMask& mask, Scratch& scratch, const std::string& tag,
-                         LayerActs& acts, const Tensor& out);
+                         const AttnMask& mask, LayerActs& acts, const Tensor& out);
 
-// Backward of layer_forward_train: accumulates parameter gradients into g, overwrites dx [Sq, D],
-// and adds the context gradient into dctx [Sc, D] (+=) when Sc > 0.
+// Backward of layer_forward_train: accumulates parameter gradients (f32) into g, overwrites dx
+// [Sq, D], and adds the context gradient into dctx [Sc, D] (f32, +=) when Sc > 0. Its
+// temporaries are given back to lc.ws before it returns.
 void layer_backward(const LayerContext& lc, const LayerWeights& w, const LayerWeights& g,
                     const LayerActs& acts, const Tensor& q_pos, const Tensor& kv_pos,
-                    const AttnMask& mask, const Tensor& dout, Scratch& scratch,
-                    const std::string& tag, const Tensor& dx, const Tensor& dctx);
+                    const AttnMask& mask, const Tensor& dout, const Tensor& dx, const Tensor& dctx);
 
-// One layer's KV cache: rows [0, len) hold K (after norm and RoPE) and V.
+// One layer's KV cache: rows [0, len) hold K (after norm and RoPE) and V, in the compute dtype.
 struct LayerKvCache {
-    HostTensor k;  // [capacity, Hkv, Dh]
-    HostTensor v;  // [capacity, Hkv, Dh]
+    DeviceTensor k;  // [capacity, Hkv, Dh]
+    DeviceTensor v;  // [capacity, Hkv, Dh]
 };
 
-// Inference forward over a cache holding `cache_len` rows: K/V of [ctx ; norm(x)] are written at
-// rows cache_len .. cache_len+Sc+Sq-1, then x's queries attend over rows [0, cache_len+Sc+Sq) with
-// `kind` (causal: the queries sit at rows cache_len+Sc..; full: every row). The caller advances or
-// crops its length.
+// Drafter context ("KV injection" at inference): K/V of the context rows ctx [T, D] (k_proj, k_norm,
+// RoPE at positions pos i32 [T]; v_proj) written at cache rows cache_len..cache_len+T-1.
+void layer_append_context(const LayerContext& lc, const LayerWeights& w, const Tensor& ctx,
+                          const Tensor& pos, LayerKvCache& cache, int64_t cache_len);
+
+// Inference forward over a cache holding `cache_len` rows: K/V of norm(x) are written at rows
+// cache_len .. cache_len+Sq-1 (positions pos i32 [Sq]), then x's queries attend over the cache with
+// `kind` (causal: query i sits at row cache_len+i; full: every row). kv_len (i32 [1] on the
+// device) must hold cache_len+Sq: attention reads the length from there. The caller advances or
+// crops its length. out may alias x. Temporaries come from lc.ws and are given back.
 void layer_forward_cached(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
-                          const Tensor& ctx, const Tensor& q_pos, const Tensor& kv_pos,
-                          LayerKvCache& cache, int64_t cache_len, AttnMaskKind kind,
-                          Scratch& scratch, const Tensor& out);
+                          const Tensor& pos, LayerKvCache& cache, int64_t cache_len,
+                          const Tensor& kv_len, AttnMaskKind kind, const Tensor& out);
 
 }  // namespace dflash

@@ -2,8 +2,9 @@
 // Tested by tests/model/drafter_test.cpp.
 #include "model/drafter.h"
 
+#include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <functional>
 
 #include "model/tensor_layout.h"
 
@@ -35,23 +36,24 @@ float dflash_position_weight(int64_t k, double gamma) {
     return static_cast<float>(std::exp(-static_cast<double>(k - 1) / gamma));
 }
 
-DrafterModel::DrafterModel(DrafterConfig cfg)
+DrafterModel::DrafterModel(Backend& be, DrafterConfig cfg)
     : cfg_(std::move(cfg)),
       dims_(layer_dims(layer_config(cfg_))),
-      inv_freq_(rope_inv_freq(cfg_.layer.rope, cfg_.layer.head_dim)),
-      params_(drafter_tensor_specs(cfg_)) {
+      params_(be, drafter_tensor_specs(cfg_)),
+      inv_freq_(upload_inv_freq(be, cfg_.layer.rope, cfg_.layer.head_dim)),
+      inv_freq_view_(inv_freq_.view()) {
     for (int64_t l = 0; l < cfg_.layer.num_hidden_layers; ++l)
         layers_.push_back(layer_weights(params_, layer_prefix(l), dims_));
 }
 
-DrafterModel DrafterModel::load(const std::filesystem::path& dir) {
-    DrafterModel m(DrafterConfig::load(dir));
+DrafterModel DrafterModel::load(Backend& be, const std::filesystem::path& dir) {
+    DrafterModel m(be, DrafterConfig::load(dir));
     m.params_.load(dir);
     return m;
 }
 
-DrafterModel DrafterModel::random(DrafterConfig cfg, uint64_t seed, float std) {
-    DrafterModel m(std::move(cfg));
+DrafterModel DrafterModel::random(Backend& be, DrafterConfig cfg, uint64_t seed, float std) {
+    DrafterModel m(be, std::move(cfg));
     Rng rng(seed);
     m.params_.init_random(rng, std);
     return m;
@@ -89,16 +91,17 @@ double DrafterModel::weight_sum(std::span<const uint8_t> loss_mask,
 struct DrafterModel::BlockForward {
     int64_t S = 0, N = 0, R = 0;
     Tensor pre, ctx, rstd_c;    // [S, D], [S, D], [S]
-    Tensor ids, q_pos, kv_pos;  // i32 [R], [R], [S+R]
+    Tensor ids, q_pos, kv_pos;  // device i32 [R], [R], [S+R]
+    Tensor anchors;             // device i32 [N]
     std::vector<Tensor> xs;     // L+1 x [R, D]
     std::vector<LayerActs> acts;
     Tensor hf, rstd_f;  // [R, D], [R]
     AttnMask mask;
 };
 
-void DrafterModel::forward_blocks(Backend& be, const Tensor& embed, const Tensor& features,
-                                  std::span<const int32_t> tokens, std::span<const int32_t> anchors,
-                                  Scratch& sc, BlockForward& f) const {
+void DrafterModel::forward_blocks(Backend& be, Workspace& ws, const Tensor& embed,
+                                  const Tensor& features, std::span<const int32_t> tokens,
+                                  std::span<const int32_t> anchors, BlockForward& f) const {
     const int64_t S = static_cast<int64_t>(tokens.size()), D = dims_.D, B = cfg_.block_size;
     const int64_t N = static_cast<int64_t>(anchors.size()), R = N * B;
     const int64_t L = cfg_.layer.num_hidden_layers;
@@ -109,159 +112,196 @@ void DrafterModel::forward_blocks(Backend& be, const Tensor& embed, const Tensor
     for (int64_t j = 0; j < N; ++j)
         DF_ASSERT(anchors[j] >= 0 && anchors[j] < S && (j == 0 || anchors[j] > anchors[j - 1]),
                   "anchor {} = {}", j, anchors[j]);
+    const DType act = be.compute_dtype();
     f.S = S;
     f.N = N;
     f.R = R;
-    f.pre = sc.get("ctx.pre", {S, D});
-    f.ctx = sc.get("ctx", {S, D});
-    f.rstd_c = sc.get("ctx.rstd", {S});
-    project_context(be, features, f.ctx, f.pre, f.rstd_c);
-
-    f.ids = sc.get("ids", {R}, DType::i32);
-    f.q_pos = sc.get("q_pos", {R}, DType::i32);
-    f.kv_pos = sc.get("kv_pos", {S + R}, DType::i32);
-    for (int64_t s = 0; s < S; ++s) f.kv_pos.i32()[s] = static_cast<int32_t>(s);
+    Workspace::Staged ids = ws.input({R}, DType::i32);
+    Workspace::Staged q_pos = ws.input({R}, DType::i32);
+    Workspace::Staged kv_pos = ws.input({S + R}, DType::i32);
+    Workspace::Staged anc = ws.input({N}, DType::i32);
+    for (int64_t s = 0; s < S; ++s) kv_pos.host.i32()[s] = static_cast<int32_t>(s);
     for (int64_t j = 0; j < N; ++j) {
+        anc.host.i32()[j] = anchors[j];
         for (int64_t k = 0; k < B; ++k) {
             const int64_t r = j * B + k;
-            f.ids.i32()[r] = k == 0 ? tokens[anchors[j]] : static_cast<int32_t>(cfg_.mask_token_id);
-            f.q_pos.i32()[r] = static_cast<int32_t>(anchors[j] + k);
-            f.kv_pos.i32()[S + r] = static_cast<int32_t>(anchors[j] + k);
+            ids.host.i32()[r] =
+                k == 0 ? tokens[anchors[j]] : static_cast<int32_t>(cfg_.mask_token_id);
+            q_pos.host.i32()[r] = static_cast<int32_t>(anchors[j] + k);
+            kv_pos.host.i32()[S + r] = static_cast<int32_t>(anchors[j] + k);
         }
     }
+    f.ids = ids.device;
+    f.q_pos = q_pos.device;
+    f.kv_pos = kv_pos.device;
+    f.anchors = anc.device;
+    ws.send_inputs();
+
+    f.pre = ws.take({S, D}, act);
+    f.ctx = ws.take({S, D}, act);
+    f.rstd_c = ws.take({S}, DType::f32);
+    project_context(be, features, f.ctx, f.pre, f.rstd_c);
     f.xs.clear();
-    for (int64_t l = 0; l <= L; ++l) f.xs.push_back(sc.get("x" + std::to_string(l), {R, D}));
+    for (int64_t l = 0; l <= L; ++l) f.xs.push_back(ws.take({R, D}, act));
     be.embedding_fwd(embed, f.ids, f.xs[0]);
-    f.mask = AttnMask::dflash_block(S, B, anchors.data());
-    const LayerContext lc{be, dims_, inv_freq_};
+    f.mask = AttnMask::dflash_block(S, B, f.anchors);
+    const LayerContext lc{be, ws, dims_, inv_freq_view_};
     f.acts.assign(L, LayerActs{});
     for (int64_t l = 0; l < L; ++l)
-        layer_forward_train(lc, layer(l), f.xs[l], f.ctx, f.q_pos, f.kv_pos, f.mask, sc,
-                            "L" + std::to_string(l), f.acts[l], f.xs[l + 1]);
-    f.hf = sc.get("final.h", {R, D});
-    f.rstd_f = sc.get("final.rstd", {R});
+        layer_forward_train(lc, layer(l), f.xs[l], f.ctx, f.q_pos, f.kv_pos, f.mask, f.acts[l],
+                            f.xs[l + 1]);
+    f.hf = ws.take({R, D}, act);
+    f.rstd_f = ws.take({R}, DType::f32);
     be.rmsnorm_fwd(f.xs[L], params_.value("norm.weight"), dims_.eps, f.hf, f.rstd_f);
 }
 
-void DrafterModel::block_hidden(Backend& be, const Tensor& embed, const Tensor& features,
-                                std::span<const int32_t> tokens, std::span<const int32_t> anchors,
-                                Scratch& sc, const Tensor& hf) const {
+void DrafterModel::block_hidden(Backend& be, Workspace& ws, const Tensor& embed,
+                                const Tensor& features, std::span<const int32_t> tokens,
+                                std::span<const int32_t> anchors, const Tensor& hf) const {
     BlockForward f;
-    forward_blocks(be, embed, features, tokens, anchors, sc, f);
-    copy_tensor(hf, f.hf);
+    forward_blocks(be, ws, embed, features, tokens, anchors, f);
+    be.copy(hf, f.hf);
 }
 
-DrafterModel::LossStats DrafterModel::train_step(Backend& be, const Tensor& embed,
-                                                 const Tensor& lm_head, const Tensor& features,
-                                                 std::span<const int32_t> tokens,
-                                                 std::span<const uint8_t> loss_mask,
-                                                 std::span<const int32_t> anchors, double gamma,
-                                                 float grad_scale, int64_t chunk, Scratch& sc) {
+void DrafterModel::train_step(Backend& be, Workspace& ws, const Tensor& embed,
+                              const Tensor& lm_head, const Tensor& features,
+                              std::span<const int32_t> tokens, std::span<const uint8_t> loss_mask,
+                              std::span<const int32_t> anchors, double gamma, float grad_scale,
+                              int64_t chunk, const Tensor& stats) {
     DF_ASSERT(loss_mask.size() == tokens.size());
     const int64_t S = static_cast<int64_t>(tokens.size()), D = dims_.D, B = cfg_.block_size;
-    BlockForward f;
-    forward_blocks(be, embed, features, tokens, anchors, sc, f);
-    const int64_t N = f.N, R = f.R, L = cfg_.layer.num_hidden_layers;
-
-    Tensor labels = sc.get("labels", {R}, DType::i32);
-    Tensor weights = sc.get("weights", {R});
+    const int64_t N = static_cast<int64_t>(anchors.size()), R = N * B;
+    // Labels and weights are staged with the forward's inputs: one upload per micro-batch.
+    Workspace::Staged labels = ws.input({R}, DType::i32);
+    Workspace::Staged weights = ws.input({R}, DType::f32);
     for (int64_t j = 0; j < N; ++j) {
         for (int64_t k = 0; k < B; ++k) {
             const int64_t r = j * B + k, p = anchors[j] + k;
             const float w = block_row_weight(anchors[j], k, loss_mask, gamma);
-            labels.i32()[r] = w > 0.0f ? tokens[p] : -1;
-            weights.f32()[r] = w;
+            labels.host.i32()[r] = w > 0.0f ? tokens[p] : -1;
+            weights.host.f32()[r] = w;
         }
     }
+    BlockForward f;
+    forward_blocks(be, ws, embed, features, tokens, anchors, f);
+    const int64_t L = cfg_.layer.num_hidden_layers;
+    const DType act = be.compute_dtype();
+
     const bool grads = params_.has_grads();
     LmHeadCeOut out;
-    out.loss_rows = sc.get("loss_rows", {R});
-    out.argmax = sc.get("argmax", {R}, DType::i32);
-    if (grads) out.dh = sc.get("final.dh", {R, D});
-    be.lm_head_ce(f.hf, lm_head, labels, weights, grad_scale, chunk, out);
-    LossStats st;
-    st.correct.assign(B, 0);
-    st.count.assign(B, 0);
-    for (int64_t r = 0; r < R; ++r) {
-        const float w = weights.f32()[r];
-        if (w == 0.0f) continue;
-        const int64_t k = r % B;
-        st.loss_sum += static_cast<double>(w) * out.loss_rows.f32()[r];
-        st.weight_sum += w;
-        st.count[k] += 1;
-        st.correct[k] += out.argmax.i32()[r] == labels.i32()[r];
-    }
-    if (!grads) return st;
+    out.loss_rows = ws.take({R}, DType::f32);
+    out.argmax = ws.take({R}, DType::i32);
+    out.workspace = ws.take({be.lm_head_ce_workspace(R, lm_head.dim(0), chunk)}, DType::f32);
+    if (grads) out.dh = ws.take({R, D}, act);
+    be.lm_head_ce(f.hf, lm_head, labels.device, weights.device, grad_scale, chunk, out);
+    be.loss_stats(out.loss_rows, out.argmax, labels.device, weights.device, B, stats);
+    if (!grads) return;
 
-    Tensor dx = sc.get("dx.a", {R, D});
-    Tensor dprev = sc.get("dx.b", {R, D});
-    Tensor dctx = sc.get("d_ctx", {S, D});
-    fill_f32(dctx, 0.0f);
+    Tensor dx = ws.take({R, D}, act);
+    Tensor dprev = ws.take({R, D}, act);
+    // The context gradient sums over every layer: kept in f32.
+    Tensor dctx = ws.take({S, D}, DType::f32);
+    be.fill(dctx, 0.0f);
     be.rmsnorm_bwd(out.dh, f.xs[L], params_.value("norm.weight"), f.rstd_f, dx,
                    params_.grad("norm.weight"));
-    const LayerContext lc{be, dims_, inv_freq_};
+    const LayerContext lc{be, ws, dims_, inv_freq_view_};
     for (int64_t l = L - 1; l >= 0; --l) {
         layer_backward(lc, layer(l), layer_grads(params_, layer_prefix(l), dims_), f.acts[l],
-                       f.q_pos, f.kv_pos, f.mask, dx, sc, "L" + std::to_string(l), dprev, dctx);
+                       f.q_pos, f.kv_pos, f.mask, dx, dprev, dctx);
         std::swap(dx, dprev);
     }
-    Tensor dpre = sc.get("ctx.d_pre", {S, D});
-    be.rmsnorm_bwd(dctx, f.pre, params_.value("hidden_norm.weight"), f.rstd_c, dpre,
+    Tensor dctx_act = dctx;
+    if (act != DType::f32) {
+        dctx_act = ws.take({S, D}, act);
+        be.copy(dctx_act, dctx);
+    }
+    Tensor dpre = ws.take({S, D}, act);
+    be.rmsnorm_bwd(dctx_act, f.pre, params_.value("hidden_norm.weight"), f.rstd_c, dpre,
                    params_.grad("hidden_norm.weight"));
     be.gemm(dpre, true, features, false, params_.grad("fc.weight"), 1.0f, 1.0f);
-    return st;
 }
 
 DrafterSession::DrafterSession(const DrafterModel& model, Backend& be, const Tensor& embed,
-                               const Tensor& lm_head, int64_t capacity, int64_t max_block)
+                               const Tensor& lm_head, int64_t capacity, int64_t max_block,
+                               int64_t max_new_rows)
     : model_(model),
       be_(be),
       embed_(embed),
       lm_head_(lm_head),
       capacity_(capacity),
-      max_block_(max_block > 0 ? max_block : model.block_size()) {
+      max_block_(max_block > 0 ? max_block : model.block_size()),
+      max_new_rows_(max_new_rows > 0 ? max_new_rows : max_block_) {
     const LayerDims& d = model.dims();
     cache_.resize(model.config().layer.num_hidden_layers);
     for (auto& c : cache_) {
-        c.k = HostTensor({capacity + max_block_, d.Hkv, d.Dh});
-        c.v = HostTensor({capacity + max_block_, d.Hkv, d.Dh});
+        c.k = DeviceTensor(be, {capacity + max_block_, d.Hkv, d.Dh}, be.compute_dtype());
+        c.v = DeviceTensor(be, {capacity + max_block_, d.Hkv, d.Dh}, be.compute_dtype());
     }
+    Workspace fake = Workspace::planning(be.device());
+    const Tensor feats = fake.take({max_new_rows_, model.feature_dim()}, be.compute_dtype());
+    const Tensor logits = fake.take({max_block_ - 1, lm_head.dim(0)}, DType::f32);
+    ws_ = Workspace(be, plan_workspace(be, [&](Backend& pb, Workspace& pws) {
+                        run(pb, pws, feats, 0, 0, max_block_, logits);
+                    }));
 }
 
 void DrafterSession::draft(const Tensor& new_features, int32_t anchor, const Tensor& logits,
                            int64_t block_size) {
     const int64_t T = new_features.empty() ? 0 : new_features.dim(0);
-    const int64_t B = block_size > 0 ? block_size : model_.block_size(), D = model_.dims().D;
+    const int64_t B = block_size > 0 ? block_size : model_.block_size();
     DF_CHECK(B >= 2 && B <= max_block_, "block size {} is outside [2, {}]", B, max_block_);
     DF_CHECK(ctx_len_ + T <= capacity_,
              "the drafter context would reach {} rows but the session holds {}", ctx_len_ + T,
              capacity_);
     DF_ASSERT(logits.dim(0) == B - 1, "logits rows {} for block {}", logits.dim(0), B);
-    Tensor ctx;
-    if (T > 0) {
-        ctx = scratch_.get("ctx", {T, D});
-        model_.project_context(be_, new_features, ctx, Tensor(), Tensor());
-    }
-    const int64_t start = ctx_len_ + T;
-    Tensor ids = scratch_.get("ids", {B}, DType::i32);
-    Tensor q_pos = scratch_.get("q_pos", {B}, DType::i32);
-    Tensor kv_pos = scratch_.get("kv_pos", {T + B}, DType::i32);
+    // Context rows go in pieces of max_new_rows; the block is drafted with the last piece.
+    int64_t done = 0;
+    do {
+        const int64_t n = std::min(max_new_rows_, T - done);
+        const bool last = done + n == T;
+        ws_.reset();
+        const Tensor piece = n > 0 ? new_features.rows(done, done + n) : Tensor();
+        run(be_, ws_, piece, ctx_len_, anchor, last ? B : 0, logits);
+        ctx_len_ += n;
+        done += n;
+    } while (done < T);
+}
+
+void DrafterSession::run(Backend& be, Workspace& ws, const Tensor& new_features, int64_t start,
+                         int32_t anchor, int64_t B, const Tensor& logits) {
+    const int64_t T = new_features.empty() ? 0 : new_features.dim(0), D = model_.dims().D;
+    Workspace::Staged ctx_pos = ws.input({std::max<int64_t>(T, 1)}, DType::i32);
+    Workspace::Staged ids = ws.input({std::max<int64_t>(B, 1)}, DType::i32);
+    Workspace::Staged q_pos = ws.input({std::max<int64_t>(B, 1)}, DType::i32);
+    Workspace::Staged kv_len = ws.input({1}, DType::i32);
+    for (int64_t i = 0; i < T; ++i) ctx_pos.host.i32()[i] = static_cast<int32_t>(start + i);
     for (int64_t k = 0; k < B; ++k) {
-        ids.i32()[k] = k == 0 ? anchor : static_cast<int32_t>(model_.config().mask_token_id);
-        q_pos.i32()[k] = static_cast<int32_t>(start + k);
+        ids.host.i32()[k] = k == 0 ? anchor : static_cast<int32_t>(model_.config().mask_token_id);
+        q_pos.host.i32()[k] = static_cast<int32_t>(start + T + k);
     }
-    for (int64_t i = 0; i < T + B; ++i) kv_pos.i32()[i] = static_cast<int32_t>(ctx_len_ + i);
-    Tensor x = scratch_.get("x", {B, D});
-    be_.embedding_fwd(embed_, ids, x);
-    const LayerContext lc{be_, model_.dims(), model_.inv_freq()};
+    kv_len.host.i32()[0] = static_cast<int32_t>(start + T + B);
+    ws.send_inputs();
+    const LayerContext lc{be, ws, model_.dims(), model_.inv_freq()};
+    const DType act = be.compute_dtype();
+    if (T > 0) {
+        Tensor ctx = ws.take({T, D}, act);
+        model_.project_context(be, new_features, ctx, Tensor(), Tensor());
+        const Tensor pos = ctx_pos.device.rows(0, T);
+        for (size_t l = 0; l < cache_.size(); ++l)
+            layer_append_context(lc, model_.layer(static_cast<int64_t>(l)), ctx, pos, cache_[l],
+                                 start);
+    }
+    if (B == 0) return;
+    Tensor x = ws.take({B, D}, act);
+    be.embedding_fwd(embed_, ids.device.rows(0, B), x);
+    // The block's K/V go after the context and are simply overwritten by the next draft.
     for (size_t l = 0; l < cache_.size(); ++l)
-        layer_forward_cached(lc, model_.layer(static_cast<int64_t>(l)), x, ctx, q_pos, kv_pos,
-                             cache_[l], ctx_len_, AttnMaskKind::full, scratch_, x);
-    ctx_len_ = start;  // the block's K/V rows past the context are simply overwritten next time
-    Tensor h = scratch_.get("final", {B - 1, D});
-    be_.rmsnorm_fwd(x.rows(1, B), model_.params().value("norm.weight"), model_.dims().eps, h,
-                    Tensor());
-    be_.gemm(h, false, lm_head_, true, logits);
+        layer_forward_cached(lc, model_.layer(static_cast<int64_t>(l)), x, q_pos.device.rows(0, B),
+                             cache_[l], start + T, kv_len.device, AttnMaskKind::full, x);
+    Tensor h = ws.take({B - 1, D}, act);
+    be.rmsnorm_fwd(x.rows(1, B), model_.params().value("norm.weight"), model_.dims().eps, h,
+                   Tensor());
+    be.gemm(h, false, lm_head_, true, logits);
 }
 
 void DrafterSession::crop(int64_t len) {

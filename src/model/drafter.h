@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "core/scratch.h"
+#include "backend/workspace.h"
 #include "model/decoder_layer.h"
 #include "model/hf_config.h"
 #include "model/params.h"
@@ -22,18 +22,19 @@ float dflash_position_weight(int64_t k, double gamma);
 
 class DrafterModel {
   public:
-    explicit DrafterModel(DrafterConfig cfg);  // zero weights
-    static DrafterModel load(const std::filesystem::path& dir);
-    static DrafterModel random(DrafterConfig cfg, uint64_t seed, float std = 0.02f);
+    DrafterModel(Backend& be, DrafterConfig cfg);  // zero weights on be's device
+    static DrafterModel load(Backend& be, const std::filesystem::path& dir);
+    static DrafterModel random(Backend& be, DrafterConfig cfg, uint64_t seed, float std = 0.02f);
     void save(const std::filesystem::path& dir, DType store_as = DType::bf16) const;
 
     const DrafterConfig& config() const { return cfg_; }
     const LayerDims& dims() const { return dims_; }
-    const std::vector<float>& inv_freq() const { return inv_freq_; }
+    const Tensor& inv_freq() const { return inv_freq_view_; }  // f32 [Dh/2] on the device
     int64_t block_size() const { return cfg_.block_size; }
     int64_t feature_dim() const;  // K * D
     ParamSet& params() { return params_; }
     const ParamSet& params() const { return params_; }
+    Backend& backend() const { return params_.backend(); }
     const LayerWeights& layer(int64_t i) const { return layers_[i]; }
 
     // Context features: ctx [T, D] = hidden_norm(features [T, K*D] · fcᵀ). pre [T, D] and rstd [T]
@@ -41,43 +42,39 @@ class DrafterModel {
     void project_context(Backend& be, const Tensor& features, const Tensor& ctx, const Tensor& pre,
                          const Tensor& rstd) const;
 
-    struct LossStats {
-        double loss_sum = 0;           // sum over valid rows of w * CE
-        double weight_sum = 0;         // sum of w over valid rows
-        std::vector<int64_t> correct;  // [B]: argmax == label at block position k (k >= 1)
-        std::vector<int64_t> count;    // [B]: valid rows at block position k
-    };
     // Sum of decay weights of one sequence's blocks (what the loss is normalised by), computable
     // before the forward so the trainer can normalise across micro-batches and workers.
     double weight_sum(std::span<const uint8_t> loss_mask, std::span<const int32_t> anchors,
                       double gamma) const;
 
-    // One packed sequence: features [S, K*D] (target outputs of target_layer_ids), tokens [S],
-    // loss_mask [S], anchors (sorted, each < S). Blocks are [token a_j, MASK x (B-1)] at positions
-    // a_j..a_j+B-1; block position k is trained to predict tokens[a_j + k] (k = 0 excluded) with
-    // weight loss_mask * exp(-(k-1)/gamma). When params have gradients, accumulates
-    // grad_scale * d(sum w CE)/dparams.
-    LossStats train_step(Backend& be, const Tensor& embed, const Tensor& lm_head,
-                         const Tensor& features, std::span<const int32_t> tokens,
-                         std::span<const uint8_t> loss_mask, std::span<const int32_t> anchors,
-                         double gamma, float grad_scale, int64_t ce_chunk, Scratch& scratch);
+    // One packed sequence: features [S, K*D] (target outputs of target_layer_ids, device),
+    // tokens [S], loss_mask [S], anchors (sorted, each < S). Blocks are [token a_j, MASK x (B-1)]
+    // at positions a_j..a_j+B-1; block position k is trained to predict tokens[a_j + k] (k = 0
+    // excluded) with weight loss_mask * exp(-(k-1)/gamma). Adds the loss and per-position
+    // accuracy into stats (f32 [LossStatsLayout{B}.size()] on the device, position = k). When
+    // params have gradients, accumulates grad_scale * d(sum w CE)/dparams. Memory from ws.
+    void train_step(Backend& be, Workspace& ws, const Tensor& embed, const Tensor& lm_head,
+                    const Tensor& features, std::span<const int32_t> tokens,
+                    std::span<const uint8_t> loss_mask, std::span<const int32_t> anchors,
+                    double gamma, float grad_scale, int64_t ce_chunk, const Tensor& stats);
 
     // The training-path forward alone: final-normed hidden states hf [N*B, D] of every block row
     // (logits = hf · lm_headᵀ). Ties the training and inference paths together in tests.
-    void block_hidden(Backend& be, const Tensor& embed, const Tensor& features,
+    void block_hidden(Backend& be, Workspace& ws, const Tensor& embed, const Tensor& features,
                       std::span<const int32_t> tokens, std::span<const int32_t> anchors,
-                      Scratch& scratch, const Tensor& hf) const;
+                      const Tensor& hf) const;
 
   private:
     struct BlockForward;  // the activations of one training forward
-    void forward_blocks(Backend& be, const Tensor& embed, const Tensor& features,
+    void forward_blocks(Backend& be, Workspace& ws, const Tensor& embed, const Tensor& features,
                         std::span<const int32_t> tokens, std::span<const int32_t> anchors,
-                        Scratch& sc, BlockForward& f) const;
+                        BlockForward& f) const;
 
     DrafterConfig cfg_;
     LayerDims dims_;
-    std::vector<float> inv_freq_;
     ParamSet params_;
+    DeviceTensor inv_freq_;
+    Tensor inv_freq_view_;
     // Views into params_, resolved once: every forward (each decode step too) uses them, and the
     // parameters' storage never moves.
     std::vector<LayerWeights> layers_;
@@ -86,30 +83,38 @@ class DrafterModel {
 // Inference state of one request: per-layer K/V of committed context rows only.
 class DrafterSession {
   public:
-    // capacity: context rows; max_block: the largest block drafted (0 = the drafter's block size).
+    // capacity: context rows; max_block: the largest block drafted (0 = the drafter's block size);
+    // max_new_rows: the most context rows one draft() appends (0 = max_block).
     DrafterSession(const DrafterModel& model, Backend& be, const Tensor& embed,
-                   const Tensor& lm_head, int64_t capacity, int64_t max_block = 0);
+                   const Tensor& lm_head, int64_t capacity, int64_t max_block = 0,
+                   int64_t max_new_rows = 0);
     int64_t context_length() const { return ctx_len_; }
 
-    // Appends the features [T, K*D] of newly committed tokens at positions
+    // Appends the features [T, K*D] (device) of newly committed tokens at positions
     // context_length()..context_length()+T-1 to the context, then drafts the block
     // [anchor, MASK x (B-1)] at positions context_length()..+B-1 (after the append) and writes the
-    // logits of block positions 1..B-1 into logits [B-1, V]. The block's own K/V are not kept.
-    // block_size 0 means the drafter's own.
+    // logits of block positions 1..B-1 into logits [B-1, V] (device, f32). The block's own K/V are
+    // not kept. block_size 0 means the drafter's own. More than max_new_rows features are appended
+    // in pieces.
     void draft(const Tensor& new_features, int32_t anchor, const Tensor& logits,
                int64_t block_size = 0);
     // Forgets context rows >= len.
     void crop(int64_t len);
 
   private:
+    // Appends T <= max_new_rows context rows and, when B > 0, drafts a block after them.
+    void run(Backend& be, Workspace& ws, const Tensor& new_features, int64_t start, int32_t anchor,
+             int64_t B, const Tensor& logits);
+
     const DrafterModel& model_;
     Backend& be_;
     Tensor embed_, lm_head_;  // [V, D], [V, D]: the target's, frozen
     int64_t capacity_;
     int64_t max_block_;
+    int64_t max_new_rows_;
     std::vector<LayerKvCache> cache_;
     int64_t ctx_len_ = 0;
-    Scratch scratch_;
+    Workspace ws_;
 };
 
 }  // namespace dflash

@@ -1,4 +1,5 @@
-// Named parameter storage. Tested by tests/model/target_test.cpp and tests/model/drafter_test.cpp.
+// Named parameter storage in flat device buffers. Tested by tests/model/params_test.cpp,
+// tests/model/target_test.cpp and tests/model/drafter_test.cpp.
 #include "model/params.h"
 
 #include "core/checkpoint_io.h"
@@ -10,21 +11,34 @@ bool ends_with(const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() &&
            s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
+
+Tensor slice(const Tensor& flat, int64_t offset, const Shape& shape) {
+    if (flat.empty()) return Tensor();
+    return flat.reshape({flat.numel()}).rows(offset, offset + shape.numel()).reshape(shape);
+}
 }  // namespace
 
-ParamSet::ParamSet(const std::vector<TensorSpec>& specs) {
+ParamSet::ParamSet(Backend& be, const std::vector<TensorSpec>& specs) : be_(&be) {
     params_.reserve(specs.size());
     for (const auto& spec : specs) {
         DF_ASSERT(!index_.count(spec.name), "duplicate parameter {}", spec.name);
         index_[spec.name] = params_.size();
-        params_.push_back(Param{spec.name, HostTensor(Shape(spec.shape)), {}});
+        Param p;
+        p.name = spec.name;
+        p.shape = Shape(spec.shape);
+        p.offset = numel_;
+        numel_ += p.shape.numel();
+        params_.push_back(std::move(p));
     }
+    values_ = DeviceTensor(be, {numel_}, be.compute_dtype());
+    for (Param& p : params_) p.value = slice(values_, p.offset, p.shape);
 }
 
 void ParamSet::init_random(Rng& rng, float std) {
-    for (auto& p : params_) {
-        float* v = p.value.f32();
-        const int64_t n = p.value.numel();
+    for (const Param& p : params_) {
+        HostTensor h(p.shape);
+        float* v = h.f32();
+        const int64_t n = h.numel();
         if (ends_with(p.name, "norm.weight")) {
             for (int64_t i = 0; i < n; ++i) v[i] = 1.0f;
         } else if (ends_with(p.name, ".bias")) {
@@ -32,55 +46,98 @@ void ParamSet::init_random(Rng& rng, float std) {
         } else {
             for (int64_t i = 0; i < n; ++i) v[i] = rng.normal() * std;
         }
+        write_f32(p.name, h.view());
     }
 }
 
 void ParamSet::load(const std::filesystem::path& dir) {
     CheckpointReader reader = CheckpointReader::open(dir);
-    for (auto& p : params_) {
+    for (const Param& p : params_) {
         DF_CHECK(reader.has(p.name), "{}: tensor '{}' is missing (expected shape {})", dir.string(),
-                 p.name, p.value.shape().to_string());
+                 p.name, p.shape.to_string());
         HostTensor t = reader.read_f32(p.name);
-        DF_CHECK(t.shape() == p.value.shape(),
-                 "{}: tensor '{}' has shape {} but the config implies {}", dir.string(), p.name,
-                 t.shape().to_string(), p.value.shape().to_string());
-        copy_tensor(p.value.view(), t.view());
+        DF_CHECK(t.shape() == p.shape, "{}: tensor '{}' has shape {} but the config implies {}",
+                 dir.string(), p.name, t.shape().to_string(), p.shape.to_string());
+        write_f32(p.name, t.view());
     }
 }
 
 void ParamSet::save(const std::filesystem::path& dir, DType store_as) const {
+    std::vector<HostTensor> host;
+    host.reserve(params_.size());
     std::vector<std::pair<std::string, Tensor>> tensors;
     tensors.reserve(params_.size());
-    for (const auto& p : params_) tensors.emplace_back(p.name, p.value.view());
+    for (const Param& p : params_) {
+        host.push_back(read_f32(p.name));
+        tensors.emplace_back(p.name, host.back().view());
+    }
     write_checkpoint(dir, tensors, store_as, size_t{4} << 30);
 }
 
-void ParamSet::enable_grads() {
-    for (auto& p : params_)
-        if (p.grad.empty()) p.grad = HostTensor(p.value.shape());
+void ParamSet::copy_from(const ParamSet& src) {
+    DF_ASSERT(src.numel_ == numel_ && src.params_.size() == params_.size(),
+              "copy_from: layouts differ ({} vs {} elements)", src.numel_, numel_);
+    const Tensor from = src.training() ? src.flat_master() : src.flat_values();
+    if (src.be_->device() == be_->device()) {
+        be_->copy(flat_master(), from);
+    } else {
+        HostTensor h = to_host_f32(*src.be_, from);
+        from_host_f32(*be_, flat_master(), h.view());
+    }
+    sync_values_from_master();
+}
+
+void ParamSet::enable_training() {
+    if (training()) return;
+    grads_ = DeviceTensor(*be_, {numel_}, DType::f32);
+    if (be_->compute_dtype() != DType::f32) {
+        master_ = DeviceTensor(*be_, {numel_}, DType::f32);
+        be_->copy(master_.view(), values_.view());
+    }
+    for (Param& p : params_) {
+        p.grad = slice(grads_, p.offset, p.shape);
+        p.master = slice(flat_master(), p.offset, p.shape);
+    }
+    grads_on_ = true;
 }
 
 void ParamSet::zero_grads() {
-    for (auto& p : params_)
-        if (!p.grad.empty()) fill_f32(p.grad.view(), 0.0f);
+    if (!grads_.empty()) be_->fill(grads_.view(), 0.0f);
+}
+
+void ParamSet::sync_values_from_master() {
+    if (!master_.empty()) be_->copy(values_.view(), master_.view());
+}
+
+const Param& ParamSet::param(const std::string& name) const {
+    auto it = index_.find(name);
+    DF_CHECK(it != index_.end(), "parameter '{}' does not exist in this model", name);
+    return params_[it->second];
 }
 
 Tensor ParamSet::value(const std::string& name) const {
-    auto it = index_.find(name);
-    DF_CHECK(it != index_.end(), "parameter '{}' does not exist in this model", name);
-    return params_[it->second].value.view();
+    return param(name).value;
 }
 
 Tensor ParamSet::grad(const std::string& name) const {
-    auto it = index_.find(name);
-    DF_CHECK(it != index_.end(), "parameter '{}' does not exist in this model", name);
-    return params_[it->second].grad.view();
+    const Param& p = param(name);
+    return has_grads() ? p.grad : Tensor();
 }
 
-int64_t ParamSet::numel() const {
-    int64_t n = 0;
-    for (const auto& p : params_) n += p.value.numel();
-    return n;
+Tensor ParamSet::weights_of(const Param& p) const {
+    return p.master.empty() ? p.value : p.master;
+}
+
+HostTensor ParamSet::read_f32(const std::string& name) const {
+    return to_host_f32(*be_, weights_of(param(name)));
+}
+
+void ParamSet::write_f32(const std::string& name, const Tensor& host_f32) {
+    const Param& p = param(name);
+    DF_CHECK(host_f32.numel() == p.shape.numel(), "parameter '{}' is {} but {} values were given",
+             name, p.shape.to_string(), host_f32.numel());
+    from_host_f32(*be_, p.value, host_f32);
+    if (!master_.empty()) from_host_f32(*be_, p.master, host_f32);
 }
 
 }  // namespace dflash

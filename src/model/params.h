@@ -1,6 +1,12 @@
-// ParamSet: a model's named parameters (HF tensor names) with optional gradients, created from a
+// ParamSet: a model's named parameters (HF tensor names) on one backend's device, created from a
 // tensor layout, initialised randomly or loaded from an HF directory, and saved back.
-// Tested by tests/model/target_test.cpp and tests/model/drafter_test.cpp.
+// Storage is flat, one buffer per kind, each parameter a view at its offset:
+//   values  [numel]  the compute dtype (f32 on the CPU, bf16 on CUDA): what forwards read;
+//   master  [numel]  f32 master weights, only when training on a bf16 backend (on an f32 backend
+//                    the values are the masters);
+//   grads   [numel]  f32 gradients, only when training.
+// Flat buffers make the gradient all-reduce, the norm and AdamW one call each over the whole model.
+// Tested by tests/model/params_test.cpp, tests/model/target_test.cpp and drafter_test.cpp.
 #pragma once
 
 #include <filesystem>
@@ -8,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "model/tensor_layout.h"
@@ -16,39 +23,68 @@ namespace dflash {
 
 struct Param {
     std::string name;
-    HostTensor value;  // f32, the layout's shape
-    HostTensor grad;   // same shape when gradients are enabled, else empty
+    Shape shape;
+    int64_t offset = 0;  // elements into the flat buffers
+    Tensor value;        // compute dtype
+    Tensor master;       // f32 master weights (training; == value on an f32 backend), or empty
+    Tensor grad;         // f32 (training), or empty
 };
 
 class ParamSet {
   public:
     ParamSet() = default;
-    explicit ParamSet(const std::vector<TensorSpec>& specs);  // zero-filled values
+    ParamSet(Backend& be, const std::vector<TensorSpec>& specs);  // zero-filled values
     ParamSet(ParamSet&&) noexcept = default;
     ParamSet& operator=(ParamSet&&) noexcept = default;
 
     // HF-style initialisation: norm weights (names ending in "norm.weight") 1, biases 0, every
-    // other tensor N(0, std^2).
+    // other tensor N(0, std^2), drawn on the host in parameter order (the same on every device).
     void init_random(Rng& rng, float std = 0.02f);
     // Reads every parameter from an HF directory (model.safetensors or sharded), checking shapes.
     void load(const std::filesystem::path& dir);
-    // Writes model.safetensors (or shards) into dir; `store_as` f32 or bf16.
+    // Writes model.safetensors (or shards) into dir; `store_as` f32 or bf16. Training sets save
+    // their f32 masters.
     void save(const std::filesystem::path& dir, DType store_as) const;
+    // The weights of `src` (same layout, any device), masters included when both train.
+    void copy_from(const ParamSet& src);
 
-    void enable_grads();
+    // Allocates f32 gradients (and masters on a bf16 backend); gradients on.
+    void enable_training();
     void zero_grads();
-    bool has_grads() const { return !params_.empty() && !params_.front().grad.empty(); }
+    // Gradients are computed when training and not switched off (evaluation forwards).
+    bool has_grads() const { return grads_on_ && !grads_.empty(); }
+    void set_grads_on(bool on) { grads_on_ = on; }
+    bool training() const { return !grads_.empty(); }
 
     bool has(const std::string& name) const { return index_.count(name) > 0; }
     Tensor value(const std::string& name) const;  // error naming the tensor if absent
-    Tensor grad(const std::string& name) const;   // empty view if gradients are off
-    std::vector<Param>& params() { return params_; }
+    Tensor grad(const std::string& name) const;   // empty view when gradients are off
+    const Param& param(const std::string& name) const;
     const std::vector<Param>& params() const { return params_; }
-    int64_t numel() const;
+    int64_t numel() const { return numel_; }
+    Backend& backend() const { return *be_; }
+
+    Tensor flat_values() const { return values_.view(); }
+    // The f32 weights AdamW updates: the masters, or the values on an f32 backend.
+    Tensor flat_master() const { return master_.empty() ? values_.view() : master_.view(); }
+    Tensor flat_grads() const { return grads_.view(); }
+    // After flat_master() changed outside AdamW (a resume): refreshes the compute copy.
+    void sync_values_from_master();
+
+    // One parameter's f32 weights (master when training) on the host; writes them back. Setup
+    // and tests only.
+    HostTensor read_f32(const std::string& name) const;
+    void write_f32(const std::string& name, const Tensor& host_f32);
 
   private:
+    Tensor weights_of(const Param& p) const;  // master when present, else value
+
+    Backend* be_ = nullptr;
     std::vector<Param> params_;
     std::map<std::string, size_t> index_;
+    int64_t numel_ = 0;
+    DeviceTensor values_, master_, grads_;
+    bool grads_on_ = true;
 };
 
 }  // namespace dflash

@@ -1,8 +1,8 @@
 // Target model forward, training step and KV-cached session. Tested by tests/model/target_test.cpp.
 #include "model/target.h"
 
-#include <cmath>
-#include <cstring>
+#include <algorithm>
+#include <functional>
 
 #include "model/tensor_layout.h"
 
@@ -14,13 +14,6 @@ std::string layer_prefix(int64_t i) {
     return "model.layers." + std::to_string(i) + ".";
 }
 
-// Copies hidden [S, D] into column block `slot` of features [S, K*D].
-void scatter_feature(const Tensor& features, int64_t slot, const Tensor& hidden) {
-    const int64_t S = hidden.dim(0), D = hidden.dim(1), KD = features.dim(1);
-    for (int64_t s = 0; s < S; ++s)
-        std::memcpy(features.f32() + s * KD + slot * D, hidden.f32() + s * D, D * sizeof(float));
-}
-
 void check_capture(const TargetConfig& cfg, std::span<const int64_t> capture) {
     for (size_t i = 0; i < capture.size(); ++i)
         DF_CHECK(capture[i] >= 0 && capture[i] < cfg.num_hidden_layers,
@@ -28,29 +21,46 @@ void check_capture(const TargetConfig& cfg, std::span<const int64_t> capture) {
                  cfg.num_hidden_layers, cfg.num_hidden_layers - 1);
 }
 
-void fill_positions(const Tensor& pos, int64_t start) {
-    for (int64_t i = 0; i < pos.numel(); ++i) pos.i32()[i] = static_cast<int32_t>(start + i);
+void check_tokens(std::span<const int32_t> tokens, int64_t vocab) {
+    for (int32_t t : tokens)
+        DF_CHECK(t >= 0 && t < vocab, "token id {} is outside the vocabulary [0, {})", t, vocab);
+}
+
+// Staged ids and positions start..start+n-1 of a piece of tokens.
+struct TokenInputs {
+    Tensor ids, pos;  // device i32 [n]
+};
+TokenInputs stage_tokens(Workspace& ws, std::span<const int32_t> tokens, int64_t start) {
+    const auto n = static_cast<int64_t>(tokens.size());
+    Workspace::Staged ids = ws.input({n}, DType::i32);
+    Workspace::Staged pos = ws.input({n}, DType::i32);
+    for (int64_t i = 0; i < n; ++i) {
+        ids.host.i32()[i] = tokens[i];
+        pos.host.i32()[i] = static_cast<int32_t>(start + i);
+    }
+    return {ids.device, pos.device};
 }
 
 }  // namespace
 
-TargetModel::TargetModel(TargetConfig cfg)
+TargetModel::TargetModel(Backend& be, TargetConfig cfg)
     : cfg_(std::move(cfg)),
       dims_(layer_dims(cfg_)),
-      inv_freq_(rope_inv_freq(cfg_.rope, cfg_.head_dim)),
-      params_(target_tensor_specs(cfg_)) {
+      params_(be, target_tensor_specs(cfg_)),
+      inv_freq_(upload_inv_freq(be, cfg_.rope, cfg_.head_dim)),
+      inv_freq_view_(inv_freq_.view()) {
     for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
         layers_.push_back(layer_weights(params_, layer_prefix(l), dims_));
 }
 
-TargetModel TargetModel::load(const std::filesystem::path& dir) {
-    TargetModel m(TargetConfig::load(dir));
+TargetModel TargetModel::load(Backend& be, const std::filesystem::path& dir) {
+    TargetModel m(be, TargetConfig::load(dir));
     m.params_.load(dir);
     return m;
 }
 
-TargetModel TargetModel::random(TargetConfig cfg, uint64_t seed, float std) {
-    TargetModel m(std::move(cfg));
+TargetModel TargetModel::random(Backend& be, TargetConfig cfg, uint64_t seed, float std) {
+    TargetModel m(be, std::move(cfg));
     Rng rng(seed);
     m.params_.init_random(rng, std);
     return m;
@@ -70,108 +80,116 @@ Tensor TargetModel::lm_head() const {
     return cfg_.tie_word_embeddings ? embed() : params_.value("lm_head.weight");
 }
 
-void TargetModel::forward(Backend& be, std::span<const int32_t> tokens,
-                          std::span<const int64_t> capture, Scratch& sc, const Tensor& features,
+void TargetModel::forward(Backend& be, Workspace& ws, std::span<const int32_t> tokens,
+                          std::span<const int64_t> capture, const Tensor& features,
                           const Tensor& final_hidden) const {
     check_capture(cfg_, capture);
     const int64_t S = static_cast<int64_t>(tokens.size()), D = dims_.D;
-    Tensor ids = sc.get("fwd.ids", {S}, DType::i32);
-    std::memcpy(ids.data(), tokens.data(), S * sizeof(int32_t));
-    Tensor pos = sc.get("fwd.pos", {S}, DType::i32);
-    fill_positions(pos, 0);
-    Tensor x = sc.get("fwd.x0", {S, D});
-    Tensor y = sc.get("fwd.x1", {S, D});
-    be.embedding_fwd(embed(), ids, x);
-    const LayerContext lc{be, dims_, inv_freq_};
-    LayerActs acts;
+    check_tokens(tokens, cfg_.vocab_size);
+    const TokenInputs in = stage_tokens(ws, tokens, 0);
+    ws.send_inputs();
+    const DType act = be.compute_dtype();
+    Tensor x = ws.take({S, D}, act);
+    Tensor y = ws.take({S, D}, act);
+    be.embedding_fwd(embed(), in.ids, x);
+    const LayerContext lc{be, ws, dims_, inv_freq_view_};
     for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
-        layer_forward_train(lc, layer(l), x, Tensor(), pos, pos, AttnMask::causal(0), sc, "fwd.L",
-                            acts, y);
+        // Each layer's activations are dropped once its output exists (no backward here).
+        const Workspace::Mark m = ws.mark();
+        LayerActs acts;
+        layer_forward_train(lc, layer(l), x, Tensor(), in.pos, in.pos, AttnMask::causal(0), acts,
+                            y);
+        ws.release(m);
         std::swap(x, y);
         for (size_t c = 0; c < capture.size(); ++c)
-            if (capture[c] == l && !features.empty()) scatter_feature(features, c, x);
+            if (capture[c] == l && !features.empty())
+                be.copy_columns(features, static_cast<int64_t>(c) * D, x);
     }
     if (!final_hidden.empty())
         be.rmsnorm_fwd(x, params_.value("model.norm.weight"), dims_.eps, final_hidden, Tensor());
 }
 
-TargetModel::LossStats TargetModel::train_step(Backend& be, std::span<const int32_t> tokens,
-                                               std::span<const uint8_t> loss_mask, float grad_scale,
-                                               int64_t chunk, Scratch& sc) {
+void TargetModel::train_step(Backend& be, Workspace& ws, std::span<const int32_t> tokens,
+                             std::span<const uint8_t> loss_mask, float grad_scale, int64_t chunk,
+                             const Tensor& stats) {
     const int64_t S = static_cast<int64_t>(tokens.size()), D = dims_.D, L = cfg_.num_hidden_layers;
     DF_CHECK(S >= 2, "a training sequence needs at least 2 tokens, got {}", S);
     DF_ASSERT(loss_mask.size() == tokens.size());
+    check_tokens(tokens, cfg_.vocab_size);
     const bool grads = params_.has_grads();
-    Tensor ids = sc.get("ids", {S}, DType::i32);
-    std::memcpy(ids.data(), tokens.data(), S * sizeof(int32_t));
-    Tensor pos = sc.get("pos", {S}, DType::i32);
-    fill_positions(pos, 0);
+    const TokenInputs in = stage_tokens(ws, tokens, 0);
+    // Row t predicts token t+1; the last row has no label.
+    Workspace::Staged labels = ws.input({S}, DType::i32);
+    Workspace::Staged weights = ws.input({S}, DType::f32);
+    for (int64_t t = 0; t < S; ++t) {
+        const bool valid = t + 1 < S && loss_mask[t + 1];
+        labels.host.i32()[t] = valid ? tokens[t + 1] : -1;
+        weights.host.f32()[t] = valid ? 1.0f : 0.0f;
+    }
+    ws.send_inputs();
+    const DType act = be.compute_dtype();
     // xs[l] is the input of layer l; xs[L] the last layer's output.
     std::vector<Tensor> xs;
-    for (int64_t l = 0; l <= L; ++l) xs.push_back(sc.get("x" + std::to_string(l), {S, D}));
-    be.embedding_fwd(embed(), ids, xs[0]);
-    const LayerContext lc{be, dims_, inv_freq_};
+    for (int64_t l = 0; l <= L; ++l) xs.push_back(ws.take({S, D}, act));
+    be.embedding_fwd(embed(), in.ids, xs[0]);
+    const LayerContext lc{be, ws, dims_, inv_freq_view_};
     std::vector<LayerActs> acts(L);
     for (int64_t l = 0; l < L; ++l)
-        layer_forward_train(lc, layer(l), xs[l], Tensor(), pos, pos, AttnMask::causal(0), sc,
-                            "L" + std::to_string(l), acts[l], xs[l + 1]);
-    Tensor rstd = sc.get("final.rstd", {S});
-    Tensor hf = sc.get("final.h", {S, D});
+        layer_forward_train(lc, layer(l), xs[l], Tensor(), in.pos, in.pos, AttnMask::causal(0),
+                            acts[l], xs[l + 1]);
+    Tensor rstd = ws.take({S}, DType::f32);
+    Tensor hf = ws.take({S, D}, act);
     const Tensor norm_w = params_.value("model.norm.weight");
     be.rmsnorm_fwd(xs[L], norm_w, dims_.eps, hf, rstd);
 
-    // Row t predicts token t+1; the last row has no label.
-    Tensor labels = sc.get("labels", {S}, DType::i32);
-    Tensor weights = sc.get("weights", {S});
-    LossStats st;
-    for (int64_t t = 0; t < S; ++t) {
-        const bool valid = t + 1 < S && loss_mask[t + 1];
-        labels.i32()[t] = valid ? tokens[t + 1] : -1;
-        weights.f32()[t] = valid ? 1.0f : 0.0f;
-    }
     LmHeadCeOut out;
-    out.loss_rows = sc.get("loss_rows", {S});
-    out.argmax = sc.get("argmax", {S}, DType::i32);
+    out.loss_rows = ws.take({S}, DType::f32);
+    out.argmax = ws.take({S}, DType::i32);
+    out.workspace = ws.take({be.lm_head_ce_workspace(S, cfg_.vocab_size, chunk)}, DType::f32);
     Tensor dhf;
     if (grads) {
-        dhf = sc.get("final.dh", {S, D});
+        dhf = ws.take({S, D}, act);
         out.dh = dhf;
         out.dw = cfg_.tie_word_embeddings ? params_.grad("model.embed_tokens.weight")
                                           : params_.grad("lm_head.weight");
     }
-    be.lm_head_ce(hf, lm_head(), labels, weights, grad_scale, chunk, out);
-    for (int64_t t = 0; t < S; ++t) {
-        if (weights.f32()[t] == 0.0f) continue;
-        st.loss_sum += out.loss_rows.f32()[t];
-        st.weight_sum += 1.0;
-        st.rows += 1;
-        st.correct += out.argmax.i32()[t] == labels.i32()[t];
-    }
-    if (!grads) return st;
+    be.lm_head_ce(hf, lm_head(), labels.device, weights.device, grad_scale, chunk, out);
+    be.loss_stats(out.loss_rows, out.argmax, labels.device, weights.device, 1, stats);
+    if (!grads) return;
 
-    Tensor dx = sc.get("dx.a", {S, D});
-    Tensor dprev = sc.get("dx.b", {S, D});
+    Tensor dx = ws.take({S, D}, act);
+    Tensor dprev = ws.take({S, D}, act);
     be.rmsnorm_bwd(dhf, xs[L], norm_w, rstd, dx, params_.grad("model.norm.weight"));
     for (int64_t l = L - 1; l >= 0; --l) {
-        const std::string pre = layer_prefix(l);
-        layer_backward(lc, layer(l), layer_grads(params_, pre, dims_), acts[l], pos, pos,
-                       AttnMask::causal(0), dx, sc, "L" + std::to_string(l), dprev, Tensor());
+        layer_backward(lc, layer(l), layer_grads(params_, layer_prefix(l), dims_), acts[l], in.pos,
+                       in.pos, AttnMask::causal(0), dx, dprev, Tensor());
         std::swap(dx, dprev);
     }
-    be.embedding_bwd(ids, dx, params_.grad("model.embed_tokens.weight"));
-    return st;
+    be.embedding_bwd(in.ids, dx, params_.grad("model.embed_tokens.weight"));
 }
 
 TargetSession::TargetSession(const TargetModel& model, Backend& be, int64_t capacity,
-                             std::vector<int64_t> capture)
-    : model_(model), be_(be), capacity_(capacity), capture_(std::move(capture)) {
+                             std::vector<int64_t> capture, int64_t max_rows)
+    : model_(model),
+      be_(be),
+      capacity_(capacity),
+      capture_(std::move(capture)),
+      max_rows_(std::max<int64_t>(1, std::min(max_rows, capacity))) {
     check_capture(model.config(), capture_);
     const LayerDims& d = model.dims();
     cache_.resize(model.config().num_hidden_layers);
     for (auto& c : cache_) {
-        c.k = HostTensor({capacity, d.Hkv, d.Dh});
-        c.v = HostTensor({capacity, d.Hkv, d.Dh});
+        c.k = DeviceTensor(be, {capacity, d.Hkv, d.Dh}, be.compute_dtype());
+        c.v = DeviceTensor(be, {capacity, d.Hkv, d.Dh}, be.compute_dtype());
     }
+    // The largest piece, with logits for every row: the most any forward() takes.
+    const std::vector<int32_t> tokens(static_cast<size_t>(max_rows_), 0);
+    Workspace fake = Workspace::planning(be.device());
+    const Tensor logits = fake.take({max_rows_, model.config().vocab_size}, DType::f32);
+    const Tensor features = fake.take({max_rows_, feature_dim()}, be.compute_dtype());
+    ws_ = Workspace(be, plan_workspace(be, [&](Backend& pb, Workspace& pws) {
+                        run_piece(pb, pws, tokens, 0, logits, features);
+                    }));
 }
 
 int64_t TargetSession::feature_dim() const {
@@ -180,34 +198,50 @@ int64_t TargetSession::feature_dim() const {
 
 void TargetSession::forward(std::span<const int32_t> tokens, const Tensor& logits,
                             const Tensor& features) {
-    const int64_t n = static_cast<int64_t>(tokens.size()), D = model_.dims().D;
+    const int64_t n = static_cast<int64_t>(tokens.size());
     DF_CHECK(n > 0, "no tokens to feed to the target");
     DF_CHECK(len_ + n <= capacity_,
              "the sequence would reach {} tokens but the target session holds {} (context size)",
              len_ + n, capacity_);
-    const int64_t V = model_.config().vocab_size;
-    for (int32_t t : tokens)
-        DF_CHECK(t >= 0 && t < V, "token id {} is outside the vocabulary [0, {})", t, V);
-    Tensor ids = scratch_.get("ids", {n}, DType::i32);
-    std::memcpy(ids.data(), tokens.data(), n * sizeof(int32_t));
-    Tensor pos = scratch_.get("pos", {n}, DType::i32);
-    fill_positions(pos, len_);
-    Tensor x = scratch_.get("x", {n, D});
-    be_.embedding_fwd(model_.embed(), ids, x);
-    const LayerContext lc{be_, model_.dims(), model_.inv_freq()};
+    check_tokens(tokens, model_.config().vocab_size);
+    const int64_t nl = logits.empty() ? 0 : logits.dim(0);
+    DF_CHECK(nl <= n, "{} logits rows asked for {} tokens", nl, n);
+    for (int64_t i = 0; i < n; i += max_rows_) {
+        const int64_t e = std::min(n, i + max_rows_);
+        // This piece's share of the last nl rows.
+        const int64_t l0 = std::max(i, n - nl), l1 = e;
+        const Tensor lg = l1 > l0 ? logits.rows(l0 - (n - nl), l1 - (n - nl)) : Tensor();
+        const Tensor ft = features.empty() ? Tensor() : features.rows(i, e);
+        ws_.reset();
+        run_piece(be_, ws_, tokens.subspan(i, e - i), len_, lg, ft);
+        len_ += e - i;
+    }
+}
+
+void TargetSession::run_piece(Backend& be, Workspace& ws, std::span<const int32_t> tokens,
+                              int64_t start, const Tensor& logits, const Tensor& features) {
+    const int64_t n = static_cast<int64_t>(tokens.size()), D = model_.dims().D;
+    const TokenInputs in = stage_tokens(ws, tokens, start);
+    Workspace::Staged kv_len = ws.input({1}, DType::i32);
+    kv_len.host.i32()[0] = static_cast<int32_t>(start + n);
+    ws.send_inputs();
+    Tensor x = ws.take({n, D}, be.compute_dtype());
+    be.embedding_fwd(model_.embed(), in.ids, x);
+    const LayerContext lc{be, ws, model_.dims(), model_.inv_freq()};
     for (int64_t l = 0; l < model_.config().num_hidden_layers; ++l) {
-        layer_forward_cached(lc, model_.layer(l), x, Tensor(), pos, pos, cache_[l], len_,
-                             AttnMaskKind::causal, scratch_, x);
+        layer_forward_cached(lc, model_.layer(l), x, in.pos, cache_[l], start, kv_len.device,
+                             AttnMaskKind::causal, x);
         for (size_t c = 0; c < capture_.size(); ++c)
-            if (capture_[c] == l && !features.empty()) scatter_feature(features, c, x);
+            if (capture_[c] == l && !features.empty())
+                be.copy_columns(features, static_cast<int64_t>(c) * D, x);
     }
     if (!logits.empty()) {
-        Tensor h = scratch_.get("final", {n, D});
-        be_.rmsnorm_fwd(x, model_.params().value("model.norm.weight"), model_.dims().eps, h,
-                        Tensor());
-        be_.gemm(h, false, model_.lm_head(), true, logits);
+        const int64_t nl = logits.dim(0);
+        Tensor h = ws.take({nl, D}, be.compute_dtype());
+        be.rmsnorm_fwd(x.rows(n - nl, n), model_.params().value("model.norm.weight"),
+                       model_.dims().eps, h, Tensor());
+        be.gemm(h, false, model_.lm_head(), true, logits);
     }
-    len_ += n;
 }
 
 void TargetSession::crop(int64_t len) {

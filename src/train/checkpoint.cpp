@@ -27,25 +27,33 @@ std::string v_key(const std::string& n) {
     return "adam_v." + n;
 }
 
+// Every parameter's f32 master weights and Adam moments, named per parameter.
 void write_state_tensors(const fs::path& path, const ParamSet& params, const AdamW& opt) {
+    Backend& be = params.backend();
+    const HostTensor master = to_host_f32(be, params.training() ? params.flat_master()
+                                                                : params.flat_values());
+    const HostTensor m = to_host_f32(be, opt.m());
+    const HostTensor v = to_host_f32(be, opt.v());
     std::vector<std::pair<std::string, Tensor>> tensors;
-    const auto& ps = params.params();
-    DF_ASSERT(ps.size() == opt.size());
-    for (size_t i = 0; i < ps.size(); ++i) {
-        tensors.emplace_back(master_key(ps[i].name), ps[i].value.view());
-        tensors.emplace_back(m_key(ps[i].name), opt.m(i).view());
-        tensors.emplace_back(v_key(ps[i].name), opt.v(i).view());
+    for (const Param& p : params.params()) {
+        auto part = [&](const HostTensor& flat) {
+            return flat.view().rows(p.offset, p.offset + p.shape.numel()).reshape(p.shape);
+        };
+        tensors.emplace_back(master_key(p.name), part(master));
+        tensors.emplace_back(m_key(p.name), part(m));
+        tensors.emplace_back(v_key(p.name), part(v));
     }
     write_safetensors(path, tensors, {{"format", "dflash-training-state"}}, DType::f32);
 }
 
-void read_into(const SafetensorsFile& f, const std::string& key, const Tensor& dst) {
+void read_into(const SafetensorsFile& f, const std::string& key, const Param& p,
+               const HostTensor& flat) {
     DF_CHECK(f.has(key), "'{}' has no tensor '{}'; was the checkpoint written for another model?",
              f.path().string(), key);
     HostTensor t = f.read_f32(key);
-    DF_CHECK(t.shape() == dst.shape(), "'{}': tensor '{}' has shape {} but the model needs {}",
-             f.path().string(), key, t.shape().to_string(), dst.shape().to_string());
-    copy_tensor(dst, t);
+    DF_CHECK(t.shape() == p.shape, "'{}': tensor '{}' has shape {} but the model needs {}",
+             f.path().string(), key, t.shape().to_string(), p.shape.to_string());
+    copy_tensor(flat.view().rows(p.offset, p.offset + p.shape.numel()), t.view().reshape({t.numel()}));
 }
 
 std::string read_text(const fs::path& p) {
@@ -151,13 +159,17 @@ TrainingState read_training_state(const fs::path& checkpoint_dir) {
 void load_optimizer_state(const fs::path& checkpoint_dir, int64_t optimizer_steps, ParamSet& params,
                           AdamW& opt) {
     const SafetensorsFile f = SafetensorsFile::open(checkpoint_dir / kTrainingStateTensors);
-    auto& ps = params.params();
-    DF_ASSERT(ps.size() == opt.size());
-    for (size_t i = 0; i < ps.size(); ++i) {
-        read_into(f, master_key(ps[i].name), ps[i].value);
-        read_into(f, m_key(ps[i].name), opt.m(i));
-        read_into(f, v_key(ps[i].name), opt.v(i));
+    const HostTensor master({params.numel()}), m({params.numel()}), v({params.numel()});
+    for (const Param& p : params.params()) {
+        read_into(f, master_key(p.name), p, master);
+        read_into(f, m_key(p.name), p, m);
+        read_into(f, v_key(p.name), p, v);
     }
+    Backend& be = params.backend();
+    from_host_f32(be, params.flat_master(), master.view());
+    params.sync_values_from_master();
+    from_host_f32(be, opt.m(), m.view());
+    from_host_f32(be, opt.v(), v.view());
     opt.set_steps_done(optimizer_steps);
 }
 

@@ -1,7 +1,5 @@
-// AdamW and gradient clipping. Tested by tests/train/optimizer_test.cpp.
+// AdamW and the gradient norm. Tested by tests/train/optimizer_test.cpp.
 #include "train/optimizer.h"
-
-#include <cmath>
 
 #include "core/error.h"
 
@@ -11,16 +9,15 @@ AdamW::AdamW(const ParamSet& params, AdamWConfig cfg) : cfg_(cfg) {
     DF_CHECK(cfg.beta1 >= 0 && cfg.beta1 < 1 && cfg.beta2 >= 0 && cfg.beta2 < 1,
              "AdamW betas ({}, {}) must lie in [0, 1)", cfg.beta1, cfg.beta2);
     DF_CHECK(cfg.eps > 0, "AdamW eps={} must be positive (train.adam_eps)", cfg.eps);
-    for (const Param& p : params.params()) {
-        m_.emplace_back(p.value.shape());
-        v_.emplace_back(p.value.shape());
-    }
+    DF_ASSERT(params.training(), "AdamW needs a training ParamSet");
+    m_ = DeviceTensor(params.backend(), {params.numel()}, DType::f32);
+    v_ = DeviceTensor(params.backend(), {params.numel()}, DType::f32);
 }
 
-void AdamW::step(Backend& be, ParamSet& params, double lr) {
-    DF_ASSERT(params.params().size() == m_.size(), "optimizer built for {} tensors, got {}",
-              m_.size(), params.params().size());
-    DF_ASSERT(params.has_grads(), "AdamW needs gradients");
+void AdamW::step(Backend& be, ParamSet& params, double lr, const Tensor& grad_scale) {
+    DF_ASSERT(params.numel() == m_.numel(), "optimizer built for {} elements, got {}", m_.numel(),
+              params.numel());
+    DF_ASSERT(params.training(), "AdamW needs gradients");
     ++steps_;
     AdamWParams p;
     p.lr = static_cast<float>(lr);
@@ -29,22 +26,15 @@ void AdamW::step(Backend& be, ParamSet& params, double lr) {
     p.eps = static_cast<float>(cfg_.eps);
     p.weight_decay = static_cast<float>(cfg_.weight_decay);
     p.step = steps_;
-    auto& ps = params.params();
-    for (size_t i = 0; i < ps.size(); ++i) be.adamw_step(ps[i].value, ps[i].grad, m_[i], v_[i], p);
+    const Tensor master = params.flat_master();
+    const Tensor values = params.flat_values();
+    // On an f32 backend the values are the masters: no second copy to write.
+    const Tensor copy = values.data() == master.data() ? Tensor() : values;
+    be.adamw_step(master, params.flat_grads(), m_, v_, p, grad_scale, copy);
 }
 
-double global_grad_norm(Backend& be, const ParamSet& params) {
-    double sum = 0;
-    for (const Param& p : params.params()) sum += be.sum_squares(p.grad);
-    return std::sqrt(sum);
-}
-
-double clip_grad_norm(Backend& be, ParamSet& params, double norm, double max_norm) {
-    if (max_norm <= 0 || !(norm > max_norm)) return 1.0;
-    // The small epsilon follows torch.nn.utils.clip_grad_norm_ (max / (norm + 1e-6)).
-    const double factor = max_norm / (norm + 1e-6);
-    for (Param& p : params.params()) be.scale_inplace(p.grad, static_cast<float>(factor));
-    return factor;
+void grad_norm_sq(Backend& be, const ParamSet& params, const Tensor& norm_sq) {
+    be.sum_squares(params.flat_grads(), norm_sq);
 }
 
 }  // namespace dflash::train

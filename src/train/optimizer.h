@@ -1,10 +1,10 @@
-// AdamW over a ParamSet with fp32 moments (dflash-spec §3.5: fp32 master weights, decoupled weight
-// decay) and global gradient-norm clipping. Tested by tests/train/optimizer_test.cpp.
+// AdamW over a ParamSet's flat f32 master weights with flat f32 moments on the same device
+// (dflash-spec §3.5: fp32 master weights, decoupled weight decay), the global gradient norm and its
+// clipping factor, all computed on the device (no host round trip inside a step).
+// Tested by tests/train/optimizer_test.cpp.
 #pragma once
 
 #include <cstdint>
-#include <string>
-#include <vector>
 
 #include "backend/backend.h"
 #include "core/tensor.h"
@@ -21,35 +21,29 @@ struct AdamWConfig {
 
 class AdamW {
   public:
-    // Zero moments shaped like every parameter of `params` (which must have gradients).
+    // Zero moments shaped like the flat parameters of `params` (which must be training).
     AdamW(const ParamSet& params, AdamWConfig cfg);
 
-    // One update of every parameter from its gradient with learning rate `lr`; the step count
-    // (bias correction) advances by one.
-    void step(Backend& be, ParamSet& params, double lr);
+    // One update of every parameter from its gradient times grad_scale[0] (f32 [1] on the device:
+    // the clipping factor; empty = 1) with learning rate `lr`; the step count (bias correction)
+    // advances by one. The compute copy of the weights is refreshed in the same pass.
+    void step(Backend& be, ParamSet& params, double lr, const Tensor& grad_scale);
 
     int64_t steps_done() const { return steps_; }
     void set_steps_done(int64_t n) { steps_ = n; }
     const AdamWConfig& config() const { return cfg_; }
-    // Moments of parameter i (ParamSet order): [same shape as the parameter].
-    const HostTensor& m(size_t i) const { return m_[i]; }
-    const HostTensor& v(size_t i) const { return v_[i]; }
-    HostTensor& m(size_t i) { return m_[i]; }
-    HostTensor& v(size_t i) { return v_[i]; }
-    size_t size() const { return m_.size(); }
+    // Flat moments [numel] in ParamSet order (Param::offset), f32 on the params' device.
+    Tensor m() const { return m_.view(); }
+    Tensor v() const { return v_.view(); }
 
   private:
     AdamWConfig cfg_;
     int64_t steps_ = 0;
-    std::vector<HostTensor> m_;  // fp32, one per parameter
-    std::vector<HostTensor> v_;  // fp32, one per parameter
+    DeviceTensor m_;
+    DeviceTensor v_;
 };
 
-// sqrt(sum of squares of every gradient), accumulated in double.
-double global_grad_norm(Backend& be, const ParamSet& params);
-
-// Scales every gradient by max_norm / norm when norm > max_norm (max_norm 0 = off). `norm` is
-// the global norm before clipping (global_grad_norm). Returns the factor applied (1 if none).
-double clip_grad_norm(Backend& be, ParamSet& params, double norm, double max_norm);
+// norm_sq (f32 [1] on the device) = sum of squares of every gradient; the global norm is its root.
+void grad_norm_sq(Backend& be, const ParamSet& params, const Tensor& norm_sq);
 
 }  // namespace dflash::train

@@ -19,20 +19,31 @@ constexpr int64_t kSumChunk = 4096;
 // p -= lr * mhat / (sqrt(vhat) + eps), mhat = m / (1-b1^t), vhat = v / (1-b2^t).
 // The last line is evaluated as torch does: p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps),
 // with the scalar factors in double.
-void adamw_step(const Exec& ex, const Tensor& param, const Tensor& grad, const Tensor& m,
-                const Tensor& v, const AdamWParams& p) {
-    check_cpu_f32(param, "adamw_step", "param");
+void adamw_step(const Exec& ex, const Tensor& master, const Tensor& grad, const Tensor& m,
+                const Tensor& v, const AdamWParams& p, const Tensor& grad_scale,
+                const Tensor& value) {
+    check_cpu_f32(master, "adamw_step", "master");
     check_cpu_f32(grad, "adamw_step", "grad");
     check_cpu_f32(m, "adamw_step", "m");
     check_cpu_f32(v, "adamw_step", "v");
-    DF_CHECK(
-        grad.numel() == param.numel() && m.numel() == param.numel() && v.numel() == param.numel(),
-        "adamw_step: param {} grad {} m {} v {} must have the same element count",
-        param.shape().to_string(), grad.shape().to_string(), m.shape().to_string(),
-        v.shape().to_string());
+    DF_CHECK(grad.numel() == master.numel() && m.numel() == master.numel() &&
+                 v.numel() == master.numel(),
+             "adamw_step: master {} grad {} m {} v {} must have the same element count",
+             master.shape().to_string(), grad.shape().to_string(), m.shape().to_string(),
+             v.shape().to_string());
     DF_CHECK(p.step >= 1, "adamw_step: step={} but steps are 1-based (bias correction)", p.step);
     DF_CHECK(p.beta1 >= 0 && p.beta1 < 1 && p.beta2 >= 0 && p.beta2 < 1,
              "adamw_step: betas ({}, {}) must lie in [0, 1)", p.beta1, p.beta2);
+    if (!grad_scale.empty()) {
+        check_cpu_f32(grad_scale, "adamw_step", "grad_scale");
+        DF_CHECK(grad_scale.numel() == 1, "adamw_step: grad_scale is {}, expected f32 [1]",
+                 grad_scale.describe());
+    }
+    if (!value.empty()) {
+        check_cpu_f32(value, "adamw_step", "value");
+        DF_CHECK(value.numel() == master.numel(), "adamw_step: value {} for master {}",
+                 value.describe(), master.describe());
+    }
     const double t = static_cast<double>(p.step);
     const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), t);
     const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), t);
@@ -42,25 +53,31 @@ void adamw_step(const Exec& ex, const Tensor& param, const Tensor& grad, const T
     const float b1 = p.beta1, b2 = p.beta2, eps = p.eps;
     const float one_m_b1 = static_cast<float>(1.0 - p.beta1);
     const float one_m_b2 = static_cast<float>(1.0 - p.beta2);
-    const int64_t n = param.numel();
-    float* pp = param.f32();
+    const bool scaled = !grad_scale.empty() && grad_scale.f32()[0] != 1.0f;
+    const float gs = grad_scale.empty() ? 1.0f : grad_scale.f32()[0];
+    const int64_t n = master.numel();
+    float* pp = master.f32();
     const float* pg = grad.f32();
     float* pm = m.f32();
     float* pv = v.f32();
+    float* out = value.empty() ? nullptr : value.f32();
 #pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 16384)
     for (int64_t i = 0; i < n; ++i) {
-        const float g = pg[i];
+        const float g = scaled ? pg[i] * gs : pg[i];
         const float mi = b1 * pm[i] + one_m_b1 * g;
         const float vi = b2 * pv[i] + one_m_b2 * g * g;
         pm[i] = mi;
         pv[i] = vi;
         const float denom = std::sqrt(vi) / bc2_sqrt + eps;
         pp[i] = pp[i] * decay - step_size * (mi / denom);
+        if (out) out[i] = pp[i];
     }
 }
 
-double sum_squares(const Exec& ex, const Tensor& t) {
+void sum_squares(const Exec& ex, const Tensor& t, const Tensor& out) {
     check_cpu_f32(t, "sum_squares", "t");
+    check_cpu_f32(out, "sum_squares", "out");
+    DF_CHECK(out.numel() == 1, "sum_squares: out is {}, expected f32 [1]", out.describe());
     const int64_t n = t.numel();
     const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
     const float* p = t.f32();
@@ -74,7 +91,16 @@ double sum_squares(const Exec& ex, const Tensor& t) {
     }
     double total = 0;
     for (double s : partial) total += s;
-    return total;
+    out.f32()[0] = static_cast<float>(total);
+}
+
+void clip_scale(const Exec&, const Tensor& norm_sq, float max_norm, const Tensor& scale) {
+    check_cpu_f32(norm_sq, "clip_scale", "norm_sq");
+    check_cpu_f32(scale, "clip_scale", "scale");
+    const double norm = std::sqrt(static_cast<double>(norm_sq.f32()[0]));
+    // The small epsilon follows torch.nn.utils.clip_grad_norm_ (max / (norm + 1e-6)).
+    const bool clip = max_norm > 0 && norm > max_norm;
+    scale.f32()[0] = clip ? static_cast<float>(max_norm / (norm + 1e-6)) : 1.0f;
 }
 
 }  // namespace dflash::cpu

@@ -75,7 +75,7 @@ struct Geometry {
             const int64_t b = mask.block_size, n0 = ch.i0 / b, n1 = ch.i1 / b;
             int64_t max_anchor = -1;
             for (int64_t n = n0; n < n1; ++n)
-                max_anchor = std::max<int64_t>(max_anchor, mask.anchors[n]);
+                max_anchor = std::max<int64_t>(max_anchor, mask.anchors.i32()[n]);
             if (max_anchor < 0) return ch;  // only padding blocks: nothing is visible
             if (max_anchor > 0) ch.ranges[ch.num_ranges++] = {0, max_anchor};
             ch.ranges[ch.num_ranges++] = {mask.ctx_len + n0 * b, mask.ctx_len + n1 * b};
@@ -89,7 +89,7 @@ struct Geometry {
         if (mask.kind == AttnMaskKind::causal) {
             s.end = std::min(r.end, mask.q_offset + i + 1);
         } else if (mask.kind == AttnMaskKind::dflash_block) {
-            const int64_t n = i / mask.block_size, anchor = mask.anchors[n];
+            const int64_t n = i / mask.block_size, anchor = mask.anchors.i32()[n];
             if (anchor < 0) return {r.begin, r.begin};
             const KeyRange own = {mask.ctx_len + n * mask.block_size,
                                   mask.ctx_len + (n + 1) * mask.block_size};
@@ -121,13 +121,15 @@ void check_dflash_mask(const AttnMask& m, int64_t sq, int64_t sk) {
              "Sk = ctx_len + Sq (keys are [context rows ; block rows])",
              sk, m.ctx_len, sq);
     const int64_t n = sq / m.block_size;
-    DF_CHECK(n == 0 || m.anchors != nullptr,
-             "attention: dflash_block mask with {} blocks has no anchors (anchors == nullptr)", n);
+    DF_CHECK(m.anchors.dtype() == DType::i32 && m.anchors.numel() == n &&
+                 (n == 0 || (!m.anchors.empty() && m.anchors.device().kind == DeviceKind::cpu)),
+             "attention: dflash_block mask with {} blocks has anchors {}, expected CPU i32 [{}]", n,
+             m.anchors.describe(), n);
     for (int64_t b = 0; b < n; ++b) {
-        DF_CHECK(m.anchors[b] <= m.ctx_len,
+        DF_CHECK(m.anchors.i32()[b] <= m.ctx_len,
                  "attention: anchors[{}]={} but there are only ctx_len={} context rows (a block "
                  "sees context keys j < anchor; use a negative anchor for a padding block)",
-                 b, m.anchors[b], m.ctx_len);
+                 b, m.anchors.i32()[b], m.ctx_len);
     }
 }
 
@@ -138,6 +140,24 @@ Geometry make_geometry(const Tensor& q, const Tensor& k, const Tensor& v, const 
     Geometry g;
     g.sq = q.dim(0), g.h = q.dim(1), g.dh = q.dim(2);
     g.sk = k.dim(0), g.hkv = k.dim(1);
+    g.mask = mask;
+    if (!mask.kv_len.empty()) {
+        // A KV cache: only its first kv_len rows exist, and causal queries are the last Sq of them.
+        DF_CHECK(mask.kind != AttnMaskKind::dflash_block && mask.kv_len.dtype() == DType::i32 &&
+                     mask.kv_len.numel() == 1 && mask.kv_len.device().kind == DeviceKind::cpu,
+                 "attention: kv_len is {}, expected a CPU i32 [1] with a causal or full mask",
+                 mask.kv_len.describe());
+        const int64_t len = mask.kv_len.i32()[0];
+        DF_CHECK(len >= 0 && len <= g.sk,
+                 "attention: kv_len={} but the cache holds {} rows (k {})", len, g.sk,
+                 k.describe());
+        g.sk = len;
+        if (mask.kind == AttnMaskKind::causal) {
+            DF_CHECK(len >= g.sq, "attention: kv_len={} is shorter than the {} causal queries",
+                     len, g.sq);
+            g.mask.q_offset = len - g.sq;
+        }
+    }
     DF_CHECK(v.shape() == k.shape(), "attention: v is {} but k is {}; expected equal shapes",
              v.describe(), k.describe());
     DF_CHECK(k.dim(2) == g.dh, "attention: k head dim {} != q head dim {} (q {}, k {})", k.dim(2),
@@ -149,13 +169,12 @@ Geometry make_geometry(const Tensor& q, const Tensor& k, const Tensor& v, const 
              g.h, g.hkv);
     g.group = g.h / g.hkv;
     g.scale = 1.0f / std::sqrt(static_cast<float>(g.dh));
-    g.mask = mask;
     switch (mask.kind) {
         case AttnMaskKind::causal:
-            DF_CHECK(mask.q_offset >= 0 && mask.q_offset + g.sq <= g.sk,
+            DF_CHECK(g.mask.q_offset >= 0 && g.mask.q_offset + g.sq <= g.sk,
                      "attention: causal mask with q_offset={} and Sq={} needs q_offset + Sq <= "
                      "Sk={} (the keys must include every query's own position)",
-                     mask.q_offset, g.sq, g.sk);
+                     g.mask.q_offset, g.sq, g.sk);
             break;
         case AttnMaskKind::full:
             break;

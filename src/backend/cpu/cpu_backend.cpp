@@ -1,6 +1,9 @@
-// CpuBackend: the Backend interface over the cpu:: reference ops. Each call forwards with the
-// backend's thread count; there is no other state.
-// Tested by tests/model/*_test.cpp and tests/infer/*_test.cpp, which run the models through it.
+// CpuBackend: the Backend interface over the cpu:: reference ops. The CPU "device" is host memory,
+// so allocation is aligned host memory, transfers are copies and everything runs immediately.
+// Tested by tests/ops/*_test.cpp, tests/model/*_test.cpp and tests/infer/*_test.cpp.
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
 
@@ -12,6 +15,31 @@ class CpuBackend final : public Backend {
     explicit CpuBackend(int threads) : ex_{threads < 1 ? 1 : threads} {}
     std::string name() const override { return "cpu"; }
     DeviceRef device() const override { return {}; }
+    DType compute_dtype() const override { return DType::f32; }
+
+    Buffer allocate(size_t bytes) override {
+        const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+        void* p = std::aligned_alloc(64, rounded);
+        DF_CHECK(p != nullptr, "out of host memory allocating {} bytes", rounded);
+        std::memset(p, 0, rounded);
+        return Buffer(p, bytes, DeviceRef{}, [](void* q) { std::free(q); });
+    }
+    Buffer allocate_host(size_t bytes) override { return allocate(bytes); }
+
+    void upload(const Tensor& dst, const Tensor& src) override {
+        check_transfer(dst, src, "upload");
+        if (dst.data() != src.data()) std::memcpy(dst.data(), src.data(), src.nbytes());
+    }
+    void download(const Tensor& dst, const Tensor& src) override {
+        check_transfer(dst, src, "download");
+        if (dst.data() != src.data()) std::memcpy(dst.data(), src.data(), src.nbytes());
+    }
+    void copy(const Tensor& dst, const Tensor& src) override { cpu::copy(ex_, dst, src); }
+    void copy_columns(const Tensor& dst, int64_t col, const Tensor& src) override {
+        cpu::copy_columns(ex_, dst, col, src);
+    }
+    void fill(const Tensor& t, float value) override { cpu::fill(ex_, t, value); }
+    void synchronize() override {}
 
     void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, float alpha,
               float beta) override {
@@ -31,10 +59,10 @@ class CpuBackend final : public Backend {
                      const Tensor& dx, const Tensor& dw) override {
         cpu::rmsnorm_bwd(ex_, dy, x, w, rstd, dx, dw);
     }
-    void rope_fwd(const Tensor& x, const Tensor& pos, const std::vector<float>& f) override {
+    void rope_fwd(const Tensor& x, const Tensor& pos, const Tensor& f) override {
         cpu::rope_fwd(ex_, x, pos, f);
     }
-    void rope_bwd(const Tensor& dx, const Tensor& pos, const std::vector<float>& f) override {
+    void rope_bwd(const Tensor& dx, const Tensor& pos, const Tensor& f) override {
         cpu::rope_bwd(ex_, dx, pos, f);
     }
     void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask,
@@ -61,13 +89,34 @@ class CpuBackend final : public Backend {
                     float grad_scale, int64_t chunk, const LmHeadCeOut& out) override {
         cpu::lm_head_ce(ex_, h, w, labels, weights, grad_scale, chunk, out);
     }
-    void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                    const AdamWParams& p) override {
-        cpu::adamw_step(ex_, param, grad, m, v, p);
+    int64_t lm_head_ce_workspace(int64_t rows, int64_t vocab, int64_t chunk) const override {
+        return rows * std::min(chunk, vocab);
     }
-    double sum_squares(const Tensor& t) override { return cpu::sum_squares(ex_, t); }
+    void loss_stats(const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,
+                    const Tensor& weights, int64_t period, const Tensor& stats) override {
+        cpu::loss_stats(ex_, loss_rows, argmax, labels, weights, period, stats);
+    }
+    void sum_squares(const Tensor& x, const Tensor& out) override {
+        cpu::sum_squares(ex_, x, out);
+    }
+    void clip_scale(const Tensor& norm_sq, float max_norm, const Tensor& scale) override {
+        cpu::clip_scale(ex_, norm_sq, max_norm, scale);
+    }
+    void adamw_step(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
+                    const AdamWParams& p, const Tensor& grad_scale, const Tensor& value) override {
+        cpu::adamw_step(ex_, master, grad, m, v, p, grad_scale, value);
+    }
+    void argmax_rows(const Tensor& x, const Tensor& out) override {
+        cpu::argmax_rows(ex_, x, out);
+    }
 
   private:
+    static void check_transfer(const Tensor& dst, const Tensor& src, const char* op) {
+        DF_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(),
+                 "{}: dst {} and src {} must have the same dtype and element count", op,
+                 dst.describe(), src.describe());
+    }
+
     cpu::Exec ex_;
 };
 

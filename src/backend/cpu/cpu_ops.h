@@ -41,10 +41,8 @@ void rmsnorm_bwd(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor
                  const Tensor& rstd, const Tensor& dx, const Tensor& dw);
 
 // rope.cpp (rope_inv_freq is declared in backend/backend.h)
-void rope_fwd(const Exec& ex, const Tensor& x, const Tensor& positions,
-              const std::vector<float>& inv_freq);
-void rope_bwd(const Exec& ex, const Tensor& dx, const Tensor& positions,
-              const std::vector<float>& inv_freq);
+void rope_fwd(const Exec& ex, const Tensor& x, const Tensor& positions, const Tensor& inv_freq);
+void rope_bwd(const Exec& ex, const Tensor& dx, const Tensor& positions, const Tensor& inv_freq);
 
 // attention.cpp
 void attention_fwd(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -67,8 +65,20 @@ void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& 
                 const Tensor& weights, float grad_scale, int64_t chunk, const LmHeadCeOut& out);
 
 // adamw.cpp
-void adamw_step(const Exec& ex, const Tensor& param, const Tensor& grad, const Tensor& m,
-                const Tensor& v, const AdamWParams& p);
-double sum_squares(const Exec& ex, const Tensor& t);
+void adamw_step(const Exec& ex, const Tensor& master, const Tensor& grad, const Tensor& m,
+                const Tensor& v, const AdamWParams& p, const Tensor& grad_scale,
+                const Tensor& value);
+void sum_squares(const Exec& ex, const Tensor& t, const Tensor& out);
+void clip_scale(const Exec& ex, const Tensor& norm_sq, float max_norm, const Tensor& scale);
+
+// copy.cpp
+void copy(const Exec& ex, const Tensor& dst, const Tensor& src);
+void copy_columns(const Exec& ex, const Tensor& dst, int64_t col, const Tensor& src);
+void fill(const Exec& ex, const Tensor& t, float value);
+
+// loss_stats.cpp
+void loss_stats(const Exec& ex, const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,
+                const Tensor& weights, int64_t period, const Tensor& stats);
+void argmax_rows(const Exec& ex, const Tensor& x, const Tensor& out);
 
 }  // namespace dflash::cpu

@@ -112,7 +112,19 @@ void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& 
     const int64_t step = std::min(chunk, v);
     const int32_t* lab = labels.i32();
     const float* wt = weights.f32();
-    std::vector<float> logits(static_cast<size_t>(r * step));  // [R, chunk]
+    // [R, chunk]: the caller's workspace when given, else a temporary (op tests).
+    std::vector<float> own;
+    float* logits = nullptr;
+    if (!out.workspace.empty()) {
+        check_cpu_f32(out.workspace, "lm_head_ce", "workspace");
+        DF_CHECK(out.workspace.numel() >= r * step,
+                 "lm_head_ce: workspace has {} elements, expected >= {} (lm_head_ce_workspace)",
+                 out.workspace.numel(), r * step);
+        logits = out.workspace.f32();
+    } else {
+        own.resize(static_cast<size_t>(r * step));
+        logits = own.data();
+    }
 
     RowStats st;
     st.max.assign(r, -std::numeric_limits<float>::infinity());
@@ -121,8 +133,8 @@ void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& 
     st.argmax.assign(r, 0);
     for (int64_t v0 = 0; v0 < v; v0 += step) {
         const int64_t n = std::min(step, v - v0);
-        chunk_logits(h, w, v0, n, logits.data());
-        update_stats(ex, logits.data(), r, v0, n, lab, st);
+        chunk_logits(h, w, v0, n, logits);
+        update_stats(ex, logits, r, v0, n, lab, st);
     }
     std::vector<double> lse(r);  // [R]
     for (int64_t i = 0; i < r; ++i) lse[i] = double(st.max[i]) + std::log(st.sum[i]);
@@ -137,10 +149,10 @@ void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& 
 
     for (int64_t v0 = 0; v0 < v; v0 += step) {
         const int64_t n = std::min(step, v - v0);
-        chunk_logits(h, w, v0, n, logits.data());
+        chunk_logits(h, w, v0, n, logits);
 #pragma omp parallel for num_threads(ex.threads) schedule(static)
         for (int64_t i = 0; i < r; ++i) {
-            float* row = logits.data() + i * n;
+            float* row = logits + i * n;
             const double coef = double(grad_scale) * wt[i];
             for (int64_t c = 0; c < n; ++c) {
                 const double onehot = (lab[i] == v0 + c) ? 1.0 : 0.0;
@@ -153,13 +165,13 @@ void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& 
         if (r == 0) continue;
         if (!out.dh.empty()) {  // dh (=, then +=) g[R, n] · w[v0 : v0+n, D]
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(r),
-                        static_cast<int>(d), static_cast<int>(n), 1.0f, logits.data(),
+                        static_cast<int>(d), static_cast<int>(n), 1.0f, logits,
                         static_cast<int>(n), w.f32() + v0 * d, static_cast<int>(d),
                         v0 == 0 ? 0.0f : 1.0f, out.dh.f32(), static_cast<int>(d));
         }
         if (!out.dw.empty()) {  // dw[v0 : v0+n] += gᵀ · h
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(n),
-                        static_cast<int>(d), static_cast<int>(r), 1.0f, logits.data(),
+                        static_cast<int>(d), static_cast<int>(r), 1.0f, logits,
                         static_cast<int>(n), h.f32(), static_cast<int>(d), 1.0f,
                         out.dw.f32() + v0 * d, static_cast<int>(d));
         }

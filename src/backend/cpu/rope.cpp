@@ -12,8 +12,8 @@ namespace {
 
 // Rotates every head of every row by angle(s, i) = float(pos[s]) * inv_freq[i]; `sign` -1 rotates
 // by the negative angle (the transpose, used by the backward).
-void rotate(const Exec& ex, const Tensor& x, const Tensor& positions,
-            const std::vector<float>& inv_freq, float sign, const char* op) {
+void rotate(const Exec& ex, const Tensor& x, const Tensor& positions, const Tensor& inv_freq,
+            float sign, const char* op) {
     DF_CHECK(x.dtype() == DType::f32 && x.device().kind == DeviceKind::cpu,
              "{}: x is {}, expected a CPU f32 tensor", op, x.describe());
     DF_CHECK(x.rank() == 3, "{}: x has shape {}; expected [S, H, Dh]", op, x.shape().to_string());
@@ -21,14 +21,16 @@ void rotate(const Exec& ex, const Tensor& x, const Tensor& positions,
     const int64_t heads = x.dim(1);
     const int64_t dh = x.dim(2);
     const int64_t half = dh / 2;
-    DF_CHECK(dh % 2 == 0 && static_cast<int64_t>(inv_freq.size()) == half,
+    DF_CHECK(dh % 2 == 0 && inv_freq.numel() == half,
              "{}: head_dim Dh={} needs an even Dh and inv_freq of Dh/2 entries, got {} (compute "
              "it with rope_inv_freq(cfg, Dh))",
-             op, dh, inv_freq.size());
+             op, dh, inv_freq.describe());
+    check_cpu_f32(inv_freq, op, "inv_freq");
     DF_CHECK(positions.dtype() == DType::i32 && positions.numel() == s_len,
              "{}: positions is {} but x has S={} rows; expected i32 [{}]", op, positions.describe(),
              s_len, s_len);
     const int32_t* pos = positions.i32();
+    const float* freq = inv_freq.f32();
     float* px = x.f32();
 #pragma omp parallel num_threads(ex.threads) if (x.numel() > 16384)
     {
@@ -38,7 +40,7 @@ void rotate(const Exec& ex, const Tensor& x, const Tensor& positions,
             // float32 angle, cos and sin, as the HF reference computes them.
             const float p = static_cast<float>(pos[s]);
             for (int64_t i = 0; i < half; ++i) {
-                const float angle = p * inv_freq[i];
+                const float angle = p * freq[i];
                 cs[i] = std::cos(angle);
                 sn[i] = sign * std::sin(angle);
             }
@@ -57,13 +59,11 @@ void rotate(const Exec& ex, const Tensor& x, const Tensor& positions,
 
 }  // namespace
 
-void rope_fwd(const Exec& ex, const Tensor& x, const Tensor& positions,
-              const std::vector<float>& inv_freq) {
+void rope_fwd(const Exec& ex, const Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
     rotate(ex, x, positions, inv_freq, 1.0f, "rope_fwd");
 }
 
-void rope_bwd(const Exec& ex, const Tensor& dx, const Tensor& positions,
-              const std::vector<float>& inv_freq) {
+void rope_bwd(const Exec& ex, const Tensor& dx, const Tensor& positions, const Tensor& inv_freq) {
     rotate(ex, dx, positions, inv_freq, -1.0f, "rope_bwd");
 }
 

@@ -1,0 +1,73 @@
+// Copies and fills on the CPU "device" (host memory): copy with f32 <-> bf16 conversion, a column
+// block copy (the target's captured features), and fill. Tested by tests/ops/copy_test.cpp.
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/cpu_ops.h"
+
+namespace dflash::cpu {
+namespace {
+
+void check_cpu(const Tensor& t, const char* op, const char* name) {
+    DF_CHECK(t.empty() || t.device().kind == DeviceKind::cpu, "{}: {} is {}, expected a CPU tensor",
+             op, name, t.describe());
+}
+
+}  // namespace
+
+void copy(const Exec& ex, const Tensor& dst, const Tensor& src) {
+    check_cpu(dst, "copy", "dst");
+    check_cpu(src, "copy", "src");
+    DF_CHECK(dst.numel() == src.numel(), "copy: dst {} and src {} differ in element count",
+             dst.describe(), src.describe());
+    const int64_t n = src.numel();
+    if (n == 0) return;
+    if (dst.dtype() == src.dtype()) {
+        std::memmove(dst.data(), src.data(), src.nbytes());
+    } else if (dst.dtype() == DType::bf16 && src.dtype() == DType::f32) {
+        const float* s = src.f32();
+        uint16_t* d = dst.bf16();
+#pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 65536)
+        for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
+    } else if (dst.dtype() == DType::f32 && src.dtype() == DType::bf16) {
+        const uint16_t* s = src.bf16();
+        float* d = dst.f32();
+#pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 65536)
+        for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
+    } else {
+        DF_FAIL("copy: cannot convert {} to {}", src.describe(), dst.describe());
+    }
+}
+
+void copy_columns(const Exec&, const Tensor& dst, int64_t col, const Tensor& src) {
+    check_cpu(dst, "copy_columns", "dst");
+    check_cpu(src, "copy_columns", "src");
+    DF_CHECK(dst.rank() == 2 && src.rank() == 2 && dst.dtype() == src.dtype() &&
+                 dst.dim(0) == src.dim(0) && col >= 0 && col + src.dim(1) <= dst.dim(1),
+             "copy_columns: cannot place src {} at column {} of dst {}", src.describe(), col,
+             dst.describe());
+    const size_t es = dtype_size(src.dtype());
+    const size_t row_bytes = static_cast<size_t>(src.dim(1)) * es;
+    const auto* s = static_cast<const char*>(src.data());
+    auto* d = static_cast<char*>(dst.data());
+    for (int64_t r = 0; r < src.dim(0); ++r)
+        std::memcpy(d + (r * dst.dim(1) + col) * es, s + r * row_bytes, row_bytes);
+}
+
+void fill(const Exec&, const Tensor& t, float value) {
+    check_cpu(t, "fill", "t");
+    const int64_t n = t.numel();
+    switch (t.dtype()) {
+        case DType::f32:
+            std::fill(t.f32(), t.f32() + n, value);
+            break;
+        case DType::bf16:
+            std::fill(t.bf16(), t.bf16() + n, f32_to_bf16(value));
+            break;
+        case DType::i32:
+            std::fill(t.i32(), t.i32() + n, static_cast<int32_t>(value));
+            break;
+    }
+}
+
+}  // namespace dflash::cpu

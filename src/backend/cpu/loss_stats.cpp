@@ -1,0 +1,57 @@
+// Loss and accuracy sums of one micro-batch, accumulated into a stats vector on the device (the
+// step downloads it once), and the row-wise argmax that greedy decoding reads.
+// Tested by tests/ops/loss_stats_test.cpp.
+#include "backend/backend.h"
+#include "backend/cpu/cpu_ops.h"
+
+namespace dflash::cpu {
+
+void loss_stats(const Exec&, const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,
+                const Tensor& weights, int64_t period, const Tensor& stats) {
+    check_cpu_f32(loss_rows, "loss_stats", "loss_rows");
+    check_cpu_f32(weights, "loss_stats", "weights");
+    check_cpu_f32(stats, "loss_stats", "stats");
+    const int64_t r = loss_rows.numel();
+    const LossStatsLayout lay{period};
+    DF_CHECK(period >= 1 && stats.numel() == lay.size(),
+             "loss_stats: stats is {}, expected f32 [{}] for period {}", stats.describe(),
+             lay.size(), period);
+    DF_CHECK(argmax.dtype() == DType::i32 && labels.dtype() == DType::i32 &&
+                 argmax.numel() == r && labels.numel() == r && weights.numel() == r,
+             "loss_stats: argmax {}, labels {}, weights {} for {} rows", argmax.describe(),
+             labels.describe(), weights.describe(), r);
+    const float* loss = loss_rows.f32();
+    const float* w = weights.f32();
+    const int32_t* am = argmax.i32();
+    const int32_t* lab = labels.i32();
+    double loss_sum = 0, weight_sum = 0;
+    float* st = stats.f32();
+    for (int64_t i = 0; i < r; ++i) {
+        if (w[i] == 0.0f) continue;
+        loss_sum += static_cast<double>(w[i]) * loss[i];
+        weight_sum += w[i];
+        const int64_t k = i % period;
+        st[lay.count(k)] += 1.0f;
+        if (am[i] == lab[i]) st[lay.correct(k)] += 1.0f;
+    }
+    st[LossStatsLayout::kLossSum] += static_cast<float>(loss_sum);
+    st[LossStatsLayout::kWeightSum] += static_cast<float>(weight_sum);
+}
+
+void argmax_rows(const Exec& ex, const Tensor& x, const Tensor& out) {
+    check_cpu_f32(x, "argmax_rows", "x");
+    DF_CHECK(x.rank() == 2 && out.dtype() == DType::i32 && out.numel() == x.dim(0),
+             "argmax_rows: x {} and out {}; expected x [R, V] and out i32 [R]", x.describe(),
+             out.describe());
+    const int64_t rows = x.dim(0), v = x.dim(1);
+#pragma omp parallel for schedule(static) num_threads(ex.threads) if (rows > 4)
+    for (int64_t i = 0; i < rows; ++i) {
+        const float* row = x.f32() + i * v;
+        int64_t best = 0;
+        for (int64_t c = 1; c < v; ++c)
+            if (row[c] > row[best]) best = c;
+        out.i32()[i] = static_cast<int32_t>(best);
+    }
+}
+
+}  // namespace dflash::cpu

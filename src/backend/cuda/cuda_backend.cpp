@@ -1,0 +1,223 @@
+// CudaBackend: the Backend interface over the cuda:: ops, plus memory and transfers. Host code
+// (built by the C++ compiler). Tested by tests/cuda/*_test.cpp.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <thread>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/op_workspace.h"
+
+namespace dflash::cuda {
+namespace {
+
+class CudaBackend final : public Backend {
+  public:
+    CudaBackend(int index, const CudaBackendOptions& opt) : dev_(index) {
+        hold();
+        cudaDeviceProp prop{};
+        DF_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+        ex_.stream = dev_.stream();
+        ex_.sm_count = prop.multiProcessorCount;
+        ex_.device = index;
+        if (opt.op_workspace_bytes > 0) DF_CUDA_CHECK(cudaMalloc(&op_mem_, opt.op_workspace_bytes));
+        scratch_ = OpWorkspace(op_mem_, opt.op_workspace_bytes);
+        ex_.scratch = &scratch_;
+        gemm_ = std::make_unique<GemmEngine>(opt.gemm_workspace_bytes);
+        ex_.gemm = gemm_.get();
+    }
+    ~CudaBackend() override {
+        int previous = 0;
+        if (cudaGetDevice(&previous) != cudaSuccess) previous = dev_.index();
+        (void)cudaSetDevice(dev_.index());
+        (void)cudaStreamSynchronize(dev_.stream());
+        gemm_.reset();
+        if (op_mem_) (void)cudaFree(op_mem_);
+        (void)cudaSetDevice(previous);
+        if (dev_.held_by_this_thread()) dev_.release();
+    }
+
+    std::string name() const override { return dev_.name(); }
+    DeviceRef device() const override { return {DeviceKind::cuda, dev_.index()}; }
+    DType compute_dtype() const override { return DType::bf16; }
+
+    Buffer allocate(size_t bytes) override {
+        hold();
+        void* p = nullptr;
+        if (bytes > 0) {
+            const cudaError_t err = cudaMalloc(&p, bytes);
+            if (err != cudaSuccess) {
+                (void)cudaGetLastError();
+                size_t free_b = 0, total_b = 0;
+                (void)cudaMemGetInfo(&free_b, &total_b);
+                DF_FAIL("out of memory on {}: {} bytes requested, {} of {} bytes free", name(),
+                        bytes, free_b, total_b);
+            }
+            DF_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, dev_.stream()));
+            DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream()));
+        }
+        const int index = dev_.index();
+        return Buffer(p, bytes, device(), [index](void* q) {
+            int previous = 0;
+            if (cudaGetDevice(&previous) != cudaSuccess) previous = index;
+            (void)cudaSetDevice(index);
+            (void)cudaFree(q);
+            (void)cudaSetDevice(previous);
+        });
+    }
+    Buffer allocate_host(size_t bytes) override {
+        hold();
+        void* p = nullptr;
+        if (bytes > 0) DF_CUDA_CHECK(cudaMallocHost(&p, bytes));
+        return Buffer(p, bytes, DeviceRef{}, [](void* q) { (void)cudaFreeHost(q); });
+    }
+
+    void upload(const Tensor& dst, const Tensor& src) override {
+        hold();
+        check_transfer(dst, src, "upload");
+        check_device(ex_, dst, "upload", "dst");
+        if (src.nbytes() == 0) return;
+        DF_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyHostToDevice,
+                                      dev_.stream()));
+    }
+    void download(const Tensor& dst, const Tensor& src) override {
+        hold();
+        check_transfer(dst, src, "download");
+        check_device(ex_, src, "download", "src");
+        if (src.nbytes() > 0)
+            DF_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(),
+                                          cudaMemcpyDeviceToHost, dev_.stream()));
+        DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream()));
+    }
+    void copy(const Tensor& dst, const Tensor& src) override { run(cuda::copy, dst, src); }
+    void copy_columns(const Tensor& dst, int64_t col, const Tensor& src) override {
+        run(cuda::copy_columns, dst, col, src);
+    }
+    void fill(const Tensor& t, float value) override { run(cuda::fill, t, value); }
+    void synchronize() override {
+        hold();
+        DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream()));
+    }
+
+    void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, float alpha,
+              float beta) override {
+        run(cuda::gemm, a, ta, b, tb, c, alpha, beta);
+    }
+    void embedding_fwd(const Tensor& table, const Tensor& ids, const Tensor& out) override {
+        run(cuda::embedding_fwd, table, ids, out);
+    }
+    void embedding_bwd(const Tensor& ids, const Tensor& dout, const Tensor& dtable) override {
+        run(cuda::embedding_bwd, ids, dout, dtable);
+    }
+    void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, const Tensor& y,
+                     const Tensor& rstd) override {
+        run(cuda::rmsnorm_fwd, x, w, eps, y, rstd);
+    }
+    void rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                     const Tensor& dx, const Tensor& dw) override {
+        run(cuda::rmsnorm_bwd, dy, x, w, rstd, dx, dw);
+    }
+    void rope_fwd(const Tensor& x, const Tensor& pos, const Tensor& f) override {
+        run(cuda::rope_fwd, x, pos, f);
+    }
+    void rope_bwd(const Tensor& dx, const Tensor& pos, const Tensor& f) override {
+        run(cuda::rope_bwd, dx, pos, f);
+    }
+    void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask,
+                       const Tensor& out, const Tensor& lse) override {
+        run(cuda::attention_fwd, q, k, v, mask, out, lse);
+    }
+    void attention_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                       const Tensor& out, const Tensor& lse, const AttnMask& mask, const Tensor& dq,
+                       const Tensor& dk, const Tensor& dv) override {
+        run(cuda::attention_bwd, dout, q, k, v, out, lse, mask, dq, dk, dv);
+    }
+    void swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor& out) override {
+        run(cuda::swiglu_fwd, gate, up, out);
+    }
+    void swiglu_bwd(const Tensor& dout, const Tensor& gate, const Tensor& up, const Tensor& dgate,
+                    const Tensor& dup) override {
+        run(cuda::swiglu_bwd, dout, gate, up, dgate, dup);
+    }
+    void add_inplace(const Tensor& y, const Tensor& x, float alpha) override {
+        run(cuda::add_inplace, y, x, alpha);
+    }
+    void scale_inplace(const Tensor& y, float alpha) override {
+        run(cuda::scale_inplace, y, alpha);
+    }
+    void lm_head_ce(const Tensor& h, const Tensor& w, const Tensor& labels, const Tensor& weights,
+                    float grad_scale, int64_t chunk, const LmHeadCeOut& out) override {
+        run(cuda::lm_head_ce, h, w, labels, weights, grad_scale, chunk, out);
+    }
+    int64_t lm_head_ce_workspace(int64_t rows, int64_t vocab, int64_t chunk) const override {
+        return cuda::lm_head_ce_workspace(rows, vocab, chunk);
+    }
+    void loss_stats(const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,
+                    const Tensor& weights, int64_t period, const Tensor& stats) override {
+        run(cuda::loss_stats, loss_rows, argmax, labels, weights, period, stats);
+    }
+    void sum_squares(const Tensor& x, const Tensor& out) override {
+        run(cuda::sum_squares, x, out);
+    }
+    void clip_scale(const Tensor& norm_sq, float max_norm, const Tensor& scale) override {
+        run(cuda::clip_scale, norm_sq, max_norm, scale);
+    }
+    void adamw_step(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
+                    const AdamWParams& p, const Tensor& grad_scale, const Tensor& value) override {
+        run(cuda::adamw_step, master, grad, m, v, p, grad_scale, value);
+    }
+    void argmax_rows(const Tensor& x, const Tensor& out) override {
+        run(cuda::argmax_rows, x, out);
+    }
+
+    void release() {
+        if (owner_.load(std::memory_order_relaxed) != std::this_thread::get_id()) return;
+        DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream()));
+        owner_.store(std::thread::id(), std::memory_order_relaxed);
+        while (dev_.held_by_this_thread()) dev_.release();
+    }
+
+  private:
+    // Makes the calling thread this device's driver (the GPU current on it), or fails naming the
+    // thread that holds it.
+    void hold() {
+        if (owner_.load(std::memory_order_relaxed) == std::this_thread::get_id()) return;
+        dev_.acquire();
+        owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    }
+    template <class Fn, class... Args>
+    void run(Fn&& fn, Args&&... args) {
+        hold();
+        const OpWorkspace::Scope scope(scratch_);
+        fn(ex_, std::forward<Args>(args)...);
+    }
+    static void check_transfer(const Tensor& dst, const Tensor& src, const char* op) {
+        DF_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(),
+                 "{}: dst {} and src {} must have the same dtype and element count", op,
+                 dst.describe(), src.describe());
+    }
+
+    CudaDevice dev_;
+    std::atomic<std::thread::id> owner_{};
+    Exec ex_;
+    void* op_mem_ = nullptr;
+    OpWorkspace scratch_;
+    std::unique_ptr<GemmEngine> gemm_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int index, const CudaBackendOptions& opt) {
+    return std::make_unique<CudaBackend>(index, opt);
+}
+
+void release_thread(Backend& be) {
+    if (auto* cb = dynamic_cast<CudaBackend*>(&be)) cb->release();
+}
+
+}  // namespace dflash::cuda

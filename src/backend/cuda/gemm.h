@@ -1,0 +1,50 @@
+// GemmEngine: bf16 GEMMs through cuBLASLt on one device (design §5): one handle, an explicit
+// workspace (32 MiB by default, what cuBLAS asks for on Hopper), and a plan cache keyed by
+// (m, n, k, transposes, output dtype, alpha/beta kind) holding the matmul descriptor, layouts and
+// the heuristic's algorithm, so a steady-state call does no descriptor set-up. Row-major tensors
+// are mapped onto cuBLASLt's column-major convention by computing Cᵀ = op(B)ᵀ · op(A)ᵀ.
+// Created on the thread that drives the device; not thread-safe (one per CudaBackend).
+// Tested by tests/cuda/gemm_cuda_test.cpp; measured by bench/gemm_bench.cpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "core/tensor.h"
+
+struct CUstream_st;
+
+namespace dflash::cuda {
+
+class GemmEngine {
+  public:
+    // Creates the cuBLASLt handle and the workspace on the current CUDA device.
+    explicit GemmEngine(size_t workspace_bytes = size_t{32} << 20);
+    ~GemmEngine();
+    GemmEngine(const GemmEngine&) = delete;
+    GemmEngine& operator=(const GemmEngine&) = delete;
+
+    // C = alpha * op(A) · op(B) + beta * C (row-major; rank > 2 viewed as [numel/last, last]).
+    // A, B bf16; C bf16 or f32. Shapes are checked by the caller (cuda::gemm).
+    void run(CUstream_st* stream, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+             const Tensor& c, float alpha, float beta);
+
+    int64_t plans() const { return static_cast<int64_t>(plans_.size()); }
+    int64_t calls() const { return calls_; }
+
+  private:
+    struct Plan;
+    using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int, bool>;
+    Plan& plan_for(const Key& key);
+
+    void* handle_ = nullptr;     // cublasLtHandle_t
+    void* workspace_ = nullptr;  // device memory
+    size_t workspace_bytes_ = 0;
+    std::map<Key, std::unique_ptr<Plan>> plans_;
+    int64_t calls_ = 0;
+};
+
+}  // namespace dflash::cuda
