@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/backend_factory.h"
 #include "backend/cpu/cpu_ops.h"
 #include "config/settings.h"
 #include "core/error.h"
@@ -32,8 +33,12 @@ bool parse_command_args(CLI::App& app, const CommandContext& ctx, const char* na
 std::unique_ptr<Backend> make_backend_from_settings(const CommandContext& ctx) {
     cpu::set_blas_threads(1);
     const int64_t threads = ctx.settings.get<int64_t>("runtime.threads");
-    return make_cpu_backend(threads > 0 ? static_cast<int>(threads)
-                                        : static_cast<int>(std::thread::hardware_concurrency()));
+    const DeviceKind kind = resolve_backend(ctx.settings.get<std::string>("runtime.backend"));
+    auto be = make_backend(kind, 0,
+                           threads > 0 ? static_cast<int>(threads)
+                                       : static_cast<int>(std::thread::hardware_concurrency()));
+    ctx.log.debug("backend: {}", be->name());
+    return be;
 }
 
 }  // namespace dflash::cli

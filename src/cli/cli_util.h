@@ -19,8 +19,9 @@ namespace dflash::cli {
 // printed (the command then returns 0). `name` is the subcommand, for the error's hint.
 bool parse_command_args(CLI::App& app, const CommandContext& ctx, const char* name);
 
-// The CPU backend with runtime.threads threads (0: every core). OpenBLAS is kept single-threaded
-// because the ops parallelise themselves (see backend/cpu/gemm.cpp).
+// The backend runtime.backend names (auto: the first GPU when one is visible, else the CPU with
+// runtime.threads threads, 0 = every core), logged at debug level. OpenBLAS is kept
+// single-threaded because the CPU ops parallelise themselves (see backend/cpu/gemm.cpp).
 std::unique_ptr<Backend> make_backend_from_settings(const CommandContext& ctx);
 
 }  // namespace dflash::cli

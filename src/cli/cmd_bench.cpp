@@ -40,8 +40,8 @@ int cmd_bench(CommandContext& ctx) {
         ->check(CLI::NonNegativeNumber);
     if (!parse_command_args(app, ctx, "bench")) return 0;
     auto be = make_backend_from_settings(ctx);
-    const TargetModel target = TargetModel::load(target_dir);
-    const DrafterModel drafter = DrafterModel::load(drafter_dir);
+    const TargetModel target = TargetModel::load(*be, target_dir);
+    const DrafterModel drafter = DrafterModel::load(*be, drafter_dir);
     std::unique_ptr<Tokenizer> tok;
     if (has_tokenizer_spec(target_dir)) tok = load_tokenizer_for_model(target_dir);
     std::vector<Prompt> prompts = read_prompts(prompts_path, tok.get(), target.config().vocab_size);
@@ -49,8 +49,8 @@ int cmd_bench(CommandContext& ctx) {
 
     GenerateOptions opt = generate_options_from_settings(ctx.settings);
     opt.stop_tokens = default_stop_tokens(target.config(), tok.get());
-    ctx.log.info("bench: {} prompts, max {} new tokens, temperature {}", prompts.size(),
-                 opt.max_new_tokens, opt.sampling.temperature);
+    ctx.log.info("bench on {}: {} prompts, max {} new tokens, temperature {}", be->name(),
+                 prompts.size(), opt.max_new_tokens, opt.sampling.temperature);
     const BenchReport rep = run_bench(target, drafter, *be, prompts, opt, ctx.log);
     std::fputs(format_bench_table(rep).c_str(), stdout);
     std::fflush(stdout);

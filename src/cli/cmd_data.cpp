@@ -56,7 +56,8 @@ struct RegenerateArgs {
 };
 
 int run_regenerate(const RegenerateArgs& a, CommandContext& ctx) {
-    const TargetModel target = TargetModel::load(a.target);
+    const auto be = make_backend_from_settings(ctx);
+    const TargetModel target = TargetModel::load(*be, a.target);
     const auto tok = load_tokenizer_for_model(a.target);
     const auto prompts = read_prompts(a.prompts, tok.get(), target.config().vocab_size);
     DF_CHECK(!std::filesystem::exists(a.output) || std::filesystem::is_empty(a.output),

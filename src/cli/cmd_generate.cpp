@@ -87,7 +87,7 @@ int cmd_generate(CommandContext& ctx) {
     app.add_flag("--chat", a.chat, "wrap --prompt as a user message in the chat template");
     if (!parse_command_args(app, ctx, "generate")) return 0;
     auto be = make_backend_from_settings(ctx);
-    const TargetModel target = TargetModel::load(a.target);
+    const TargetModel target = TargetModel::load(*be, a.target);
     std::unique_ptr<Tokenizer> tok;
     if (has_tokenizer_spec(a.target)) tok = load_tokenizer_for_model(a.target);
     const std::vector<int32_t> prompt = prompt_tokens(a, tok.get());
@@ -97,7 +97,7 @@ int cmd_generate(CommandContext& ctx) {
                  prompt[i], target.config().vocab_size - 1);
     }
     std::optional<DrafterModel> drafter;
-    if (!a.drafter.empty()) drafter.emplace(DrafterModel::load(a.drafter));
+    if (!a.drafter.empty()) drafter.emplace(DrafterModel::load(*be, a.drafter));
     const SpeculativeEngine engine(target, drafter ? &*drafter : nullptr, *be);
     GenerateOptions opt = generate_options_from_settings(ctx.settings);
     opt.stop_tokens = default_stop_tokens(target.config(), tok.get());
@@ -111,11 +111,11 @@ int cmd_generate(CommandContext& ctx) {
     const GenerateStats& s = res.stats;
     std::fprintf(stderr,
                  "tokens %lld (prompt %lld), tau %.2f over %lld steps, %.1f tokens/s after the "
-                 "prefill (%.1f ms), stop %s\n",
+                 "prefill (%.1f ms), stop %s, on %s\n",
                  static_cast<long long>(s.new_tokens), static_cast<long long>(s.prompt_tokens),
                  drafter ? s.tau() : 1.0, static_cast<long long>(s.steps),
                  s.decode_s > 0 ? static_cast<double>(s.new_tokens) / s.decode_s : 0.0,
-                 s.prefill_s * 1e3, to_string(res.stop).c_str());
+                 s.prefill_s * 1e3, to_string(res.stop).c_str(), be->name().c_str());
     return 0;
 }
 

@@ -52,10 +52,12 @@ int cmd_init(CommandContext& ctx) {
     require_empty(output);
     const DType store = parse_dtype(dtype);
     const uint64_t seed = static_cast<uint64_t>(ctx.settings.get<int64_t>("runtime.seed"));
+    // Weights are drawn and written in host memory.
+    const std::unique_ptr<Backend> host = make_cpu_backend(1);
     if (tgt->parsed()) {
         const auto tok = make_tokenizer(tokenizer);
         const TargetConfig cfg = train::pretrain_target_config(ctx.settings, *tok, vocab);
-        const TargetModel m = TargetModel::random(cfg, seed);
+        const TargetModel m = TargetModel::random(*host, cfg, seed);
         m.save(output, store);
         save_tokenizer_spec(output, *tok);
         std::printf("target: %s (%lld layers, hidden %lld, vocab %lld, %.2fM parameters)\n",
@@ -64,9 +66,9 @@ int cmd_init(CommandContext& ctx) {
                     m.params().numel() / 1e6);
         return 0;
     }
-    const TargetModel target = TargetModel::load(target_dir);
+    const TargetModel target = TargetModel::load(*host, target_dir);
     const auto tok = load_tokenizer_for_model(target_dir);
-    const DrafterModel d = train::make_initial_drafter(target, *tok, ctx.settings);
+    const DrafterModel d = train::make_initial_drafter(*host, target, *tok, ctx.settings);
     d.save(output, store);
     save_tokenizer_spec(output, *tok);
     std::printf("drafter: %s (%lld layers, block %lld, %zu target features, %.2fM parameters)\n",

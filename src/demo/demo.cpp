@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "backend/backend.h"
+#include "backend/backend_factory.h"
 #include "backend/cpu/cpu_ops.h"
 #include "config/registry.h"
 #include "core/atomic_file.h"
@@ -189,10 +190,15 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
                  roots.front().parent_path().string().c_str(),
                  roots.size() > 1 ? " (docs, src, tests)" : "", split.heldout.size());
 
-    // Data-parallel CPU workers of one thread each: on a busy machine this degrades far more
-    // gracefully than one worker whose OpenMP team spins at every barrier (docs/performance.md).
+    // On a GPU: one worker. On the CPU: data-parallel workers of one thread each: on a busy
+    // machine this degrades far more gracefully than one worker whose OpenMP team spins at every
+    // barrier (docs/performance.md).
+    const DeviceKind kind = resolve_backend(user_settings.get<std::string>("runtime.backend"));
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    const int n_workers = std::min(cores, 4);
+    const int n_workers = kind == DeviceKind::cuda ? 1 : std::min(cores, 4);
+    const std::unique_ptr<Backend> be = make_backend(kind, 0, 1);
+    rep.backend = be->name();
+    std::fprintf(out, "  backend: %s\n", rep.backend.c_str());
     const std::string workers = std::to_string(n_workers);
     const std::string per_worker_batch = std::to_string(std::max(1, 4 / n_workers));
 
@@ -226,7 +232,7 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
     std::fprintf(out, "  target: loss %.3f -> %.3f in %lld steps (%.0f s)%s\n",
                  rep.target.first_loss, rep.target.final_loss,
                  static_cast<long long>(rep.target.steps), since(t_pre), heldout.c_str());
-    const TargetModel target = TargetModel::load(rep.target.model_dir);
+    const TargetModel target = TargetModel::load(*be, rep.target.model_dir);
 
     // 3. Regenerate responses with the target (the drafter learns the target, not the corpus).
     print_stage(out, 3, "regenerate training responses with the target (greedy)");
@@ -234,7 +240,7 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
     RegenerateOptions ro;
     ro.generate.max_new_tokens = plan.regen_tokens;
     ro.generate.stop_tokens = default_stop_tokens(target.config(), tok.get());
-    ro.workers = cores;
+    ro.workers = kind == DeviceKind::cuda ? 1 : cores;
     RegenerateStats rs;
     const auto samples = regenerate_responses(
         target, regeneration_prompts(split.train, plan.regen_prompts, *tok, seed), ro, log, &rs);
@@ -287,7 +293,7 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
 
     // 5. Speculative decoding on held-out prompts.
     print_stage(out, 5, "speculative decoding on held-out prompts (dflash bench)");
-    const DrafterModel drafter = DrafterModel::load(rep.drafter.model_dir);
+    const DrafterModel drafter = DrafterModel::load(*be, rep.drafter.model_dir);
     const std::vector<Prompt> prompts =
         read_prompts(dir / "corpus/heldout_prompts.jsonl", tok.get(), target.config().vocab_size);
     GenerateOptions go = generate_options_from_settings(user_settings);
@@ -295,7 +301,6 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
                             ? plan.bench_tokens
                             : go.max_new_tokens;
     go.stop_tokens = default_stop_tokens(target.config(), tok.get());
-    auto be = make_cpu_backend(1);
     rep.bench = run_bench(target, drafter, *be, prompts, go, log);
     write_text_atomic(dir / "bench.json", bench_to_json(rep.bench).dump(2) + "\n");
     std::fputs(format_bench_table(rep.bench).c_str(), out);

@@ -23,6 +23,7 @@ struct DemoOptions {
 };
 
 struct DemoReport {
+    std::string backend;  // where the training and decoding ran ("cpu", "cuda:0")
     int64_t corpus_documents = 0;
     int64_t corpus_bytes = 0;
     train::TrainSummary target;

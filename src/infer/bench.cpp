@@ -135,6 +135,7 @@ BenchReport run_bench_engines(const SpeculativeEngine& baseline,
                               const Logger& log) {
     DF_CHECK(!prompts.empty(), "bench needs at least one prompt");
     BenchReport rep;
+    rep.backend = speculative.backend().name();
     rep.max_new_tokens = opt.max_new_tokens;
     rep.greedy = opt.sampling.greedy();
     {
@@ -264,9 +265,9 @@ std::string format_bench_table(const BenchReport& rep) {
         "{:.3f} + t_verify {:.3f} ms); measured/predicted {:.2f}\n",
         t.speedup(), t.predicted_speedup(), t.tau(), ms(t_ar), ms(ratio(t.draft_s, steps)),
         ms(ratio(t.verify_s, steps)), ratio(t.speedup(), t.predicted_speedup()));
-    out +=
-        fmt::format("tau: {:.3f} pooled over steps, {:.3f} mean of per-prompt tau; block size {}\n",
-                    t.tau(), rep.mean_request_tau(), rep.block_size);
+    out += fmt::format(
+        "tau: {:.3f} pooled over steps, {:.3f} mean of per-prompt tau; block size {}; backend {}\n",
+        t.tau(), rep.mean_request_tau(), rep.block_size, rep.backend);
     if (!rep.greedy) {
         out += "lossless: not checked (temperature > 0: outputs are samples)\n";
     } else if (rep.lossless()) {
@@ -333,7 +334,8 @@ nlohmann::json bench_to_json(const BenchReport& rep) {
         {"speedup", t.speedup()},
         {"predicted_speedup", t.predicted_speedup()},
         {"measured_over_predicted", ratio(t.speedup(), t.predicted_speedup())}};
-    return json{{"block_size", rep.block_size}, {"max_new_tokens", rep.max_new_tokens},
+    return json{{"backend", rep.backend},
+                {"block_size", rep.block_size}, {"max_new_tokens", rep.max_new_tokens},
                 {"greedy", rep.greedy},         {"lossless_checked", rep.greedy},
                 {"lossless", rep.lossless()},   {"mismatches", mismatches},
                 {"requests", requests},         {"total", total}};

@@ -71,6 +71,7 @@ struct BenchTotals {
 };
 
 struct BenchReport {
+    std::string backend;  // where it ran: "cpu", "cuda:0"
     int64_t block_size = 0;
     int64_t max_new_tokens = 0;
     bool greedy = true;  // losslessness is only checked under greedy decoding

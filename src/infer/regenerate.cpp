@@ -20,37 +20,45 @@ std::vector<Encoded> regenerate_responses(const TargetModel& target,
     std::atomic<int64_t> done{0}, response_tokens{0};
     std::mutex progress_mutex;
     auto last_report = t0;
-    std::vector<std::string> devices;
-    for (int w = 0; w < workers; ++w) devices.push_back("cpu:" + std::to_string(w));
-    WorkerPool pool(workers, devices, log);
-    pool.run([&](WorkerContext& ctx) {
-        auto be = make_cpu_backend(opt.threads_per_worker);
-        const SpeculativeEngine engine(target, nullptr, *be);
-        // Prompt i goes to worker i % workers; its seed depends on i alone.
-        for (size_t i = ctx.id(); i < prompts.size(); i += workers) {
-            if (ctx.stop_requested()) return;
-            ctx.set_phase("prompt " + std::to_string(i));
-            GenerateOptions g = opt.generate;
-            g.seed = opt.generate.seed + i;
-            const GenerateResult r = engine.generate(prompts[i], g);
-            Encoded& e = out[i];
-            e.tokens = prompts[i];
-            e.loss_mask.assign(prompts[i].size(), 0);
-            e.tokens.insert(e.tokens.end(), r.tokens.begin(), r.tokens.end());
-            e.loss_mask.resize(e.tokens.size(), 1);
-            response_tokens += static_cast<int64_t>(r.tokens.size());
-            const int64_t n = ++done;
-            std::lock_guard lock(progress_mutex);
-            const auto now = std::chrono::steady_clock::now();
-            if (std::chrono::duration<double>(now - last_report).count() >=
-                opt.progress_interval_s) {
-                last_report = now;
-                const double s = std::chrono::duration<double>(now - t0).count();
-                log.info("regenerated {}/{} responses ({:.0f} tokens/s)", n, prompts.size(),
-                         static_cast<double>(response_tokens.load()) / s);
-            }
+    // Prompt i goes to worker i % workers; its seed depends on i alone.
+    auto one = [&](const SpeculativeEngine& engine, size_t i) {
+        GenerateOptions g = opt.generate;
+        g.seed = opt.generate.seed + i;
+        const GenerateResult r = engine.generate(prompts[i], g);
+        Encoded& e = out[i];
+        e.tokens = prompts[i];
+        e.loss_mask.assign(prompts[i].size(), 0);
+        e.tokens.insert(e.tokens.end(), r.tokens.begin(), r.tokens.end());
+        e.loss_mask.resize(e.tokens.size(), 1);
+        response_tokens += static_cast<int64_t>(r.tokens.size());
+        const int64_t n = ++done;
+        std::lock_guard lock(progress_mutex);
+        const auto now = std::chrono::steady_clock::now();
+        if (std::chrono::duration<double>(now - last_report).count() >= opt.progress_interval_s) {
+            last_report = now;
+            const double s = std::chrono::duration<double>(now - t0).count();
+            log.info("regenerated {}/{} responses ({:.0f} tokens/s)", n, prompts.size(),
+                     static_cast<double>(response_tokens.load()) / s);
         }
-    });
+    };
+    if (target.backend().device().kind != DeviceKind::cpu) {
+        // A GPU decodes one request at a time from the thread that drives it.
+        const SpeculativeEngine engine(target, nullptr, target.backend());
+        for (size_t i = 0; i < prompts.size(); ++i) one(engine, i);
+    } else {
+        std::vector<std::string> devices;
+        for (int w = 0; w < workers; ++w) devices.push_back("cpu:" + std::to_string(w));
+        WorkerPool pool(workers, devices, log);
+        pool.run([&](WorkerContext& ctx) {
+            auto be = make_cpu_backend(opt.threads_per_worker);
+            const SpeculativeEngine engine(target, nullptr, *be);
+            for (size_t i = ctx.id(); i < prompts.size(); i += workers) {
+                if (ctx.stop_requested()) return;
+                ctx.set_phase("prompt " + std::to_string(i));
+                one(engine, i);
+            }
+        });
+    }
     if (stats) {
         stats->samples = static_cast<int64_t>(out.size());
         stats->prompt_tokens = 0;

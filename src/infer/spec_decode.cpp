@@ -15,9 +15,42 @@ double seconds_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-std::span<const float> row(const Tensor& t, int64_t r) {
+std::span<const float> row(const HostTensor& t, int64_t r) {
     return {t.f32() + r * t.dim(1), static_cast<size_t>(t.dim(1))};
 }
+
+// Turns device logits into tokens on the host: greedy rows through an argmax on the device (a few
+// integers cross the bus); sampling rows as whole logits rows (the sampler and the acceptance rule
+// run on the host).
+class Picker {
+  public:
+    Picker(Backend& be, int64_t rows, int64_t vocab)
+        : be_(be), rows_(rows), vocab_(vocab), argmax_(be, {rows}, DType::i32), ids_({rows}, DType::i32) {}
+
+    // Index of the largest logit of each of the first n rows.
+    std::span<const int32_t> argmax(const Tensor& logits, int64_t n) {
+        be_.argmax_rows(logits.rows(0, n), argmax_.view().rows(0, n));
+        be_.download(ids_.view().rows(0, n), argmax_.view().rows(0, n));
+        return {ids_.i32(), static_cast<size_t>(n)};
+    }
+    // The first n rows on the host.
+    const HostTensor& fetch(const Tensor& logits, int64_t n) {
+        if (logits_.empty()) logits_ = HostTensor({rows_, vocab_});  // sampling only
+        be_.download(logits_.view().rows(0, n), logits.rows(0, n));
+        return logits_;
+    }
+    int32_t sample(const Tensor& logits, const SamplingParams& p, Rng& rng) {
+        if (p.greedy()) return argmax(logits, 1)[0];
+        return sample_token(row(fetch(logits, 1), 0), p, rng);
+    }
+
+  private:
+    Backend& be_;
+    int64_t rows_, vocab_;
+    DeviceTensor argmax_;  // i32 [rows]
+    HostTensor ids_;       // i32 [rows]
+    HostTensor logits_;    // f32 [rows, V]
+};
 
 // One generate() call's decoding state: what the loops read and the result they fill.
 struct Decode {
@@ -25,6 +58,8 @@ struct Decode {
     const GenerateOptions& budgeted;  // opt with max_new_tokens clipped to the context
     const TokenSink& sink;
     TargetSession& tgt;
+    Backend& be;
+    Picker& pick;
     Rng& rng;
     GenerateResult& res;
     int64_t B;  // block size (1: plain decoding)
@@ -62,15 +97,33 @@ struct Decode {
 // The baseline: one target forward per token.
 void decode_plain(Decode& run, int32_t anchor) {
     GenerateStats& st = run.res.stats;
-    HostTensor logits({1, run.V});
+    DeviceTensor logits(run.be, {1, run.V}, DType::f32);
     do {
         const auto t0 = Clock::now();
         run.tgt.forward(std::span(&anchor, 1), logits, Tensor());
+        anchor = run.pick.sample(logits, run.opt.sampling, run.rng);
         st.verify_s += seconds_since(t0);
-        anchor = sample_token(row(logits, 0), run.opt.sampling, run.rng);
         st.steps += 1;
         st.accept_hist[1] += 1;
     } while (run.commit(std::span(&anchor, 1)));
+}
+
+// The drafts of one block: argmax on the device, or samples from the drafter's distribution (then
+// draft_probs holds that distribution per draft, for the acceptance rule).
+void choose_drafts(Decode& run, const Tensor& draft_logits, std::vector<int32_t>& drafts,
+                   std::vector<std::vector<double>>& draft_probs) {
+    const int64_t n = run.B - 1;
+    draft_probs.clear();
+    if (run.opt.draft_sampling && !run.opt.sampling.greedy()) {
+        const HostTensor& host = run.pick.fetch(draft_logits, n);
+        for (int64_t i = 0; i < n; ++i) {
+            draft_probs.push_back(sampling_probs(row(host, i), run.opt.sampling));
+            drafts[i] = sample_from(draft_probs.back(), run.rng);
+        }
+        return;
+    }
+    const auto ids = run.pick.argmax(draft_logits, n);
+    std::copy(ids.begin(), ids.end(), drafts.begin());
 }
 
 // dflash-spec §2.2: draft B-1 tokens after the anchor in one drafter forward, verify the block in
@@ -81,9 +134,9 @@ void decode_speculative(Decode& run, DrafterSession& dft, const Tensor& prompt_f
     const int64_t B = run.B;
     const GenerateOptions& opt = run.opt;
     GenerateStats& st = run.res.stats;
-    HostTensor logits({B, run.V});
-    HostTensor draft_logits({B - 1, run.V});
-    HostTensor verify_features({B, prompt_features.dim(1)});
+    DeviceTensor logits(run.be, {B, run.V}, DType::f32);
+    DeviceTensor draft_logits(run.be, {B - 1, run.V}, DType::f32);
+    DeviceTensor verify_features(run.be, {B, prompt_features.dim(1)}, run.be.compute_dtype());
     Tensor pending = prompt_features;
     std::vector<int32_t> block(B);
     std::vector<int32_t> drafts(B - 1), target_argmax(B);
@@ -92,31 +145,25 @@ void decode_speculative(Decode& run, DrafterSession& dft, const Tensor& prompt_f
     while (go) {
         const auto t0 = Clock::now();
         dft.draft(pending, anchor, draft_logits, B);
+        choose_drafts(run, draft_logits, drafts, draft_probs);
         const auto t1 = Clock::now();
         st.draft_s += std::chrono::duration<double>(t1 - t0).count();
-        draft_probs.clear();
-        for (int64_t i = 0; i < B - 1; ++i) {
-            if (opt.draft_sampling && !opt.sampling.greedy()) {
-                draft_probs.push_back(sampling_probs(row(draft_logits, i), opt.sampling));
-                drafts[i] = sample_from(draft_probs.back(), run.rng);
-            } else {
-                drafts[i] = argmax(row(draft_logits, i));
-            }
-        }
         block[0] = anchor;
         std::copy(drafts.begin(), drafts.end(), block.begin() + 1);
         const int64_t start = run.tgt.length();
         run.tgt.forward(block, logits, verify_features);
-        st.verify_s += seconds_since(t1);
         VerifyOutcome v;
         if (opt.sampling.greedy()) {
-            for (int64_t i = 0; i < B; ++i) target_argmax[i] = argmax(row(logits, i));
+            const auto ids = run.pick.argmax(logits, B);
+            std::copy(ids.begin(), ids.end(), target_argmax.begin());
             v = verify_greedy(drafts, target_argmax);
         } else {
+            const HostTensor& host = run.pick.fetch(logits, B);
             for (int64_t i = 0; i < B; ++i)
-                target_probs[i] = sampling_probs(row(logits, i), opt.sampling);
+                target_probs[i] = sampling_probs(row(host, i), opt.sampling);
             v = verify_sampled(drafts, target_probs, draft_probs, run.rng);
         }
+        st.verify_s += seconds_since(t1);
         const int64_t a = v.accepted;
         run.tgt.crop(start + a + 1);  // anchor + accepted drafts stay; the next anchor is `next`
         pending = verify_features.view().rows(0, a + 1);
@@ -150,6 +197,11 @@ double GenerateStats::tau() const {
 SpeculativeEngine::SpeculativeEngine(const TargetModel& target, const DrafterModel* drafter,
                                      Backend& be)
     : target_(target), drafter_(drafter), be_(be) {
+    DF_CHECK(target.backend().device() == be.device() &&
+                 (!drafter || drafter->backend().device() == be.device()),
+             "the engine runs on {} but the target lives on {}{}", be.name(),
+             to_string(target.backend().device()),
+             drafter ? " and the drafter on " + to_string(drafter->backend().device()) : "");
     if (drafter_) {
         const auto problems = drafter_target_mismatches(drafter_->config(), target_.config());
         DF_CHECK(problems.empty(), "the drafter does not fit this target: {}",
@@ -185,25 +237,26 @@ GenerateResult SpeculativeEngine::generate(std::span<const int32_t> prompt,
     const int64_t capacity = P + budget + B;
     const std::vector<int64_t> capture =
         drafter_ ? drafter_->config().target_layer_ids : std::vector<int64_t>{};
-    TargetSession tgt(target_, be_, capacity, capture);
+    // Prefills longer than this run in pieces (each piece's activations fit one workspace).
+    constexpr int64_t kPrefillRows = 512;
+    TargetSession tgt(target_, be_, capacity, capture, std::max(kPrefillRows, B));
     const int64_t KD = drafter_ ? drafter_->feature_dim() : 0;
     Rng rng(opt.seed);
-    Decode run{opt, budgeted, sink, tgt, rng, res, B, V};
+    Picker pick(be_, std::max<int64_t>(B, 1), V);
+    Decode run{opt, budgeted, sink, tgt, be_, pick, rng, res, B, V};
 
     const auto t_prefill = Clock::now();
-    HostTensor prompt_features(drafter_ ? Shape{P, KD} : Shape{0});
-    HostTensor prompt_last({1, V});
-    {
-        HostTensor all({P, V});
-        tgt.forward(prompt, all, drafter_ ? prompt_features.view() : Tensor());
-        copy_tensor(prompt_last.view(), all.view().rows(P - 1, P));
-    }
-    const int32_t anchor = sample_token(row(prompt_last, 0), opt.sampling, rng);
+    DeviceTensor prompt_features;
+    if (drafter_) prompt_features = DeviceTensor(be_, {P, KD}, be_.compute_dtype());
+    DeviceTensor prompt_last(be_, {1, V}, DType::f32);
+    tgt.forward(prompt, prompt_last, prompt_features);
+    const int32_t anchor = pick.sample(prompt_last, opt.sampling, rng);
     st.prefill_s = seconds_since(t_prefill);
     const auto t_decode = Clock::now();
     if (run.commit(std::span(&anchor, 1))) {
         if (drafter_) {
-            DrafterSession dft(*drafter_, be_, target_.embed(), target_.lm_head(), capacity, B);
+            DrafterSession dft(*drafter_, be_, target_.embed(), target_.lm_head(), capacity, B,
+                               kPrefillRows);
             decode_speculative(run, dft, prompt_features, anchor);
         } else {
             decode_plain(run, anchor);

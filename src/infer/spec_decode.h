@@ -57,6 +57,7 @@ class SpeculativeEngine {
     SpeculativeEngine(const TargetModel& target, const DrafterModel* drafter, Backend& be);
     GenerateResult generate(std::span<const int32_t> prompt, const GenerateOptions& opt,
                             const TokenSink& sink = {}) const;
+    Backend& backend() const { return be_; }
 
   private:
     const TargetModel& target_;

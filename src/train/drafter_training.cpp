@@ -38,25 +38,26 @@ struct DecodeEvalSetup {
     GenerateOptions options;
 };
 
-void copy_params(const ParamSet& from, ParamSet& to) {
-    auto& dst = to.params();
-    const auto& src = from.params();
-    DF_ASSERT(dst.size() == src.size());
-    for (size_t i = 0; i < dst.size(); ++i) copy_tensor(dst[i].value, src[i].value);
-}
-
 class DrafterTask : public WorkerTask {
   public:
-    // decode: null when evaluations do not decode.
-    DrafterTask(const TargetModel& target, const DrafterModel& init, const Tokenizer& tok,
-                DrafterLossOptions opt, const DecodeEvalSetup* decode)
-        : target_(target), drafter_(init.config()), tok_(tok), opt_(opt), decode_(decode) {
-        copy_params(init.params(), drafter_.params());
-        drafter_.params().enable_grads();
+    // The replica lives on be's device; the frozen target is `target` itself when it already
+    // lives there (CPU workers share one), else a copy on be's device. decode: null when
+    // evaluations do not decode.
+    DrafterTask(Backend& be, const TargetModel& target, const DrafterModel& init,
+                const Tokenizer& tok, DrafterLossOptions opt, const DecodeEvalSetup* decode)
+        : target_(&target), drafter_(be, init.config()), tok_(tok), opt_(opt), decode_(decode) {
+        if (target.backend().device() != be.device()) {
+            own_target_.emplace(be, target.config());
+            own_target_->params().copy_from(target.params());
+            target_ = &*own_target_;
+        }
+        drafter_.params().copy_from(init.params());
+        drafter_.params().enable_training();
     }
 
     ParamSet& params() override { return drafter_.params(); }
     int64_t num_positions() const override { return drafter_.block_size() - 1; }
+    int64_t stats_offset() const override { return 1; }
     bool reports_tau() const override { return true; }
 
     void prepare(MicroBatch& mb, Rng& rng) const override {
@@ -66,24 +67,30 @@ class DrafterTask : public WorkerTask {
                         : drafter_.weight_sum(mb.seq.loss_mask, mb.anchors, opt_.gamma);
     }
 
-    void run(Backend& be, const MicroBatch& mb, float grad_scale, Scratch& scratch,
-             TaskStats& st) override {
+    MicroBatch largest_batch(int64_t max_length) const override {
+        MicroBatch mb;
+        mb.seq.tokens.assign(static_cast<size_t>(max_length), 0);
+        mb.seq.loss_mask.assign(static_cast<size_t>(max_length), 1);
+        const int64_t n = std::min(opt_.num_anchors, max_length);
+        for (int64_t j = 0; j < n; ++j)
+            mb.anchors.push_back(static_cast<int32_t>(j * max_length / n));
+        mb.weight = 1;
+        return mb;
+    }
+
+    void run(Backend& be, Workspace& ws, const MicroBatch& mb, float grad_scale,
+             const Tensor& stats) override {
         const auto S = static_cast<int64_t>(mb.seq.tokens.size());
-        // The target's activations live in their own scratch: its keys must not collide with
-        // the drafter's, and `features` must survive the drafter's step.
-        Tensor features = target_scratch_.get("dflash.features", {S, drafter_.feature_dim()});
-        target_.forward(be, mb.seq.tokens, drafter_.config().target_layer_ids, target_scratch_,
-                        features, Tensor());
-        const auto ls = drafter_.train_step(be, target_.embed(), target_.lm_head(), features,
-                                            mb.seq.tokens, mb.seq.loss_mask, mb.anchors, opt_.gamma,
-                                            grad_scale, opt_.ce_chunk, scratch);
-        st.loss_sum += ls.loss_sum;
-        st.weight_sum += ls.weight_sum;
-        st.tokens += static_cast<double>(S);
-        for (int64_t k = 1; k < drafter_.block_size(); ++k) {
-            st.correct[k - 1] += static_cast<double>(ls.correct[k]);
-            st.count[k - 1] += static_cast<double>(ls.count[k]);
-        }
+        // The features stay while the drafter runs; the target's own activations are given back
+        // before the drafter takes its memory.
+        Tensor features = ws.take({S, drafter_.feature_dim()}, be.compute_dtype());
+        const Workspace::Mark m = ws.mark();
+        target_->forward(be, ws, mb.seq.tokens, drafter_.config().target_layer_ids, features,
+                         Tensor());
+        ws.release(m);
+        drafter_.train_step(be, ws, target_->embed(), target_->lm_head(), features, mb.seq.tokens,
+                            mb.seq.loss_mask, mb.anchors, opt_.gamma, grad_scale, opt_.ce_chunk,
+                            stats);
     }
 
     void save_model(const fs::path& dir) const override {
@@ -96,9 +103,9 @@ class DrafterTask : public WorkerTask {
         const auto t0 = std::chrono::steady_clock::now();
         // A copy without gradients: the engine gets an inference model, and the replica's
         // training state stays untouched whatever the engine does with its model.
-        if (!eval_model_) eval_model_.emplace(drafter_.config());
-        copy_params(drafter_.params(), eval_model_->params());
-        const SpeculativeEngine engine(target_, &*eval_model_, be);
+        if (!eval_model_) eval_model_.emplace(be, drafter_.config());
+        eval_model_->params().copy_from(drafter_.params());
+        const SpeculativeEngine engine(*target_, &*eval_model_, be);
         DecodeEval d;
         d.accept_hist.assign(static_cast<size_t>(drafter_.block_size() + 1), 0);
         for (const Prompt& p : decode_->prompts) {
@@ -115,13 +122,13 @@ class DrafterTask : public WorkerTask {
     }
 
   private:
-    const TargetModel& target_;
+    const TargetModel* target_;
+    std::optional<TargetModel> own_target_;
     DrafterModel drafter_;
     const Tokenizer& tok_;
     DrafterLossOptions opt_;
     const DecodeEvalSetup* decode_;
     std::optional<DrafterModel> eval_model_;  // made at the first decoding evaluation
-    Scratch target_scratch_;
 };
 
 // The prompts of decoding evaluations (null when there are none to decode).
@@ -156,7 +163,7 @@ std::unique_ptr<Tokenizer> training_tokenizer(const fs::path& target_dir,
     return tok;
 }
 
-DrafterModel make_initial_drafter(const TargetModel& target, const Tokenizer& tok,
+DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const Tokenizer& tok,
                                   const config::Settings& s) {
     const TargetConfig& tc = target.config();
     int64_t mask = s.get<int64_t>("drafter.mask_token_id");
@@ -176,7 +183,7 @@ DrafterModel make_initial_drafter(const TargetModel& target, const Tokenizer& to
         make_drafter_config(tc, s.get<int64_t>("drafter.num_layers"),
                             s.get<int64_t>("drafter.block_size"), mask, std::move(ids));
     const auto seed = static_cast<uint64_t>(s.get<int64_t>("runtime.seed"));
-    return DrafterModel::random(dc, seed ^ kInitSalt);
+    return DrafterModel::random(be, dc, seed ^ kInitSalt);
 }
 
 TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Settings& s,
@@ -186,7 +193,10 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Sett
     const ShardedDataset train = ShardedDataset::open(job.data_dir);
     const std::optional<ShardedDataset> eval = open_eval_data(job.eval_data_dir, s);
 
-    const TargetModel target = TargetModel::load(job.target_dir);
+    // The frozen target and the initial drafter are read once into host memory; each worker
+    // copies them to its device (CPU workers share the target).
+    const std::unique_ptr<Backend> host = make_cpu_backend(1);
+    const TargetModel target = TargetModel::load(*host, job.target_dir);
     const auto tok = training_tokenizer(job.target_dir, train.tokenizer_name());
     DF_CHECK(train.vocab_size() <= target.config().vocab_size,
              "the data's vocabulary ({} ids) is larger than the target's ({})", train.vocab_size(),
@@ -197,9 +207,10 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Sett
     if (!job.resume.empty()) spec.resume_from = resolve_resume_dir(job.resume);
     // The starting weights: a resumed run overwrites them with the checkpoint's fp32 masters,
     // but the architecture comes from the checkpoint's config.json.
-    DrafterModel init = spec.resume_from            ? DrafterModel::load(*spec.resume_from)
-                        : !job.init_drafter.empty() ? DrafterModel::load(job.init_drafter)
-                                                    : make_initial_drafter(target, *tok, s);
+    DrafterModel init = spec.resume_from ? DrafterModel::load(*host, *spec.resume_from)
+                        : !job.init_drafter.empty()
+                            ? DrafterModel::load(*host, job.init_drafter)
+                            : make_initial_drafter(*host, target, *tok, s);
     const auto mismatch = drafter_target_mismatches(init.config(), target.config());
     DF_CHECK(mismatch.empty(), "the drafter does not fit the target '{}': {}",
              job.target_dir.string(), mismatch.front());
@@ -222,8 +233,8 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Sett
     const DrafterLossOptions lo{s.get<int64_t>("train.num_anchors"),
                                 s.get<double>("train.loss_decay_gamma"),
                                 s.get<int64_t>("train.lm_head_chunk")};
-    spec.make_task = [&](int) {
-        return std::make_unique<DrafterTask>(target, init, *tok, lo, decode.get());
+    spec.make_task = [&](int, Backend& be) {
+        return std::make_unique<DrafterTask>(be, target, init, *tok, lo, decode.get());
     };
     return run_trainer(spec, s, log);
 }

@@ -38,7 +38,7 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Sett
 // drafter.* settings (mask id -1 = the tokenizer's MASK; empty target_layer_ids = the spec §1.2
 // rule with drafter.num_target_features ids, fewer for shallow targets), weights N(0, 0.02^2)
 // seeded by runtime.seed.
-DrafterModel make_initial_drafter(const TargetModel& target, const Tokenizer& tok,
+DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const Tokenizer& tok,
                                   const config::Settings& settings);
 
 // The tokenizer of a training run: the target's (dflash_tokenizer.json) when it names one, else

@@ -18,17 +18,16 @@ constexpr uint64_t kInitSalt = 0x7a67ull;
 
 class PretrainTask : public WorkerTask {
   public:
-    PretrainTask(const TargetModel& init, const Tokenizer& tok, bool loss_on_prompt,
+    PretrainTask(Backend& be, const TargetModel& init, const Tokenizer& tok, bool loss_on_prompt,
                  int64_t ce_chunk)
-        : model_(init.config()), tok_(tok), loss_on_prompt_(loss_on_prompt), chunk_(ce_chunk) {
-        auto& dst = model_.params().params();
-        const auto& src = init.params().params();
-        for (size_t i = 0; i < dst.size(); ++i) copy_tensor(dst[i].value, src[i].value);
-        model_.params().enable_grads();
+        : model_(be, init.config()), tok_(tok), loss_on_prompt_(loss_on_prompt), chunk_(ce_chunk) {
+        model_.params().copy_from(init.params());
+        model_.params().enable_training();
     }
 
     ParamSet& params() override { return model_.params(); }
     int64_t num_positions() const override { return 1; }
+    int64_t stats_offset() const override { return 0; }
     bool reports_tau() const override { return false; }
 
     void prepare(MicroBatch& mb, Rng&) const override {
@@ -39,15 +38,17 @@ class PretrainTask : public WorkerTask {
         mb.weight = w;
     }
 
-    void run(Backend& be, const MicroBatch& mb, float grad_scale, Scratch& scratch,
-             TaskStats& st) override {
-        const auto ls =
-            model_.train_step(be, mb.seq.tokens, mb.seq.loss_mask, grad_scale, chunk_, scratch);
-        st.loss_sum += ls.loss_sum;
-        st.weight_sum += ls.weight_sum;
-        st.tokens += static_cast<double>(mb.seq.tokens.size());
-        st.correct[0] += static_cast<double>(ls.correct);
-        st.count[0] += static_cast<double>(ls.rows);
+    MicroBatch largest_batch(int64_t max_length) const override {
+        MicroBatch mb;
+        mb.seq.tokens.assign(static_cast<size_t>(std::max<int64_t>(2, max_length)), 0);
+        mb.seq.loss_mask.assign(mb.seq.tokens.size(), 1);
+        mb.weight = 1;
+        return mb;
+    }
+
+    void run(Backend& be, Workspace& ws, const MicroBatch& mb, float grad_scale,
+             const Tensor& stats) override {
+        model_.train_step(be, ws, mb.seq.tokens, mb.seq.loss_mask, grad_scale, chunk_, stats);
     }
 
     void save_model(const fs::path& dir) const override {
@@ -100,10 +101,13 @@ TrainSummary run_pretraining(const PretrainJob& job, const config::Settings& s, 
     spec.kind = "target";
     if (!job.resume.empty()) spec.resume_from = resolve_resume_dir(job.resume);
     const auto seed = static_cast<uint64_t>(s.get<int64_t>("runtime.seed"));
+    // The initial weights are made once in host memory; each worker copies them to its device.
+    const std::unique_ptr<Backend> host = make_cpu_backend(1);
     const TargetModel init =
-        spec.resume_from ? TargetModel::load(*spec.resume_from)
-                         : TargetModel::random(pretrain_target_config(s, *tok, train.vocab_size()),
-                                               seed ^ kInitSalt);
+        spec.resume_from
+            ? TargetModel::load(*host, *spec.resume_from)
+            : TargetModel::random(*host, pretrain_target_config(s, *tok, train.vocab_size()),
+                                  seed ^ kInitSalt);
     const TargetConfig& c = init.config();
     log.info("target: qwen3, {} layers, hidden {}, heads {}/{}, vocab {}, {} parameters",
              c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
@@ -120,8 +124,8 @@ TrainSummary run_pretraining(const PretrainJob& job, const config::Settings& s, 
     spec.hooks = job.hooks;
     const bool on_prompt = s.get<bool>("pretrain.loss_on_prompt");
     const int64_t chunk = s.get<int64_t>("train.lm_head_chunk");
-    spec.make_task = [&](int) {
-        return std::make_unique<PretrainTask>(init, *tok, on_prompt, chunk);
+    spec.make_task = [&](int, Backend& be) {
+        return std::make_unique<PretrainTask>(be, init, *tok, on_prompt, chunk);
     };
     return run_trainer(spec, s, log);
 }

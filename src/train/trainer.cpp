@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "backend/backend_factory.h"
 #include "backend/cpu/cpu_ops.h"
 #include "comm/in_process.h"
 #include "config/dump.h"
@@ -32,7 +33,8 @@ constexpr uint64_t kEvalSalt = 0xe7a1ull;
 
 struct LoopOptions {
     int workers = 1;
-    int threads = 1;  // per worker
+    DeviceKind backend = DeviceKind::cpu;
+    int threads = 1;  // per worker (CPU backend)
     int64_t batch = 1;
     int64_t accumulation = 1;
     double grad_clip = 0;
@@ -54,10 +56,7 @@ LoopOptions read_options(const config::Settings& s) {
     const auto threads = s.get<int64_t>("runtime.threads");
     const auto cores = static_cast<int64_t>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
     o.threads = static_cast<int>(threads > 0 ? threads : std::max<int64_t>(1, cores / o.workers));
-    const auto backend = s.get<std::string>("runtime.backend");
-    DF_CHECK(backend != "cuda",
-             "runtime.backend=cuda: training on CUDA is not built yet; use "
-             "runtime.backend=cpu (or auto)");
+    o.backend = resolve_backend(s.get<std::string>("runtime.backend"), o.workers);
     o.batch = s.get<int64_t>("train.batch_size");
     o.accumulation = s.get<int64_t>("train.accumulation");
     o.grad_clip = s.get<double>("train.grad_clip");
@@ -153,7 +152,11 @@ class Worker {
   private:
     void setup();
     bool train_step(int64_t step);  // true when the workers agreed to stop
-    void all_reduce_grads(float stop_flag, float& stop_sum);
+    void all_reduce_grads();
+    // Runs one micro-batch into the stats tensor, the workspace reset first.
+    void run_batch(const MicroBatch& mb, float grad_scale, const Tensor& stats);
+    // The stats tensor's sums as TaskStats (tokens left 0).
+    TaskStats stats_from(const float* stats) const;
     void evaluate(int64_t step);
     void evaluate_heldout(StepRecord& r);
     void checkpoint(int64_t step);
@@ -171,28 +174,59 @@ class Worker {
     std::unique_ptr<PackedLoader> loader_;
     std::unique_ptr<AdamW> opt_;
     std::optional<LrSchedule> sched_;
-    Scratch scratch_;
-    std::vector<float> flat_;  // [numel + 1]: every gradient, then the stop flag
+    Workspace ws_;
+    LossStatsLayout layout_;
+    // [layout_.size() + 2] on the device: the step's loss/accuracy sums, then the gradient norm²
+    // and the clipping factor; downloaded once per step into step_host_.
+    DeviceTensor step_out_;
+    HostTensor step_host_;
+    std::vector<float> host_grads_;  // all-reduce staging when the device is not the host
     int64_t start_step_ = 0;
     int64_t last_ckpt_ = -1;
     double step_seconds_ = 0;  // sum over this call's steps (for the ETA)
 };
 
 void Worker::setup() {
-    be_ = make_cpu_backend(sh_.opt.threads);
-    task_ = sh_.spec.make_task(rank_);
-    DF_ASSERT(task_->params().has_grads(), "a training replica needs gradients");
+    be_ = make_backend(sh_.opt.backend, rank_, sh_.opt.threads);
+    task_ = sh_.spec.make_task(rank_, *be_);
+    DF_ASSERT(task_->params().training(), "a training replica needs gradients");
     loader_ = std::make_unique<PackedLoader>(*sh_.spec.train_data,
                                              loader_options(sh_.spec.max_length, sh_.opt, rank_));
     opt_ = std::make_unique<AdamW>(task_->params(), sh_.opt.adamw);
     sched_.emplace(sh_.opt.schedule, sh_.spec.lr, sh_.total_steps, sh_.opt.warmup_ratio);
-    flat_.assign(static_cast<size_t>(task_->params().numel()) + 1, 0.0f);
+    layout_ = LossStatsLayout{task_->num_positions() + task_->stats_offset()};
+    step_out_ = DeviceTensor(*be_, {layout_.size() + 2}, DType::f32);
+    step_host_ = HostTensor({layout_.size() + 2});
+    // The workspace of the largest micro-batch, measured by running it dry.
+    ctx_.set_phase("planning the step's memory");
+    const MicroBatch largest = task_->largest_batch(sh_.spec.max_length);
+    const Tensor stats = step_out_.view().rows(0, layout_.size());
+    ws_ = Workspace(*be_, plan_workspace(*be_, [&](Backend& pb, Workspace& pws) {
+                        task_->run(pb, pws, largest, 1.0f, stats);
+                    }));
     if (sh_.resume) {
         const TrainingState& rs = *sh_.resume;
         loader_->set_state(rs.loaders[rank_]);
         load_optimizer_state(*sh_.spec.resume_from, rs.step, task_->params(), *opt_);
         start_step_ = last_ckpt_ = rs.step;
     }
+}
+
+void Worker::run_batch(const MicroBatch& mb, float grad_scale, const Tensor& stats) {
+    ws_.reset();
+    task_->run(*be_, ws_, mb, grad_scale, stats);
+}
+
+TaskStats Worker::stats_from(const float* s) const {
+    TaskStats st;
+    st.loss_sum = s[LossStatsLayout::kLossSum];
+    st.weight_sum = s[LossStatsLayout::kWeightSum];
+    const int64_t P = task_->num_positions(), off = task_->stats_offset();
+    for (int64_t p = 0; p < P; ++p) {
+        st.correct.push_back(s[layout_.correct(p + off)]);
+        st.count.push_back(s[layout_.count(p + off)]);
+    }
+    return st;
 }
 
 void Worker::run() {
@@ -221,7 +255,7 @@ bool Worker::train_step(int64_t step) {
     const auto t0 = Clock::now();
     const LoopOptions& o = sh_.opt;
     std::vector<MicroBatch> mbs(static_cast<size_t>(o.batch * o.accumulation));
-    double w_local = 0;
+    double w_local = 0, tokens = 0;
     for (MicroBatch& mb : mbs) {
         mb.seq = loader_->next();
         const LoaderState ls = loader_->state();
@@ -230,43 +264,49 @@ bool Worker::train_step(int64_t step) {
         Rng rng = Rng(o.seed ^ kAnchorSalt).fork(static_cast<uint64_t>(ls.epoch)).fork(g);
         task_->prepare(mb, rng);
         w_local += mb.weight;
+        tokens += static_cast<double>(mb.seq.tokens.size());
     }
     double w = w_local;
     comm_.all_reduce_sum(&w, 1);
     ParamSet& params = task_->params();
     params.zero_grads();
-    const int64_t P = task_->num_positions();
-    TaskStats st;
-    st.correct.assign(P, 0.0);
-    st.count.assign(P, 0.0);
+    const int64_t S = layout_.size();
+    const Tensor out = step_out_.view();
+    const Tensor stats = out.rows(0, S), norm_sq = out.rows(S, S + 1), clip = out.rows(S + 1, S + 2);
+    be_->fill(out, 0.0f);
     const float scale = w > 0 ? static_cast<float>(1.0 / w) : 0.0f;
-    for (const MicroBatch& mb : mbs) {
-        if (mb.weight > 0)
-            task_->run(*be_, mb, scale, scratch_, st);
-        else
-            st.tokens += static_cast<double>(mb.seq.tokens.size());
-    }
-    float stop_sum = 0;
-    all_reduce_grads(ctx_.stop_requested() ? 1.0f : 0.0f, stop_sum);
+    for (const MicroBatch& mb : mbs)
+        if (mb.weight > 0) run_batch(mb, scale, stats);
+    all_reduce_grads();
+    // Norm, clipping factor and update stay on the device; the host learns them with the stats.
+    grad_norm_sq(*be_, params, norm_sq);
+    be_->clip_scale(norm_sq, static_cast<float>(o.grad_clip), clip);
+    const double lr = sched_->lr(step);
+    if (w > 0)
+        opt_->step(*be_, params, lr, clip);
+    else if (rank_ == 0)
+        sh_.log.warn("step {}: no token carries loss weight; update skipped", step);
+    be_->download(step_host_.view(), out);
+
+    TaskStats st = stats_from(step_host_.f32());
+    st.tokens = tokens;
     std::vector<double> packed = pack_stats(st);
+    packed.push_back(ctx_.stop_requested() ? 1.0 : 0.0);
     comm_.all_reduce_sum(packed.data(), packed.size());
+    const bool stop = packed.back() > 0;
+    packed.pop_back();
+    const int64_t P = task_->num_positions();
     const TaskStats g = unpack_stats(packed, P);
     const double loss = w > 0 ? g.loss_sum / w : 0.0;
     DF_CHECK(std::isfinite(loss),
              "the loss is {} at step {}: training diverged (lower train.lr "
              "or raise train.warmup_ratio); the last checkpoint is intact",
              loss, step);
-    const double norm = global_grad_norm(*be_, params);
+    const double norm = std::sqrt(static_cast<double>(step_host_.f32()[S]));
     DF_CHECK(std::isfinite(norm),
              "the gradient norm is {} at step {}; the last checkpoint is "
              "intact",
              norm, step);
-    clip_grad_norm(*be_, params, norm, o.grad_clip);
-    const double lr = sched_->lr(step);
-    if (w > 0)
-        opt_->step(*be_, params, lr);
-    else if (rank_ == 0)
-        sh_.log.warn("step {}: no token carries loss weight; update skipped", step);
 
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     step_seconds_ += secs;
@@ -284,47 +324,34 @@ bool Worker::train_step(int64_t step) {
     r.eta_s = step_seconds_ / static_cast<double>(step - start_step_) *
               static_cast<double>(sh_.total_steps - step);
     report(r);
-    return stop_sum > 0;
+    return stop;
 }
 
-void Worker::all_reduce_grads(float stop_flag, float& stop_sum) {
-    auto& ps = task_->params().params();
-    size_t off = 0;
-    for (const Param& p : ps) {
-        const float* g = p.grad.f32();
-        std::copy(g, g + p.grad.numel(), flat_.begin() + static_cast<ptrdiff_t>(off));
-        off += static_cast<size_t>(p.grad.numel());
+void Worker::all_reduce_grads() {
+    const Tensor grads = task_->params().flat_grads();
+    const auto n = static_cast<size_t>(grads.numel());
+    if (sh_.opt.workers == 1) return;
+    if (grads.device().kind == DeviceKind::cpu) {
+        comm_.all_reduce_sum(grads.f32(), n);
+        return;
     }
-    flat_[off] = stop_flag;
-    comm_.all_reduce_sum(flat_.data(), flat_.size());
-    off = 0;
-    for (Param& p : ps) {
-        std::copy(flat_.begin() + static_cast<ptrdiff_t>(off),
-                  flat_.begin() + static_cast<ptrdiff_t>(off + p.grad.numel()), p.grad.f32());
-        off += static_cast<size_t>(p.grad.numel());
-    }
-    stop_sum = flat_[off];
+    // A device without a device communicator yet: through the host (NCCL comes with issue 11).
+    host_grads_.resize(n);
+    be_->download(Tensor(host_grads_.data(), DType::f32, grads.shape()), grads);
+    comm_.all_reduce_sum(host_grads_.data(), n);
+    be_->upload(grads, Tensor(host_grads_.data(), DType::f32, grads.shape()));
 }
 
-// Moves the gradients out of a ParamSet for its lifetime, so that forwards compute no backward.
-class GradsDetached {
+// Switches a ParamSet's gradients off for its lifetime, so that forwards compute no backward.
+class GradsOff {
   public:
-    explicit GradsDetached(ParamSet& ps) : ps_(ps) {
-        for (Param& p : ps_.params()) {
-            saved_.push_back(std::move(p.grad));
-            p.grad = HostTensor();
-        }
-    }
-    ~GradsDetached() {
-        auto& ps = ps_.params();
-        for (size_t i = 0; i < ps.size(); ++i) ps[i].grad = std::move(saved_[i]);
-    }
-    GradsDetached(const GradsDetached&) = delete;
-    GradsDetached& operator=(const GradsDetached&) = delete;
+    explicit GradsOff(ParamSet& ps) : ps_(ps) { ps_.set_grads_on(false); }
+    ~GradsOff() { ps_.set_grads_on(true); }
+    GradsOff(const GradsOff&) = delete;
+    GradsOff& operator=(const GradsOff&) = delete;
 
   private:
     ParamSet& ps_;
-    std::vector<HostTensor> saved_;
 };
 
 // Eval sequence i of the held-out set: the epoch-0 packing of a single-worker loader, read
@@ -366,20 +393,21 @@ void Worker::evaluate_heldout(StepRecord& r) {
     int64_t n = plan.sequences_per_epoch();
     if (sh_.opt.eval_sequences > 0) n = std::min(n, sh_.opt.eval_sequences);
     const int64_t P = task_->num_positions();
-    TaskStats st;
-    st.correct.assign(P, 0.0);
-    st.count.assign(P, 0.0);
+    const Tensor stats = step_out_.view().rows(0, layout_.size());
+    be_->fill(stats, 0.0f);
     {
-        GradsDetached no_grads(task_->params());
+        GradsOff no_grads(task_->params());
         for (int64_t i = rank_; i < n; i += sh_.opt.workers) {
             MicroBatch mb;
             mb.seq = read_eval_sequence(ds, plan, i);
             // Fixed anchors: the same for every evaluation of the run and every worker layout.
             Rng rng = Rng(sh_.opt.seed ^ kEvalSalt).fork(static_cast<uint64_t>(i));
             task_->prepare(mb, rng);
-            if (mb.weight > 0) task_->run(*be_, mb, 0.0f, scratch_, st);
+            if (mb.weight > 0) run_batch(mb, 0.0f, stats);
         }
     }
+    be_->download(step_host_.view().rows(0, layout_.size()), stats);
+    const TaskStats st = stats_from(step_host_.f32());
     std::vector<double> packed = pack_stats(st);
     comm_.all_reduce_sum(packed.data(), packed.size());
     const TaskStats g = unpack_stats(packed, P);
@@ -514,6 +542,7 @@ TrainSummary run_trainer(const TrainerSpec& spec, const config::Settings& settin
     // Results must not depend on thread counts: parallelism comes from our ops' OpenMP.
     cpu::set_blas_threads(1);
     const LoopOptions o = read_options(settings);
+    const char* device_kind = o.backend == DeviceKind::cuda ? "cuda" : "cpu";
     Shared sh(spec, settings, log, o);
     sh.total_steps = count_total_steps(spec, o);
     if (spec.resume_from) {
@@ -533,11 +562,16 @@ TrainSummary run_trainer(const TrainerSpec& spec, const config::Settings& settin
     sh.summary.total_steps = sh.total_steps;
     sh.metrics.emplace(sh.summary.metrics_path);
     sh.tty = isatty(STDOUT_FILENO) != 0;
-    log.info("{} training: {} steps, {} worker(s) x {} thread(s), batch {} x accumulation {}",
-             spec.kind, sh.total_steps, o.workers, o.threads, o.batch, o.accumulation);
+    if (o.backend == DeviceKind::cuda)
+        log.info("{} training on cuda: {} steps, {} GPU worker(s), batch {} x accumulation {}",
+                 spec.kind, sh.total_steps, o.workers, o.batch, o.accumulation);
+    else
+        log.info("{} training on cpu: {} steps, {} worker(s) x {} thread(s), batch {} x "
+                 "accumulation {}",
+                 spec.kind, sh.total_steps, o.workers, o.threads, o.batch, o.accumulation);
 
     std::vector<std::string> devices;
-    for (int w = 0; w < o.workers; ++w) devices.push_back(fmt::format("cpu:{}", w));
+    for (int w = 0; w < o.workers; ++w) devices.push_back(fmt::format("{}:{}", device_kind, w));
     WorkerPool pool(o.workers, devices, log);
     pool.add_abort_hook([&sh](const std::string& reason) { sh.group.abort(reason); });
     std::optional<SignalWatcher> watcher;

@@ -24,7 +24,7 @@
 #include "config/settings.h"
 #include "core/logging.h"
 #include "core/rng.h"
-#include "core/scratch.h"
+#include "backend/workspace.h"
 #include "data/dataset.h"
 #include "model/params.h"
 #include "train/metrics.h"
@@ -47,21 +47,29 @@ struct TaskStats {
     std::vector<double> count;    // [P]
 };
 
-// The model-specific part of a run; one instance per worker, owning that worker's replica.
+// The model-specific part of a run; one instance per worker, owning that worker's replica on the
+// worker's device.
 class WorkerTask {
   public:
     virtual ~WorkerTask() = default;
-    virtual ParamSet& params() = 0;  // with gradients enabled
+    virtual ParamSet& params() = 0;  // training (gradients allocated)
     // Accuracy positions P: B-1 block positions for a drafter, 1 (next token) for a target.
     virtual int64_t num_positions() const = 0;
+    // Accuracy position p is loss_stats position p + stats_offset() (drafters: block position
+    // k = p + 1, since k = 0 is the anchor); loss_stats runs with period P + stats_offset().
+    virtual int64_t stats_offset() const = 0;
     // Whether StepRecord::tau_implied means something (drafters).
     virtual bool reports_tau() const = 0;
     // Fills mb.anchors (drawing from rng) and mb.weight; runs before any forward.
     virtual void prepare(MicroBatch& mb, Rng& rng) const = 0;
-    // Forward (+ backward when params have gradients, accumulating grad_scale * d(sum w CE));
-    // adds loss, weight, tokens and per-position accuracy to st.
-    virtual void run(Backend& be, const MicroBatch& mb, float grad_scale, Scratch& scratch,
-                     TaskStats& st) = 0;
+    // The largest micro-batch a step can see (max_length tokens, every anchor): the trainer runs
+    // it dry once to size the worker's workspace.
+    virtual MicroBatch largest_batch(int64_t max_length) const = 0;
+    // Forward (+ backward when params have gradients, accumulating grad_scale * d(sum w CE)),
+    // adding loss and per-position accuracy into stats (f32 on the device; LossStatsLayout).
+    // Memory from ws (reset by the caller between micro-batches).
+    virtual void run(Backend& be, Workspace& ws, const MicroBatch& mb, float grad_scale,
+                     const Tensor& stats) = 0;
     // Writes the model in its HF layout (bf16) plus the tokenizer description into dir.
     virtual void save_model(const std::filesystem::path& dir) const = 0;
     // Real speculative decoding of held-out prompts with the current weights (drafters given
@@ -110,8 +118,9 @@ struct TrainerSpec {
     double lr = 0;
     int64_t epochs = 1;
     int64_t max_steps = 0;  // 0 = from epochs
-    // A fresh replica for worker w with the initial weights (identical for every w).
-    std::function<std::unique_ptr<WorkerTask>(int worker)> make_task;
+    // A fresh replica for worker w on backend be (worker w's device) with the initial weights
+    // (identical for every w).
+    std::function<std::unique_ptr<WorkerTask>(int worker, Backend& be)> make_task;
     std::filesystem::path run_dir;
     std::optional<std::filesystem::path> resume_from;  // a checkpoint directory
     TrainHooks hooks;

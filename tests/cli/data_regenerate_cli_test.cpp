@@ -15,7 +15,7 @@ TEST(DataRegenerateCli, WritesTargetResponses) {
     auto tok = make_byte_tokenizer();
     auto cfg = test::tiny_target_config(true, 2);
     cfg.vocab_size = tok->vocab_size();
-    TargetModel::random(cfg, 3, 0.5f).save(dir / "target", DType::f32);
+    TargetModel::random(test::host_backend(), cfg, 3, 0.5f).save(dir / "target", DType::f32);
     save_tokenizer_spec(dir / "target", *tok);
     std::ofstream(dir / "prompts.jsonl")
         << "{\"prompt\": \"int main(\"}\n{\"prompt_ids\": [5, 6]}\n";

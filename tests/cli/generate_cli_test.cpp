@@ -31,17 +31,17 @@ struct SavedPair {
         tc.eos_token_id = tok->specials().eos;
         target_dir = dir / "target";
         drafter_dir = dir / "drafter";
-        TargetModel::random(tc, 21, 0.5f).save(target_dir);
+        TargetModel::random(test::host_backend(), tc, 21, 0.5f).save(target_dir);
         save_tokenizer_spec(target_dir, *tok);
         auto dc = make_drafter_config(tc, 1, 4, tok->specials().mask, {0, 2});
-        DrafterModel::random(dc, 22, 0.5f).save(drafter_dir);
+        DrafterModel::random(test::host_backend(), dc, 22, 0.5f).save(drafter_dir);
     }
 };
 
 // What `dflash generate` must print on stdout: the greedy continuation of `prompt` by the saved
 // target, decoded, stop tokens left out, then a newline.
 std::string expected_text(const SavedPair& p, const std::vector<int32_t>& prompt, int64_t n) {
-    const TargetModel t = TargetModel::load(p.target_dir);
+    const TargetModel t = TargetModel::load(test::host_backend(), p.target_dir);
     auto tok = load_tokenizer_for_model(p.target_dir);
     auto be = make_cpu_backend(1);
     GenerateOptions o;

@@ -3,6 +3,7 @@
 #include "model/drafter.h"
 #include "model/target.h"
 #include "support/test_util.h"
+#include "support/tiny_models.h"
 
 namespace dflash {
 namespace {
@@ -15,13 +16,13 @@ TEST(InitCli, TargetAndDrafterOfAnySize) {
                               " --pretrain.num_heads 3 --pretrain.num_kv_heads 1"
                               " --pretrain.head_dim 16 --pretrain.intermediate_size 72");
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    const TargetModel tm = TargetModel::load(t);
+    const TargetModel tm = TargetModel::load(test::host_backend(), t);
     EXPECT_EQ(tm.config().hidden_size, 48);
     EXPECT_EQ(tm.config().num_hidden_layers, 3);
     r = test::run_dflash("init drafter --target " + t.string() + " --output " + d.string() +
                          " --drafter.block_size 6 --drafter.num_layers 2 --dtype f32");
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    const DrafterModel dm = DrafterModel::load(d);
+    const DrafterModel dm = DrafterModel::load(test::host_backend(), d);
     EXPECT_EQ(dm.block_size(), 6);
     EXPECT_EQ(dm.config().layer.num_hidden_layers, 2);
     EXPECT_EQ(dm.config().num_target_layers, 3);

@@ -21,8 +21,8 @@ struct Pair {
 Pair make_pair(uint64_t seed, int64_t block, int64_t vocab = 37) {
     auto tc = test::tiny_target_config(true, 3);
     tc.vocab_size = vocab;
-    TargetModel t = TargetModel::random(tc, seed, 0.5f);
-    DrafterModel d = DrafterModel::random(test::tiny_drafter_config(tc, 1, block), seed + 1, 0.5f);
+    TargetModel t = TargetModel::random(test::host_backend(), tc, seed, 0.5f);
+    DrafterModel d = DrafterModel::random(test::host_backend(), test::tiny_drafter_config(tc, 1, block), seed + 1, 0.5f);
     return {std::move(t), std::move(d)};
 }
 
@@ -115,7 +115,7 @@ std::vector<double> exact_three(const TargetModel& t, Backend& be,
     const int64_t V = t.config().vocab_size;
     std::vector<double> out(V * V * V, 0.0);
     auto probs_after = [&](const std::vector<int32_t>& seq) {
-        TargetSession s(t, be, 32, {});
+        TargetSession s(t, be, 32, {}, 8);
         HostTensor l({static_cast<int64_t>(seq.size()), V});
         s.forward(seq, l, Tensor());
         return sampling_probs(std::span(l.f32() + (seq.size() - 1) * V, V), sp);

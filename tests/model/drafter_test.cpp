@@ -4,6 +4,7 @@
 #include <map>
 
 #include "backend/backend.h"
+#include "backend/workspace.h"
 #include "support/finite_diff.h"
 #include "support/test_util.h"
 #include "support/tiny_models.h"
@@ -16,10 +17,11 @@ struct Pair {
     DrafterModel drafter;
 };
 
-Pair make_pair(bool qwen3, uint64_t seed) {
+Pair make_pair(Backend& be, bool qwen3, uint64_t seed) {
     auto tc = test::tiny_target_config(qwen3, 4);
-    TargetModel t = TargetModel::random(tc, seed, 0.3f);
-    DrafterModel d = DrafterModel::random(test::tiny_drafter_config(tc, 2, 4), seed + 1, 0.3f);
+    TargetModel t = TargetModel::random(be, tc, seed, 0.3f);
+    DrafterModel d =
+        DrafterModel::random(be, test::tiny_drafter_config(tc, 2, 4), seed + 1, 0.3f);
     return {std::move(t), std::move(d)};
 }
 
@@ -31,10 +33,10 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
 }
 
 HostTensor target_features(Backend& be, const Pair& p, const std::vector<int32_t>& toks) {
-    Scratch sc;
+    Workspace ws = test::test_workspace(be);
     const auto& ids = p.drafter.config().target_layer_ids;
     HostTensor f({static_cast<int64_t>(toks.size()), p.drafter.feature_dim()});
-    p.target.forward(be, toks, ids, sc, f, Tensor());
+    p.target.forward(be, ws, toks, ids, f, Tensor());
     return f;
 }
 
@@ -42,14 +44,14 @@ class DrafterTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(DrafterTest, InferencePathMatchesTrainingPath) {
     auto be = make_cpu_backend(1);
-    Pair p = make_pair(GetParam(), 21);
+    Pair p = make_pair(*be, GetParam(), 21);
     const int64_t S = 17, B = p.drafter.block_size(), V = p.target.config().vocab_size;
     const auto toks = random_tokens(S, V, 2);
     HostTensor feats = target_features(*be, p, toks);
     const std::vector<int32_t> anchors = {0, 5, 9, 15};  // 15: the block runs past the sequence
-    Scratch sc;
+    Workspace ws = test::test_workspace(*be);
     HostTensor hf({static_cast<int64_t>(anchors.size()) * B, p.drafter.dims().D});
-    p.drafter.block_hidden(*be, p.target.embed(), feats, toks, anchors, sc, hf);
+    p.drafter.block_hidden(*be, ws, p.target.embed(), feats, toks, anchors, hf);
     HostTensor train_logits({hf.dim(0), V});
     be->gemm(hf, false, p.target.lm_head(), true, train_logits);
 
@@ -72,8 +74,8 @@ TEST_P(DrafterTest, InferencePathMatchesTrainingPath) {
 
 TEST_P(DrafterTest, GradientMatchesFiniteDifferences) {
     auto be = make_cpu_backend(1);
-    Pair p = make_pair(GetParam(), 31);
-    p.drafter.params().enable_grads();
+    Pair p = make_pair(*be, GetParam(), 31);
+    p.drafter.params().enable_training();
     const int64_t S = 14, V = p.target.config().vocab_size;
     const auto toks = random_tokens(S, V, 3);
     std::vector<uint8_t> mask(S, 1);
@@ -82,20 +84,16 @@ TEST_P(DrafterTest, GradientMatchesFiniteDifferences) {
     const std::vector<int32_t> anchors = {2, 6, 11};
     const double gamma = 3.0;
     auto loss = [&]() {
-        Scratch s;
-        return p.drafter
-            .train_step(*be, p.target.embed(), p.target.lm_head(), feats, toks, mask, anchors,
-                        gamma, 1.0f, 7, s)
+        return test::drafter_step(*be, p.drafter, p.target, feats, toks, mask, anchors, gamma,
+                                  1.0f, 7)
             .loss_sum;
     };
     p.drafter.params().zero_grads();
-    Scratch sc;
-    p.drafter.train_step(*be, p.target.embed(), p.target.lm_head(), feats, toks, mask, anchors,
-                         gamma, 1.0f, 7, sc);
+    test::drafter_step(*be, p.drafter, p.target, feats, toks, mask, anchors, gamma, 1.0f, 7);
     // Every finite-difference evaluation runs the backward too: compare against a snapshot.
     std::map<std::string, HostTensor> snapshot;
     for (const auto& prm : p.drafter.params().params())
-        snapshot.emplace(prm.name, prm.grad.clone());
+        snapshot.emplace(prm.name, to_host_f32(*be, prm.grad));
     Rng rng(5);
     std::vector<std::string> names = {"fc.weight",
                                       "hidden_norm.weight",
@@ -119,16 +117,15 @@ TEST_P(DrafterTest, GradientMatchesFiniteDifferences) {
 
 TEST_P(DrafterTest, LossIsDecayWeightedMeanAndStatsCountValidRows) {
     auto be = make_cpu_backend(1);
-    Pair p = make_pair(GetParam(), 41);
+    Pair p = make_pair(*be, GetParam(), 41);
     const int64_t S = 12, V = p.target.config().vocab_size;
     const auto toks = random_tokens(S, V, 4);
     std::vector<uint8_t> mask(S, 1);
     mask[4] = 0;
     HostTensor feats = target_features(*be, p, toks);
     const std::vector<int32_t> anchors = {1, 9};
-    Scratch sc;
-    auto st = p.drafter.train_step(*be, p.target.embed(), p.target.lm_head(), feats, toks, mask,
-                                   anchors, 2.0, 1.0f, 5, sc);
+    const auto st =
+        test::drafter_step(*be, p.drafter, p.target, feats, toks, mask, anchors, 2.0, 1.0f, 5);
     // Block at 1 covers positions 2,3,(4 masked); block at 9 covers 10, 11 (12 is past the end).
     EXPECT_EQ(st.count[0], 0);
     EXPECT_EQ(st.count[1], 2);
@@ -141,10 +138,10 @@ TEST_P(DrafterTest, LossIsDecayWeightedMeanAndStatsCountValidRows) {
 
 TEST_P(DrafterTest, SaveLoadRoundTrip) {
     auto be = make_cpu_backend(1);
-    Pair p = make_pair(GetParam(), 51);
+    Pair p = make_pair(*be, GetParam(), 51);
     test::TempDir dir("drafter");
     p.drafter.save(dir.path(), DType::f32);
-    DrafterModel back = DrafterModel::load(dir.path());
+    DrafterModel back = DrafterModel::load(*be, dir.path());
     EXPECT_EQ(back.config().target_layer_ids, p.drafter.config().target_layer_ids);
     EXPECT_EQ(back.config().block_size, p.drafter.block_size());
     for (const auto& prm : p.drafter.params().params())

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "backend/backend.h"
+#include "backend/workspace.h"
 #include "support/finite_diff.h"
 #include "support/test_util.h"
 #include "support/tiny_models.h"
@@ -23,9 +24,9 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
 // Logits of every position from the full-sequence (cache-free) forward.
 HostTensor full_logits(Backend& be, const TargetModel& m, const std::vector<int32_t>& toks) {
     const int64_t S = toks.size();
-    Scratch sc;
+    Workspace ws = test::test_workspace(be);
     HostTensor h({S, m.dims().D});
-    m.forward(be, toks, {}, sc, Tensor(), h);
+    m.forward(be, ws, toks, {}, Tensor(), h);
     HostTensor logits({S, m.config().vocab_size});
     be.gemm(h, false, m.lm_head(), true, logits);
     return logits;
@@ -35,12 +36,12 @@ class TargetTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(TargetTest, CachedDecodeMatchesFullForward) {
     auto be = make_cpu_backend(1);
-    TargetModel m = TargetModel::random(test::tiny_target_config(GetParam()), 11, 0.2f);
+    TargetModel m = TargetModel::random(*be, test::tiny_target_config(GetParam()), 11, 0.2f);
     const auto toks = random_tokens(13, m.config().vocab_size, 3);
     HostTensor ref = full_logits(*be, m, toks);
     const int64_t V = m.config().vocab_size;
     // Prefill 5, then decode one at a time, then a 4-token verify block.
-    TargetSession s(m, *be, 32, {});
+    TargetSession s(m, *be, 32, {}, 8);
     HostTensor got({13, V});
     s.forward(std::span(toks).subspan(0, 5), got.view().rows(0, 5), Tensor());
     for (int64_t t = 5; t < 9; ++t)
@@ -52,17 +53,17 @@ TEST_P(TargetTest, CachedDecodeMatchesFullForward) {
 
 TEST_P(TargetTest, CropThenRefeedEqualsNeverFed) {
     auto be = make_cpu_backend(1);
-    TargetModel m = TargetModel::random(test::tiny_target_config(GetParam()), 12, 0.2f);
+    TargetModel m = TargetModel::random(*be, test::tiny_target_config(GetParam()), 12, 0.2f);
     const int64_t V = m.config().vocab_size;
     const auto a = random_tokens(10, V, 5);
     const auto b = random_tokens(3, V, 6);
-    TargetSession s1(m, *be, 32, {});
+    TargetSession s1(m, *be, 32, {}, 8);
     HostTensor l1({10, V});
     s1.forward(std::span(a).subspan(0, 7), Tensor(), Tensor());
     s1.forward(std::span(b), Tensor(), Tensor());  // rejected tokens
     s1.crop(7);
     s1.forward(std::span(a).subspan(7, 3), l1.view().rows(0, 3), Tensor());
-    TargetSession s2(m, *be, 32, {});
+    TargetSession s2(m, *be, 32, {}, 8);
     HostTensor l2({10, V});
     s2.forward(std::span(a).subspan(0, 7), Tensor(), Tensor());
     s2.forward(std::span(a).subspan(7, 3), l2.view().rows(0, 3), Tensor());
@@ -71,17 +72,17 @@ TEST_P(TargetTest, CropThenRefeedEqualsNeverFed) {
 
 TEST_P(TargetTest, SaveLoadGivesBitIdenticalLogits) {
     auto be = make_cpu_backend(1);
-    TargetModel m = TargetModel::random(test::tiny_target_config(GetParam()), 13, 0.2f);
+    TargetModel m = TargetModel::random(*be, test::tiny_target_config(GetParam()), 13, 0.2f);
     test::TempDir dir("target");
     m.save(dir.path(), DType::f32);
-    TargetModel back = TargetModel::load(dir.path());
+    TargetModel back = TargetModel::load(*be, dir.path());
     const auto toks = random_tokens(9, m.config().vocab_size, 7);
     HostTensor a = full_logits(*be, m, toks), b = full_logits(*be, back, toks);
     EXPECT_EQ(test::max_abs_diff(a, b), 0.0);
     // bf16 storage: the loaded weights are exactly the bf16-rounded originals.
     test::TempDir dir16("target16");
     m.save(dir16.path(), DType::bf16);
-    TargetModel back16 = TargetModel::load(dir16.path());
+    TargetModel back16 = TargetModel::load(*be, dir16.path());
     for (const auto& p : m.params().params()) {
         const Tensor q = back16.params().value(p.name);
         for (int64_t i = 0; i < q.numel(); ++i)
@@ -92,13 +93,13 @@ TEST_P(TargetTest, SaveLoadGivesBitIdenticalLogits) {
 TEST_P(TargetTest, CapturedFeaturesAreLayerOutputs) {
     auto be = make_cpu_backend(1);
     auto cfg = test::tiny_target_config(GetParam());
-    TargetModel m = TargetModel::random(cfg, 14, 0.2f);
+    TargetModel m = TargetModel::random(*be, cfg, 14, 0.2f);
     const auto toks = random_tokens(6, cfg.vocab_size, 8);
     const int64_t D = cfg.hidden_size, L = cfg.num_hidden_layers;
-    Scratch sc;
+    Workspace ws = test::test_workspace(*be);
     HostTensor feats({6, 2 * D}), h({6, D});
     const std::vector<int64_t> ids = {L - 1, 0};
-    m.forward(*be, toks, ids, sc, feats, h);
+    m.forward(*be, ws, toks, ids, feats, h);
     // The output of the last layer, final-normed, is the final hidden state.
     HostTensor last({6, D}), normed({6, D});
     for (int64_t s = 0; s < 6; ++s)
@@ -106,7 +107,7 @@ TEST_P(TargetTest, CapturedFeaturesAreLayerOutputs) {
     be->rmsnorm_fwd(last, m.params().value("model.norm.weight"), 1e-6f, normed, Tensor());
     EXPECT_LT(test::max_abs_diff(normed, h), 1e-6);
     // The session captures the same features.
-    TargetSession s(m, *be, 16, ids);
+    TargetSession s(m, *be, 16, ids, 4);
     HostTensor f2({6, 2 * D});
     s.forward(toks, Tensor(), f2);
     EXPECT_LT(test::max_abs_diff(f2, feats), 1e-5);
@@ -114,21 +115,17 @@ TEST_P(TargetTest, CapturedFeaturesAreLayerOutputs) {
 
 TEST_P(TargetTest, PretrainGradientMatchesFiniteDifferences) {
     auto be = make_cpu_backend(1);
-    TargetModel m = TargetModel::random(test::tiny_target_config(GetParam(), 2), 15, 0.3f);
-    m.params().enable_grads();
+    TargetModel m = TargetModel::random(*be, test::tiny_target_config(GetParam(), 2), 15, 0.3f);
+    m.params().enable_training();
     const auto toks = random_tokens(7, m.config().vocab_size, 9);
     const std::vector<uint8_t> mask = {0, 1, 1, 0, 1, 1, 1};
-    Scratch sc;
-    auto loss = [&]() {
-        Scratch s2;
-        auto st = m.train_step(*be, toks, mask, 1.0f, 5, s2);
-        return st.loss_sum;
-    };
+    auto loss = [&]() { return test::target_step(*be, m, toks, mask, 1.0f, 5).loss_sum; };
     m.params().zero_grads();
-    m.train_step(*be, toks, mask, 1.0f, 5, sc);
+    test::target_step(*be, m, toks, mask, 1.0f, 5);
     // Every finite-difference evaluation runs the backward too: compare against a snapshot.
     std::map<std::string, HostTensor> snapshot;
-    for (const auto& prm : m.params().params()) snapshot.emplace(prm.name, prm.grad.clone());
+    for (const auto& prm : m.params().params())
+        snapshot.emplace(prm.name, to_host_f32(*be, prm.grad));
     Rng rng(4);
     for (const char* name : {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
                              "model.layers.1.mlp.down_proj.weight", "model.norm.weight",

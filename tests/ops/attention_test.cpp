@@ -37,7 +37,7 @@ std::vector<char> dense_mask(const AttnMask& m, const Dims& d) {
                 ok = j <= m.q_offset + i;
             } else {
                 const int64_t n = i / m.block_size;
-                const int64_t anchor = m.anchors[n];
+                const int64_t anchor = m.anchors.i32()[n];
                 if (anchor >= 0) {
                     ok = j < m.ctx_len ? j < anchor : (j - m.ctx_len) / m.block_size == n;
                 }
@@ -186,9 +186,10 @@ TEST(AttentionForward, DflashBlockMatchesDenseReference) {
         for (const Case& c : cases) {
             Rng rng(seed);
             std::vector<int32_t> anchors = make_anchors(c.n, c.ctx, rng);
+            const HostTensor anchors_t = test::ids_tensor(anchors);
             const Dims d{c.n * c.block, c.ctx + c.n * c.block, hc.h, hc.hkv, hc.dh};
             expect_matches_reference(
-                make_problem(d, AttnMask::dflash_block(c.ctx, c.block, anchors.data()), seed++),
+                make_problem(d, AttnMask::dflash_block(c.ctx, c.block, anchors_t), seed++),
                 fmt::format("n={} block={} ctx={} h={} hkv={} dh={} anchor0={}", c.n, c.block,
                             c.ctx, d.h, d.hkv, d.dh, anchors[0]));
         }
@@ -233,7 +234,7 @@ TEST(AttentionForward, CausalWithOffsetEqualsRowsOfFullCausalRun) {
 
 TEST(AttentionForward, AnchorAtZeroSeesOnlyItsBlockAndAtEndSeesAllContext) {
     const int64_t ctx = 6, block = 4;
-    const int32_t anchors[] = {0, static_cast<int32_t>(ctx)};
+    const HostTensor anchors = test::ids_tensor({0, static_cast<int32_t>(ctx)});
     const Dims d{2 * block, ctx + 2 * block, 4, 2, 8};
     const Problem p = make_problem(d, AttnMask::dflash_block(ctx, block, anchors), 11);
     const FwdResult got = run_fwd(p);
@@ -288,7 +289,7 @@ Grads run_bwd(const Problem& p, const FwdResult& f, const HostTensor& dout, int 
 
 TEST(AttentionForward, PaddingBlocksAndKeylessRowsAreZeroWithoutNaN) {
     const int64_t ctx = 5, block = 3;
-    const int32_t anchors[] = {-1, 3, -5};
+    const HostTensor anchors = test::ids_tensor({-1, 3, -5});
     const Dims d{3 * block, ctx + 3 * block, 4, 2, 8};
     const Problem p = make_problem(d, AttnMask::dflash_block(ctx, block, anchors), 21);
     const FwdResult f = run_fwd(p);
@@ -379,7 +380,7 @@ TEST(AttentionBackward, FullGradientsMatchFiniteDifferences) {
 }
 
 TEST(AttentionBackward, DflashBlockGradientsMatchFiniteDifferences) {
-    const int32_t anchors[] = {4, -1, 0, 9};
+    const HostTensor anchors = test::ids_tensor({4, -1, 0, 9});
     const int64_t ctx = 9, block = 3;
     expect_gradients_match_fd(make_problem({4 * block, ctx + 4 * block, 4, 2, 8},
                                            AttnMask::dflash_block(ctx, block, anchors), 51),
@@ -395,9 +396,10 @@ TEST(AttentionBackward, MultiChunkGradientsMatchFiniteDifferences) {
     expect_gradients_match_fd(make_problem({140, 143, 2, 1, 8}, AttnMask::causal(3), 55), 56, 37);
     Rng rng(57);
     const std::vector<int32_t> anchors = make_anchors(34, 12, rng);
-    expect_gradients_match_fd(make_problem({34 * 4, 12 + 34 * 4, 2, 1, 8},
-                                           AttnMask::dflash_block(12, 4, anchors.data()), 58),
-                              59, 37);
+    const HostTensor anchors_t = test::ids_tensor(anchors);
+    expect_gradients_match_fd(
+        make_problem({34 * 4, 12 + 34 * 4, 2, 1, 8}, AttnMask::dflash_block(12, 4, anchors_t), 58),
+        59, 37);
 }
 
 bool same_bits(const HostTensor& a, const HostTensor& b) {
@@ -463,8 +465,9 @@ TEST(AttentionThreads, OneAndThreeThreadsGiveIdenticalBits) {
     expect_thread_invariant(make_problem({45, 130, 3, 1, 8}, AttnMask::full(), 72));
     Rng rng(73);
     const std::vector<int32_t> anchors = make_anchors(40, 90, rng);
-    expect_thread_invariant(make_problem({40 * 4, 90 + 40 * 4, 4, 2, 8},
-                                         AttnMask::dflash_block(90, 4, anchors.data()), 74));
+    const HostTensor anchors_t = test::ids_tensor(anchors);
+    expect_thread_invariant(
+        make_problem({40 * 4, 90 + 40 * 4, 4, 2, 8}, AttnMask::dflash_block(90, 4, anchors_t), 74));
 }
 
 // Runs the forward and returns the error message ("" when it did not throw).
@@ -489,12 +492,12 @@ TEST(AttentionValidation, BadShapesAndMasksGiveClearErrors) {
     EXPECT_TRUE(has(fwd_error({4, 4, 3, 2, 8}, AttnMask::full()), "positive multiple of Hkv"));
     EXPECT_TRUE(has(fwd_error({4, 4, 4, 2, 8}, AttnMask::full(), 6), "head dim"));
     EXPECT_TRUE(has(fwd_error({4, 5, 4, 2, 8}, AttnMask::causal(2)), "q_offset + Sq <= Sk"));
-    const int32_t anchors[] = {1, 2, 3};
+    const HostTensor anchors = test::ids_tensor({1, 2, 3});
     EXPECT_TRUE(has(fwd_error({7, 10, 4, 2, 8}, AttnMask::dflash_block(3, 3, anchors)),
                     "multiple of block_size"));
     EXPECT_TRUE(has(fwd_error({6, 10, 4, 2, 8}, AttnMask::dflash_block(3, 3, anchors)),
                     "Sk = ctx_len + Sq"));
-    const int32_t late[] = {1, 5};
+    const HostTensor late = test::ids_tensor({1, 5});
     EXPECT_TRUE(
         has(fwd_error({6, 9, 4, 2, 8}, AttnMask::dflash_block(3, 3, late)), "anchors[1]=5"));
     EXPECT_EQ(fwd_error({6, 9, 4, 2, 8}, AttnMask::dflash_block(3, 3, anchors)), "");

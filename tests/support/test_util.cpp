@@ -33,6 +33,14 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
     return m;
 }
 
+HostTensor vec_tensor(const std::vector<float>& v) {
+    return HostTensor::from_f32({static_cast<int64_t>(v.size())}, v);
+}
+
+HostTensor ids_tensor(const std::vector<int32_t>& v) {
+    return HostTensor::from_i32({static_cast<int64_t>(v.size())}, v);
+}
+
 double max_rel_diff(const Tensor& a, const Tensor& b) {
     double ref = 1.0;
     for (int64_t i = 0; i < b.numel(); ++i) ref = std::max(ref, std::fabs((double)b.f32()[i]));

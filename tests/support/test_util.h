@@ -16,6 +16,9 @@ namespace dflash::test {
 
 // A tensor of N(0, scale^2) values.
 HostTensor random_tensor(Shape shape, Rng& rng, float scale = 1.0f);
+// A 1-D f32 / i32 tensor holding `v` (RoPE frequencies, anchors, lengths for CPU ops).
+HostTensor vec_tensor(const std::vector<float>& v);
+HostTensor ids_tensor(const std::vector<int32_t>& v);
 
 // max |a - b| / max(1, max |b|); both f32 of equal numel.
 double max_rel_diff(const Tensor& a, const Tensor& b);

@@ -1,6 +1,11 @@
 // Tiny random targets and drafters for tests (awkward sizes on purpose).
 #pragma once
 
+#include <memory>
+#include <span>
+
+#include "backend/backend.h"
+#include "backend/workspace.h"
 #include "model/drafter.h"
 #include "model/hf_config.h"
 #include "model/target.h"
@@ -40,6 +45,56 @@ inline DrafterConfig tiny_drafter_config(const TargetConfig& t, int64_t layers =
                                          int64_t block = 4) {
     return make_drafter_config(t, layers, block, /*mask_token_id=*/t.vocab_size - 1,
                                default_target_layer_ids(t.num_hidden_layers, 2));
+}
+
+// A CPU backend for tests that only make, load or save models (the CPU backend holds nothing but
+// its thread count).
+inline Backend& host_backend() {
+    static const std::unique_ptr<Backend> be = make_cpu_backend(1);
+    return *be;
+}
+
+// A workspace with room to spare for the tiny test models (tests skip the planning run).
+inline Workspace test_workspace(Backend& be) {
+    return Workspace(be, WorkspacePlan{size_t{4} << 20, size_t{256} << 10, size_t{64} << 10});
+}
+
+// One pretraining forward (+ backward when the params train) on the CPU; the stats it adds.
+struct StepStats {
+    double loss_sum = 0, weight_sum = 0;
+    std::vector<double> correct, count;  // per loss_stats position
+};
+inline StepStats to_step_stats(const HostTensor& stats, int64_t period) {
+    const LossStatsLayout lay{period};
+    StepStats st;
+    st.loss_sum = stats.f32()[LossStatsLayout::kLossSum];
+    st.weight_sum = stats.f32()[LossStatsLayout::kWeightSum];
+    for (int64_t k = 0; k < period; ++k) {
+        st.correct.push_back(stats.f32()[lay.correct(k)]);
+        st.count.push_back(stats.f32()[lay.count(k)]);
+    }
+    return st;
+}
+inline StepStats target_step(Backend& be, TargetModel& m, std::span<const int32_t> toks,
+                             std::span<const uint8_t> mask, float grad_scale, int64_t chunk) {
+    Workspace ws = test_workspace(be);
+    HostTensor stats({LossStatsLayout{1}.size()});
+    m.train_step(be, ws, toks, mask, grad_scale, chunk, stats);
+    return to_step_stats(stats, 1);
+}
+
+// One drafter training forward (+ backward when it trains) on the CPU; the stats it adds
+// (positions = block positions k).
+inline StepStats drafter_step(Backend& be, DrafterModel& d, const TargetModel& t,
+                              const Tensor& features, std::span<const int32_t> toks,
+                              std::span<const uint8_t> mask, std::span<const int32_t> anchors,
+                              double gamma, float grad_scale, int64_t chunk) {
+    Workspace ws = test_workspace(be);
+    const LossStatsLayout lay{d.block_size()};
+    HostTensor stats({lay.size()});
+    d.train_step(be, ws, t.embed(), t.lm_head(), features, toks, mask, anchors, gamma,
+                 grad_scale, chunk, stats);
+    return to_step_stats(stats, d.block_size());
 }
 
 }  // namespace dflash::test

@@ -69,7 +69,7 @@ TEST_F(DrafterCheckpoints, LayoutLoadsBackAndPassesInspect) {
         EXPECT_EQ(reader.dtype(n), "BF16") << n;
     }
     EXPECT_EQ(found, expected);
-    EXPECT_NO_THROW(DrafterModel::load(ck));
+    EXPECT_NO_THROW(DrafterModel::load(test::host_backend(), ck));
     const InspectReport rep = inspect_directory(ck);
     EXPECT_TRUE(rep.ok()) << rep.text;
     EXPECT_EQ(rep.kind, "drafter");

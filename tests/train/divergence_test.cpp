@@ -41,7 +41,7 @@ class Divergence : public test::SharedInputsTest<Divergence> {
     }
 };
 
-void fill_param(Param& p, float v) {
+void fill_param(const Param& p, float v) {
     std::fill(p.value.f32(), p.value.f32() + p.value.numel(), v);
 }
 
@@ -96,10 +96,11 @@ TEST_F(Divergence, InfiniteWeightIsCaughtToo) {
 
 TEST_F(Divergence, DoctoredInitDrafterFailsAtStepOne) {
     // A drafter that some other run saved with a NaN in a weight (bf16 keeps NaN).
-    const TargetModel target = TargetModel::load(*dir_ / "target");
+    const TargetModel target = TargetModel::load(test::host_backend(), *dir_ / "target");
     DrafterModel d =
-        train::make_initial_drafter(target, *make_byte_tokenizer(), test::drafter_settings());
-    Param& norm = d.params().params().back();
+        train::make_initial_drafter(test::host_backend(), target, *make_byte_tokenizer(),
+                                    test::drafter_settings());
+    const Param& norm = d.params().params().back();
     norm.value.f32()[0] = std::numeric_limits<float>::quiet_NaN();
     d.save(*dir_ / "doctored");
     auto j = job("doctored-run");

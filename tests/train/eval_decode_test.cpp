@@ -55,9 +55,9 @@ std::vector<nlohmann::json> eval_records(const fs::path& metrics) {
 
 // The drafter of a checkpoint with its fp32 master weights (what the evaluation decoded with).
 DrafterModel master_drafter(const fs::path& ckpt) {
-    DrafterModel m(DrafterConfig::load(ckpt));
+    DrafterModel m(test::host_backend(), DrafterConfig::load(ckpt));
     const auto state = test::read_state_tensors(ckpt);
-    for (Param& p : m.params().params()) {
+    for (const Param& p : m.params().params()) {
         const auto& v = state.at("master." + p.name);
         EXPECT_EQ(static_cast<int64_t>(v.size()), p.value.numel()) << p.name;
         std::copy(v.begin(), v.end(), p.value.f32());
@@ -117,7 +117,7 @@ TEST_F(EvalDecoding, RealTauReachesMetricsAndSummary) {
     // The evaluation decoded with the weights of its step: the same engine, given the fp32
     // masters of the final checkpoint, reproduces the final evaluation exactly.
     const DrafterModel drafter = master_drafter(sum.model_dir);
-    const TargetModel target = TargetModel::load(*dir_ / "target");
+    const TargetModel target = TargetModel::load(test::host_backend(), *dir_ / "target");
     const auto tok = load_tokenizer_for_model(*dir_ / "target");
     const auto prompts = read_prompts(*dir_ / "prompts.jsonl", tok.get(), 0);
     auto be = make_cpu_backend(1);

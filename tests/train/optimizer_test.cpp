@@ -6,6 +6,7 @@
 
 #include "model/tensor_layout.h"
 #include "train/metrics.h"
+#include "support/test_util.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
 
@@ -40,15 +41,15 @@ TEST(Schedule, LinearAndConstant) {
     EXPECT_THROW(LrSchedule(ScheduleKind::cosine, 1.0, 0, 0.1), Error);
 }
 
-ParamSet two_params() {
-    ParamSet ps({TensorSpec{"a.weight", {2, 2}}, TensorSpec{"b.norm.weight", {3}}});
-    ps.enable_grads();
+ParamSet two_params(Backend& be) {
+    ParamSet ps(be, {TensorSpec{"a.weight", {2, 2}}, TensorSpec{"b.norm.weight", {3}}});
+    ps.enable_training();
     return ps;
 }
 
 TEST(Optimizer, AdamWMatchesHandComputedSteps) {
     auto be = make_cpu_backend(1);
-    ParamSet ps = two_params();
+    ParamSet ps = two_params(*be);
     float* w = ps.params()[0].value.f32();
     float* g = ps.params()[0].grad.f32();
     for (int i = 0; i < 4; ++i) w[i] = 0.5f * static_cast<float>(i) - 1.0f;
@@ -59,7 +60,7 @@ TEST(Optimizer, AdamWMatchesHandComputedSteps) {
     const double lr = 0.01;
     for (int step = 1; step <= 3; ++step) {
         for (int i = 0; i < 4; ++i) g[i] = 0.3f * static_cast<float>(i + step) - 0.7f;
-        opt.step(*be, ps, lr);
+        opt.step(*be, ps, lr, Tensor());
         for (int i = 0; i < 4; ++i) {
             m[i] = 0.9 * m[i] + 0.1 * g[i];
             v[i] = 0.95 * v[i] + 0.05 * g[i] * g[i];
@@ -71,26 +72,34 @@ TEST(Optimizer, AdamWMatchesHandComputedSteps) {
     EXPECT_EQ(opt.steps_done(), 3);
     for (int i = 0; i < 4; ++i) {
         EXPECT_NEAR(w[i], ref[i], 1e-6) << i;
-        EXPECT_NEAR(opt.m(0).f32()[i], m[i], 1e-6) << i;
+        EXPECT_NEAR(opt.m().f32()[i], m[i], 1e-6) << i;
     }
 }
 
-TEST(Optimizer, ClippingScalesToTheGlobalNorm) {
+// The global norm spans every tensor; the clipping factor, computed on the device, scales the
+// update as clipping the gradients would.
+TEST(Optimizer, NormAndClippingSpanEveryTensor) {
     auto be = make_cpu_backend(1);
-    ParamSet ps = two_params();
+    ParamSet ps = two_params(*be);
     float* g0 = ps.params()[0].grad.f32();
     float* g1 = ps.params()[1].grad.f32();
     g0[0] = 3.0f;  // global norm over both tensors: sqrt(9 + 16) = 5
     g1[2] = 4.0f;
-    const double norm = global_grad_norm(*be, ps);
-    EXPECT_DOUBLE_EQ(norm, 5.0);
-    EXPECT_DOUBLE_EQ(clip_grad_norm(*be, ps, norm, 10.0), 1.0);  // under the limit: untouched
-    EXPECT_FLOAT_EQ(g0[0], 3.0f);
-    EXPECT_DOUBLE_EQ(clip_grad_norm(*be, ps, norm, 0.0), 1.0);  // 0 = off
-    const double f = clip_grad_norm(*be, ps, norm, 1.0);
-    EXPECT_NEAR(f, 0.2, 1e-6);
-    EXPECT_NEAR(global_grad_norm(*be, ps), 1.0, 1e-6);
-    EXPECT_NEAR(g0[0] / g1[2], 0.75, 1e-6);  // direction kept
+    HostTensor norm_sq({1}), scale({1});
+    grad_norm_sq(*be, ps, norm_sq);
+    EXPECT_FLOAT_EQ(norm_sq.f32()[0], 25.0f);
+    be->clip_scale(norm_sq, 10.0f, scale);  // under the limit: untouched
+    EXPECT_EQ(scale.f32()[0], 1.0f);
+    be->clip_scale(norm_sq, 1.0f, scale);
+    EXPECT_NEAR(scale.f32()[0], 0.2, 1e-6);
+    // A step with the factor equals a step on gradients scaled by it.
+    ParamSet ref = two_params(*be);
+    ref.params()[0].grad.f32()[0] = 3.0f * scale.f32()[0];
+    ref.params()[1].grad.f32()[2] = 4.0f * scale.f32()[0];
+    AdamW a(ps, {}), b(ref, {});
+    a.step(*be, ps, 0.1, scale);
+    b.step(*be, ref, 0.1, Tensor());
+    EXPECT_EQ(test::max_abs_diff(ps.flat_values(), ref.flat_values()), 0.0);
 }
 
 TEST(Metrics, ImpliedTauAndProgress) {

@@ -64,7 +64,7 @@ TEST_F(Pretraining, LossFallsAndCheckpointIsAQwen3Directory) {
     EXPECT_EQ(cfg["tie_word_embeddings"], false);
     EXPECT_EQ(cfg["vocab_size"].get<int64_t>() % 8, 0);
     EXPECT_EQ(cfg["vocab_size"], make_byte_tokenizer()->vocab_size());
-    const TargetModel back = TargetModel::load(ck);
+    const TargetModel back = TargetModel::load(test::host_backend(), ck);
     EXPECT_EQ(back.config().num_hidden_layers, 2);
     const InspectReport rep = inspect_directory(ck);
     EXPECT_TRUE(rep.ok()) << rep.text;

@@ -22,6 +22,7 @@
 #include "data/shard.h"
 #include "model/target.h"
 #include "support/test_util.h"
+#include "support/tiny_models.h"
 #include "tokenizer/model_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
@@ -75,7 +76,7 @@ inline void write_tiny_target(const std::filesystem::path& dir, uint64_t seed = 
     c.qk_norm = true;
     c.bos_token_id = tok->specials().bos;
     c.eos_token_id = tok->specials().eos;
-    TargetModel::random(c, seed, 0.2f).save(dir);
+    TargetModel::random(test::host_backend(), c, seed, 0.2f).save(dir);
     save_tokenizer_spec(dir, *tok);
 }
 
