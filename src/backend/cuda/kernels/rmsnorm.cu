@@ -33,9 +33,8 @@ __device__ __forceinline__ float row_sum(float v, int tpr, float* red) {
 
 template <int VEC, int MAXV>
 __global__ void __launch_bounds__(kBlock)
-    rmsnorm_fwd_kernel(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
-                       uint16_t* __restrict__ y, float* __restrict__ rstd, int64_t rows, int cols,
-                       int tpr, float eps) {
+    rmsnorm_fwd_kernel(const uint16_t* x, const uint16_t* __restrict__ w, uint16_t* y,
+                       float* __restrict__ rstd, int64_t rows, int cols, int tpr, float eps) {
     __shared__ float red[32];
     const int rpb = blockDim.x / tpr;
     const int lane = threadIdx.x % tpr;
@@ -73,13 +72,14 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 // dx_j = r (w_j dy_j - x_j r^2 / C sum_i dy_i w_i x_i); block b's partial[b, i] = sum over its
-// rows of dy_i x_i r. Rows [b * rows_per_block, ...) go to block b, `rpb` at a time.
+// rows of dy_i x_i r. Rows [b * rows_per_block, ...) go to block b, `rpb` at a time. dx may alias
+// dy or x (as y may alias x in the forward): a row is in registers before any of it is written,
+// hence no __restrict__ on them.
 template <int VEC, int MAXV>
 __global__ void __launch_bounds__(kBlock)
-    rmsnorm_bwd_kernel(const uint16_t* __restrict__ dy, const uint16_t* __restrict__ x,
-                       const uint16_t* __restrict__ w, const float* __restrict__ rstd,
-                       uint16_t* __restrict__ dx, float* __restrict__ partial, int64_t rows,
-                       int cols, int tpr, int64_t rows_per_block) {
+    rmsnorm_bwd_kernel(const uint16_t* dy, const uint16_t* x, const uint16_t* __restrict__ w,
+                       const float* __restrict__ rstd, uint16_t* dx, float* __restrict__ partial,
+                       int64_t rows, int cols, int tpr, int64_t rows_per_block) {
     extern __shared__ float4 stage4[];  // [rpb][cols] floats when rpb > 1
     __shared__ float red[32];
     float* stage = reinterpret_cast<float*>(stage4);
