@@ -2,9 +2,10 @@
 // CPU for every row length 1..8192 on both paths: the thread groups cover every vector of a row
 // exactly once with at most maxv vectors per thread, blocks are whole warps of at most 256
 // threads, the backward's shared memory fits, and the backward's row split covers every row once
-// with at most 1024 blocks, within the workspace the op takes.
+// with at most 8192 blocks (so at most two reduction passes), within the workspace the op takes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "backend/cuda/kernels/rmsnorm_geometry.h"
@@ -62,17 +63,25 @@ TEST(RmsNormGeometry, BackwardSplitCoversEveryRowOnce) {
                              << "cols " << cols << " vec " << g.vec << " rows " << rows);
                 const RmsNormBwdSplit s = rmsnorm_bwd_split(rows, g);
                 ASSERT_GE(s.blocks, 1);
-                ASSERT_LE(s.blocks, kRmsNormMaxBwdBlocks);
-                ASSERT_GE(s.rows_per_block, 1);
-                // Blocks [0, blocks) own [b * rpb_chunk, min(rows, (b + 1) * chunk)): all rows,
-                // none empty.
-                ASSERT_GE(s.blocks * s.rows_per_block, rows);
-                ASSERT_LT((s.blocks - 1) * s.rows_per_block, rows);
-                ASSERT_GE(rmsnorm_bwd_partial_floats(rows, cols), s.blocks * cols);
+                ASSERT_LE(s.blocks, 8192);
+                ASSERT_LE(s.blocks, rows);
+                // Enough blocks to fill the GPU while row groups last; one or two reduction passes.
+                ASSERT_GE(s.blocks, std::min<int64_t>(264, (rows + g.rpb - 1) / g.rpb));
+                ASSERT_EQ(s.reduce_groups, (s.blocks + 255) / 256);
+                ASSERT_LE(s.reduce_groups, 32);
+                // Consecutive, non-empty row ranges from 0 to rows.
+                ASSERT_EQ(rmsnorm_bwd_first_row(0, rows, s.blocks), 0);
+                ASSERT_EQ(rmsnorm_bwd_first_row(s.blocks, rows, s.blocks), rows);
+                for (int64_t b = 0; b < s.blocks; ++b)
+                    ASSERT_LT(rmsnorm_bwd_first_row(b, rows, s.blocks),
+                              rmsnorm_bwd_first_row(b + 1, rows, s.blocks))
+                        << "block " << b;
+                ASSERT_GE(rmsnorm_bwd_workspace_floats(rows, cols),
+                          (s.blocks + s.reduce_groups) * cols);
             }
         }
     }
-    EXPECT_EQ(rmsnorm_bwd_partial_floats(0, 64), 0);
+    EXPECT_EQ(rmsnorm_bwd_workspace_floats(0, 64), 0);
 }
 
 TEST(RmsNormGeometry, TypicalShapes) {
@@ -84,6 +93,10 @@ TEST(RmsNormGeometry, TypicalShapes) {
     EXPECT_EQ(rmsnorm_geometry(4096, true).threads, 128);
     EXPECT_EQ(rmsnorm_geometry(8192, true).threads, 256);
     EXPECT_EQ(rmsnorm_geometry(4096, true).maxv, 4);
+    // Backward at the training shapes: [16384, 4096] in 512 blocks of 32 rows; the per-head
+    // [16384 * 32, 128] in 8192 blocks of 64 rows (4 rounds of 16 rows).
+    EXPECT_EQ(rmsnorm_bwd_split(16384, rmsnorm_geometry(4096, true)).blocks, 512);
+    EXPECT_EQ(rmsnorm_bwd_split(16384 * 32, rmsnorm_geometry(128, true)).blocks, 8192);
 }
 
 }  // namespace

@@ -72,14 +72,15 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 // dx_j = r (w_j dy_j - x_j r^2 / C sum_i dy_i w_i x_i); block b's partial[b, i] = sum over its
-// rows of dy_i x_i r. Rows [b * rows_per_block, ...) go to block b, `rpb` at a time. dx may alias
+// rows of dy_i x_i r. Block b owns rows [first(b), first(b + 1)) (rmsnorm_geometry.h), `rpb` at a
+// time. dx may alias
 // dy or x (as y may alias x in the forward): a row is in registers before any of it is written,
 // hence no __restrict__ on them.
 template <int VEC, int MAXV>
 __global__ void __launch_bounds__(kBlock)
     rmsnorm_bwd_kernel(const uint16_t* dy, const uint16_t* x, const uint16_t* __restrict__ w,
                        const float* __restrict__ rstd, uint16_t* dx, float* __restrict__ partial,
-                       int64_t rows, int cols, int tpr, int64_t rows_per_block) {
+                       int64_t rows, int cols, int tpr, int64_t blocks) {
     extern __shared__ float4 stage4[];  // [rpb][cols] floats when rpb > 1
     __shared__ float red[32];
     float* stage = reinterpret_cast<float*>(stage4);
@@ -87,8 +88,8 @@ __global__ void __launch_bounds__(kBlock)
     const int grp = threadIdx.x / tpr;
     const int lane = threadIdx.x % tpr;
     const int nvec = cols / VEC;
-    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_block;
-    const int64_t r1 = r0 + rows_per_block < rows ? r0 + rows_per_block : rows;
+    const int64_t r0 = rmsnorm_bwd_first_row(blockIdx.x, rows, blocks);
+    const int64_t r1 = rmsnorm_bwd_first_row(blockIdx.x + 1, rows, blocks);
     const double inv_c = 1.0 / cols;
     float dwa[MAXV][VEC];
 #pragma unroll
@@ -156,30 +157,46 @@ __global__ void __launch_bounds__(kBlock)
     }
 }
 
-// dw[c] += sum over b of partial[b, c], b in order: 16 slices of consecutive b per column, then
-// the slices in order. 32 columns x 16 slices per block.
+// out[y, c] = sum of in[b, c] over the chunk of rows b in [y * chunk, (y + 1) * chunk) (or, with
+// accumulate, dw[c] += that sum for the single chunk y = 0): 16 slices of consecutive rows, then
+// the slices, each in order. Block: 32 columns x 16 slices; grid (column blocks, chunks).
 __global__ void __launch_bounds__(32 * kReduceSlices)
-    rmsnorm_dw_reduce_kernel(const float* __restrict__ partial, int nparts, int cols,
-                             float* __restrict__ dw) {
+    rmsnorm_sum_rows_kernel(const float* __restrict__ in, int nrows, int cols, int chunk,
+                            float* __restrict__ out, bool accumulate) {
     __shared__ float acc[kReduceSlices][33];
     const int cx = threadIdx.x % 32;
     const int slice = threadIdx.x / 32;
     const int c = blockIdx.x * 32 + cx;
-    const int per = (nparts + kReduceSlices - 1) / kReduceSlices;
-    const int b0 = slice * per;
-    const int b1 = min(nparts, b0 + per);
+    const int y = blockIdx.y;
+    const int end = min(nrows, (y + 1) * chunk);
+    const int per = (chunk + kReduceSlices - 1) / kReduceSlices;
+    const int b0 = y * chunk + slice * per;
+    const int b1 = min(end, b0 + per);
     float s = 0.0f;
     if (c < cols) {
 #pragma unroll 8
-        for (int b = b0; b < b1; ++b) s += partial[static_cast<int64_t>(b) * cols + c];
+        for (int b = b0; b < b1; ++b) s += in[static_cast<int64_t>(b) * cols + c];
     }
     acc[slice][cx] = s;
     __syncthreads();
     if (slice == 0 && c < cols) {
         float t = 0.0f;
         for (int q = 0; q < kReduceSlices; ++q) t += acc[q][cx];
-        dw[c] += t;
+        if (accumulate) {
+            out[c] += t;
+        } else {
+            out[static_cast<int64_t>(y) * cols + c] = t;
+        }
     }
+}
+
+void sum_rows(const float* in, int nrows, int cols, int chunk, float* out, bool accumulate,
+              cudaStream_t stream) {
+    const dim3 grid(static_cast<unsigned>((cols + 31) / 32),
+                    static_cast<unsigned>((nrows + chunk - 1) / chunk));
+    rmsnorm_sum_rows_kernel<<<grid, 32 * kReduceSlices, 0, stream>>>(in, nrows, cols, chunk, out,
+                                                                     accumulate);
+    DF_CUDA_CHECK_LAUNCH(rmsnorm_sum_rows_kernel);
 }
 
 }  // namespace
@@ -206,7 +223,7 @@ void rmsnorm_fwd(const uint16_t* x, const uint16_t* w, float eps, uint16_t* y, f
 }
 
 size_t rmsnorm_bwd_workspace_bytes(int64_t rows, int64_t cols) {
-    return static_cast<size_t>(rmsnorm_bwd_partial_floats(rows, cols)) * sizeof(float);
+    return static_cast<size_t>(rmsnorm_bwd_workspace_floats(rows, cols)) * sizeof(float);
 }
 
 void rmsnorm_bwd(const uint16_t* dy, const uint16_t* x, const uint16_t* w, const float* rstd,
@@ -220,21 +237,29 @@ void rmsnorm_bwd(const uint16_t* dy, const uint16_t* x, const uint16_t* w, const
     const auto smem = static_cast<size_t>(rmsnorm_bwd_smem_bytes(g, cols));
     const int c = static_cast<int>(cols);
     if (g.vec == 8 && g.maxv == 1) {
-        rmsnorm_bwd_kernel<8, 1><<<blocks, g.threads, smem, stream>>>(
-            dy, x, w, rstd, dx, partial, rows, c, g.tpr, split.rows_per_block);
+        rmsnorm_bwd_kernel<8, 1><<<blocks, g.threads, smem, stream>>>(dy, x, w, rstd, dx, partial,
+                                                                      rows, c, g.tpr, split.blocks);
         DF_CUDA_CHECK_LAUNCH(rmsnorm_bwd_kernel_short);
     } else if (g.vec == 8) {
-        rmsnorm_bwd_kernel<8, 4><<<blocks, g.threads, smem, stream>>>(
-            dy, x, w, rstd, dx, partial, rows, c, g.tpr, split.rows_per_block);
+        rmsnorm_bwd_kernel<8, 4><<<blocks, g.threads, smem, stream>>>(dy, x, w, rstd, dx, partial,
+                                                                      rows, c, g.tpr, split.blocks);
         DF_CUDA_CHECK_LAUNCH(rmsnorm_bwd_kernel_long);
     } else {
         rmsnorm_bwd_kernel<1, 32><<<blocks, g.threads, smem, stream>>>(
-            dy, x, w, rstd, dx, partial, rows, c, g.tpr, split.rows_per_block);
+            dy, x, w, rstd, dx, partial, rows, c, g.tpr, split.blocks);
         DF_CUDA_CHECK_LAUNCH(rmsnorm_bwd_kernel_scalar);
     }
-    rmsnorm_dw_reduce_kernel<<<static_cast<unsigned>((cols + 31) / 32), 32 * kReduceSlices, 0,
-                               stream>>>(partial, static_cast<int>(split.blocks), c, dw);
-    DF_CUDA_CHECK_LAUNCH(rmsnorm_dw_reduce_kernel);
+    // dw += the partials: in chunks of kRmsNormReduceChunk, then the chunk sums (fixed order).
+    const auto nparts = static_cast<int>(split.blocks);
+    if (split.reduce_groups == 1) {
+        sum_rows(partial, nparts, c, nparts, dw, true, stream);
+    } else {
+        float* sums = partial + split.blocks * cols;
+        const auto chunk = static_cast<int>(kRmsNormReduceChunk);
+        sum_rows(partial, nparts, c, chunk, sums, false, stream);
+        const auto groups = static_cast<int>(split.reduce_groups);
+        sum_rows(sums, groups, c, groups, dw, true, stream);
+    }
 }
 
 }  // namespace dflash::cuda::kernels

@@ -4,17 +4,25 @@
 // each thread up to `maxv` of its vectors (lane, lane + tpr, ...), held in registers. Short rows
 // share a 256-thread block (rpb groups; their sums are warp shuffles), a row of more than 32
 // threads fills its own block (a block reduction). The backward gives block b the rows
-// [b * rows_per_block, ...) and writes one dw partial row per block. No CUDA or fmt here.
+// rmsnorm_bwd_first_row(b) .. (b + 1) and writes one dw partial row per block; two fixed-order
+// passes add the partials into dw. No CUDA or fmt here.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
+
+// The row split is also computed inside the kernel.
+#if defined(__CUDACC__)
+#define DF_HOST_DEVICE __host__ __device__
+#else
+#define DF_HOST_DEVICE
+#endif
 
 namespace dflash::cuda::kernels {
 
-constexpr int kRmsNormBlock = 256;              // threads of a block that groups share
-constexpr int64_t kRmsNormMaxCols = 8192;       // the longest row (hidden sizes up to 8192)
-constexpr int64_t kRmsNormMaxBwdBlocks = 1024;  // dw partial rows (fixed: same on every GPU)
+constexpr int kRmsNormBlock = 256;         // threads of a block that groups share
+constexpr int64_t kRmsNormMaxCols = 8192;  // the longest row (hidden sizes up to 8192)
 
 struct RmsNormGeometry {
     int vec = 1;      // values per vector: 8 (16-byte accesses) or 1
@@ -54,26 +62,41 @@ constexpr int64_t rmsnorm_bwd_smem_bytes(const RmsNormGeometry& g, int64_t cols)
 }
 
 struct RmsNormBwdSplit {
-    int64_t rows_per_block = 0;
-    int64_t blocks = 0;
+    int64_t blocks = 0;         // = dw partial rows
+    int64_t reduce_groups = 0;  // partial rows after the first reduction pass (1: one pass)
 };
 
-// rows >= 1: at most kRmsNormMaxBwdBlocks blocks, none empty.
+// Partial rows the first reduction pass adds per output row (its blocks sum 256 rows each).
+constexpr int64_t kRmsNormReduceChunk = 256;
+
+// rows >= 1. About 32 rows per block (the partial row a block writes and the reduction reads
+// back cost 8 bytes per column, against 6 per column per row of dy, x and dx), but at least 264
+// blocks (2 per SM) while there are row groups for them and at most 8192 (so the reduction stays
+// small). A function of rows and the geometry only: the same split, hence the same dw bits, on
+// every GPU.
 constexpr RmsNormBwdSplit rmsnorm_bwd_split(int64_t rows, const RmsNormGeometry& g) {
     const int64_t groups = (rows + g.rpb - 1) / g.rpb;
-    const int64_t target = std::min(groups, kRmsNormMaxBwdBlocks);
     RmsNormBwdSplit s;
-    s.rows_per_block = (rows + target - 1) / target;
-    s.blocks = (rows + s.rows_per_block - 1) / s.rows_per_block;
+    s.blocks = std::min(groups, std::clamp<int64_t>(rows / 32, 264, 8192));
+    s.reduce_groups = (s.blocks + kRmsNormReduceChunk - 1) / kRmsNormReduceChunk;
     return s;
 }
 
-// f32 elements of the backward's partials for either path (alignment picks the path at launch).
-constexpr int64_t rmsnorm_bwd_partial_floats(int64_t rows, int64_t cols) {
+// Block b of `blocks` (<= rows) owns rows [first(b), first(b + 1)): balanced, none empty.
+DF_HOST_DEVICE constexpr int64_t rmsnorm_bwd_first_row(int64_t b, int64_t rows, int64_t blocks) {
+    return b * rows / blocks;
+}
+
+// f32 elements of the backward's workspace (the partials and the first pass's sums) for either
+// path (alignment picks the path at launch).
+constexpr int64_t rmsnorm_bwd_workspace_floats(int64_t rows, int64_t cols) {
     if (rows <= 0) return 0;
-    const int64_t a = rmsnorm_bwd_split(rows, rmsnorm_geometry(cols, cols % 8 == 0)).blocks;
-    const int64_t b = rmsnorm_bwd_split(rows, rmsnorm_geometry(cols, false)).blocks;
-    return std::max(a, b) * cols;
+    int64_t most = 0;
+    for (bool vec8 : {false, cols % 8 == 0}) {
+        const RmsNormBwdSplit s = rmsnorm_bwd_split(rows, rmsnorm_geometry(cols, vec8));
+        most = std::max(most, (s.blocks + s.reduce_groups) * cols);
+    }
+    return most;
 }
 
 }  // namespace dflash::cuda::kernels
