@@ -3,7 +3,7 @@
 // makes the GPU current on that thread and records the owner; use from a second thread at the same
 // time is an error, not a race. Also DeviceBuffer (device memory for setup and tests). This header
 // needs no CUDA headers, so plain C++ code can hold devices. Tested by
-// tests/cuda/cuda_add_test.cpp.
+// tests/cuda/cuda_device_test.cpp.
 #pragma once
 
 #include <cstddef>

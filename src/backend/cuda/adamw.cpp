@@ -1,0 +1,81 @@
+// CUDA optimizer family (backend.h: adamw_step, sum_squares, clip_scale): master, grad, m, v f32
+// of equal element counts (a whole flat parameter buffer at once), grad_scale f32 [1] on the device
+// or empty, value bf16 (the compute copy) or empty; sum_squares and clip_scale f32 [1] outputs.
+// The step's scalars are computed here in double exactly as the CPU reference computes them.
+// Tested by tests/cuda/adamw_cuda_test.cpp.
+#include <cmath>
+
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/kernels/adamw.h"
+#include "backend/cuda/op_checks.h"
+#include "backend/cuda/op_workspace.h"
+
+namespace dflash::cuda {
+namespace {
+
+float* fptr(const Tensor& t) {
+    return t.empty() ? nullptr : static_cast<float*>(t.data());
+}
+
+void check_one(const Exec& ex, const Tensor& t, const char* op, const char* name) {
+    check_tensor(ex, t, DType::f32, op, name);
+    DF_CHECK(t.numel() == 1 && !t.empty(), "{}: {} is {}, expected f32 [1]", op, name,
+             t.describe());
+}
+
+}  // namespace
+
+void adamw_step(const Exec& ex, const Tensor& master, const Tensor& grad, const Tensor& m,
+                const Tensor& v, const AdamWParams& p, const Tensor& grad_scale,
+                const Tensor& value) {
+    const char* op = "adamw_step";
+    check_tensor(ex, master, DType::f32, op, "master");
+    check_tensor(ex, grad, DType::f32, op, "grad");
+    check_tensor(ex, m, DType::f32, op, "m");
+    check_tensor(ex, v, DType::f32, op, "v");
+    DF_CHECK(grad.numel() == master.numel() && m.numel() == master.numel() &&
+                 v.numel() == master.numel(),
+             "adamw_step: master {} grad {} m {} v {} must have the same element count",
+             master.shape().to_string(), grad.shape().to_string(), m.shape().to_string(),
+             v.shape().to_string());
+    DF_CHECK(p.step >= 1, "adamw_step: step={} but steps are 1-based (bias correction)", p.step);
+    DF_CHECK(p.beta1 >= 0 && p.beta1 < 1 && p.beta2 >= 0 && p.beta2 < 1,
+             "adamw_step: betas ({}, {}) must lie in [0, 1)", p.beta1, p.beta2);
+    if (!grad_scale.empty()) check_one(ex, grad_scale, op, "grad_scale");
+    if (!value.empty()) {
+        check_tensor(ex, value, DType::bf16, op, "value");
+        check_numel(value, master, op, "value", "master");
+    }
+    if (master.numel() == 0) return;
+    const double t = static_cast<double>(p.step);
+    const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), t);
+    const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), t);
+    kernels::AdamWScalars sc{};
+    sc.b1 = p.beta1;
+    sc.b2 = p.beta2;
+    sc.one_m_b1 = static_cast<float>(1.0 - p.beta1);
+    sc.one_m_b2 = static_cast<float>(1.0 - p.beta2);
+    sc.eps = p.eps;
+    sc.decay = static_cast<float>(1.0 - static_cast<double>(p.lr) * p.weight_decay);
+    sc.step_size = static_cast<float>(static_cast<double>(p.lr) / bc1);
+    sc.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    kernels::adamw_step(fptr(master), fptr(grad), fptr(m), fptr(v), master.numel(), sc,
+                        fptr(grad_scale),
+                        value.empty() ? nullptr : static_cast<uint16_t*>(value.data()), ex.stream);
+}
+
+void sum_squares(const Exec& ex, const Tensor& x, const Tensor& out) {
+    check_tensor(ex, x, DType::f32, "sum_squares", "x");
+    check_one(ex, out, "sum_squares", "out");
+    const int64_t n = x.empty() ? 0 : x.numel();
+    void* ws = ex.scratch->take(kernels::sum_squares_workspace_bytes(n), "sum_squares partials");
+    kernels::sum_squares(fptr(x), n, fptr(out), ws, ex.stream);
+}
+
+void clip_scale(const Exec& ex, const Tensor& norm_sq, float max_norm, const Tensor& scale) {
+    check_one(ex, norm_sq, "clip_scale", "norm_sq");
+    check_one(ex, scale, "clip_scale", "scale");
+    kernels::clip_scale(fptr(norm_sq), max_norm, fptr(scale), ex.stream);
+}
+
+}  // namespace dflash::cuda
