@@ -4,9 +4,10 @@
 // 2- or 4-byte aligned, shape/dtype errors, determinism and the plan cache.
 //
 // Tolerances: the products of bf16 values are exact in fp32 and both sides accumulate in fp32, so
-// an f32 C differs only by summation order: rel_norm <= 1e-5, max abs <= 1e-4 * max(1, max|ref|)
-// (a bf16 rounding anywhere inside would show as ~2e-3). A bf16 C adds its own rounding (2^-9
-// relative): rel_norm <= 4e-3, max abs <= 8e-3 * max(1, max|ref|).
+// an f32 C differs only by summation order and the tensor cores' accumulation rounding (truncating
+// alignment of partial sums): rel_norm <= 5e-5, max abs <= 5e-4 * max(1, max|ref|) (a bf16
+// rounding anywhere inside would show as ~2e-3). A bf16 C adds its own rounding (2^-9 relative):
+// rel_norm <= 4e-3, max abs <= 8e-3 * max(1, max|ref|).
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -43,7 +44,7 @@ void expect_close(const Tensor& got, const Tensor& ref, DType c_dtype, const std
     for (int64_t i = 0; i < ref.numel(); ++i)
         max_ref = std::max(max_ref, std::fabs(static_cast<double>(ref.f32()[i])));
     const bool f32 = c_dtype == DType::f32;
-    const double tol_rel = f32 ? 1e-5 : 4e-3, tol_abs = (f32 ? 1e-4 : 8e-3) * max_ref;
+    const double tol_rel = f32 ? 5e-5 : 4e-3, tol_abs = (f32 ? 5e-4 : 8e-3) * max_ref;
     const test::Diff d = compare(got, ref, tol_abs);
     EXPECT_TRUE(d.ok(tol_rel, tol_abs)) << what << ": " << d.str();
 }

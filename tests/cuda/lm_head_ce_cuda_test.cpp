@@ -6,7 +6,8 @@
 // determinism, and argument errors. All outputs are NaN-poisoned before the run.
 //
 // Tolerances (both sides compute the logits in fp32 from identical bf16 inputs):
-//   loss_rows f32: rel_norm <= 2e-5, max abs <= 2e-4 * max(1, max|ref|) (lse in f32 vs double).
+//   loss_rows f32: rel_norm <= 1e-4, max abs <= 1e-3 * max(1, max|ref|) (lse in f32 vs double,
+//     tensor-core accumulation of the logits).
 //   argmax: equal, or a near-tie: the two logits (double, from the inputs) within 1e-4.
 //   dh bf16: rel_norm <= 1e-2, max abs <= 3e-2 * max|ref| (the probabilities pass through bf16 for
 //     the GEMM, then the output is rounded to bf16); dh f32: rel_norm <= 6e-3.
@@ -132,8 +133,8 @@ void expect_matches(const Problem& p, const Outputs& got, const Outputs& ref, co
         double mx = 1;
         for (int64_t i = 0; i < p.r; ++i)
             mx = std::max(mx, std::fabs(double(ref.loss_rows.f32()[i])));
-        const test::Diff d = compare(got.loss_rows, ref.loss_rows, 2e-4 * mx);
-        EXPECT_TRUE(d.ok(2e-5, 2e-4 * mx)) << "loss_rows: " << d.str();
+        const test::Diff d = compare(got.loss_rows, ref.loss_rows, 1e-3 * mx);
+        EXPECT_TRUE(d.ok(1e-4, 1e-3 * mx)) << "loss_rows: " << d.str();
         for (int64_t i = 0; i < p.r; ++i) {
             if (p.weights.f32()[i] == 0.0f) {
                 ASSERT_EQ(got.loss_rows.f32()[i], 0.0f) << "weight-0 row " << i;
