@@ -21,13 +21,6 @@
 
 namespace dflash::test {
 
-#define DF_REQUIRE_CUDA_DEVICE()              \
-    do {                                      \
-        if (cuda_device_count() == 0) {       \
-            GTEST_SKIP() << "no CUDA device"; \
-        }                                     \
-    } while (0)
-
 // N(0, scale²) values already rounded to bf16, so the CPU reference (f32) and the GPU (bf16) see
 // the same numbers.
 inline HostTensor bf16_random(Shape shape, Rng& rng, float scale = 1.0f) {

@@ -141,13 +141,13 @@ GemmEngine::Plan& GemmEngine::plan_for(const Key& key) {
         st = cublasLtMatmulAlgoGetHeuristic(lt(handle_), plan->desc, plan->a, plan->b, plan->c,
                                             plan->c, pref, 1, &result, &found_count);
     (void)cublasLtMatmulPreferenceDestroy(pref);
-    DF_CUBLAS_CHECK(st);
     DF_CHECK(
-        found_count > 0 && result.state == CUBLAS_STATUS_SUCCESS,
-        "gemm: cuBLASLt has no algorithm for [{}, {}] x [{}, {}]{}{} -> {} C (alignments A {}, "
-        "B {}, C {} bytes, workspace {} bytes)",
+        st == CUBLAS_STATUS_SUCCESS && found_count > 0 && result.state == CUBLAS_STATUS_SUCCESS,
+        "gemm: cuBLASLt has no algorithm for op(A) [{}, {}] x op(B) [{}, {}]{}{} -> {} C "
+        "(alignments A {}, B {}, C {} bytes, workspace {} bytes): {}",
         m, k, k, n, ta ? " (A transposed)" : "", tb ? " (B transposed)" : "",
-        c_bf16 ? "bf16" : "f32", align_a, align_b, align_c, workspace_bytes_);
+        c_bf16 ? "bf16" : "f32", align_a, align_b, align_c, workspace_bytes_,
+        cublasLtGetStatusString(st != CUBLAS_STATUS_SUCCESS ? st : result.state));
     plan->algo = result.algo;
     plan->workspace = result.workspaceSize;
     (void)beta_nonzero;  // part of the key: the heuristic may choose differently when C is read
