@@ -77,6 +77,42 @@ struct Mode {
     int useful;    // forward + each gradient asked
 };
 
+// The op's GEMM sequence for mode m (see Note [Flash-style dh] in lm_head_ce.cpp) without its
+// row kernels, on the same buffers: what the GEMMs alone cost.
+void gemm_sequence(const cuda::Exec& ex, const Tensor& h, const Tensor& w, const Tensor& dw,
+                   const Tensor& ws, void* acc_mem, int64_t chunk, const Mode& m) {
+    const int64_t r = h.dim(0), d = h.dim(1), v = w.dim(0);
+    const int64_t s = cuda::lm_step(v, chunk), chunks = cuda::lm_chunk_count(v, s);
+    const cuda::LmHeadCeLayout lay = cuda::lm_head_ce_layout(r, v, chunk);
+    const DeviceRef dev = h.device();
+    const Tensor acc(acc_mem, DType::f32, {r, d}, dev);
+    for (int pass = 0; pass < (m.dw ? 2 : 1); ++pass) {
+        for (int64_t c = 0; c < chunks; ++c) {
+            const int64_t v0 = cuda::lm_chunk_begin(c, s), n = cuda::lm_chunk_size(c, v, s);
+            const Tensor wc = w.rows(v0, v0 + n);
+            const Tensor logits(ws.f32() + lay.logits, DType::f32, {r, n}, dev);
+            const Tensor p(ws.f32() + lay.probs, DType::bf16, {r, n}, dev);
+            cuda::gemm(ex, h, false, wc, true, logits, 1.0f, 0.0f);
+            if (pass == 0 && m.dh)
+                cuda::gemm(ex, p, false, wc, false, acc, 1.0f, c == 0 ? 0.0f : 1.0f);
+            if (pass == 1) cuda::gemm(ex, p, true, h, false, dw.rows(v0, v0 + n), 1.0f, 1.0f);
+        }
+    }
+}
+
+void print_mode(const Mode& m, double ms, double gemm_ms, double equiv) {
+    const auto rate = [&](int count, double t) { return count * equiv / (t * 1e-3) / 1e12; };
+    std::printf("  %-22s %7.2f ms %7.1f (%4.1f%%) %7.1f (%4.1f%%) ", m.name, ms,
+                rate(m.executed, ms), 100 * rate(m.executed, ms) / kCeilingTflops,
+                rate(m.useful, ms), 100 * rate(m.useful, ms) / kCeilingTflops);
+    if (m.dh) {
+        std::printf("%7.1f (%4.1f%%) ", rate(4, ms), 100 * rate(4, ms) / kCeilingTflops);
+    } else {
+        std::printf("%14s ", "-");
+    }
+    std::printf("%7.2f ms (%.1f TFLOP/s)\n", gemm_ms, rate(m.executed, gemm_ms));
+}
+
 int run(int64_t r, int64_t d, int64_t v, int64_t chunk) {
     DF_CUDA_CHECK(cudaSetDevice(0));
     cudaStream_t stream = nullptr;
@@ -137,38 +173,9 @@ int run(int64_t r, int64_t d, int64_t v, int64_t chunk) {
             const cuda::OpWorkspace::Scope scope(scratch);
             cuda::lm_head_ce(ex, h, w, labels, weights, 1.0f / static_cast<float>(r), chunk, out);
         });
-        // The op's GEMM sequence without its row kernels.
-        const double gemm_ms = median_ms(stream, [&] {
-            const int64_t s = cuda::lm_step(v, chunk), chunks = cuda::lm_chunk_count(v, s);
-            const cuda::LmHeadCeLayout lay = cuda::lm_head_ce_layout(r, v, chunk);
-            auto* ws = static_cast<float*>(ws_mem.p);
-            const Tensor acc(scratch_mem.p, DType::f32, {r, d}, dev);
-            for (int pass = 0; pass < (m.dw ? 2 : 1); ++pass) {
-                for (int64_t c = 0; c < chunks; ++c) {
-                    const int64_t v0 = cuda::lm_chunk_begin(c, s), n = cuda::lm_chunk_size(c, v, s);
-                    const Tensor wc = w.rows(v0, v0 + n);
-                    const Tensor logits(ws + lay.logits, DType::f32, {r, n}, dev);
-                    const Tensor p(ws + lay.probs, DType::bf16, {r, n}, dev);
-                    cuda::gemm(ex, h, false, wc, true, logits, 1.0f, 0.0f);
-                    if (pass == 0 && m.dh)
-                        cuda::gemm(ex, p, false, wc, false, acc, 1.0f, c == 0 ? 0.0f : 1.0f);
-                    if (pass == 1)
-                        cuda::gemm(ex, p, true, h, false, dw.rows(v0, v0 + n), 1.0f, 1.0f);
-                }
-            }
-        });
-        const auto rate = [&](int count) { return count * equiv / (ms * 1e-3) / 1e12; };
-        const double r4 = m.dh ? rate(4) : 0.0;
-        std::printf("  %-22s %7.2f ms %7.1f (%4.1f%%) %7.1f (%4.1f%%) ", m.name, ms,
-                    rate(m.executed), 100 * rate(m.executed) / kCeilingTflops, rate(m.useful),
-                    100 * rate(m.useful) / kCeilingTflops);
-        if (m.dh) {
-            std::printf("%7.1f (%4.1f%%) ", r4, 100 * r4 / kCeilingTflops);
-        } else {
-            std::printf("%14s ", "-");
-        }
-        std::printf("%7.2f ms (%.1f TFLOP/s)\n", gemm_ms,
-                    m.executed * equiv / (gemm_ms * 1e-3) / 1e12);
+        const double gemm_ms = median_ms(
+            stream, [&] { gemm_sequence(ex, h, w, dw, base.workspace, scratch_mem.p, chunk, m); });
+        print_mode(m, ms, gemm_ms, equiv);
     }
     std::printf(
         "\n  executed / useful / 4-count: TFLOP/s counting that many R*V*D*2 GEMMs "
