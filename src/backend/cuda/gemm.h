@@ -1,8 +1,9 @@
 // GemmEngine: bf16 GEMMs through cuBLASLt on one device (design §5): one handle, an explicit
 // workspace (32 MiB by default, what cuBLAS asks for on Hopper), and a plan cache keyed by
-// (m, n, k, transposes, output dtype, alpha/beta kind) holding the matmul descriptor, layouts and
-// the heuristic's algorithm, so a steady-state call does no descriptor set-up. Row-major tensors
-// are mapped onto cuBLASLt's column-major convention by computing Cᵀ = op(B)ᵀ · op(A)ᵀ.
+// (m, n, k, transposes, output dtype, beta == 0, pointer alignments) holding the matmul
+// descriptor, layouts and the heuristic's algorithm, so a steady-state call does no descriptor
+// set-up. Row-major tensors are mapped onto cuBLASLt's column-major convention by computing
+// Cᵀ = op(B)ᵀ · op(A)ᵀ (gemm_layout.h).
 // Created on the thread that drives the device; not thread-safe (one per CudaBackend).
 // Tested by tests/cuda/gemm_cuda_test.cpp; measured by bench/gemm_bench.cpp.
 #pragma once
@@ -37,7 +38,9 @@ class GemmEngine {
 
   private:
     struct Plan;
-    using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int, bool>;
+    // (m, n, k, trans_a, trans_b, C dtype, beta != 0, log2 alignments of A, B, C packed 4 bits
+    // each).
+    using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int, bool, int>;
     Plan& plan_for(const Key& key);
 
     void* handle_ = nullptr;     // cublasLtHandle_t

@@ -1,0 +1,208 @@
+// cuda::gemm and the GemmEngine (gemm.h): bf16 GEMMs through cuBLASLt with fp32 accumulation and a
+// plan cache. Host code (built by the C++ compiler). Tested by tests/cuda/gemm_cuda_test.cpp
+// (against the CPU gemm) and tests/ops/gemm_layout_test.cpp (the row-major mapping); measured by
+// bench/gemm_bench.cpp.
+#include "backend/cuda/gemm.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/gemm_layout.h"
+#include "backend/cuda/kernels/gemm.h"
+#include "core/error.h"
+
+namespace dflash::cuda {
+namespace {
+
+#define DF_CUBLAS_CHECK(stmt)                                                                     \
+    do {                                                                                          \
+        const cublasStatus_t df_cublas_st_ = (stmt);                                              \
+        DF_CHECK(df_cublas_st_ == CUBLAS_STATUS_SUCCESS, "cuBLASLt: `{}` failed: {} ({})", #stmt, \
+                 cublasLtGetStatusName(df_cublas_st_), cublasLtGetStatusString(df_cublas_st_));   \
+    } while (0)
+
+cublasLtHandle_t lt(void* handle) {
+    return static_cast<cublasLtHandle_t>(handle);
+}
+
+// A matrix operand: tensors of rank >= 2 are viewed as [numel / last, last] (as the CPU gemm).
+struct Mat {
+    int64_t rows = 0;
+    int64_t cols = 0;
+};
+
+Mat as_matrix(const Exec& ex, const Tensor& t, const char* name, bool allow_f32) {
+    check_device(ex, t, "gemm", name);
+    DF_CHECK(t.dtype() == DType::bf16 || (allow_f32 && t.dtype() == DType::f32),
+             "gemm: {} is {} but the CUDA gemm takes {}", name, t.describe(),
+             allow_f32 ? "bf16 or f32" : "bf16");
+    DF_CHECK(t.rank() >= 2, "gemm: {} has shape {}; expected a matrix (rank >= 2)", name,
+             t.shape().to_string());
+    int64_t rows = 1;
+    for (int i = 0; i + 1 < t.rank(); ++i) rows *= t.dim(i);
+    return {rows, t.dim(-1)};
+}
+
+}  // namespace
+
+// The cached set-up of one GEMM shape: everything cublasLtMatmul needs but the pointers.
+struct GemmEngine::Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    size_t workspace = 0;
+
+    Plan() = default;
+    Plan(const Plan&) = delete;
+    Plan& operator=(const Plan&) = delete;
+    ~Plan() {
+        if (c) (void)cublasLtMatrixLayoutDestroy(c);
+        if (b) (void)cublasLtMatrixLayoutDestroy(b);
+        if (a) (void)cublasLtMatrixLayoutDestroy(a);
+        if (desc) (void)cublasLtMatmulDescDestroy(desc);
+    }
+};
+
+GemmEngine::GemmEngine(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
+    cublasLtHandle_t h = nullptr;
+    DF_CUBLAS_CHECK(cublasLtCreate(&h));
+    handle_ = h;
+    if (workspace_bytes_ > 0) {
+        const cudaError_t err = cudaMalloc(&workspace_, workspace_bytes_);
+        if (err != cudaSuccess) {
+            (void)cudaGetLastError();
+            (void)cublasLtDestroy(h);
+            DF_FAIL("GemmEngine: cannot allocate its {}-byte cuBLASLt workspace: {}",
+                    workspace_bytes_, cudaGetErrorString(err));
+        }
+    }
+}
+
+GemmEngine::~GemmEngine() {
+    plans_.clear();  // descriptors before the handle
+    if (workspace_) (void)cudaFree(workspace_);
+    if (handle_) (void)cublasLtDestroy(lt(handle_));
+}
+
+GemmEngine::Plan& GemmEngine::plan_for(const Key& key) {
+    const auto found = plans_.find(key);
+    if (found != plans_.end()) return *found->second;
+    const auto [m, n, k, ta, tb, c_dtype, beta_nonzero, align] = key;
+    const LtGemm g = lt_gemm_for_row_major(m, n, k, ta, tb);
+    const bool c_bf16 = static_cast<DType>(c_dtype) == DType::bf16;
+    auto plan = std::make_unique<Plan>();
+
+    DF_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_a = g.a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = g.b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    DF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+                                                   sizeof(op_a)));
+    DF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+                                                   sizeof(op_b)));
+    const auto layout = [](cublasLtMatrixLayout_t* out, cudaDataType_t type, const LtOperand& o) {
+        DF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(out, type, static_cast<uint64_t>(o.rows),
+                                                   static_cast<uint64_t>(o.cols), o.ld));
+    };
+    layout(&plan->a, CUDA_R_16BF, g.a);
+    layout(&plan->b, CUDA_R_16BF, g.b);
+    layout(&plan->c, c_bf16 ? CUDA_R_16BF : CUDA_R_32F, g.c);
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    DF_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = workspace_bytes_;
+    // Split-K partial sums stored in a bf16 output would round the fp32 accumulation: allow only
+    // schemes that reduce in the compute type (fp32) when C is bf16.
+    const uint32_t schemes =
+        c_bf16 ? (CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
+               : CUBLASLT_REDUCTION_SCHEME_MASK;
+    // cuBLASLt's user-side pointers: our B is its A, our A its B (gemm_layout.h).
+    const uint32_t align_a = 1u << (align & 0xf), align_b = 1u << ((align >> 4) & 0xf),
+                   align_c = 1u << ((align >> 8) & 0xf);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found_count = 0;
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    for (const auto& [attr, value] :
+         {std::pair{CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, schemes},
+          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_b},
+          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_a},
+          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
+          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}}) {
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value));
+    }
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &ws, sizeof(ws));
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoGetHeuristic(lt(handle_), plan->desc, plan->a, plan->b, plan->c,
+                                            plan->c, pref, 1, &result, &found_count);
+    (void)cublasLtMatmulPreferenceDestroy(pref);
+    DF_CHECK(
+        st == CUBLAS_STATUS_SUCCESS && found_count > 0 && result.state == CUBLAS_STATUS_SUCCESS,
+        "gemm: cuBLASLt has no algorithm for op(A) [{}, {}] x op(B) [{}, {}]{}{} -> {} C "
+        "(alignments A {}, B {}, C {} bytes, workspace {} bytes): {}",
+        m, k, k, n, ta ? " (A transposed)" : "", tb ? " (B transposed)" : "",
+        c_bf16 ? "bf16" : "f32", align_a, align_b, align_c, workspace_bytes_,
+        cublasLtGetStatusString(st != CUBLAS_STATUS_SUCCESS ? st : result.state));
+    plan->algo = result.algo;
+    plan->workspace = result.workspaceSize;
+    (void)beta_nonzero;  // part of the key: the heuristic may choose differently when C is read
+    return *plans_.emplace(key, std::move(plan)).first->second;
+}
+
+void GemmEngine::run(CUstream_st* stream, const Tensor& a, bool trans_a, const Tensor& b,
+                     bool trans_b, const Tensor& c, float alpha, float beta) {
+    const int64_t a_cols = a.dim(-1), b_cols = b.dim(-1), c_cols = c.dim(-1);
+    const int64_t m = c.numel() / c_cols, n = c_cols;
+    const int64_t k = trans_a ? a.numel() / a_cols : a_cols;
+    (void)b_cols;
+    const auto address = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data()); };
+    const int align = alignment_log2(pointer_alignment(address(a))) |
+                      alignment_log2(pointer_alignment(address(b))) << 4 |
+                      alignment_log2(pointer_alignment(address(c))) << 8;
+    const Key key{m, n, k, trans_a, trans_b, static_cast<int>(c.dtype()), beta != 0.0f, align};
+    Plan& p = plan_for(key);
+    ++calls_;
+    // Column-major Cᵀ = op(B)ᵀ · op(A)ᵀ: cuBLASLt's A is our B (gemm_layout.h).
+    DF_CUBLAS_CHECK(cublasLtMatmul(lt(handle_), p.desc, &alpha, b.data(), p.a, a.data(), p.b, &beta,
+                                   c.data(), p.c, c.data(), p.c, &p.algo, workspace_, p.workspace,
+                                   stream));
+}
+
+void gemm(const Exec& ex, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+          const Tensor& c, float alpha, float beta) {
+    const Mat ma = as_matrix(ex, a, "A", false);
+    const Mat mb = as_matrix(ex, b, "B", false);
+    const Mat mc = as_matrix(ex, c, "C", true);
+    const int64_t m = trans_a ? ma.cols : ma.rows;
+    const int64_t k = trans_a ? ma.rows : ma.cols;
+    const int64_t kb = trans_b ? mb.cols : mb.rows;
+    const int64_t n = trans_b ? mb.rows : mb.cols;
+    DF_CHECK(k == kb,
+             "gemm: inner dimensions differ: op(A) is [{}, {}] (A {}{}) but op(B) is [{}, {}] "
+             "(B {}{}); a linear layer with weight W [out, in] is gemm(x, false, W, true, y)",
+             m, k, a.shape().to_string(), trans_a ? "ᵀ" : "", kb, n, b.shape().to_string(),
+             trans_b ? "ᵀ" : "");
+    DF_CHECK(mc.rows == m && mc.cols == n,
+             "gemm: C has shape {} (as [{}, {}]) but op(A)·op(B) is [{}, {}] (A {}{}, B {}{})",
+             c.shape().to_string(), mc.rows, mc.cols, m, n, a.shape().to_string(),
+             trans_a ? "ᵀ" : "", b.shape().to_string(), trans_b ? "ᵀ" : "");
+    DF_CHECK(ex.gemm != nullptr, "gemm: this CUDA backend has no GemmEngine");
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+        // op(A)·op(B) is the zero matrix; cuBLASLt is not asked about empty operands.
+        if (beta == 0.0f) {
+            DF_CUDA_CHECK(cudaMemsetAsync(c.data(), 0, c.nbytes(), ex.stream));
+        } else if (beta != 1.0f) {
+            scale_matrix(c.data(), c.dtype() == DType::bf16, c.numel(), beta, ex.stream);
+        }
+        return;
+    }
+    ex.gemm->run(ex.stream, a, trans_a, b, trans_b, c, alpha, beta);
+}
+
+}  // namespace dflash::cuda
