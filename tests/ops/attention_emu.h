@@ -50,6 +50,7 @@
 #define threadIdx (::dflash::cuda::attn_emu::self().thread_idx)
 #define blockIdx (::dflash::cuda::attn_emu::self().block->idx)
 #define blockDim (::dflash::cuda::attn_emu::self().block->dim)
+#define gridDim (::dflash::cuda::attn_emu::self().block->grid)
 
 struct dim3 {
     unsigned x = 1, y = 1, z = 1;
@@ -164,7 +165,7 @@ struct Buffer {
 };
 
 struct Block {
-    dim3 idx, dim;
+    dim3 idx, dim, grid;
     std::vector<unsigned char> smem;  // + guard bytes
     size_t smem_bytes = 0;
     std::vector<std::unique_ptr<Thread>> threads;
@@ -546,6 +547,7 @@ void launch(CUstream_st* stream, dim3 grid, dim3 block, size_t smem_bytes, Body&
                 Block b;
                 b.idx = dim3(x, y, z);
                 b.dim = block;
+                b.grid = grid;
                 b.smem_bytes = smem_bytes;
                 b.body = &fn;
                 b.mode = dev->mode;

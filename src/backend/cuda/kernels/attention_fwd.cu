@@ -53,7 +53,8 @@ __device__ __forceinline__ void load_kv_tile(const FwdArgs& a, int hk, const Key
 template <int D>
 __global__ void __launch_bounds__(kThreads) fwd_kernel(const FwdArgs a, float scale_log2) {
     DF_ATTN_SHARED(smem);
-    const int qt = blockIdx.x, h = blockIdx.y, hk = h / (a.h / a.hkv);
+    // Causal: the last query tiles have the most key tiles; start them first.
+    const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, hk = h / (a.h / a.hkv);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const MaskGeom g = resolve_dev(a.mask);
     const QTileKeys qk = qtile_dev(a.mask, g, qt);
