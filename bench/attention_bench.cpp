@@ -1,10 +1,10 @@
-// Attention benchmark on the GPU (cuda::attention_fwd / attention_bwd of backend/cuda/attention.cpp):
-// causal fwd/bwd at S = 4096 (and 16384), H = 32, Hkv = 8, Dh = 128; the DFlash block mask with a
-// 4096-row context and N = 512 blocks of B = 16; decoding over a KV cache with Sq = 1 and 16 at
-// kv_len 4096 and 32768. Prints a table: median of 20 timed runs (cudaEvents, after warm-up),
-// TFLOP/s against the bf16 GEMM ceiling (790) or GB/s of K/V read against the HBM copy ceiling
-// (4.24 TB/s) of /work/shared/device-notes.md. Skips with a message when there is no GPU.
-// Correctness is tests/cuda/attention_cuda_test.cpp's job.
+// Attention benchmark on the GPU (cuda::attention_fwd / attention_bwd of
+// backend/cuda/attention.cpp): causal fwd/bwd at S = 4096 (and 16384), H = 32, Hkv = 8, Dh = 128;
+// the DFlash block mask with a 4096-row context and N = 512 blocks of B = 16; decoding over a KV
+// cache with Sq = 1 and 16 at kv_len 4096 and 32768. Prints a table: median of 20 timed runs
+// (cudaEvents, after warm-up), TFLOP/s against the bf16 GEMM ceiling (790) or GB/s of K/V read
+// against the HBM copy ceiling (4.24 TB/s) of /work/shared/device-notes.md. Skips with a message
+// when there is no GPU. Correctness is tests/cuda/attention_cuda_test.cpp's job.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -125,9 +125,8 @@ void bench_train(const Exec& ex, Arena& mem, Rng& rng, const char* what, int64_t
     Qkv t = make_qkv(mem, rng, sq, sk, h, hkv, d, true);
     char shape[96];
     std::snprintf(shape, sizeof(shape), "Sq=%lld Sk=%lld H=%lld Hkv=%lld Dh=%lld",
-                  static_cast<long long>(sq), static_cast<long long>(sk),
-                  static_cast<long long>(h), static_cast<long long>(hkv),
-                  static_cast<long long>(d));
+                  static_cast<long long>(sq), static_cast<long long>(sk), static_cast<long long>(h),
+                  static_cast<long long>(hkv), static_cast<long long>(d));
     const double fwd_flops = 4.0 * d * h * pairs;
     const double f = median_ms(ex, [&] { attention_fwd(ex, t.q, t.k, t.v, mask, t.out, t.lse); });
     row_flops((std::string(what) + " fwd").c_str(), shape, f, fwd_flops);
@@ -164,13 +163,15 @@ void run() {
     ex.scratch = &ws;
     ex.sm_count = prop.multiProcessorCount;
     ex.device = 0;
-    std::printf("attention on %s (%d SMs); ceilings (device-notes.md): bf16 GEMM %.0f TFLOP/s, "
-                "HBM copy %.0f GB/s\n",
-                prop.name, prop.multiProcessorCount, kGemmCeiling, kHbmCeiling);
-    std::printf("FLOPs count unmasked work only: fwd = 4*Dh*H*P, bwd = 2.5*fwd (5 GEMMs; this "
-                "backward runs 7: S and dP are recomputed by the dQ kernel), P = visible "
-                "(query, key) pairs: causal S(S+1)/2, dflash sum over non-padding blocks of "
-                "B*(anchor + B). Decode: GB/s of K/V read = 2*kv_len*Hkv*Dh*2 bytes / time.\n");
+    std::printf(
+        "attention on %s (%d SMs); ceilings (device-notes.md): bf16 GEMM %.0f TFLOP/s, "
+        "HBM copy %.0f GB/s\n",
+        prop.name, prop.multiProcessorCount, kGemmCeiling, kHbmCeiling);
+    std::printf(
+        "FLOPs count unmasked work only: fwd = 4*Dh*H*P, bwd = 2.5*fwd (5 GEMMs; this "
+        "backward runs 7: S and dP are recomputed by the dQ kernel), P = visible "
+        "(query, key) pairs: causal S(S+1)/2, dflash sum over non-padding blocks of "
+        "B*(anchor + B). Decode: GB/s of K/V read = 2*kv_len*Hkv*Dh*2 bytes / time.\n");
     Rng rng(1);
     {
         Arena mem;
@@ -187,8 +188,8 @@ void run() {
         double pairs = 0;
         for (int32_t a : anchors) pairs += double(b) * (a + b);
         const Tensor ta = mem.i32(anchors);
-        bench_train(ex, mem, rng, "dflash", n * b, ctx + n * b,
-                    AttnMask::dflash_block(ctx, b, ta), pairs);
+        bench_train(ex, mem, rng, "dflash", n * b, ctx + n * b, AttnMask::dflash_block(ctx, b, ta),
+                    pairs);
     }
     {
         Arena mem;

@@ -108,7 +108,8 @@ DeviceTensor upload_i32(Backend& be, const HostTensor& host) {
 std::string where(const Shape& s, int64_t i) {
     std::ostringstream os;
     if (s.rank() == 3) {
-        os << "(row " << i / (s[1] * s[2]) << ", head " << (i / s[2]) % s[1] << ", d " << i % s[2] << ")";
+        os << "(row " << i / (s[1] * s[2]) << ", head " << (i / s[2]) % s[1] << ", d " << i % s[2]
+           << ")";
     } else {
         os << "(head " << i / s[1] << ", row " << i % s[1] << ")";
     }
@@ -193,7 +194,8 @@ Problem make_problem(const Case& c) {
 AttnMask mask_of(const Case& c, const Tensor& anchors, const Tensor& kv_len) {
     switch (c.kind) {
         case AttnMaskKind::causal:
-            return c.kv_len >= 0 ? AttnMask::over_cache(c.kind, kv_len) : AttnMask::causal(c.q_offset);
+            return c.kv_len >= 0 ? AttnMask::over_cache(c.kind, kv_len)
+                                 : AttnMask::causal(c.q_offset);
         case AttnMaskKind::full:
             return c.kv_len >= 0 ? AttnMask::over_cache(c.kind, kv_len) : AttnMask::full();
         case AttnMaskKind::dflash_block:
@@ -275,7 +277,8 @@ void check_case(Backends& be, const Case& c, bool twice = false) {
     }
 }
 
-// ---- the cases -----------------------------------------------------------------------------------
+// ---- the cases
+// -----------------------------------------------------------------------------------
 TEST(AttentionCuda, CausalForwardBackward) {
     REQUIRE_CUDA_DEVICE();
     Backends be;

@@ -227,8 +227,7 @@ inline unsigned char* smem_at(uint32_t off, int bytes) {
     Block& b = *self().block;
     if (static_cast<size_t>(off) + bytes > b.smem_bytes) {
         fiber_fail("shared-memory access at byte " + std::to_string(off) + " (+" +
-                   std::to_string(bytes) + ") past its " + std::to_string(b.smem_bytes) +
-                   " bytes");
+                   std::to_string(bytes) + ") past its " + std::to_string(b.smem_bytes) + " bytes");
     }
     return b.smem.data() + kGuard + off;
 }
@@ -343,7 +342,8 @@ inline void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
         for (int l = 0; l < 32; ++l) {
             const int g = l / 4, tt = l % 4;
             const LaneIo& x = wp.io[l];
-            const int rows[4] = {g, g + 8, g, g + 8}, cols[4] = {2 * tt, 2 * tt, 2 * tt + 8, 2 * tt + 8};
+            const int rows[4] = {g, g + 8, g, g + 8},
+                      cols[4] = {2 * tt, 2 * tt, 2 * tt + 8, 2 * tt + 8};
             for (int i = 0; i < 4; ++i) {
                 A[rows[i]][cols[i]] = lo_bf16(x.u[i]);
                 A[rows[i]][cols[i] + 1] = hi_bf16(x.u[i]);
@@ -359,7 +359,8 @@ inline void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
         }
         for (int l = 0; l < 32; ++l) {
             const int g = l / 4, tt = l % 4;
-            const int rr[4] = {g, g, g + 8, g + 8}, cc[4] = {2 * tt, 2 * tt + 1, 2 * tt, 2 * tt + 1};
+            const int rr[4] = {g, g, g + 8, g + 8},
+                      cc[4] = {2 * tt, 2 * tt + 1, 2 * tt, 2 * tt + 1};
             for (int i = 0; i < 4; ++i) {
                 float acc = C[rr[i]][cc[i]];
                 for (int k = 0; k < 16; ++k) acc += A[rr[i]][k] * B[k][cc[i]];
@@ -454,8 +455,8 @@ inline void start_fiber(Thread& t, Block& b) {
     auto* slot = reinterpret_cast<uint64_t*>(top);
     slot[-1] = 0;  // fiber_entry's return address: it never returns
     slot[-2] = reinterpret_cast<uint64_t>(&fiber_entry);  // where df_emu_switch's ret goes
-    for (int r = 3; r <= 8; ++r) slot[-r] = 0;             // rbp, rbx, r12-r15
-    slot[-9] = 0x1f80u | (uint64_t{0x037f} << 32);         // mxcsr, x87 control word
+    for (int r = 3; r <= 8; ++r) slot[-r] = 0;            // rbp, rbx, r12-r15
+    slot[-9] = 0x1f80u | (uint64_t{0x037f} << 32);        // mxcsr, x87 control word
     t.sp = &slot[-9];
     (void)b;
 #else

@@ -101,8 +101,12 @@ Ref reference(const Case& c, const Inputs& in) {
     r.dk.assign(size_t(c.sk) * c.hkv * D, 0.0);
     r.dv.assign(r.dk.size(), 0.0);
     std::vector<double> p(c.sk), dp(c.sk);
-    auto Q = [&](const std::vector<float>& t, int i, int h, int e) { return double(t[(size_t(i) * c.h + h) * D + e]); };
-    auto K = [&](const std::vector<float>& t, int j, int hk, int e) { return double(t[(size_t(j) * c.hkv + hk) * D + e]); };
+    auto Q = [&](const std::vector<float>& t, int i, int h, int e) {
+        return double(t[(size_t(i) * c.h + h) * D + e]);
+    };
+    auto K = [&](const std::vector<float>& t, int j, int hk, int e) {
+        return double(t[(size_t(j) * c.hkv + hk) * D + e]);
+    };
     for (int h = 0; h < c.h; ++h) {
         const int hk = h / g;
         for (int i = 0; i < c.sq; ++i) {
@@ -119,7 +123,8 @@ Ref reference(const Case& c, const Inputs& in) {
             double sum = 0;
             for (int j = 0; j < c.sk; ++j) sum += p[j] == -INFINITY ? 0.0 : std::exp(p[j] - m);
             r.lse[size_t(h) * c.sq + i] = m + std::log(sum);
-            for (int j = 0; j < c.sk; ++j) p[j] = p[j] == -INFINITY ? 0.0 : std::exp(p[j] - m) / sum;
+            for (int j = 0; j < c.sk; ++j)
+                p[j] = p[j] == -INFINITY ? 0.0 : std::exp(p[j] - m) / sum;
             double* o = &r.out[(size_t(i) * c.h + h) * D];
             for (int j = 0; j < c.sk; ++j) {
                 if (p[j] == 0.0) continue;
@@ -164,10 +169,10 @@ void expect_close(const char* what, const Case& c, const Buf& got, const std::ve
         << c.name << " " << what << ": rel L2 error " << rel << " (tol " << rel_tol
         << "), max abs error " << worst << " at " << worst_at << " (got " << got.at(worst_at)
         << " want " << ref[worst_at] << "), first bad element "
-        << (first_bad == ref.size() ? std::string("none")
-                                    : std::to_string(first_bad) + " got " +
-                                          std::to_string(got.at(first_bad)) + " want " +
-                                          std::to_string(ref[first_bad]));
+        << (first_bad == ref.size()
+                ? std::string("none")
+                : std::to_string(first_bad) + " got " + std::to_string(got.at(first_bad)) +
+                      " want " + std::to_string(ref[first_bad]));
     EXPECT_TRUE(got.guards_intact()) << c.name << " " << what << ": write outside the tensor";
 }
 
@@ -180,9 +185,15 @@ struct Run {
     Device dev;
 
     Run(const Case& c, const Inputs& in, CopyMode mode)
-        : q(in.q.size(), 0), k(in.k.size(), 0), v(in.v.size(), 0), out(in.q.size(), kNanBf16),
-          dout(in.q.size(), 0), dq(in.q.size(), kNanBf16), dk(in.k.size(), kNanBf16),
-          dv(in.k.size(), kNanBf16), anchors(c.anchors) {
+        : q(in.q.size(), 0),
+          k(in.k.size(), 0),
+          v(in.v.size(), 0),
+          out(in.q.size(), kNanBf16),
+          dout(in.q.size(), 0),
+          dq(in.q.size(), kNanBf16),
+          dk(in.k.size(), kNanBf16),
+          dv(in.k.size(), kNanBf16),
+          anchors(c.anchors) {
         auto put = [](Buf& b, const std::vector<float>& x) {
             for (size_t i = 0; i < x.size(); ++i) b.data()[i] = f32_to_bf16(x[i]);
         };
@@ -351,8 +362,8 @@ TEST(AttentionEmu, DflashBlockForwardBackward) {
     // Block size not dividing the query tile; sorted with duplicates and trailing padding.
     check_case(dflash("dflash b10 ctx33", 9, 10, 33, {1, 5, 5, 5, 17, 30, 33, -1, -1}, 2, 1, 128));
     // Whole tiles seen by every row: the unmasked context path.
-    check_case(dflash("dflash b16 ctx130", 8, 16, 130, {128, 128, 129, 130, 130, 130, 130, 130},
-                      2, 2, 64));
+    check_case(dflash("dflash b16 ctx130", 8, 16, 130, {128, 128, 129, 130, 130, 130, 130, 130}, 2,
+                      2, 64));
     // One-row blocks (up to 64 anchors per query tile), GQA group 4.
     std::vector<int32_t> a(70);
     for (int b = 0; b < 70; ++b) a[b] = (b * 37) % 6 - 1;  // -1 .. 4, unsorted

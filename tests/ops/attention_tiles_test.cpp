@@ -91,14 +91,15 @@ void check_forward_tiles(const Problem& p, VisitMap& visits) {
             }
             // Tiles are aligned to their segment (Note [Attention key segments]).
             EXPECT_EQ((k.k0 - (t < n0 ? 0 : base1)) % kBlockN, 0) << where;
-            const bool inserted = visits.emplace(std::make_pair(qt, kv_index_of(p, k, t >= n0)), k.mask).second;
+            const bool inserted =
+                visits.emplace(std::make_pair(qt, kv_index_of(p, k, t >= n0)), k.mask).second;
             EXPECT_TRUE(inserted) << where << ": key tile visited twice";
             for (int i = i0; i < i1; ++i) {
                 for (int j = k.k0; j < k.k0 + kBlockN; ++j) {
                     const bool vis = visible(p, i, j);
                     if (!k.mask) {
-                        ASSERT_TRUE(vis) << where << ": unmasked but row " << i << " key " << j
-                                         << " is hidden";
+                        ASSERT_TRUE(vis)
+                            << where << ": unmasked but row " << i << " key " << j << " is hidden";
                     }
                     if (vis && j >= k.lo && j < k.hi) ++seen[static_cast<size_t>(i) * g.sk + j];
                 }
@@ -152,7 +153,8 @@ void check_kv_tiles(const Problem& p, const VisitMap& forward) {
         }
     }
     for (int j = 0; j < p.sk_capacity; ++j) {
-        ASSERT_EQ(written[j], 1) << p.name << ": dK/dV row " << j << " written " << written[j] << " times";
+        ASSERT_EQ(written[j], 1) << p.name << ": dK/dV row " << j << " written " << written[j]
+                                 << " times";
     }
     EXPECT_EQ(inverse, forward) << p.name << ": dK/dV visits differ from the forward's";
 }
@@ -164,8 +166,8 @@ void check_decode(const Problem& p) {
     for (int splits : {1, 2, 3, 5, 64}) {
         for (int min_chunk : {1, 64, 100, 1024}) {
             const int chunk = split_chunk(kv_end, splits, min_chunk);
-            const std::string where = p.name + " splits " + std::to_string(splits) +
-                                      " min_chunk " + std::to_string(min_chunk);
+            const std::string where = p.name + " splits " + std::to_string(splits) + " min_chunk " +
+                                      std::to_string(min_chunk);
             ASSERT_EQ(chunk % kBlockN, 0) << where;
             ASSERT_GT(chunk, 0) << where;
             const int active = active_splits(kv_end, chunk);
@@ -190,7 +192,8 @@ void check_decode(const Problem& p) {
                                 ASSERT_TRUE(vis && j < k.hi)
                                     << where << " unmasked (" << i << ", " << j << ")";
                             }
-                            if (vis && j >= k.lo && j < k.hi) ++seen[static_cast<size_t>(i) * g.sk + j];
+                            if (vis && j >= k.lo && j < k.hi)
+                                ++seen[static_cast<size_t>(i) * g.sk + j];
                         }
                     }
                 }
@@ -288,9 +291,9 @@ TEST(AttentionTiles, DflashBlock) {
     struct Shape {
         int n, block, ctx;
     };
-    const Shape shapes[] = {{1, 1, 0},   {5, 1, 3},   {70, 1, 61},  {3, 3, 10},  {9, 16, 61},
-                            {4, 16, 64}, {9, 16, 130}, {13, 10, 33}, {2, 64, 65}, {2, 100, 7},
-                            {33, 4, 7},  {5, 16, 0}};
+    const Shape shapes[] = {{1, 1, 0},   {5, 1, 3},   {70, 1, 61},  {3, 3, 10},
+                            {9, 16, 61}, {4, 16, 64}, {9, 16, 130}, {13, 10, 33},
+                            {2, 64, 65}, {2, 100, 7}, {33, 4, 7},   {5, 16, 0}};
     for (const Shape& s : shapes) {
         for (int pattern = 0; pattern < 7; ++pattern) {
             std::vector<int32_t> a(s.n);

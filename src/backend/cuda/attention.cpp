@@ -41,14 +41,13 @@ void check_like(const Exec& ex, const Tensor& t, const Tensor& like, const char*
              t.describe(), like_name, like.shape().to_string());
 }
 
-Dims check_qkv(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v,
-               const char* op) {
+Dims check_qkv(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v, const char* op) {
     check_bf16_3d(ex, q, op, "q");
     check_bf16_3d(ex, k, op, "k");
     check_like(ex, v, k, op, "v", "k");
     Dims d{q.dim(0), k.dim(0), q.dim(1), k.dim(1), q.dim(2)};
-    DF_CHECK(k.dim(2) == d.d, "{}: k head dim {} != q head dim {} (q {}, k {})", op, k.dim(2),
-             d.d, q.describe(), k.describe());
+    DF_CHECK(k.dim(2) == d.d, "{}: k head dim {} != q head dim {} (q {}, k {})", op, k.dim(2), d.d,
+             q.describe(), k.describe());
     DF_CHECK(attn::head_dim_supported(static_cast<int>(d.d)),
              "{}: head dim {} has no CUDA kernel; supported head dims are 64 and 128 (q {})", op,
              d.d, q.describe());
@@ -90,8 +89,8 @@ attn::MaskArgs check_mask(const Exec& ex, const AttnMask& m, const Dims& d, cons
             break;
         case AttnMaskKind::dflash_block: {
             a.kind = attn::kDflash;
-            DF_CHECK(m.block_size > 0, "{}: dflash_block mask has block_size={}, expected > 0",
-                     op, m.block_size);
+            DF_CHECK(m.block_size > 0, "{}: dflash_block mask has block_size={}, expected > 0", op,
+                     m.block_size);
             DF_CHECK(d.sq % m.block_size == 0,
                      "{}: dflash_block has Sq={} queries, expected a multiple of block_size={} "
                      "(Sq = N * block_size)",
@@ -157,13 +156,13 @@ void attention_fwd(const Exec& ex, const Tensor& q, const Tensor& k, const Tenso
     a.d = static_cast<int>(d.d);
     if (d.sq == 0 || d.h == 0) return;
     if (a.mask.kind != attn::kDflash && d.sq <= kDecodeMaxQueries) {
-        const attn::DecodePlan p = attn::plan_decode(a.mask.sq, a.h / a.hkv, a.hkv, a.mask.sk,
-                                                     ex.sm_count);
+        const attn::DecodePlan p =
+            attn::plan_decode(a.mask.sq, a.h / a.hkv, a.hkv, a.mask.sk, ex.sm_count);
         OpWorkspace& ws = scratch_of(ex, op);
-        float* part_o = ws.take_n<float>(attn::decode_partial_floats(a, p),
-                                         "attention decode partial outputs");
-        float* part_ml = ws.take_n<float>(attn::decode_stats_floats(a, p),
-                                          "attention decode partial max/sum");
+        float* part_o =
+            ws.take_n<float>(attn::decode_partial_floats(a, p), "attention decode partial outputs");
+        float* part_ml =
+            ws.take_n<float>(attn::decode_stats_floats(a, p), "attention decode partial max/sum");
         attn::decode(a, p, part_o, part_ml, ex.stream);
         return;
     }

@@ -2,7 +2,8 @@
 // dK/dV with one block per (key tile, kv head) looping over the heads of its GQA group and the
 // query tiles that see the tile in a fixed order, and dQ with one block per (query tile, head)
 // looping over its key tiles. Both recompute P = exp(S - lse) from the forward's lse.
-// Tested by tests/cuda/attention_cuda_test.cpp (tile arithmetic: tests/ops/attention_tiles_test.cpp).
+// Tested by tests/cuda/attention_cuda_test.cpp (tile arithmetic:
+// tests/ops/attention_tiles_test.cpp).
 //
 // Warp roles: dQ warps own 16 query rows, like the forward; dK/dV warps own 16 key rows and
 // compute the transposed products (Sᵀ = K Qᵀ, dPᵀ = V dOᵀ) so that Pᵀ and dSᵀ are already the A
@@ -17,9 +18,9 @@ constexpr int kNt = kBlockN / 8;
 
 template <int D>
 __device__ __forceinline__ void zero_acc(float (&c)[D][4]) {
-DF_ATTN_UNROLL
+    DF_ATTN_UNROLL
     for (int n = 0; n < D; ++n) {
-DF_ATTN_UNROLL
+        DF_ATTN_UNROLL
         for (int e = 0; e < 4; ++e) c[n][e] = 0.0f;
     }
 }
@@ -35,7 +36,8 @@ __global__ void __launch_bounds__(128) delta_kernel(const BwdArgs a) {
     const int row = blockIdx.x * 4 + warp;  // i * H + h
     const int sq = a.mask.sq;
     if (row >= sq * a.h) return;
-    const auto* x = reinterpret_cast<const __nv_bfloat162*>(a.dout + static_cast<size_t>(row) * a.d);
+    const auto* x =
+        reinterpret_cast<const __nv_bfloat162*>(a.dout + static_cast<size_t>(row) * a.d);
     const auto* y = reinterpret_cast<const __nv_bfloat162*>(a.out + static_cast<size_t>(row) * a.d);
     float acc = 0.0f;
     for (int c = lane; c < a.d / 2; c += 32) {
@@ -44,7 +46,7 @@ __global__ void __launch_bounds__(128) delta_kernel(const BwdArgs a) {
         acc = fmaf(u.x, w.x, acc);
         acc = fmaf(u.y, w.y, acc);
     }
-DF_ATTN_UNROLL
+    DF_ATTN_UNROLL
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     if (lane == 0) a.delta[static_cast<size_t>(row % a.h) * sq + row / a.h] = acc;
 }
@@ -92,13 +94,49 @@ __device__ __forceinline__ void load_q_rows(const uint16_t* base, const BwdArgs&
         base);
 }
 
+// One key tile for a warp's 16 query rows: P = exp2(S - lse) (masked), dP = dO Vᵀ,
+// dS = P ∘ (dP - delta), dQ += dS K (scaled at the end).
 template <int D>
-__global__ void __launch_bounds__(kThreads) dq_kernel(const BwdArgs a, float scale,
-                                                      float scale_log2) {
+__device__ __forceinline__ void dq_tile(float (&dq)[D / 8][4], uint32_t s_q, uint32_t s_do,
+                                        uint32_t k_tile, uint32_t v_tile, const KeyTile& kt,
+                                        const RowSpan (&span)[2], const float (&nl)[2],
+                                        const float (&dl)[2], float scale_log2, int warp,
+                                        int lane) {
+    const int t4 = lane & 3;
+    float p[kNt][4];
+    zero_acc<kNt>(p);
+    mma_abt<D, kNt, D / 16>(
+        p, [&](int ks, uint32_t(&f)[4]) { lds_a<D>(f, s_q, warp * 16, ks, lane); }, k_tile, 0,
+        lane);
+    DF_ATTN_UNROLL
+    for (int n = 0; n < kNt; ++n) {
+        DF_ATTN_UNROLL
+        for (int e = 0; e < 4; ++e) {
+            const bool ok = !kt.mask || key_ok(kt, span[e >> 1], kt.k0 + n * 8 + 2 * t4 + (e & 1));
+            p[n][e] = ok ? exp2_approx(p[n][e] * scale_log2 - nl[e >> 1]) : 0.0f;
+        }
+    }
+    float ds[kNt][4];
+    zero_acc<kNt>(ds);
+    mma_abt<D, kNt, D / 16>(
+        ds, [&](int ks, uint32_t(&f)[4]) { lds_a<D>(f, s_do, warp * 16, ks, lane); }, v_tile, 0,
+        lane);
+    DF_ATTN_UNROLL
+    for (int n = 0; n < kNt; ++n) {
+        DF_ATTN_UNROLL
+        for (int e = 0; e < 4; ++e) ds[n][e] = p[n][e] * (ds[n][e] - dl[e >> 1]);
+    }
+    mma_ab<D, D / 8, kBlockN / 16>(
+        dq, [&](int ks, uint32_t(&f)[4]) { acc_to_a<kNt>(f, ds, ks); }, k_tile, 0, lane);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    dq_kernel(const BwdArgs a, float scale, float scale_log2) {
     DF_ATTN_SHARED(smem);
     // Causal: the last query tiles have the most key tiles; start them first.
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, hk = h / (a.h / a.hkv);
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, t4 = lane & 3;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const MaskGeom g = resolve_dev(a.mask);
     const QTileKeys qk = qtile_dev(a.mask, g, qt);
     const int base1 = seg1_base(g);
@@ -120,7 +158,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const BwdArgs a, float sca
     const int row = warp * 16 + (lane >> 2);
     RowSpan span[2];
     float nl[2], dl[2];
-DF_ATTN_UNROLL
+    DF_ATTN_UNROLL
     for (int r = 0; r < 2; ++r) {
         const int i = i0 + row + 8 * r;
         span[r] = row_span(g, i, a.mask.anchors);
@@ -142,32 +180,8 @@ DF_ATTN_UNROLL
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
-        const KeyTile kt = key_tile(qk, base1, t);
-        float p[kNt][4];
-        zero_acc<kNt>(p);
-        mma_abt<D, kNt, D / 16>(
-            p, [&](int ks, uint32_t(&f)[4]) { lds_a<D>(f, s_q, warp * 16, ks, lane); }, k_cur, 0,
-            lane);
-DF_ATTN_UNROLL
-        for (int n = 0; n < kNt; ++n) {
-DF_ATTN_UNROLL
-            for (int e = 0; e < 4; ++e) {
-                const bool ok = !kt.mask || key_ok(kt, span[e >> 1], kt.k0 + n * 8 + 2 * t4 + (e & 1));
-                p[n][e] = ok ? exp2_approx(p[n][e] * scale_log2 - nl[e >> 1]) : 0.0f;
-            }
-        }
-        float ds[kNt][4];
-        zero_acc<kNt>(ds);
-        mma_abt<D, kNt, D / 16>(
-            ds, [&](int ks, uint32_t(&f)[4]) { lds_a<D>(f, s_do, warp * 16, ks, lane); }, v_cur,
-            0, lane);
-DF_ATTN_UNROLL
-        for (int n = 0; n < kNt; ++n) {
-DF_ATTN_UNROLL
-            for (int e = 0; e < 4; ++e) ds[n][e] = p[n][e] * (ds[n][e] - dl[e >> 1]);
-        }
-        mma_ab<D, D / 8, kBlockN / 16>(
-            dq, [&](int ks, uint32_t(&f)[4]) { acc_to_a<kNt>(f, ds, ks); }, k_cur, 0, lane);
+        dq_tile<D>(dq, s_q, s_do, k_cur, v_cur, key_tile(qk, base1, t), span, nl, dl, scale_log2,
+                   warp, lane);
         __syncthreads();
     }
     cp_async_wait<0>();
@@ -253,9 +267,9 @@ __device__ __forceinline__ void dkdv_step(float (&dk)[D / 8][4], float (&dv)[D /
     zero_acc<kN>(p);
     mma_abt<D, kN, D / 16>(
         p, [&](int ks, uint32_t(&f)[4]) { lds_a<D>(f, s_k, kr, ks, lane); }, q_tile, c0, lane);
-DF_ATTN_UNROLL
+    DF_ATTN_UNROLL
     for (int n = 0; n < kN; ++n) {
-DF_ATTN_UNROLL
+        DF_ATTN_UNROLL
         for (int e = 0; e < 4; ++e) {
             const int c = c0 + n * 8 + 2 * t4 + (e & 1);  // query row of the tile
             const int j = key[e >> 1];
@@ -269,18 +283,19 @@ DF_ATTN_UNROLL
     zero_acc<kN>(ds);
     mma_abt<D, kN, D / 16>(
         ds, [&](int ks, uint32_t(&f)[4]) { lds_a<D>(f, s_v, kr, ks, lane); }, do_tile, c0, lane);
-DF_ATTN_UNROLL
+    DF_ATTN_UNROLL
     for (int n = 0; n < kN; ++n) {
-DF_ATTN_UNROLL
-        for (int e = 0; e < 4; ++e) ds[n][e] = p[n][e] * (ds[n][e] - dl[c0 + n * 8 + 2 * t4 + (e & 1)]);
+        DF_ATTN_UNROLL
+        for (int e = 0; e < 4; ++e)
+            ds[n][e] = p[n][e] * (ds[n][e] - dl[c0 + n * 8 + 2 * t4 + (e & 1)]);
     }
     mma_ab<D, D / 8, kN / 2>(
         dk, [&](int ks, uint32_t(&f)[4]) { acc_to_a<kN>(f, ds, ks); }, q_tile, c0, lane);
 }
 
 template <int D>
-__global__ void __launch_bounds__(kThreads) dkdv_kernel(const BwdArgs a, float scale,
-                                                        float scale_log2) {
+__global__ void __launch_bounds__(kThreads)
+    dkdv_kernel(const BwdArgs a, float scale, float scale_log2) {
     using L = DkdvSmem<D>;
     DF_ATTN_SHARED(smem);
     const int hk = blockIdx.y, group = a.h / a.hkv;
@@ -316,7 +331,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const BwdArgs a, float s
         const float* lse = s_lse + buf * kBlockM;
         const float* dl = s_delta + buf * kBlockM;
         const RowSpan* span = s_span + buf * kBlockM;
-DF_ATTN_UNROLL
+        DF_ATTN_UNROLL
         for (int half = 0; half < kBlockM / DkdvSmem<D>::kQw; ++half) {
             dkdv_step<D>(dk, dv, s_k, s_v, q_cur, do_cur, lse, dl, span, half * DkdvSmem<D>::kQw,
                          key, kv.load_end, cur.kind == 1, scale_log2, lane);

@@ -1,7 +1,8 @@
 // Attention forward kernels: FlashAttention-2 over (query tile, head) blocks, the split-KV decode
 // kernel with its combine, and the dflash pre-pass that turns anchors into per-query-tile key
 // ranges. bf16 mma.sync m16n8k16, fp32 accumulation, online softmax in log2 units.
-// Tested by tests/cuda/attention_cuda_test.cpp (tile arithmetic: tests/ops/attention_tiles_test.cpp).
+// Tested by tests/cuda/attention_cuda_test.cpp (tile arithmetic:
+// tests/ops/attention_tiles_test.cpp).
 //
 // Blocks are 4 warps of 16 query rows (kBlockM = 64) against key tiles of kBlockN = 64 rows,
 // double-buffered with cp.async: tile t + 1 loads while tile t is computed. The decode kernel
@@ -85,19 +86,20 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const FwdArgs a, float sc
     for (int t = 0; t < ntiles; ++t) {
         const int buf = t & 1;
         if (t + 1 < ntiles) {
-            load_kv_tile<D>(a, hk, key_tile(qk, base1, t + 1), s_k + (buf ^ 1) * tile_bytes<D>(kBlockN),
+            load_kv_tile<D>(a, hk, key_tile(qk, base1, t + 1),
+                            s_k + (buf ^ 1) * tile_bytes<D>(kBlockN),
                             s_v + (buf ^ 1) * tile_bytes<D>(kBlockN), tid, kThreads);
         }
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
         if (t == 0) {
-DF_ATTN_UNROLL
+            DF_ATTN_UNROLL
             for (int ks = 0; ks < D / 16; ++ks) lds_a<D>(qf[ks], s_q, warp * 16, ks, lane);
         }
         attend_tile<D>(st, qf, s_k + buf * tile_bytes<D>(kBlockN),
-                       s_v + buf * tile_bytes<D>(kBlockN), key_tile(qk, base1, t), span,
-                       scale_log2, lane);
+                       s_v + buf * tile_bytes<D>(kBlockN), key_tile(qk, base1, t), span, scale_log2,
+                       lane);
         __syncthreads();
     }
     cp_async_wait<0>();
@@ -105,7 +107,7 @@ DF_ATTN_UNROLL
 
     // Normalise; a row that saw no key gets 0 and lse -inf.
     float l[2], inv[2];
-DF_ATTN_UNROLL
+    DF_ATTN_UNROLL
     for (int r = 0; r < 2; ++r) {
         l[r] = quad_sum(st.l[r]);
         inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
@@ -116,7 +118,7 @@ DF_ATTN_UNROLL
         return w0 + r < g.sq ? out + static_cast<size_t>(w0 + r) * q_stride : nullptr;
     });
     if (a.lse != nullptr && (lane & 3) == 0) {
-DF_ATTN_UNROLL
+        DF_ATTN_UNROLL
         for (int r = 0; r < 2; ++r) {
             const int i = i0 + row + 8 * r;
             if (i < g.sq) {
@@ -130,9 +132,9 @@ DF_ATTN_UNROLL
 // ---- decode ----------------------------------------------------------------------------------
 // Block (split s, kv head hk, row block rb); rows r = i * group + (h % group) of the kv head.
 template <int D>
-__global__ void __launch_bounds__(256) decode_kernel(const FwdArgs a, const DecodePlan p,
-                                                     float scale_log2, float* part_o,
-                                                     float* part_ml) {
+__global__ void __launch_bounds__(256)
+    decode_kernel(const FwdArgs a, const DecodePlan p, float scale_log2, float* part_o,
+                  float* part_ml) {
     DF_ATTN_SHARED(smem);
     const int s = blockIdx.x, hk = blockIdx.y, rb = blockIdx.z;
     const int group = a.h / a.hkv;
@@ -161,7 +163,7 @@ __global__ void __launch_bounds__(256) decode_kernel(const FwdArgs a, const Deco
 
     const int row = warp * 16 + (lane >> 2);
     RowSpan span[2];
-DF_ATTN_UNROLL
+    DF_ATTN_UNROLL
     for (int r = 0; r < 2; ++r) {
         const int rr = r0 + row + 8 * r;
         span[r] = rr < p.rows ? row_span(g, rr / group, nullptr) : RowSpan{};
@@ -180,7 +182,7 @@ DF_ATTN_UNROLL
         cp_async_wait<1>();
         __syncthreads();
         if (t == 0) {
-DF_ATTN_UNROLL
+            DF_ATTN_UNROLL
             for (int ks = 0; ks < D / 16; ++ks) lds_a<D>(qf[ks], s_q, warp * 16, ks, lane);
         }
         attend_tile<D>(st, qf, s_k + buf * tile_bytes<D>(kBlockN),
@@ -192,7 +194,7 @@ DF_ATTN_UNROLL
 
     // Partial results: unnormalised output, running max and sum of each row for this split.
     const int t4 = lane & 3;
-DF_ATTN_UNROLL
+    DF_ATTN_UNROLL
     for (int r = 0; r < 2; ++r) {
         const float l = quad_sum(st.l[r]);
         const int rr = r0 + row + 8 * r;
@@ -200,7 +202,7 @@ DF_ATTN_UNROLL
         const int i = rr / group, h = hk * group + rr % group;
         const size_t idx = (static_cast<size_t>(s) * a.h + h) * g.sq + i;
         float* o = part_o + idx * D;
-DF_ATTN_UNROLL
+        DF_ATTN_UNROLL
         for (int n = 0; n < D / 8; ++n) {
             *reinterpret_cast<float2*>(o + n * 8 + 2 * t4) =
                 make_float2(st.acc[n][2 * r], st.acc[n][2 * r + 1]);
@@ -210,9 +212,9 @@ DF_ATTN_UNROLL
 }
 
 // One warp per (query i, head h): merges the active splits' partials in split order.
-__global__ void __launch_bounds__(128) decode_combine_kernel(const FwdArgs a, const DecodePlan p,
-                                                             const float* part_o,
-                                                             const float* part_ml) {
+__global__ void __launch_bounds__(128)
+    decode_combine_kernel(const FwdArgs a, const DecodePlan p, const float* part_o,
+                          const float* part_ml) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row = blockIdx.x * 4 + warp;
     const int sq = a.mask.sq;
@@ -227,7 +229,7 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const FwdArgs a, co
     };
     float m = -INFINITY;
     for (int s = lane; s < active; s += 32) m = fmaxf(m, ml(s).x);
-DF_ATTN_UNROLL
+    DF_ATTN_UNROLL
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     const float m_use = m == -INFINITY ? 0.0f : m;
     float l = 0.0f;
@@ -235,7 +237,7 @@ DF_ATTN_UNROLL
         const float2 x = ml(s);
         l += x.y * exp2_approx(x.x - m_use);
     }
-DF_ATTN_UNROLL
+    DF_ATTN_UNROLL
     for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     uint16_t* out = a.out + static_cast<size_t>(row) * a.d;  // row = i * H + h
@@ -262,8 +264,7 @@ float scale_log2_of(int d) {
 template <int D>
 void launch_fwd(const FwdArgs& a, CUstream_st* stream) {
     const dim3 grid(num_query_tiles(a.mask.sq), a.h);
-    DF_ATTN_LAUNCH(fwd_kernel<D>, grid, kThreads, fwd_smem_bytes<D>(), stream, a,
-                   scale_log2_of(D));
+    DF_ATTN_LAUNCH(fwd_kernel<D>, grid, kThreads, fwd_smem_bytes<D>(), stream, a, scale_log2_of(D));
 }
 
 template <int D>

@@ -1,7 +1,8 @@
 // Device building blocks of the attention kernels (attention_fwd.cu, attention_bwd.cu): cp.async
 // tile loads into swizzled shared memory, ldmatrix, bf16 mma.sync m16n8k16 with fp32
 // accumulation, and the warp-level GEMMs the kernels are made of. Included only by .cu files.
-// Tested through tests/cuda/attention_cuda_test.cpp and, on the CPU, tests/ops/attention_emu_test.cpp.
+// Tested through tests/cuda/attention_cuda_test.cpp and, on the CPU,
+// tests/ops/attention_emu_test.cpp.
 //
 // Note [Attention smem tiles]: every tile is R rows of D bf16 (a Q, K, V or dO tile; rows are
 // queries or keys, columns the head dim), 16-byte chunk c of row r stored at chunk c ^ (r & 7), so
@@ -40,11 +41,11 @@
 #define DF_ATTN_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
 // Dynamic shared memory above 48 KB must be allowed per kernel before the launch.
 #define DF_ATTN_LAUNCH(kernel, grid, block, smem, stream, ...)                                  \
-    do {                                                                                       \
+    do {                                                                                        \
         DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, \
-                                           static_cast<int>(smem)));                           \
-        kernel<<<grid, block, smem, stream>>>(__VA_ARGS__);                                    \
-        DF_CUDA_CHECK_LAUNCH(kernel);                                                          \
+                                           static_cast<int>(smem)));                            \
+        kernel<<<grid, block, smem, stream>>>(__VA_ARGS__);                                     \
+        DF_CUDA_CHECK_LAUNCH(kernel);                                                           \
     } while (0)
 #endif
 
@@ -201,11 +202,11 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c)[NT][
 template <int D, int NT, int KS, class AFrag>
 __device__ __forceinline__ void mma_abt(float (&c)[NT][4], AFrag&& a_frag, uint32_t tile, int n0,
                                         int lane) {
-DF_ATTN_UNROLL
+    DF_ATTN_UNROLL
     for (int ks = 0; ks < KS; ++ks) {
         uint32_t a[4];
         a_frag(ks, a);
-DF_ATTN_UNROLL
+        DF_ATTN_UNROLL
         for (int np = 0; np < NT / 2; ++np) {
             uint32_t b[4];
             const int row = n0 + np * 16 + (lane & 7) + ((lane >> 4) << 3);
@@ -221,11 +222,11 @@ DF_ATTN_UNROLL
 template <int D, int NT, int KS, class AFrag>
 __device__ __forceinline__ void mma_ab(float (&c)[NT][4], AFrag&& a_frag, uint32_t tile, int k0,
                                        int lane) {
-DF_ATTN_UNROLL
+    DF_ATTN_UNROLL
     for (int ks = 0; ks < KS; ++ks) {
         uint32_t a[4];
         a_frag(ks, a);
-DF_ATTN_UNROLL
+        DF_ATTN_UNROLL
         for (int np = 0; np < NT / 2; ++np) {
             uint32_t b[4];
             const int row = k0 + ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
@@ -245,9 +246,9 @@ __device__ __forceinline__ void store_rows_bf16(const float (&acc)[D / 8][4],
                                                 unsigned char* tile_ptr, int r0, int lane,
                                                 RowDst&& row_dst) {
     const int g = lane >> 2, t = lane & 3;
-DF_ATTN_UNROLL
+    DF_ATTN_UNROLL
     for (int n = 0; n < D / 8; ++n) {
-DF_ATTN_UNROLL
+        DF_ATTN_UNROLL
         for (int h = 0; h < 2; ++h) {
             const uint32_t off = swz<D>(r0 + g + 8 * h, n) + t * 4;
             *reinterpret_cast<uint32_t*>(tile_ptr + off) =
@@ -291,14 +292,14 @@ struct SoftmaxState {
     float acc[D / 8][4];
 
     __device__ __forceinline__ void init() {
-DF_ATTN_UNROLL
+        DF_ATTN_UNROLL
         for (int r = 0; r < 2; ++r) {
             m[r] = -INFINITY;
             l[r] = 0.0f;
         }
-DF_ATTN_UNROLL
+        DF_ATTN_UNROLL
         for (int n = 0; n < D / 8; ++n) {
-DF_ATTN_UNROLL
+            DF_ATTN_UNROLL
             for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
         }
     }
@@ -309,26 +310,25 @@ DF_ATTN_UNROLL
 template <int D>
 __device__ __forceinline__ void attend_tile(SoftmaxState<D>& st, const uint32_t (&qf)[D / 16][4],
                                             uint32_t k_tile, uint32_t v_tile, const KeyTile& kt,
-                                            const RowSpan (&span)[2], float scale_log2,
-                                            int lane) {
+                                            const RowSpan (&span)[2], float scale_log2, int lane) {
     float s[kBlockN / 8][4];
-DF_ATTN_UNROLL
+    DF_ATTN_UNROLL
     for (int n = 0; n < kBlockN / 8; ++n) {
-DF_ATTN_UNROLL
+        DF_ATTN_UNROLL
         for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
     }
     mma_abt<D, kBlockN / 8, D / 16>(
         s,
         [&](int ks, uint32_t(&a)[4]) {
-DF_ATTN_UNROLL
+            DF_ATTN_UNROLL
             for (int e = 0; e < 4; ++e) a[e] = qf[ks][e];
         },
         k_tile, 0, lane);
     const int t = lane & 3;
     float mx[2] = {-INFINITY, -INFINITY};
-DF_ATTN_UNROLL
+    DF_ATTN_UNROLL
     for (int n = 0; n < kBlockN / 8; ++n) {
-DF_ATTN_UNROLL
+        DF_ATTN_UNROLL
         for (int e = 0; e < 4; ++e) {
             float x = s[n][e] * scale_log2;
             if (kt.mask && !key_ok(kt, span[e >> 1], kt.k0 + n * 8 + 2 * t + (e & 1))) {
@@ -339,22 +339,22 @@ DF_ATTN_UNROLL
         }
     }
     float m_use[2];
-DF_ATTN_UNROLL
+    DF_ATTN_UNROLL
     for (int r = 0; r < 2; ++r) {
         const float m_new = fmaxf(st.m[r], quad_max(mx[r]));
         m_use[r] = m_new == -INFINITY ? 0.0f : m_new;  // a row that has seen nothing yet
         const float corr = exp2_approx(st.m[r] - m_use[r]);
         st.m[r] = m_new;
         st.l[r] *= corr;
-DF_ATTN_UNROLL
+        DF_ATTN_UNROLL
         for (int n = 0; n < D / 8; ++n) {
             st.acc[n][2 * r] *= corr;
             st.acc[n][2 * r + 1] *= corr;
         }
     }
-DF_ATTN_UNROLL
+    DF_ATTN_UNROLL
     for (int n = 0; n < kBlockN / 8; ++n) {
-DF_ATTN_UNROLL
+        DF_ATTN_UNROLL
         for (int e = 0; e < 4; ++e) {
             const float p = exp2_approx(s[n][e] - m_use[e >> 1]);
             s[n][e] = p;
@@ -362,8 +362,7 @@ DF_ATTN_UNROLL
         }
     }
     mma_ab<D, D / 8, kBlockN / 16>(
-        st.acc, [&](int ks, uint32_t(&a)[4]) { acc_to_a<kBlockN / 8>(a, s, ks); }, v_tile, 0,
-        lane);
+        st.acc, [&](int ks, uint32_t(&a)[4]) { acc_to_a<kBlockN / 8>(a, s, ks); }, v_tile, 0, lane);
 }
 
 }  // namespace dflash::cuda::attn

@@ -29,10 +29,18 @@ constexpr int kBlockN = 64;  // key rows per tile (all kernels)
 
 enum MaskKind : int { kCausal = 0, kFull = 1, kDflash = 2 };
 
-DF_ATTN_HD int imin(int a, int b) { return a < b ? a : b; }
-DF_ATTN_HD int imax(int a, int b) { return a > b ? a : b; }
-DF_ATTN_HD int iclamp(int x, int lo, int hi) { return imin(imax(x, lo), hi); }
-DF_ATTN_HD int cdiv(int a, int b) { return (a + b - 1) / b; }
+DF_ATTN_HD int imin(int a, int b) {
+    return a < b ? a : b;
+}
+DF_ATTN_HD int imax(int a, int b) {
+    return a > b ? a : b;
+}
+DF_ATTN_HD int iclamp(int x, int lo, int hi) {
+    return imin(imax(x, lo), hi);
+}
+DF_ATTN_HD int cdiv(int a, int b) {
+    return (a + b - 1) / b;
+}
 
 // One call's mask with the device-side kv_len already read: `sk` keys exist, causal query i sits
 // at q_offset + i (may be negative when kv_len < Sq: such rows see nothing).
@@ -103,7 +111,9 @@ struct QTileKeys {
     int end1 = 0;
 };
 
-DF_ATTN_HD int num_query_tiles(int sq) { return cdiv(sq, kBlockM); }
+DF_ATTN_HD int num_query_tiles(int sq) {
+    return cdiv(sq, kBlockM);
+}
 
 // dflash: reads the anchors of the blocks the tile's rows belong to (the pre-pass kernel does
 // this once per call into a table; causal and full need no anchors).
@@ -164,7 +174,8 @@ DF_ATTN_HD int seg1_first_tile(const QTileKeys& q, int base1) {
 
 DF_ATTN_HD int num_key_tiles(const QTileKeys& q, int base1) {
     const int n0 = cdiv(q.end0, kBlockN);
-    const int n1 = q.end1 > q.begin1 ? cdiv(q.end1 - base1, kBlockN) - seg1_first_tile(q, base1) : 0;
+    const int n1 =
+        q.end1 > q.begin1 ? cdiv(q.end1 - base1, kBlockN) - seg1_first_tile(q, base1) : 0;
     return n0 + n1;
 }
 
