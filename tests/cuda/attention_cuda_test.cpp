@@ -336,6 +336,11 @@ TEST(AttentionCuda, DflashBlockForwardBackward) {
     std::vector<int32_t> rnd(13);
     for (auto& a : rnd) a = static_cast<int32_t>(rng.below(132)) - 1;
     check_case(be, dflash("dflash b10 g8", 13, 10, 130, rnd, 8, 1, 64));
+    // Enough query tiles that the context key tiles' dK/dV are split (fp32 partials + reduce).
+    std::vector<int32_t> many(128);
+    for (auto& a : many) a = static_cast<int32_t>(rng.below(501));
+    std::sort(many.begin(), many.end());
+    check_case(be, dflash("dflash 128x16 split dK/dV", 128, 16, 500, many, 8, 2, 128));
     // Nothing visible at all.
     check_case(be, dflash("dflash all padding", 4, 16, 64, {-1, -1, -1, -1}, 2, 1, 128));
 }

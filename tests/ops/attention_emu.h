@@ -62,6 +62,12 @@ struct float2 {
 inline float2 make_float2(float x, float y) {
     return {x, y};
 }
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+struct alignas(8) uint2 {
+    unsigned x, y;
+};
 struct alignas(16) uint4 {
     unsigned x, y, z, w;
 };

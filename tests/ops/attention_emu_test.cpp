@@ -42,6 +42,7 @@ struct Case {
     int kv_len = -1;  // -1: no kv_len
     bool bwd = false;
     int sm_count = 132;
+    int kv_splits = 0;  // dK/dV splits; 0: the rule of attention.cpp
 };
 
 // A bf16 device tensor in host memory with guard elements on both sides.
@@ -179,7 +180,7 @@ void expect_close(const char* what, const Case& c, const Buf& got, const std::ve
 // Everything one run keeps alive: device tensors (host memory here) and the emulated device.
 struct Run {
     Buf q, k, v, out, dout, dq, dk, dv;
-    std::vector<float> lse, delta, part_o, part_ml;
+    std::vector<float> lse, delta, part_o, part_ml, dkdv_part;
     std::vector<int32_t> anchors, kv_len;
     std::vector<QTileKeys> table;
     Device dev;
@@ -276,6 +277,10 @@ void run_bwd(const Case& c, Run& r) {
     a.h = c.h;
     a.hkv = c.hkv;
     a.d = c.d;
+    a.kv_splits = c.kv_splits > 0 ? c.kv_splits : dkdv_splits_wanted(c.kind, c.sq, c.h / c.hkv);
+    r.dkdv_part.assign(dkdv_partial_floats(a, a.kv_splits),
+                       std::numeric_limits<float>::quiet_NaN());
+    a.dkdv_partial = r.dkdv_part.empty() ? nullptr : r.dkdv_part.data();
     r.expose(a.dout, r.dout.size() * 2);
     r.expose(a.lse, r.lse.size() * 4);
     r.expose(a.delta, r.delta.size() * 4);
@@ -364,6 +369,11 @@ TEST(AttentionEmu, DflashBlockForwardBackward) {
     // Whole tiles seen by every row: the unmasked context path.
     check_case(dflash("dflash b16 ctx130", 8, 16, 130, {128, 128, 129, 130, 130, 130, 130, 130}, 2,
                       2, 64));
+    // The shared context tiles split over query tiles (fp32 partials, then a reduce).
+    Case split = dflash("dflash b16 ctx130 3 splits", 12, 16, 130,
+                        {0, 20, 40, 60, 80, 100, 120, 130, 130, 129, -1, 7}, 4, 2, 64);
+    split.kv_splits = 3;
+    check_case(split);
     // One-row blocks (up to 64 anchors per query tile), GQA group 4.
     std::vector<int32_t> a(70);
     for (int b = 0; b < 70; ++b) a[b] = (b * 37) % 6 - 1;  // -1 .. 4, unsorted

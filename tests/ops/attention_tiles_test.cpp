@@ -159,6 +159,36 @@ void check_kv_tiles(const Problem& p, const VisitMap& forward) {
     EXPECT_EQ(inverse, forward) << p.name << ": dK/dV visits differ from the forward's";
 }
 
+// Split dK/dV blocks: every (key tile, split) block once, and the splits of a key tile share its
+// visits out exactly (each visit to exactly one split).
+void check_kv_splits(const Problem& p, const VisitMap& forward) {
+    const MaskGeom& g = p.g;
+    for (int splits : {1, 2, 3, 4}) {
+        const int nb = num_kv_blocks(g.kind, g.sq, p.sk_capacity, g.ctx_len, splits);
+        std::map<std::pair<int, int>, int> blocks;
+        VisitMap seen;
+        for (int x = 0; x < nb; ++x) {
+            const KvBlock b = kv_block(g.kind, p.sk_capacity, g.ctx_len, splits, x);
+            const KvTile k = kv_tile(g, p.sk_capacity, b.kt);
+            ASSERT_TRUE(b.split == 0 || (k.seg == 0 && b.split < splits)) << p.name;
+            ++blocks[{b.kt, b.split}];
+            for (int qt = 0; qt < num_query_tiles(g.sq); ++qt) {
+                if (!split_owns(k, splits, b.split, qt)) continue;
+                const int v = visit_kind(qtile_keys(g, qt, anchors_of(p)), k);
+                if (v == 0) continue;
+                ASSERT_TRUE(seen.emplace(std::make_pair(qt, b.kt), v == 2).second)
+                    << p.name << " splits " << splits << ": visit (" << qt << ", " << b.kt
+                    << ") made twice";
+            }
+        }
+        for (const auto& [key, count] : blocks) ASSERT_EQ(count, 1) << p.name;
+        const int nkt = num_kv_tiles(g.kind, g.sq, p.sk_capacity, g.ctx_len);
+        const int nt0 = cdiv(seg0_len(g.kind, p.sk_capacity, g.ctx_len), kBlockN);
+        EXPECT_EQ(static_cast<int>(blocks.size()), nt0 * splits + (nkt - nt0)) << p.name;
+        EXPECT_EQ(seen, forward) << p.name << " splits " << splits;
+    }
+}
+
 void check_decode(const Problem& p) {
     const MaskGeom& g = p.g;
     if (g.kind == kDflash) return;
@@ -216,6 +246,8 @@ void check_all(const Problem& p) {
     check_forward_tiles(p, fwd);
     if (testing::Test::HasFatalFailure()) return;
     check_kv_tiles(p, fwd);
+    if (testing::Test::HasFatalFailure()) return;
+    check_kv_splits(p, fwd);
     if (testing::Test::HasFatalFailure()) return;
     check_decode(p);
 }

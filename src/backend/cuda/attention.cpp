@@ -198,11 +198,22 @@ void attention_bwd(const Exec& ex, const Tensor& dout, const Tensor& q, const Te
     a.hkv = static_cast<int>(d.hkv);
     a.d = static_cast<int>(d.d);
     if (d.h == 0) return;
+    OpWorkspace& ws = scratch_of(ex, op);
     if (d.sq > 0) {
-        a.delta = scratch_of(ex, op).take_n<float>(static_cast<size_t>(d.h * d.sq),
-                                                   "attention backward delta");
+        a.delta = ws.take_n<float>(static_cast<size_t>(d.h * d.sq), "attention backward delta");
     }
     plan_dflash(ex, a.mask, op);
+    // Split the shared context key tiles when the workspace has room for the partials (the
+    // choice depends on sizes only, so the bits do not change from run to run).
+    a.kv_splits = attn::dkdv_splits_wanted(a.mask.kind, a.mask.sq, a.h / a.hkv);
+    const size_t room = ws.capacity() - ws.mark();
+    while (a.kv_splits > 1 && (attn::dkdv_partial_floats(a, a.kv_splits) * 4 + 256) > room) {
+        --a.kv_splits;
+    }
+    if (a.kv_splits > 1) {
+        a.dkdv_partial = ws.take_n<float>(attn::dkdv_partial_floats(a, a.kv_splits),
+                                          "attention backward dK/dV split partials");
+    }
     attn::bwd(a, ex.stream);
 }
 

@@ -50,6 +50,10 @@ struct BwdArgs {
     uint16_t* dk = nullptr;
     uint16_t* dv = nullptr;
     float* delta = nullptr;  // scratch f32 [H, Sq]: rowsum(dout * out)
+    // Splits of the segment-0 key tiles (attention_tiles.h); with more than one, scratch f32
+    // partials [2 (dk, dv), kv_splits, segment-0 rows, Hkv, D].
+    int kv_splits = 1;
+    float* dkdv_partial = nullptr;
     int h = 0;
     int hkv = 0;
     int d = 0;
@@ -78,6 +82,12 @@ inline size_t decode_stats_floats(const FwdArgs& a, const DecodePlan& p) {
 }
 void decode(const FwdArgs& a, const DecodePlan& p, float* part_o, float* part_ml,
             CUstream_st* stream);
+
+// Scratch floats for the dK/dV partials of `splits` splits (0 when splits <= 1).
+inline size_t dkdv_partial_floats(const BwdArgs& a, int splits) {
+    if (splits <= 1) return 0;
+    return size_t{2} * splits * seg0_len(a.mask.kind, a.mask.sk, a.mask.ctx_len) * a.hkv * a.d;
+}
 
 // Backward: delta pre-pass, dK/dV per key tile, dQ per query tile; deterministic (no atomics).
 void bwd(const BwdArgs& a, CUstream_st* stream);

@@ -218,10 +218,12 @@ struct Visit {
 };
 
 __device__ __forceinline__ Visit next_visit(const MaskArgs& m, const MaskGeom& g, const KvTile& kv,
-                                            const QTileRange& cand, int group, Visit v) {
+                                            const QTileRange& cand, int group, int splits,
+                                            int split, Visit v) {
     int hh = v.hh, qt = v.qt + 1;
     while (hh < group) {
         for (; qt < cand.hi; ++qt) {
+            if (!split_owns(kv, splits, split, qt)) continue;
             const int kind = visit_kind(qtile_dev(m, g, qt), kv);
             if (kind != 0) return Visit{hh, qt, kind};
         }
@@ -293,6 +295,31 @@ __device__ __forceinline__ void dkdv_step(float (&dk)[D / 8][4], float (&dv)[D /
         dk, [&](int ks, uint32_t(&f)[4]) { acc_to_a<kN>(f, ds, ks); }, q_tile, c0, lane);
 }
 
+// A split block's fp32 partial dK (scaled) and dV for rows [k0, write_end) of its key tile.
+template <int D>
+__device__ __forceinline__ void store_partial(const BwdArgs& a, const KvTile& kv, int split, int hk,
+                                              int kr, int lane, const float (&dk)[D / 8][4],
+                                              const float (&dv)[D / 8][4], float scale) {
+    const size_t n =
+        static_cast<size_t>(seg0_len(a.mask.kind, a.mask.sk, a.mask.ctx_len)) * a.hkv * D;
+    float* pk = a.dkdv_partial + static_cast<size_t>(split) * n + static_cast<size_t>(hk) * D;
+    float* pv = pk + static_cast<size_t>(a.kv_splits) * n;
+    const int t4 = lane & 3;
+    DF_ATTN_UNROLL
+    for (int r = 0; r < 2; ++r) {
+        const int row = kv.k0 + kr + (lane >> 2) + 8 * r;
+        if (row >= kv.write_end) continue;
+        const size_t at = static_cast<size_t>(row) * a.hkv * D + 2 * t4;
+        DF_ATTN_UNROLL
+        for (int c = 0; c < D / 8; ++c) {
+            *reinterpret_cast<float2*>(pk + at + c * 8) =
+                make_float2(dk[c][2 * r] * scale, dk[c][2 * r + 1] * scale);
+            *reinterpret_cast<float2*>(pv + at + c * 8) =
+                make_float2(dv[c][2 * r], dv[c][2 * r + 1]);
+        }
+    }
+}
+
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     dkdv_kernel(const BwdArgs a, float scale, float scale_log2) {
@@ -301,7 +328,8 @@ __global__ void __launch_bounds__(kThreads)
     const int hk = blockIdx.y, group = a.h / a.hkv;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const MaskGeom g = resolve_dev(a.mask);
-    const KvTile kv = kv_tile(g, a.mask.sk, blockIdx.x);
+    const KvBlock kb = kv_block(g.kind, a.mask.sk, g.ctx_len, a.kv_splits, blockIdx.x);
+    const KvTile kv = kv_tile(g, a.mask.sk, kb.kt);
     const QTileRange cand = qtile_candidates(g, kv);
     const uint32_t base = smem_u32(smem);
     const uint32_t s_k = base + L::kK, s_v = base + L::kV;
@@ -310,7 +338,8 @@ __global__ void __launch_bounds__(kThreads)
     const RowSpan* s_span = reinterpret_cast<const RowSpan*>(smem + L::kSpan);
 
     load_kv_rows<D>(a, hk, kv.k0, kv.k0, kv.load_end, s_k, s_v, tid);
-    Visit cur = next_visit(a.mask, g, kv, cand, group, Visit{0, cand.lo - 1, 0});
+    Visit cur =
+        next_visit(a.mask, g, kv, cand, group, a.kv_splits, kb.split, Visit{0, cand.lo - 1, 0});
     if (cur.hh < group) load_visit<D>(a, g, hk, group, cur, smem, 0, tid);
     cp_async_commit();
 
@@ -321,7 +350,7 @@ __global__ void __launch_bounds__(kThreads)
     zero_acc<D / 8>(dv);
     for (int step = 0; cur.hh < group; ++step) {
         const int buf = step & 1;
-        const Visit nx = next_visit(a.mask, g, kv, cand, group, cur);
+        const Visit nx = next_visit(a.mask, g, kv, cand, group, a.kv_splits, kb.split, cur);
         if (nx.hh < group) load_visit<D>(a, g, hk, group, nx, smem, buf ^ 1, tid);
         cp_async_commit();
         cp_async_wait<1>();
@@ -341,6 +370,10 @@ __global__ void __launch_bounds__(kThreads)
     }
     cp_async_wait<0>();
     __syncthreads();
+    if (kv.seg == 0 && a.kv_splits > 1) {
+        store_partial<D>(a, kv, kb.split, hk, kr, lane, dk, dv, scale);
+        return;
+    }
     // Rows [k0, write_end) of dK and dV belong to this tile (zeros where no query sees them).
     const size_t stride = static_cast<size_t>(a.hkv) * D;
     const int w0 = kv.k0 + kr;
@@ -354,14 +387,44 @@ __global__ void __launch_bounds__(kThreads)
     store_rows_bf16<D>(dv, one, smem + L::kV, kr, lane, dst(a.dv + static_cast<size_t>(hk) * D));
 }
 
+// dk[j], dv[j] (bf16) = the sum over splits, in split order, of the fp32 partials of the
+// segment-0 rows; 4 elements per thread.
+__global__ void __launch_bounds__(256) dkdv_reduce_kernel(const BwdArgs a, int len0) {
+    const size_t n = static_cast<size_t>(len0) * a.hkv * a.d;
+    const size_t i = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
+    if (i >= n) return;
+    const size_t per_split = n;
+    for (int which = 0; which < 2; ++which) {
+        const float* part = a.dkdv_partial + static_cast<size_t>(which) * a.kv_splits * n;
+        float4 acc = *reinterpret_cast<const float4*>(part + i);
+        for (int s = 1; s < a.kv_splits; ++s) {
+            const float4 x = *reinterpret_cast<const float4*>(part + s * per_split + i);
+            acc.x += x.x;
+            acc.y += x.y;
+            acc.z += x.z;
+            acc.w += x.w;
+        }
+        uint16_t* dst = (which == 0 ? a.dk : a.dv) + i;
+        uint2 packed;
+        packed.x = pack_bf16(acc.x, acc.y);
+        packed.y = pack_bf16(acc.z, acc.w);
+        *reinterpret_cast<uint2*>(dst) = packed;
+    }
+}
+
 template <int D>
 void launch_bwd(const BwdArgs& a, CUstream_st* stream) {
     const float scale = 1.0f / sqrtf(static_cast<float>(D));
     const float scale_log2 = scale * kLog2e;
-    const int nkv = num_kv_tiles(a.mask.kind, a.mask.sq, a.mask.sk, a.mask.ctx_len);
+    const int nkv = num_kv_blocks(a.mask.kind, a.mask.sq, a.mask.sk, a.mask.ctx_len, a.kv_splits);
     if (nkv > 0) {
         DF_ATTN_LAUNCH(dkdv_kernel<D>, dim3(nkv, a.hkv), kThreads, DkdvSmem<D>::kBytes, stream, a,
                        scale, scale_log2);
+    }
+    const int len0 = seg0_len(a.mask.kind, a.mask.sk, a.mask.ctx_len);
+    if (a.kv_splits > 1 && len0 > 0) {
+        const int quads = cdiv(len0 * a.hkv * D / 4, 256);
+        DF_ATTN_LAUNCH(dkdv_reduce_kernel, quads, 256, 0, stream, a, len0);
     }
     if (a.mask.sq == 0) return;
     DF_ATTN_LAUNCH(dq_kernel<D>, dim3(num_query_tiles(a.mask.sq), a.h), kThreads,

@@ -245,6 +245,46 @@ DF_ATTN_HD int visit_kind(const QTileKeys& q, const KvTile& k) {
     return (q.end1 > q.begin1 && k.k0 < q.end1 && k.k0 + kBlockN > q.begin1) ? 2 : 0;
 }
 
+// Splitting the dK/dV work of a key tile: a segment-0 key tile (the context, for dflash) can be
+// seen by every query tile of every head of its GQA group, far more work than one block should
+// do alone. With `splits` > 1, each segment-0 key tile gets `splits` blocks; split sp visits the
+// query tiles qt with qt % splits == sp (interleaved, so sorted anchors spread evenly) and writes
+// fp32 partial dK/dV, which a second kernel sums in split order (deterministic, no atomics).
+// Blocks are numbered segment-0 tiles x splits first, then the segment-1 tiles.
+DF_ATTN_HD int num_kv_blocks(int kind, int sq, int sk_capacity, int ctx_len, int splits) {
+    const int nt0 = cdiv(seg0_len(kind, sk_capacity, ctx_len), kBlockN);
+    return nt0 * splits + (num_kv_tiles(kind, sq, sk_capacity, ctx_len) - nt0);
+}
+
+struct KvBlock {
+    int kt = 0;
+    int split = 0;
+};
+
+DF_ATTN_HD KvBlock kv_block(int kind, int sk_capacity, int ctx_len, int splits, int x) {
+    const int nt0 = cdiv(seg0_len(kind, sk_capacity, ctx_len), kBlockN);
+    KvBlock b;
+    if (x < nt0 * splits) {
+        b.kt = x / splits;
+        b.split = x % splits;
+    } else {
+        b.kt = x - nt0 * splits + nt0;
+    }
+    return b;
+}
+
+// Whether split `split` of key tile k handles query tile qt.
+DF_ATTN_HD bool split_owns(const KvTile& k, int splits, int split, int qt) {
+    return k.seg != 0 || splits <= 1 || qt % splits == split;
+}
+
+// The splits wanted for a shape (dflash only: there the context tiles are shared by every query
+// tile; causal and full spread evenly enough). The caller lowers it when the workspace lacks room
+// for the partials.
+inline int dkdv_splits_wanted(int kind, int sq, int group) {
+    return kind == kDflash ? iclamp(num_query_tiles(sq) * group / 64, 1, 4) : 1;
+}
+
 // A range [lo, hi) of query tiles outside which no tile visits key tile k (a cheap bound; the
 // kernel still asks visit_kind for each tile inside it).
 struct QTileRange {
