@@ -37,7 +37,8 @@
 
 #include "core/dtype.h"
 
-// ---- CUDA spellings the kernels use ----------------------------------------------------------
+// ---- CUDA spellings the kernels use (internal linkage: the library's CUDA objects have their
+// own) --------------------------------------------------------------------------------------------
 #define __global__
 #define __device__
 #define __host__
@@ -59,7 +60,7 @@ struct dim3 {
 struct float2 {
     float x, y;
 };
-inline float2 make_float2(float x, float y) {
+static inline float2 make_float2(float x, float y) {
     return {x, y};
 }
 struct alignas(16) float4 {
@@ -74,10 +75,10 @@ struct alignas(16) uint4 {
 struct __nv_bfloat162 {
     uint16_t x, y;
 };
-inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) {
+static inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) {
     return {dflash::f32_to_bf16(lo), dflash::f32_to_bf16(hi)};
 }
-inline float2 __bfloat1622float2(__nv_bfloat162 v) {
+static inline float2 __bfloat1622float2(__nv_bfloat162 v) {
     return {dflash::bf16_to_f32(v.x), dflash::bf16_to_f32(v.y)};
 }
 

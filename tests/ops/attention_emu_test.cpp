@@ -395,6 +395,11 @@ TEST(AttentionEmu, DecodeOverKvCache) {
     few.sm_count = 2;  // several tiles per split
     check_case(few);
     check_case(cache("decode causal sq16 g8 two row blocks", kCausal, 16, 100, 40, 8, 1, 64));
+    // Splits of 192 keys and kv_len 394: the last split holds 10 keys, and the first queries see
+    // none of them (a partial with max -inf and sum 0).
+    Case tail = cache("decode causal sq16 short last split", kCausal, 16, 700, 394, 2, 2, 64);
+    tail.sm_count = 2;
+    check_case(tail);
     check_case(cache("decode kv_len 0", kFull, 3, 64, 0, 2, 1, 64));
     Case plain = cache("decode causal no kv_len", kCausal, 4, 90, -1, 4, 1, 128);
     plain.q_offset = 50;
