@@ -1,0 +1,375 @@
+// Tile arithmetic of the CUDA attention kernels: which keys a query row sees, which key tiles a
+// query tile visits (and the inverse, which query tiles visit a key tile, for the dK/dV kernel),
+// and how the decode kernel splits a KV cache. Plain integer code shared by the kernels
+// (__host__ __device__) and the CPU test that checks it exhaustively against a brute-force
+// enumeration of visible (query, key) pairs: tests/ops/attention_tiles_test.cpp.
+// No CUDA headers and no fmt here (Note [No fmt in .cu files] in cuda_check.h).
+//
+// Note [Attention key segments]: keys form at most two segments. Causal and full: one segment
+// [0, Sk). dflash_block: segment 0 is the context [0, ctx_len) and segment 1 the block rows
+// [ctx_len, ctx_len + Sq). Key tiles are kBlockN rows aligned to their segment's start, so a tile
+// never mixes context and block rows, and the forward, dQ and dK/dV kernels enumerate the same
+// (query tile, key tile) pairs: a query tile's visible keys are [0, end0) in segment 0 and
+// [begin1, end1) in segment 1 (QTileKeys); segment-0 tiles below `full0` are seen by every row of
+// the query tile and skip the element mask, every other visited tile applies each row's RowSpan.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define DF_ATTN_HD __host__ __device__ __forceinline__
+#else
+#define DF_ATTN_HD inline
+#endif
+
+namespace dflash::cuda::attn {
+
+constexpr int kBlockM = 64;  // query rows per tile (all kernels)
+constexpr int kBlockN = 64;  // key rows per tile (all kernels)
+
+enum MaskKind : int { kCausal = 0, kFull = 1, kDflash = 2 };
+
+DF_ATTN_HD int imin(int a, int b) {
+    return a < b ? a : b;
+}
+DF_ATTN_HD int imax(int a, int b) {
+    return a > b ? a : b;
+}
+DF_ATTN_HD int iclamp(int x, int lo, int hi) {
+    return imin(imax(x, lo), hi);
+}
+DF_ATTN_HD int cdiv(int a, int b) {
+    return (a + b - 1) / b;
+}
+
+// One call's mask with the device-side kv_len already read: `sk` keys exist, causal query i sits
+// at q_offset + i (may be negative when kv_len < Sq: such rows see nothing).
+struct MaskGeom {
+    int kind = kCausal;
+    int sq = 0;
+    int sk = 0;
+    int q_offset = 0;
+    int ctx_len = 0;
+    int block = 1;
+};
+
+// kv_len (when present) replaces the key count and, for causal, places the queries at its end.
+// Out-of-range values are clamped (the device cannot raise an error): kv_len to [0, capacity].
+DF_ATTN_HD MaskGeom resolve_mask(int kind, int sq, int sk_capacity, int q_offset, int ctx_len,
+                                 int block, bool has_kv_len, int kv_len) {
+    MaskGeom g;
+    g.kind = kind;
+    g.sq = sq;
+    g.sk = sk_capacity;
+    g.q_offset = q_offset;
+    g.ctx_len = ctx_len;
+    g.block = block > 0 ? block : 1;
+    if (has_kv_len && kind != kDflash) {
+        g.sk = iclamp(kv_len, 0, sk_capacity);
+        if (kind == kCausal) g.q_offset = g.sk - sq;
+    }
+    return g;
+}
+
+// The keys query row i sees: [0, e0) ∪ [b1, e1). Rows outside [0, Sq) see nothing. A dflash
+// anchor above ctx_len is clamped to it (the CPU backend rejects it; the device cannot).
+struct RowSpan {
+    int e0 = 0;
+    int b1 = 0;
+    int e1 = 0;
+};
+
+DF_ATTN_HD bool span_has(const RowSpan& s, int j) {
+    return j < s.e0 || (j >= s.b1 && j < s.e1);
+}
+
+DF_ATTN_HD RowSpan row_span(const MaskGeom& g, int i, const int32_t* anchors) {
+    RowSpan s;
+    if (i < 0 || i >= g.sq) return s;
+    if (g.kind == kCausal) {
+        s.e0 = iclamp(g.q_offset + i + 1, 0, g.sk);
+    } else if (g.kind == kFull) {
+        s.e0 = g.sk;
+    } else {
+        const int n = i / g.block;
+        const int a = anchors[n];
+        if (a < 0) return s;  // padding block
+        s.e0 = imin(a, g.ctx_len);
+        s.b1 = g.ctx_len + n * g.block;
+        s.e1 = s.b1 + g.block;
+    }
+    return s;
+}
+
+// What the rows of query tile qt (rows [qt*kBlockM, min(+kBlockM, Sq))) may see, in key indices:
+// [0, end0) ∪ [begin1, end1). Every row of the tile sees every key < full0 (full0 <= end0); a
+// tile with rows past Sq gets full0 = 0, so every key tile of it takes the element mask.
+struct QTileKeys {
+    int end0 = 0;
+    int full0 = 0;
+    int begin1 = 0;
+    int end1 = 0;
+};
+
+DF_ATTN_HD int num_query_tiles(int sq) {
+    return cdiv(sq, kBlockM);
+}
+
+// dflash: reads the anchors of the blocks the tile's rows belong to (the pre-pass kernel does
+// this once per call into a table; causal and full need no anchors).
+DF_ATTN_HD QTileKeys qtile_keys(const MaskGeom& g, int qt, const int32_t* anchors) {
+    QTileKeys q;
+    const int i0 = qt * kBlockM;
+    const int i1 = imin(i0 + kBlockM, g.sq);
+    if (i1 <= i0) return q;
+    if (g.kind == kCausal) {
+        q.end0 = iclamp(g.q_offset + i1, 0, g.sk);  // row i1-1 sees keys <= q_offset + i1 - 1
+        q.full0 = iclamp(g.q_offset + i0 + 1, 0, g.sk);
+    } else if (g.kind == kFull) {
+        q.end0 = g.sk;
+        q.full0 = g.sk;
+    } else {
+        int max_a = 0, min_a = g.ctx_len, first = -1, last = -1;
+        bool padding = false;
+        for (int n = i0 / g.block; n <= (i1 - 1) / g.block; ++n) {
+            const int a = anchors[n];
+            if (a < 0) {
+                padding = true;
+                continue;
+            }
+            const int ac = imin(a, g.ctx_len);
+            max_a = imax(max_a, ac);
+            min_a = imin(min_a, ac);
+            if (first < 0) first = n;
+            last = n;
+        }
+        if (first >= 0) {
+            q.end0 = max_a;
+            q.full0 = padding ? 0 : min_a;
+            q.begin1 = g.ctx_len + first * g.block;
+            q.end1 = g.ctx_len + (last + 1) * g.block;
+        }
+    }
+    if (i0 + kBlockM > g.sq) q.full0 = 0;
+    return q;
+}
+
+// Segment 1's first key (dflash: the first block row); 0 when there is no segment 1.
+DF_ATTN_HD int seg1_base(const MaskGeom& g) {
+    return g.kind == kDflash ? g.ctx_len : 0;
+}
+
+// One key tile as a query tile visits it: smem rows hold keys [k0, k0 + kBlockN); keys [lo, hi)
+// are loaded, the others are zero-filled; `mask` says whether rows must apply their RowSpan.
+struct KeyTile {
+    int k0 = 0;
+    int lo = 0;
+    int hi = 0;
+    bool mask = true;
+};
+
+DF_ATTN_HD int seg1_first_tile(const QTileKeys& q, int base1) {
+    return (q.begin1 - base1) / kBlockN;
+}
+
+DF_ATTN_HD int num_key_tiles(const QTileKeys& q, int base1) {
+    const int n0 = cdiv(q.end0, kBlockN);
+    const int n1 =
+        q.end1 > q.begin1 ? cdiv(q.end1 - base1, kBlockN) - seg1_first_tile(q, base1) : 0;
+    return n0 + n1;
+}
+
+// The t-th key tile (0 <= t < num_key_tiles) of a query tile, segment 0 first, ascending.
+DF_ATTN_HD KeyTile key_tile(const QTileKeys& q, int base1, int t) {
+    KeyTile k;
+    const int n0 = cdiv(q.end0, kBlockN);
+    if (t < n0) {
+        k.k0 = t * kBlockN;
+        k.lo = k.k0;
+        k.hi = imin(k.k0 + kBlockN, q.end0);
+        k.mask = !(k.k0 + kBlockN <= q.full0);
+    } else {
+        k.k0 = base1 + (seg1_first_tile(q, base1) + t - n0) * kBlockN;
+        k.lo = imax(k.k0, q.begin1);
+        k.hi = imin(k.k0 + kBlockN, q.end1);
+        k.mask = true;
+    }
+    return k;
+}
+
+// ---- the inverse, for the dK/dV kernel: one thread block per key tile ------------------------
+// Key tiles are numbered over both segments (segment 0 first). The count depends only on host
+// sizes (the capacity for a KV cache), so the grid does not depend on kv_len.
+DF_ATTN_HD int seg0_len(int kind, int sk_capacity, int ctx_len) {
+    return kind == kDflash ? ctx_len : sk_capacity;
+}
+DF_ATTN_HD int num_kv_tiles(int kind, int sq, int sk_capacity, int ctx_len) {
+    return cdiv(seg0_len(kind, sk_capacity, ctx_len), kBlockN) +
+           (kind == kDflash ? cdiv(sq, kBlockN) : 0);
+}
+
+// Key tile kt: keys [k0, k0 + kBlockN); rows [k0, write_end) of dK/dV belong to it; keys
+// [k0, load_end) exist (the rest are zero-filled).
+struct KvTile {
+    int seg = 0;
+    int k0 = 0;
+    int write_end = 0;
+    int load_end = 0;
+};
+
+DF_ATTN_HD KvTile kv_tile(const MaskGeom& g, int sk_capacity, int kt) {
+    KvTile k;
+    const int len0 = seg0_len(g.kind, sk_capacity, g.ctx_len);
+    const int nt0 = cdiv(len0, kBlockN);
+    if (kt < nt0) {
+        k.seg = 0;
+        k.k0 = kt * kBlockN;
+        k.write_end = imin(k.k0 + kBlockN, len0);
+        k.load_end = imin(k.write_end, g.kind == kDflash ? len0 : g.sk);
+    } else {
+        k.seg = 1;
+        k.k0 = g.ctx_len + (kt - nt0) * kBlockN;
+        k.write_end = imin(k.k0 + kBlockN, g.ctx_len + g.sq);
+        k.load_end = k.write_end;
+    }
+    return k;
+}
+
+// 0: query tile q does not visit key tile k; 1: visits it without the element mask; 2: with it.
+// Agrees with key_tile(): the same pairs, the same mask flags.
+DF_ATTN_HD int visit_kind(const QTileKeys& q, const KvTile& k) {
+    if (k.seg == 0) {
+        if (k.k0 >= q.end0) return 0;
+        return k.k0 + kBlockN <= q.full0 ? 1 : 2;
+    }
+    return (q.end1 > q.begin1 && k.k0 < q.end1 && k.k0 + kBlockN > q.begin1) ? 2 : 0;
+}
+
+// Splitting the dK/dV work of a key tile: a segment-0 key tile (the context, for dflash) can be
+// seen by every query tile of every head of its GQA group, far more work than one block should
+// do alone. With `splits` > 1, each segment-0 key tile gets `splits` blocks; split sp visits the
+// query tiles qt with qt % splits == sp (interleaved, so sorted anchors spread evenly) and writes
+// fp32 partial dK/dV, which a second kernel sums in split order (deterministic, no atomics).
+// Blocks are numbered segment-0 tiles x splits first, then the segment-1 tiles.
+DF_ATTN_HD int num_kv_blocks(int kind, int sq, int sk_capacity, int ctx_len, int splits) {
+    const int nt0 = cdiv(seg0_len(kind, sk_capacity, ctx_len), kBlockN);
+    return nt0 * splits + (num_kv_tiles(kind, sq, sk_capacity, ctx_len) - nt0);
+}
+
+struct KvBlock {
+    int kt = 0;
+    int split = 0;
+};
+
+DF_ATTN_HD KvBlock kv_block(int kind, int sk_capacity, int ctx_len, int splits, int x) {
+    const int nt0 = cdiv(seg0_len(kind, sk_capacity, ctx_len), kBlockN);
+    KvBlock b;
+    if (x < nt0 * splits) {
+        b.kt = x / splits;
+        b.split = x % splits;
+    } else {
+        b.kt = x - nt0 * splits + nt0;
+    }
+    return b;
+}
+
+// Whether split `split` of key tile k handles query tile qt.
+DF_ATTN_HD bool split_owns(const KvTile& k, int splits, int split, int qt) {
+    return k.seg != 0 || splits <= 1 || qt % splits == split;
+}
+
+// The splits wanted for a shape (dflash only: there the context tiles are shared by every query
+// tile; causal and full spread evenly enough). The caller lowers it when the workspace lacks room
+// for the partials.
+inline int dkdv_splits_wanted(int kind, int sq, int group) {
+    return kind == kDflash ? iclamp(num_query_tiles(sq) * group / 64, 1, 4) : 1;
+}
+
+// A range [lo, hi) of query tiles outside which no tile visits key tile k (a cheap bound; the
+// kernel still asks visit_kind for each tile inside it).
+struct QTileRange {
+    int lo = 0;
+    int hi = 0;
+};
+
+DF_ATTN_HD QTileRange qtile_candidates(const MaskGeom& g, const KvTile& k) {
+    QTileRange r;
+    r.hi = num_query_tiles(g.sq);
+    if (g.kind == kCausal) {
+        // Rows i with q_offset + i >= k0 can see the tile.
+        const int first_row = k.k0 - g.q_offset;
+        if (first_row > 0) r.lo = imin(first_row / kBlockM, r.hi);
+    } else if (g.kind == kDflash && k.seg == 1) {
+        // Only the rows of the blocks whose own keys the tile holds.
+        const int b0 = (k.k0 - g.ctx_len) / g.block;
+        const int b1 = cdiv(k.k0 + kBlockN - g.ctx_len, g.block);
+        r.lo = imin(b0 * g.block / kBlockM, r.hi);
+        r.hi = imin(cdiv(imin(b1 * g.block, g.sq), kBlockM), r.hi);
+    }
+    return r;
+}
+
+// ---- decoding over a KV cache: split-KV ("flash-decoding") -----------------------------------
+// The decode kernel packs the Sq queries and the `group` heads of one kv head into rows
+// r = i * group + (h % group). The number of splits comes from host sizes only (the capacity);
+// the chunk each split covers is computed on the device from kv_len, so every split has work
+// when the cache is long and splits past the end exit at once; a captured graph serves every
+// kv_len.
+DF_ATTN_HD int decode_kv_end(const MaskGeom& g) {
+    // Keys any query may see: causal queries end at q_offset + Sq.
+    return g.kind == kCausal ? iclamp(g.q_offset + g.sq, 0, g.sk) : g.sk;
+}
+// Keys every query sees (causal: up to the first query's position).
+DF_ATTN_HD int decode_full_end(const MaskGeom& g) {
+    return g.kind == kCausal ? iclamp(g.q_offset + 1, 0, g.sk) : g.sk;
+}
+// Keys per split: an even share of kv_end, at least min_chunk, a multiple of kBlockN.
+DF_ATTN_HD int split_chunk(int kv_end, int splits, int min_chunk) {
+    const int share = imax(cdiv(kv_end, imax(splits, 1)), imax(min_chunk, 1));
+    return cdiv(share, kBlockN) * kBlockN;
+}
+DF_ATTN_HD int active_splits(int kv_end, int chunk) {
+    return chunk > 0 ? cdiv(kv_end, chunk) : 0;
+}
+// Tile t of split s covers keys [k0, k0 + kBlockN), loads [k0, hi), masks unless every row sees
+// all of it.
+DF_ATTN_HD KeyTile decode_tile(const MaskGeom& g, int chunk, int s, int t) {
+    KeyTile k;
+    const int kv_end = decode_kv_end(g);
+    const int split_end = imin((s + 1) * chunk, kv_end);
+    k.k0 = s * chunk + t * kBlockN;
+    k.lo = k.k0;
+    k.hi = imin(k.k0 + kBlockN, split_end);
+    k.mask = k.k0 + kBlockN > imin(decode_full_end(g), split_end);
+    return k;
+}
+DF_ATTN_HD int decode_num_tiles(const MaskGeom& g, int chunk, int s) {
+    const int begin = s * chunk;
+    const int end = imin(begin + chunk, decode_kv_end(g));
+    return end > begin ? cdiv(end - begin, kBlockN) : 0;
+}
+
+// Host-side choices for the decode path (sizes only, never kv_len).
+struct DecodePlan {
+    int rows = 0;        // Sq * group: query rows per kv head
+    int warps = 1;       // 16 rows per warp, at most 8 warps per block
+    int row_blocks = 1;  // blocks of warps*16 rows
+    int splits = 1;
+    int min_chunk = kBlockN;
+};
+
+inline DecodePlan plan_decode(int sq, int group, int hkv, int sk_capacity, int sm_count) {
+    DecodePlan p;
+    p.rows = sq * group;
+    p.warps = iclamp(cdiv(p.rows, 16), 1, 8);
+    p.row_blocks = imax(1, cdiv(p.rows, p.warps * 16));
+    // About three blocks per SM in all, never more splits than key tiles.
+    const int target = imax(1, 3 * sm_count / imax(1, hkv * p.row_blocks));
+    p.splits = iclamp(target, 1, imax(1, cdiv(sk_capacity, kBlockN)));
+    // Each split writes rows*Dh partial floats (and the combine reads them back) against
+    // chunk*Dh*2 bf16 K/V elements read: chunks of >= 8 keys per row keep that below ~25%.
+    p.min_chunk = iclamp(8 * p.rows, kBlockN, 1024);
+    return p;
+}
+
+}  // namespace dflash::cuda::attn

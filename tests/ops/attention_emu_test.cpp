@@ -1,0 +1,419 @@
+// The CUDA attention kernels (src/backend/cuda/kernels/attention_{fwd,bwd}.cu) run on the CPU
+// emulator of tests/ops/attention_emu.h (Note [Attention kernels on the CPU]) against a dense
+// double-precision reference, on small awkward sizes of every mask kind and path: FlashAttention-2
+// forward, split-KV decode + combine, the dflash pre-pass, and the delta / dQ / dK-dV backward.
+// This checks the kernels' index arithmetic, fragment plumbing, masking and pipelining without a
+// GPU (label cpu: runs in CI); tests/cuda/attention_cuda_test.cpp checks the real thing.
+// Both cp.async modes run (copies at the wait, copies at issue). Tolerances (bf16 inputs, bf16
+// outputs, fp32 accumulation, P and dS rounded to bf16 for the tensor cores): out and dq/dk/dv
+// relative L2 error <= 1e-2 / 2e-2 of the reference, lse within 1e-3 (-inf exactly where a row sees
+// nothing). Outputs start as NaN so unwritten elements fail; K/V rows past kv_len are NaN and
+// must never be read; cp.async reads outside the tensors fail the launch.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "ops/attention_emu.h"
+// The emulator must come first: it defines the CUDA spellings the kernels use.
+#include "backend/cuda/kernels/attention_bwd.cu"
+#include "backend/cuda/kernels/attention_fwd.cu"
+
+namespace dflash::cuda::attn {
+namespace {
+
+using attn_emu::CopyMode;
+using attn_emu::Device;
+
+constexpr uint16_t kNanBf16 = 0x7fc0;
+
+struct Case {
+    std::string name;
+    int sq = 0, sk = 0, h = 1, hkv = 1, d = 64;
+    int kind = kCausal;
+    int q_offset = 0;
+    int ctx = 0, block = 1;
+    std::vector<int32_t> anchors;
+    int kv_len = -1;  // -1: no kv_len
+    bool bwd = false;
+    int sm_count = 132;
+    int kv_splits = 0;  // dK/dV splits; 0: the rule of attention.cpp
+};
+
+// A bf16 device tensor in host memory with guard elements on both sides.
+struct Buf {
+    static constexpr size_t kGuard = 64;
+    std::vector<uint16_t> mem;
+    explicit Buf(size_t n, uint16_t fill) : mem(n + 2 * kGuard, fill) {
+        for (size_t i = 0; i < kGuard; ++i) mem[i] = mem[mem.size() - 1 - i] = 0x5a5a;
+    }
+    uint16_t* data() { return mem.data() + kGuard; }
+    size_t size() const { return mem.size() - 2 * kGuard; }
+    bool guards_intact() const {
+        for (size_t i = 0; i < kGuard; ++i) {
+            if (mem[i] != 0x5a5a || mem[mem.size() - 1 - i] != 0x5a5a) return false;
+        }
+        return true;
+    }
+    float at(size_t i) const { return bf16_to_f32(mem[kGuard + i]); }
+};
+
+struct Inputs {
+    std::vector<float> q, k, v, dout;  // bf16-rounded values
+    int sk_eff = 0;                    // keys that exist (kv_len)
+};
+
+std::vector<float> random_bf16(size_t n, Rng& rng) {
+    std::vector<float> x(n);
+    for (auto& e : x) e = bf16_to_f32(f32_to_bf16(rng.normal()));
+    return x;
+}
+
+// The mask by its definition, kv_len resolved.
+bool visible(const Case& c, int sk_eff, int i, int j) {
+    if (j >= sk_eff) return false;
+    if (c.kind == kFull) return true;
+    if (c.kind == kCausal) {
+        const int q_offset = c.kv_len >= 0 ? sk_eff - c.sq : c.q_offset;
+        return j <= q_offset + i;
+    }
+    const int a = c.anchors[i / c.block];
+    if (a < 0) return false;
+    return j < c.ctx ? j < a : (j - c.ctx) / c.block == i / c.block;
+}
+
+struct Ref {
+    std::vector<double> out, lse, dq, dk, dv;
+};
+
+// Dense attention in double: forward, and with dout the backward.
+Ref reference(const Case& c, const Inputs& in) {
+    const int g = c.h / c.hkv, D = c.d;
+    const double scale = 1.0 / std::sqrt(double(D));
+    Ref r;
+    r.out.assign(size_t(c.sq) * c.h * D, 0.0);
+    r.lse.assign(size_t(c.h) * c.sq, -INFINITY);
+    r.dq.assign(r.out.size(), 0.0);
+    r.dk.assign(size_t(c.sk) * c.hkv * D, 0.0);
+    r.dv.assign(r.dk.size(), 0.0);
+    std::vector<double> p(c.sk), dp(c.sk);
+    auto Q = [&](const std::vector<float>& t, int i, int h, int e) {
+        return double(t[(size_t(i) * c.h + h) * D + e]);
+    };
+    auto K = [&](const std::vector<float>& t, int j, int hk, int e) {
+        return double(t[(size_t(j) * c.hkv + hk) * D + e]);
+    };
+    for (int h = 0; h < c.h; ++h) {
+        const int hk = h / g;
+        for (int i = 0; i < c.sq; ++i) {
+            double m = -INFINITY;
+            for (int j = 0; j < c.sk; ++j) {
+                p[j] = -INFINITY;
+                if (!visible(c, in.sk_eff, i, j)) continue;
+                double s = 0;
+                for (int e = 0; e < D; ++e) s += Q(in.q, i, h, e) * K(in.k, j, hk, e);
+                p[j] = s * scale;
+                m = std::max(m, p[j]);
+            }
+            if (m == -INFINITY) continue;
+            double sum = 0;
+            for (int j = 0; j < c.sk; ++j) sum += p[j] == -INFINITY ? 0.0 : std::exp(p[j] - m);
+            r.lse[size_t(h) * c.sq + i] = m + std::log(sum);
+            for (int j = 0; j < c.sk; ++j)
+                p[j] = p[j] == -INFINITY ? 0.0 : std::exp(p[j] - m) / sum;
+            double* o = &r.out[(size_t(i) * c.h + h) * D];
+            for (int j = 0; j < c.sk; ++j) {
+                if (p[j] == 0.0) continue;
+                for (int e = 0; e < D; ++e) o[e] += p[j] * K(in.v, j, hk, e);
+            }
+            if (!c.bwd) continue;
+            double delta = 0;
+            for (int e = 0; e < D; ++e) delta += Q(in.dout, i, h, e) * o[e];
+            for (int j = 0; j < c.sk; ++j) {
+                if (p[j] == 0.0) continue;
+                double d = 0;
+                for (int e = 0; e < D; ++e) d += Q(in.dout, i, h, e) * K(in.v, j, hk, e);
+                const double ds = p[j] * (d - delta);
+                for (int e = 0; e < D; ++e) {
+                    r.dq[(size_t(i) * c.h + h) * D + e] += scale * ds * K(in.k, j, hk, e);
+                    r.dk[(size_t(j) * c.hkv + hk) * D + e] += scale * ds * Q(in.q, i, h, e);
+                    r.dv[(size_t(j) * c.hkv + hk) * D + e] += p[j] * Q(in.dout, i, h, e);
+                }
+            }
+        }
+    }
+    return r;
+}
+
+// Relative L2 error and the first element off by more than atol + rtol |ref|.
+void expect_close(const char* what, const Case& c, const Buf& got, const std::vector<double>& ref,
+                  double rel_tol) {
+    double num = 0, den = 0, worst = 0;
+    size_t first_bad = ref.size(), worst_at = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        const double x = got.at(i), y = ref[i], e = std::fabs(x - y);
+        if (!(e <= 3e-2 + 3e-2 * std::fabs(y)) && first_bad == ref.size()) first_bad = i;
+        if (!(e <= worst)) {
+            worst = e;
+            worst_at = i;
+        }
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    const double rel = std::sqrt(num / std::max(den, 1e-30));
+    EXPECT_TRUE(rel <= rel_tol && first_bad == ref.size())
+        << c.name << " " << what << ": rel L2 error " << rel << " (tol " << rel_tol
+        << "), max abs error " << worst << " at " << worst_at << " (got " << got.at(worst_at)
+        << " want " << ref[worst_at] << "), first bad element "
+        << (first_bad == ref.size()
+                ? std::string("none")
+                : std::to_string(first_bad) + " got " + std::to_string(got.at(first_bad)) +
+                      " want " + std::to_string(ref[first_bad]));
+    EXPECT_TRUE(got.guards_intact()) << c.name << " " << what << ": write outside the tensor";
+}
+
+// Everything one run keeps alive: device tensors (host memory here) and the emulated device.
+struct Run {
+    Buf q, k, v, out, dout, dq, dk, dv;
+    std::vector<float> lse, delta, part_o, part_ml, dkdv_part;
+    std::vector<int32_t> anchors, kv_len;
+    std::vector<QTileKeys> table;
+    Device dev;
+
+    Run(const Case& c, const Inputs& in, CopyMode mode)
+        : q(in.q.size(), 0),
+          k(in.k.size(), 0),
+          v(in.v.size(), 0),
+          out(in.q.size(), kNanBf16),
+          dout(in.q.size(), 0),
+          dq(in.q.size(), kNanBf16),
+          dk(in.k.size(), kNanBf16),
+          dv(in.k.size(), kNanBf16),
+          anchors(c.anchors) {
+        auto put = [](Buf& b, const std::vector<float>& x) {
+            for (size_t i = 0; i < x.size(); ++i) b.data()[i] = f32_to_bf16(x[i]);
+        };
+        put(q, in.q);
+        put(k, in.k);
+        put(v, in.v);
+        put(dout, in.dout);
+        // Cache rows past kv_len hold NaN: they must never be read.
+        for (size_t i = size_t(in.sk_eff) * c.hkv * c.d; i < k.size(); ++i) {
+            k.data()[i] = kNanBf16;
+            v.data()[i] = kNanBf16;
+        }
+        if (c.kv_len >= 0) kv_len = {c.kv_len};
+        lse.assign(size_t(c.h) * c.sq, std::numeric_limits<float>::quiet_NaN());
+        dev.mode = mode;
+    }
+    void expose(const void* p, size_t bytes) {
+        const auto* b = static_cast<const unsigned char*>(p);
+        dev.buffers.push_back({b, b + bytes});
+    }
+    MaskArgs mask(const Case& c) const {
+        MaskArgs m;
+        m.kind = c.kind;
+        m.sq = c.sq;
+        m.sk = c.sk;
+        m.q_offset = c.q_offset;
+        m.ctx_len = c.ctx;
+        m.block = c.block;
+        m.anchors = anchors.empty() ? nullptr : anchors.data();
+        m.kv_len = kv_len.empty() ? nullptr : kv_len.data();
+        return m;
+    }
+};
+
+// The dispatch of backend/cuda/attention.cpp, on the emulator.
+void run_fwd(const Case& c, Run& r) {
+    FwdArgs a;
+    a.mask = r.mask(c);
+    a.q = r.q.data();
+    a.k = r.k.data();
+    a.v = r.v.data();
+    a.out = r.out.data();
+    a.lse = r.lse.data();
+    a.h = c.h;
+    a.hkv = c.hkv;
+    a.d = c.d;
+    r.expose(a.q, r.q.size() * 2);
+    r.expose(a.k, size_t(c.sk) * c.hkv * c.d * 2);  // NaN rows included: only kv_len guards them
+    r.expose(a.v, size_t(c.sk) * c.hkv * c.d * 2);
+    if (c.kind != kDflash && c.sq <= 16) {
+        const DecodePlan p = plan_decode(c.sq, c.h / c.hkv, c.hkv, c.sk, c.sm_count);
+        r.part_o.assign(decode_partial_floats(a, p), std::numeric_limits<float>::quiet_NaN());
+        r.part_ml.assign(decode_stats_floats(a, p), std::numeric_limits<float>::quiet_NaN());
+        decode(a, p, r.part_o.data(), r.part_ml.data(), attn_emu::as_stream(r.dev));
+        return;
+    }
+    if (c.kind == kDflash) {
+        r.table.assign(size_t(num_query_tiles(c.sq)), QTileKeys{});
+        dflash_plan(a.mask, r.table.data(), attn_emu::as_stream(r.dev));
+        a.mask.qtiles = r.table.data();
+    }
+    fwd(a, attn_emu::as_stream(r.dev));
+}
+
+void run_bwd(const Case& c, Run& r) {
+    BwdArgs a;
+    a.mask = r.mask(c);
+    if (c.kind == kDflash) a.mask.qtiles = r.table.data();  // made by run_fwd
+    a.dout = r.dout.data();
+    a.q = r.q.data();
+    a.k = r.k.data();
+    a.v = r.v.data();
+    a.out = r.out.data();
+    a.lse = r.lse.data();
+    a.dq = r.dq.data();
+    a.dk = r.dk.data();
+    a.dv = r.dv.data();
+    r.delta.assign(size_t(c.h) * c.sq, std::numeric_limits<float>::quiet_NaN());
+    a.delta = r.delta.data();
+    a.h = c.h;
+    a.hkv = c.hkv;
+    a.d = c.d;
+    a.kv_splits = c.kv_splits > 0 ? c.kv_splits : dkdv_splits_wanted(c.kind, c.sq, c.h / c.hkv);
+    r.dkdv_part.assign(dkdv_partial_floats(a, a.kv_splits),
+                       std::numeric_limits<float>::quiet_NaN());
+    a.dkdv_partial = r.dkdv_part.empty() ? nullptr : r.dkdv_part.data();
+    r.expose(a.dout, r.dout.size() * 2);
+    r.expose(a.lse, r.lse.size() * 4);
+    r.expose(a.delta, r.delta.size() * 4);
+    bwd(a, attn_emu::as_stream(r.dev));
+}
+
+void check_case(const Case& c) {
+    Rng rng(0x5eed ^ std::hash<std::string>{}(c.name));
+    Inputs in;
+    in.q = random_bf16(size_t(c.sq) * c.h * c.d, rng);
+    in.k = random_bf16(size_t(c.sk) * c.hkv * c.d, rng);
+    in.v = random_bf16(size_t(c.sk) * c.hkv * c.d, rng);
+    in.dout = random_bf16(size_t(c.sq) * c.h * c.d, rng);
+    in.sk_eff = c.kv_len >= 0 ? c.kv_len : c.sk;
+    const Ref ref = reference(c, in);
+    for (CopyMode mode : {CopyMode::at_wait, CopyMode::at_issue}) {
+        SCOPED_TRACE(mode == CopyMode::at_wait ? "copies at wait" : "copies at issue");
+        Run r(c, in, mode);
+        try {
+            run_fwd(c, r);
+            if (c.bwd) run_bwd(c, r);
+        } catch (const std::exception& e) {
+            ADD_FAILURE() << c.name << ": " << e.what();
+            return;
+        }
+        expect_close("out", c, r.out, ref.out, 1e-2);
+        for (size_t i = 0; i < ref.lse.size(); ++i) {
+            if (std::isinf(ref.lse[i])) {
+                ASSERT_EQ(r.lse[i], -INFINITY) << c.name << " lse[" << i << "] (head " << i / c.sq
+                                               << ", row " << i % c.sq << ") sees nothing";
+            } else {
+                ASSERT_NEAR(r.lse[i], ref.lse[i], 1e-3) << c.name << " lse[" << i << "] (head "
+                                                        << i / c.sq << ", row " << i % c.sq << ")";
+            }
+        }
+        if (!c.bwd) continue;
+        expect_close("dq", c, r.dq, ref.dq, 2e-2);
+        expect_close("dk", c, r.dk, ref.dk, 2e-2);
+        expect_close("dv", c, r.dv, ref.dv, 2e-2);
+    }
+}
+
+Case causal(std::string name, int sq, int sk, int q_offset, int h, int hkv, int d, bool bwd) {
+    Case c;
+    c.name = std::move(name);
+    c.sq = sq;
+    c.sk = sk;
+    c.q_offset = q_offset;
+    c.h = h;
+    c.hkv = hkv;
+    c.d = d;
+    c.bwd = bwd;
+    return c;
+}
+
+TEST(AttentionEmu, CausalForwardBackward) {
+    check_case(causal("causal 130 d64 g2", 130, 130, 0, 2, 1, 64, true));
+    check_case(causal("causal 61 off69 d128 g1", 61, 130, 69, 2, 2, 128, true));
+    check_case(causal("causal 17 d64 g8", 17, 17, 0, 8, 1, 64, true));
+}
+
+TEST(AttentionEmu, FullForwardBackward) {
+    Case c = causal("full 70x33 d64", 70, 33, 0, 2, 1, 64, true);
+    c.kind = kFull;
+    check_case(c);
+    Case empty = causal("full 20x0 d128", 20, 0, 0, 1, 1, 128, true);
+    empty.kind = kFull;
+    check_case(empty);
+}
+
+Case dflash(std::string name, int n, int block, int ctx, std::vector<int32_t> anchors, int h,
+            int hkv, int d) {
+    Case c = causal(std::move(name), n * block, ctx + n * block, 0, h, hkv, d, true);
+    c.kind = kDflash;
+    c.ctx = ctx;
+    c.block = block;
+    c.anchors = std::move(anchors);
+    return c;
+}
+
+TEST(AttentionEmu, DflashBlockForwardBackward) {
+    // Padding (-1), no context (0), all of it (ctx), unsorted; ctx not a multiple of the tile.
+    check_case(dflash("dflash b16 ctx61", 5, 16, 61, {3, 0, 61, -1, 30}, 4, 2, 64));
+    // Block size not dividing the query tile; sorted with duplicates and trailing padding.
+    check_case(dflash("dflash b10 ctx33", 9, 10, 33, {1, 5, 5, 5, 17, 30, 33, -1, -1}, 2, 1, 128));
+    // Whole tiles seen by every row: the unmasked context path.
+    check_case(dflash("dflash b16 ctx130", 8, 16, 130, {128, 128, 129, 130, 130, 130, 130, 130}, 2,
+                      2, 64));
+    // The shared context tiles split over query tiles (fp32 partials, then a reduce).
+    Case split = dflash("dflash b16 ctx130 3 splits", 12, 16, 130,
+                        {0, 20, 40, 60, 80, 100, 120, 130, 130, 129, -1, 7}, 4, 2, 64);
+    split.kv_splits = 3;
+    check_case(split);
+    // One-row blocks (up to 64 anchors per query tile), GQA group 4.
+    std::vector<int32_t> a(70);
+    for (int b = 0; b < 70; ++b) a[b] = (b * 37) % 6 - 1;  // -1 .. 4, unsorted
+    check_case(dflash("dflash b1 ctx5 g4", 70, 1, 5, a, 4, 1, 128));
+}
+
+Case cache(std::string name, int kind, int sq, int cap, int kv_len, int h, int hkv, int d) {
+    Case c = causal(std::move(name), sq, cap, 0, h, hkv, d, false);
+    c.kind = kind;
+    c.kv_len = kv_len;
+    return c;
+}
+
+TEST(AttentionEmu, DecodeOverKvCache) {
+    check_case(cache("decode causal sq1 g8", kCausal, 1, 200, 150, 8, 1, 128));
+    check_case(cache("decode causal sq16 g2", kCausal, 16, 300, 77, 4, 2, 64));
+    check_case(cache("decode full sq5 g1", kFull, 5, 129, 129, 2, 2, 64));
+    Case few = cache("decode causal sq7 g4 few SMs", kCausal, 7, 700, 650, 8, 2, 64);
+    few.sm_count = 2;  // several tiles per split
+    check_case(few);
+    check_case(cache("decode causal sq16 g8 two row blocks", kCausal, 16, 100, 40, 8, 1, 64));
+    // Splits of 192 keys and kv_len 394: the last split holds 10 keys, and the first queries see
+    // none of them (a partial with max -inf and sum 0).
+    Case tail = cache("decode causal sq16 short last split", kCausal, 16, 700, 394, 2, 2, 64);
+    tail.sm_count = 2;
+    check_case(tail);
+    check_case(cache("decode kv_len 0", kFull, 3, 64, 0, 2, 1, 64));
+    Case plain = cache("decode causal no kv_len", kCausal, 4, 90, -1, 4, 1, 128);
+    plain.q_offset = 50;
+    check_case(plain);
+}
+
+TEST(AttentionEmu, PrefillOverKvCache) {
+    Case c = cache("prefill causal sq40 kv130", kCausal, 40, 200, 130, 2, 1, 64);
+    c.bwd = true;
+    check_case(c);
+    Case f = cache("prefill full sq33 kv70 g4 d128", kFull, 33, 100, 70, 4, 1, 128);
+    f.bwd = true;
+    check_case(f);
+}
+
+}  // namespace
+}  // namespace dflash::cuda::attn
