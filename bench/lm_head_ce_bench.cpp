@@ -141,7 +141,7 @@ int run(int64_t r, int64_t d, int64_t v, int64_t chunk) {
     DF_CUDA_CHECK(cudaMemcpy(weights_mem.p, weights_h.data(), r * 4, cudaMemcpyHostToDevice));
     DevMem dh_mem(static_cast<size_t>(r * d) * 2), dw_mem(static_cast<size_t>(v * d) * 4);
     DF_CUDA_CHECK(cudaMemset(dw_mem.p, 0, static_cast<size_t>(v * d) * 4));
-    const int64_t ws_n = cuda::lm_head_ce_workspace(r, v, chunk);
+    const int64_t ws_n = cuda::lm_head_ce_workspace(r, d, v, chunk);
     DevMem ws_mem(static_cast<size_t>(ws_n) * 4);
 
     const Tensor h(h_mem.p, DType::bf16, {r, d}, dev), w(w_mem.p, DType::bf16, {v, d}, dev);

@@ -99,11 +99,12 @@ class Backend {
     // Final projection + cross-entropy over vocabulary chunks of `chunk` rows of w (never the
     // whole [R, V] logits). h [R, D], w [V, D], labels i32 [R], weights f32 [R]. Rows with weight 0
     // are ignored (their label may be -1). See LmHeadCeOut; out.workspace must hold
-    // lm_head_ce_workspace(R, V, chunk) f32 elements.
+    // lm_head_ce_workspace(R, D, V, chunk) f32 elements.
     virtual void lm_head_ce(const Tensor& h, const Tensor& w, const Tensor& labels,
                             const Tensor& weights, float grad_scale, int64_t chunk,
                             const LmHeadCeOut& out) = 0;
-    virtual int64_t lm_head_ce_workspace(int64_t rows, int64_t vocab, int64_t chunk) const = 0;
+    virtual int64_t lm_head_ce_workspace(int64_t rows, int64_t dim, int64_t vocab,
+                                         int64_t chunk) const = 0;
 
     // Adds one micro-batch's loss and accuracy sums into stats f32 [2 + 2P] (see LossStatsLayout):
     // rows r with weights[r] > 0 add weights[r] * loss_rows[r] to the loss sum, weights[r] to the

@@ -92,7 +92,8 @@ struct LmHeadCeOut {
     Tensor argmax;     // i32 [R]: argmax of the logits row (lowest index on ties)
     Tensor dh;         // [R, D] (f32 or the compute dtype): overwritten with grad_scale * d(sum_r w_r CE_r)/dh
     Tensor dw;         // f32 [V, D]: accumulated (+=) with grad_scale * d(sum_r w_r CE_r)/dW
-    // f32 [Backend::lm_head_ce_workspace(R, V, chunk)]: the per-chunk logits and row statistics.
+    // f32 [Backend::lm_head_ce_workspace(R, D, V, chunk)]: per-chunk logits, row statistics and
+    // (CUDA) the dh accumulator.
     Tensor workspace;
 };
 

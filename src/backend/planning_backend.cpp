@@ -46,8 +46,9 @@ class PlanningBackend final : public Backend {
     void scale_inplace(const Tensor&, float) override {}
     void lm_head_ce(const Tensor&, const Tensor&, const Tensor&, const Tensor&, float, int64_t,
                     const LmHeadCeOut&) override {}
-    int64_t lm_head_ce_workspace(int64_t rows, int64_t vocab, int64_t chunk) const override {
-        return lm_head_real_.lm_head_ce_workspace(rows, vocab, chunk);
+    int64_t lm_head_ce_workspace(int64_t rows, int64_t dim, int64_t vocab,
+                                 int64_t chunk) const override {
+        return lm_head_real_.lm_head_ce_workspace(rows, dim, vocab, chunk);
     }
     void loss_stats(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
                     const Tensor&) override {}

@@ -191,7 +191,7 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const Tensor& embed,
     LmHeadCeOut out;
     out.loss_rows = ws.take({R}, DType::f32);
     out.argmax = ws.take({R}, DType::i32);
-    out.workspace = ws.take({be.lm_head_ce_workspace(R, lm_head.dim(0), chunk)}, DType::f32);
+    out.workspace = ws.take({be.lm_head_ce_workspace(R, D, lm_head.dim(0), chunk)}, DType::f32);
     if (grads) out.dh = ws.take({R, D}, act);
     be.lm_head_ce(f.hf, lm_head, labels.device, weights.device, grad_scale, chunk, out);
     be.loss_stats(out.loss_rows, out.argmax, labels.device, weights.device, B, stats);

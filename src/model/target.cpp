@@ -145,7 +145,7 @@ void TargetModel::train_step(Backend& be, Workspace& ws, std::span<const int32_t
     LmHeadCeOut out;
     out.loss_rows = ws.take({S}, DType::f32);
     out.argmax = ws.take({S}, DType::i32);
-    out.workspace = ws.take({be.lm_head_ce_workspace(S, cfg_.vocab_size, chunk)}, DType::f32);
+    out.workspace = ws.take({be.lm_head_ce_workspace(S, D, cfg_.vocab_size, chunk)}, DType::f32);
     Tensor dhf;
     if (grads) {
         dhf = ws.take({S, D}, act);

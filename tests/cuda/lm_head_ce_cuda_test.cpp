@@ -98,7 +98,7 @@ Outputs run_gpu(Backend& gpu, const Problem& p, int64_t chunk, const Want& want)
     gpu.upload(argmax, poison_i);
     const DeviceTensor dh = to_device(gpu, test::nan_tensor({p.r, p.d}), want.dh_dtype);
     const DeviceTensor dw = to_device(gpu, p.dw0, DType::f32);
-    const int64_t ws_n = gpu.lm_head_ce_workspace(p.r, p.v, chunk);
+    const int64_t ws_n = gpu.lm_head_ce_workspace(p.r, p.d, p.v, chunk);
     const DeviceTensor ws = to_device(gpu, test::nan_tensor({ws_n}), DType::f32);
     LmHeadCeOut out;
     if (want.loss) out.loss_rows = loss;
@@ -258,7 +258,7 @@ TEST_F(CudaLmHeadCe, RepeatedRunsGiveIdenticalBits) {
 TEST_F(CudaLmHeadCe, ArgumentErrors) {
     const DeviceTensor h(*gpu_, {4, 8}, DType::bf16), w(*gpu_, {10, 8}, DType::bf16);
     const DeviceTensor labels(*gpu_, {4}, DType::i32), weights(*gpu_, {4}, DType::f32);
-    const DeviceTensor small(*gpu_, {gpu_->lm_head_ce_workspace(4, 10, 4) - 1}, DType::f32);
+    const DeviceTensor small(*gpu_, {gpu_->lm_head_ce_workspace(4, 8, 10, 4) - 1}, DType::f32);
     LmHeadCeOut out;
     out.workspace = small;
     EXPECT_NE(test::error_of([&] {

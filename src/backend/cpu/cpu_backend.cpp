@@ -89,7 +89,8 @@ class CpuBackend final : public Backend {
                     float grad_scale, int64_t chunk, const LmHeadCeOut& out) override {
         cpu::lm_head_ce(ex_, h, w, labels, weights, grad_scale, chunk, out);
     }
-    int64_t lm_head_ce_workspace(int64_t rows, int64_t vocab, int64_t chunk) const override {
+    int64_t lm_head_ce_workspace(int64_t rows, int64_t, int64_t vocab,
+                                 int64_t chunk) const override {
         return rows * std::min(chunk, vocab);
     }
     void loss_stats(const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,

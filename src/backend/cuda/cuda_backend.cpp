@@ -154,8 +154,9 @@ class CudaBackend final : public Backend {
                     float grad_scale, int64_t chunk, const LmHeadCeOut& out) override {
         run(cuda::lm_head_ce, h, w, labels, weights, grad_scale, chunk, out);
     }
-    int64_t lm_head_ce_workspace(int64_t rows, int64_t vocab, int64_t chunk) const override {
-        return cuda::lm_head_ce_workspace(rows, vocab, chunk);
+    int64_t lm_head_ce_workspace(int64_t rows, int64_t dim, int64_t vocab,
+                                 int64_t chunk) const override {
+        return cuda::lm_head_ce_workspace(rows, dim, vocab, chunk);
     }
     void loss_stats(const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,
                     const Tensor& weights, int64_t period, const Tensor& stats) override {

@@ -73,10 +73,10 @@ void add_inplace(const Exec& ex, const Tensor& y, const Tensor& x, float alpha);
 void scale_inplace(const Exec& ex, const Tensor& y, float alpha);
 
 // lm_head_ce.cpp: h bf16 [R, D], w bf16 [V, D], labels i32, weights f32, loss_rows f32,
-// argmax i32, dh bf16, dw f32 (+=), workspace f32 [lm_head_ce_workspace(R, V, chunk)].
+// argmax i32, dh bf16, dw f32 (+=), workspace f32 [lm_head_ce_workspace(R, D, V, chunk)].
 void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& labels,
                 const Tensor& weights, float grad_scale, int64_t chunk, const LmHeadCeOut& out);
-int64_t lm_head_ce_workspace(int64_t rows, int64_t vocab, int64_t chunk);
+int64_t lm_head_ce_workspace(int64_t rows, int64_t dim, int64_t vocab, int64_t chunk);
 
 // loss_stats.cpp: see Backend::loss_stats and argmax_rows (x f32 [R, V]).
 void loss_stats(const Exec& ex, const Tensor& loss_rows, const Tensor& argmax,

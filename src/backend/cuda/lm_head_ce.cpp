@@ -68,12 +68,12 @@ void check_inputs(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor
                  "lm_head_ce: dw is {}, expected f32 {} like w", out.dw.describe(),
                  w.shape().to_string());
     }
-    const int64_t need = lm_head_ce_workspace(r, w.dim(0), chunk);
+    const int64_t need = lm_head_ce_workspace(r, d, w.dim(0), chunk);
     DF_CHECK(out.workspace.empty() ||
                  (out.workspace.dtype() == DType::f32 && out.workspace.numel() >= need),
              "lm_head_ce: workspace is {}, expected f32 with >= {} elements "
-             "(Backend::lm_head_ce_workspace({}, {}, {}))",
-             out.workspace.describe(), need, r, w.dim(0), chunk);
+             "(Backend::lm_head_ce_workspace({}, {}, {}, {}))",
+             out.workspace.describe(), need, r, d, w.dim(0), chunk);
 }
 
 // The workspace's parts as tensors and pointers.
@@ -101,10 +101,11 @@ struct Parts {
 
 }  // namespace
 
-int64_t lm_head_ce_workspace(int64_t rows, int64_t vocab, int64_t chunk) {
-    DF_CHECK(rows >= 0 && vocab >= 1 && chunk >= 1,
-             "lm_head_ce_workspace: rows={} vocab={} chunk={}", rows, vocab, chunk);
-    return lm_head_ce_layout(rows, vocab, chunk).total;
+// The chunk layout, then the f32 [R, D] dh accumulator (used when dh is bf16).
+int64_t lm_head_ce_workspace(int64_t rows, int64_t dim, int64_t vocab, int64_t chunk) {
+    DF_CHECK(rows >= 0 && dim >= 1 && vocab >= 1 && chunk >= 1,
+             "lm_head_ce_workspace: rows={} dim={} vocab={} chunk={}", rows, dim, vocab, chunk);
+    return lm_head_ce_layout(rows, vocab, chunk).total + rows * dim;
 }
 
 void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& labels,
@@ -126,11 +127,12 @@ void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& 
     // dh]); bf16 dh is written once at the end.
     Tensor acc;
     if (want_dh) {
-        acc = out.dh.dtype() == DType::f32
-                  ? out.dh
-                  : Tensor(ex.scratch->take_n<float>(static_cast<size_t>(r * d),
-                                                     "lm_head_ce dh accumulator f32 [R, D]"),
-                           DType::f32, Shape{r, d}, out.dh.device());
+        float* acc_mem = !out.workspace.empty()
+                             ? base + lay.total
+                             : ex.scratch->take_n<float>(static_cast<size_t>(r * d),
+                                                         "lm_head_ce dh accumulator f32 [R, D]");
+        acc = out.dh.dtype() == DType::f32 ? out.dh
+                                           : Tensor(acc_mem, DType::f32, Shape{r, d}, out.dh.device());
     }
 
     for (int64_t c = 0; c < chunks; ++c) {  // pass 1: statistics (and dh)
