@@ -1,0 +1,123 @@
+// The target's decode step at batch size 1 (one token in, logits and the argmax back on the host,
+// as SpeculativeEngine runs it) and a 16-token DFlash verify step, over a KV cache already holding
+// `ctx` tokens, against the weight-read floor (every weight byte read once at 4.24 TB/s).
+// Random weights of the Qwen3-0.6B and Qwen3-8B shapes. The same workload as
+// tools/reference/torch_bench.py `decode`. Usage: decode_bench [--backend cpu|cuda]
+// [--preset qwen3_0_6b|qwen3_8b|tiny|all] [--ctx N] [--steps N]. A table on stderr, one JSON
+// object per case on stdout.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/backend_factory.h"
+#include "bench_util.h"
+#include "model/target.h"
+
+namespace dflash::bench {
+namespace {
+
+struct Preset {
+    std::string name;
+    int64_t layers, hidden, heads, kv_heads, head_dim, inter, vocab;
+    bool tied;
+};
+
+const Preset kPresets[] = {
+    {"qwen3_0_6b", 28, 1024, 16, 8, 128, 3072, 151936, true},
+    {"qwen3_8b", 36, 4096, 32, 8, 128, 12288, 151936, false},
+    {"tiny", 2, 128, 4, 2, 32, 256, 1000, true},
+};
+
+TargetConfig config_of(const Preset& p) {
+    TargetConfig c;
+    c.model_type = "qwen3";
+    c.hidden_size = p.hidden;
+    c.intermediate_size = p.inter;
+    c.num_hidden_layers = p.layers;
+    c.num_attention_heads = p.heads;
+    c.num_key_value_heads = p.kv_heads;
+    c.head_dim = p.head_dim;
+    c.vocab_size = p.vocab;
+    c.max_position_embeddings = 40960;
+    c.rms_norm_eps = 1e-6;
+    c.rope.theta = 1e6;
+    c.qk_norm = true;
+    c.tie_word_embeddings = p.tied;
+    return c;
+}
+
+nlohmann::json run_case(Backend& be, const Preset& p, int64_t ctx, int steps) {
+    TargetModel model(be, config_of(p));
+    RandomFill fill(be, 0.02f, 3);
+    fill(model.params());
+    constexpr int64_t kVerify = 16;
+    TargetSession session(model, be, ctx + kVerify + 1, {}, 512);
+    Rng rng(5);
+    std::vector<int32_t> prompt(static_cast<size_t>(ctx));
+    for (auto& t : prompt) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(p.vocab)));
+    DeviceTensor logits(be, {kVerify, p.vocab}, DType::f32);
+    DeviceTensor argmax(be, {kVerify}, DType::i32);
+    HostTensor ids({kVerify}, DType::i32);
+    session.forward(prompt, logits.view().rows(0, 1), Tensor());
+    std::vector<int32_t> block(kVerify);
+    for (auto& t : block) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(p.vocab)));
+    // One step: feed n tokens, logits of all n, argmax on the device, the ids to the host, and
+    // back to the same cache length (every step sees ctx cached tokens).
+    auto step = [&](int64_t n) {
+        session.forward(std::span(block).first(static_cast<size_t>(n)), logits.view().rows(0, n),
+                        Tensor());
+        be.argmax_rows(logits.view().rows(0, n), argmax.view().rows(0, n));
+        be.download(ids.view().rows(0, n), argmax.view().rows(0, n));
+        session.crop(ctx);
+    };
+    const double decode = median_seconds(be, 5, steps, [&] { step(1); });
+    const double verify = median_seconds(be, 5, steps, [&] { step(kVerify); });
+    const double weight_bytes = static_cast<double>(model.params().numel()) *
+                                static_cast<double>(dtype_size(be.compute_dtype()));
+    const double floor = weight_bytes / kHbmBytesPerS;
+    std::fprintf(stderr,
+                 "%-10s ctx %5lld  decode %7.3f ms (floor %.3f ms, %.2fx)  verify16 %7.3f ms "
+                 "(%.2fx decode)\n",
+                 p.name.c_str(), static_cast<long long>(ctx), decode * 1e3, floor * 1e3,
+                 decode / floor, verify * 1e3, verify / decode);
+    return {{"bench", "target_decode"},
+            {"impl", "dflash"},
+            {"backend", be.name()},
+            {"preset", p.name},
+            {"ctx", ctx},
+            {"decode_ms", decode * 1e3},
+            {"verify16_ms", verify * 1e3},
+            {"verify_over_decode", verify / decode},
+            {"weight_floor_ms", floor * 1e3},
+            {"params", model.params().numel()}};
+}
+
+}  // namespace
+}  // namespace dflash::bench
+
+int main(int argc, char** argv) {
+    using namespace dflash;
+    std::string backend = "auto", preset = "all";
+    int64_t ctx = 1024;
+    int steps = 30;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!std::strcmp(argv[i], "--backend")) backend = argv[i + 1];
+        if (!std::strcmp(argv[i], "--preset")) preset = argv[i + 1];
+        if (!std::strcmp(argv[i], "--ctx")) ctx = std::atoll(argv[i + 1]);
+        if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
+    }
+    try {
+        auto be = make_backend(resolve_backend(backend), 0, 2);
+        std::fprintf(stderr, "target decode step on %s (median of %d steps)\n", be->name().c_str(),
+                     steps);
+        for (const auto& p : bench::kPresets) {
+            const bool pick = preset == p.name || (preset == "all" && p.name != "tiny");
+            if (pick) bench::emit(bench::run_case(*be, p, ctx, steps));
+        }
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "decode_bench: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
