@@ -65,11 +65,13 @@ def emit(rec):
 
 def table_line(r):
     name = f"{r.get('bench', '?'):8s} {str(r.get('case', '')):11s} {str(r.get('mode', '')):9s}"
+    if r.get("bench") == "drafter":
+        name += f" {r.get('attn', 'sdpa'):5s}"
     if r.get("error"):
         return f"{name} ERROR {str(r['error']).splitlines()[0][:150]}"
     b = r.get("bench")
     if b == "drafter":
-        return (f"{name} {r.get('attn', ''):5s} {r['ms']:9.2f} ms  {r['draft_pos_per_s'] / 1e3:8.1f}K "
+        return (f"{name} {r['ms']:9.2f} ms  {r['draft_pos_per_s'] / 1e3:8.1f}K "
                 f"draft pos/s  {r['tflops']:6.1f} TFLOP/s  MFU {100 * r['mfu']:5.1f}%  "
                 f"peak {r['peak_mem_gib']:.1f} GiB  loss {r['loss']:.3f}")
     if b == "decode":
@@ -416,15 +418,17 @@ def run_drafter(args, g, mode, dev):
             if mm is not None:
                 attn = flex_block_mask(mm, S, R, dev)
             else:  # additive bf16 mask, built once per step instead of once per layer call
-                attn = torch.zeros(R, S + R, device=dev, dtype=dt).masked_fill_(~mask, float("-inf"))
+                attn = torch.full((R, S + R), float("-inf"), device=dev, dtype=dt).masked_fill_(mask, 0.0)
             return feats, ids, q_pos, kv_pos, attn, labels, wn
 
         if args.attn == "flex":  # eager flex = the compiled flex kernel alone (as SpecForge runs it)
             model.flex_fn = (flex_attention if mode == "compiled"
                              else torch.compile(flex_attention, dynamic=False))
         else:
-            qs = torch.empty(R, g["heads"], g["head_dim"], device=dev, dtype=dt).transpose(0, 1)[None]
-            ks = torch.empty(S + R, g["heads"], g["head_dim"], device=dev, dtype=dt).transpose(0, 1)[None]
+            qs = torch.empty(R, g["heads"], g["head_dim"], device=dev, dtype=dt,
+                             requires_grad=True).transpose(0, 1)[None]
+            ks = torch.empty(S + R, g["heads"], g["head_dim"], device=dev, dtype=dt,
+                             requires_grad=True).transpose(0, 1)[None]
             rec["sdpa_backend"] = sdpa_choice(qs, ks, ks, torch.zeros(R, S + R, device=dev, dtype=dt))
             del qs, ks
 
@@ -629,8 +633,8 @@ def run_decode(args, g, mode, dev):
 
 
 # ---------------------------------------------------------------------------------------- ops
-def run_ops(args, mode, dev):
-    q = args.quick
+def run_ops(args, compiled, dev):
+    q, mode = args.quick, "eager"
     ok = True
     dt = torch.bfloat16
 
@@ -680,16 +684,18 @@ def run_ops(args, mode, dev):
     del qkv, do
     rows, d = (1024, 256) if q else (16384, 4096)
     x, w = torch.randn(rows, d, device=dev, dtype=dt), 1 + 0.05 * torch.randn(d, device=dev, dtype=dt)
-    fns = [("rmsnorm_eager", lambda: rms(x, w))]
-    if mode == "compiled" and HAS_COMPILE:
+    one("rmsnorm", lambda: rms(x, w), lambda s: 2 * rows * d * 2 / s / 1e9, "GB/s (read+write)",
+        dict(rows=rows, dim=d))
+    if compiled:
+        mode = "compiled"
         try:
             crms = torch.compile(rms, dynamic=False)
             crms(x, w)
-            fns.append(("rmsnorm_compiled", lambda: crms(x, w)))
+            one("rmsnorm", lambda: crms(x, w), lambda s: 2 * rows * d * 2 / s / 1e9,
+                "GB/s (read+write)", dict(rows=rows, dim=d), optional=True)
         except Exception as e:
-            emit(dict(base_rec("ops", "rmsnorm_compiled", mode, dev), error=err_str(e)))
-    for name, f in fns:
-        one(name, f, lambda s: 2 * rows * d * 2 / s / 1e9, "GB/s (read+write)")
+            emit(dict(base_rec("ops", "rmsnorm", mode, dev), error=err_str(e)))
+        mode = "eager"
     del x
     nbytes = (16 << 20) if q else (4 << 30)
     src = torch.randint(0, 256, (nbytes,), device=dev, dtype=torch.uint8)
@@ -837,14 +843,17 @@ def run_check(args, dev):
 
 # ---------------------------------------------------------------------------------------- main
 def summary(path):
+    """Table of the latest run in a .jsonl file (the lines after its last "meta" record)."""
     with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    print(table_line(json.loads(line)))
-                except Exception:
-                    print(line[:200])
+        lines = [ln.strip() for ln in f if ln.startswith("{")]
+    starts = [i for i, ln in enumerate(lines) if '"bench": "meta"' in ln]
+    for line in lines[starts[-1] if starts else 0:]:
+        try:
+            r = json.loads(line)
+            print(table_line(r) if r.get("bench") != "meta" else
+                  f"# {r.get('date')} commit {r.get('commit')} {r.get('gpu')}")
+        except Exception:
+            print(line[:200])
     return True
 
 
@@ -904,9 +913,8 @@ def main():
     ok = True
     if args.cmd == "check":
         ok = run_check(args, dev)
-    elif args.cmd == "ops":
-        for m in modes:
-            ok &= run_ops(args, m, dev)
+    elif args.cmd == "ops":  # eager ops; --mode compiled adds a torch.compile'd RMSNorm
+        ok = run_ops(args, "compiled" in modes, dev)
     elif args.cmd == "drafter":
         attns = [args.attn] + (["flex"] if args.flex and args.attn != "flex" else [])
         for g in drafter_geoms(args):
