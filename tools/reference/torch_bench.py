@@ -149,6 +149,17 @@ def foreach_copy(dst, src):
             d.copy_(s)
 
 
+def dynamo_counters():
+    """Graph breaks and CUDA-graph skips seen by torch.compile so far (diagnostics)."""
+    try:
+        from torch._dynamo.utils import counters
+        return dict(graph_breaks=sum(counters["graph_break"].values()),
+                    cudagraph_skips=sum(counters["inductor"].get(k, 0) for k in counters["inductor"]
+                                        if "cudagraph_skip" in k))
+    except Exception as e:
+        return dict(dynamo_counters_error=type(e).__name__)
+
+
 def mark_step():
     if HAS_COMPILE and hasattr(torch, "compiler") and hasattr(torch.compiler, "cudagraph_mark_step_begin"):
         torch.compiler.cudagraph_mark_step_begin()
@@ -271,6 +282,24 @@ class LinearCE(torch.autograd.Function):
         return dh * gout.to(dh.dtype), None, None, None, None
 
 
+def attend(q, k, v, attn, flex_fn=None):
+    """q [R, H, Dh], k/v [Sk, Hkv, Dh] -> [R, H*Dh]. attn: additive [R, Sk] mask (SDPA) or a
+    flex BlockMask (flex_fn = flex_attention, compiled or inside a compiled region)."""
+    R, H, Dh = q.shape
+    g = H // k.shape[1]
+    qh = q.transpose(0, 1).unsqueeze(0)
+    if flex_fn is not None:
+        o = flex_fn(qh, k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0),
+                    block_mask=attn, enable_gqa=g > 1)
+    else:  # repeat K/V heads: SDPA's fused kernels take a mask only without enable_gqa
+        if g > 1:
+            Sk = k.shape[0]
+            k = k[:, :, None, :].expand(Sk, H // g, g, Dh).reshape(Sk, H, Dh)
+            v = v[:, :, None, :].expand(Sk, H // g, g, Dh).reshape(Sk, H, Dh)
+        o = sdpa(qh, k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), attn)
+    return o[0].transpose(0, 1).reshape(R, H * Dh)
+
+
 class Drafter(nn.Module):
     def __init__(self, g, dev, dt, attn_kind):
         super().__init__()
@@ -285,19 +314,7 @@ class Drafter(nn.Module):
         self.attn_kind, self.flex_fn, self.chunk = attn_kind, None, g["ce_chunk"]
 
     def attend(self, q, k, v, attn):
-        R, H, Dh = q.shape
-        g = H // k.shape[1]
-        qh = q.transpose(0, 1).unsqueeze(0)
-        if self.attn_kind == "flex":
-            o = self.flex_fn(qh, k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0),
-                             block_mask=attn, enable_gqa=g > 1)
-        else:  # repeat K/V heads: SDPA's fused kernels take a mask only without enable_gqa
-            if g > 1:
-                Sk = k.shape[0]
-                k = k[:, :, None, :].expand(Sk, H // g, g, Dh).reshape(Sk, H, Dh)
-                v = v[:, :, None, :].expand(Sk, H // g, g, Dh).reshape(Sk, H, Dh)
-            o = sdpa(qh, k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), attn)
-        return o[0].transpose(0, 1).reshape(R, H * Dh)
+        return attend(q, k, v, attn, self.flex_fn if self.attn_kind == "flex" else None)
 
     def body(self, feats, ids, q_pos, kv_pos, attn):
         ctx = rms(F.linear(feats, self.fc), self.hidden_norm)  # [S, D]
@@ -482,6 +499,8 @@ def run_drafter(args, g, mode, dev):
                 raise RuntimeError("torch.compile failed in every scope: " + " | ".join(errors))
             warm = max(5, args.warmup) - 1
         ts = time_steps(lambda: step(), dev, warm, args.steps)
+        if mode == "compiled":
+            rec.update(dynamo_counters())
         last = step()
         rec["loss"] = float(last)
         rec["prep_ms"] = statistics.median(time_steps(prep, dev, 1, 5))
@@ -567,7 +586,7 @@ def run_decode(args, g, mode, dev):
         pos = torch.tensor(args.ctx, device=dev)
         ids1 = torch.randint(0, g["vocab"], (1,), device=dev)
         idsv = torch.randint(0, g["vocab"], (Tv,), device=dev)
-        steps = max(args.steps, 20)
+        steps = max(args.steps, 50)
         with torch.no_grad():
             if mode == "eager":
                 fns = [lambda: model(ids1, pos), lambda: model(idsv, pos)]
@@ -608,11 +627,7 @@ def run_decode(args, g, mode, dev):
                     rec["compile_errors"] = errors
                 if fns is None:
                     raise RuntimeError("torch.compile failed: " + " | ".join(errors))
-                try:
-                    from torch._dynamo.utils import counters
-                    rec["cudagraph_skips"] = dict(counters["inductor"]).get("cudagraph_skips", 0)
-                except Exception:
-                    pass
+                rec.update(dynamo_counters())
             else:
                 raise ValueError(f"mode {mode} is not a decode mode")
             warm = max(5, args.warmup)
@@ -702,6 +717,36 @@ def run_ops(args, compiled, dev):
     dst = torch.empty_like(src)
     one(f"copy_{nbytes >> 20}MiB", lambda: dst.copy_(src), lambda s: 2 * nbytes / s / 1e9,
         "GB/s (read+write)")
+    del src, dst
+    # DFlash block-sparse attention at the Qwen3-4B drafter geometry; effective TFLOP/s count only
+    # visible (query, key) pairs: 4*Dh*H*pairs forward, 2.5x that backward.
+    S, N, B, H, Hkv, Dh = (256, 8, 16, 4, 2, 64) if q else (4096, 512, 16, 32, 8, 128)
+    R = N * B
+    anchors = torch.randperm(S - B, device=dev)[:N].sort().values
+    pairs = sum(B * (a + B) for a in anchors.tolist())
+    mask = block_inputs(torch.randint(0, 100, (S,), device=dev), anchors, S, B, 0, 7.0)[5]
+    addm = torch.full((R, S + R), float("-inf"), device=dev, dtype=dt).masked_fill_(mask, 0.0)
+    qa = torch.randn(R, H, Dh, device=dev, dtype=dt, requires_grad=True)
+    ka, va = (torch.randn(S + R, Hkv, Dh, device=dev, dtype=dt, requires_grad=True) for _ in range(2))
+    doa = torch.randn(R, H * Dh, device=dev, dtype=dt)
+    ext = dict(S=S, N=N, B=B, H=H, Hkv=Hkv, Dh=Dh, pairs=pairs)
+    variants = [("sdpa", addm, None)]
+    if HAS_FLEX and dev.type == "cuda":
+        try:
+            variants.append(("flex", flex_block_mask(flex_mask_mod(anchors, S, B), S, R, dev),
+                             torch.compile(flex_attention, dynamic=False)))
+        except Exception as e:
+            emit(dict(base_rec("ops", "dflash_attn_flex", mode, dev), error=err_str(e)))
+    for name, at, ff in variants:
+        def fwdbwd(at=at, ff=ff):
+            for t in (qa, ka, va):
+                t.grad = None
+            attend(qa, ka, va, at, ff).backward(doa)
+        with torch.no_grad():
+            one(f"dflash_attn_fwd_{name}", lambda at=at, ff=ff: attend(qa, ka, va, at, ff),
+                lambda s: 4 * Dh * H * pairs / s / 1e12, "TFLOP/s", ext, optional=True)
+        one(f"dflash_attn_fwdbwd_{name}", fwdbwd, lambda s: 3.5 * 4 * Dh * H * pairs / s / 1e12,
+            "TFLOP/s", ext, optional=True)
     return ok
 
 
