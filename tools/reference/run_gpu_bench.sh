@@ -46,7 +46,9 @@ run() {
     fi
     [ "$limit" -gt "$left" ] && limit=$left
     echo "--- $name: torch_bench.py $* (timeout ${limit}s)" | tee -a "$TXT" >&2
-    local t0=$(date +%s) rc=0
+    local t0 rc=0
+    t0=$(date +%s)
+    # shellcheck disable=SC2086  # EXTRA is split into arguments on purpose
     timeout -k 10 "$limit" "$PY" "$HERE/torch_bench.py" "$@" $EXTRA > "$TMP/out" 2> "$TMP/err" || rc=$?
     grep '^{' "$TMP/out" >> "$JSONL"
     grep -v '^{' "$TMP/out" >> "$TXT"

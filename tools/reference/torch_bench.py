@@ -13,7 +13,7 @@ Timing: CUDA events around each step, warm-up (>= 3 eager, >= 5 compiled, the fi
 compile and is reported as compile_s), then the median of --steps steps. Inputs are random, never zero.
 Only torch and the standard library are needed. --device cpu runs (slowly) for smoke tests.
 """
-import argparse, contextlib, gc, inspect, json, math, os, statistics, sys, time, traceback
+import argparse, contextlib, gc, inspect, json, math, statistics, sys, time, traceback
 
 import torch
 import torch.nn as nn
@@ -669,7 +669,7 @@ def run_ops(args, compiled, dev):
     n = 1024 if q else 8192
     a, b = torch.randn(n, n, device=dev, dtype=dt), torch.randn(n, n, device=dev, dtype=dt)
     one(f"gemm_{n}", lambda: a @ b, lambda s: 2 * n ** 3 / s / 1e12, "TFLOP/s")
-    del a, b
+    a = b = None  # free (closures above hold the names)
     S, H, Dh = (512, 4, 64) if q else (4096, 32, 128)
     qkv = [torch.randn(1, H, S, Dh, device=dev, dtype=dt, requires_grad=True) for _ in range(3)]
     do = torch.randn(1, H, S, Dh, device=dev, dtype=dt)
@@ -696,7 +696,7 @@ def run_ops(args, compiled, dev):
                         optional=be is not None)
                 one(f"sdpa_fwdbwd_{name}", fb, lambda s: 3.5 * fwd_flops / s / 1e12, "TFLOP/s",
                     dict(S=S, H=H, Dh=Dh), optional=be is not None)
-    del qkv, do
+    qkv = do = None
     rows, d = (1024, 256) if q else (16384, 4096)
     x, w = torch.randn(rows, d, device=dev, dtype=dt), 1 + 0.05 * torch.randn(d, device=dev, dtype=dt)
     one("rmsnorm", lambda: rms(x, w), lambda s: 2 * rows * d * 2 / s / 1e9, "GB/s (read+write)",
@@ -711,13 +711,13 @@ def run_ops(args, compiled, dev):
         except Exception as e:
             emit(dict(base_rec("ops", "rmsnorm", mode, dev), error=err_str(e)))
         mode = "eager"
-    del x
+    x = None
     nbytes = (16 << 20) if q else (4 << 30)
     src = torch.randint(0, 256, (nbytes,), device=dev, dtype=torch.uint8)
     dst = torch.empty_like(src)
     one(f"copy_{nbytes >> 20}MiB", lambda: dst.copy_(src), lambda s: 2 * nbytes / s / 1e9,
         "GB/s (read+write)")
-    del src, dst
+    src = dst = None
     # DFlash block-sparse attention at the Qwen3-4B drafter geometry; effective TFLOP/s count only
     # visible (query, key) pairs: 4*Dh*H*pairs forward, 2.5x that backward.
     S, N, B, H, Hkv, Dh = (256, 8, 16, 4, 2, 64) if q else (4096, 512, 16, 32, 8, 128)
