@@ -37,10 +37,12 @@ run() {
     local name=$1 limit=$2 bench=$3 case=$4 mode=$5
     shift 6
     echo "$name" | grep -qE "$ONLY" || return 0
+    local attn=sdpa
+    case $name in *_flex_*) attn=flex ;; esac
     local left=$((BUDGET - ($(date +%s) - START)))
     if [ "$left" -lt 30 ]; then
-        printf '{"bench": "%s", "case": "%s", "mode": "%s", "error": "skipped: time budget (%ss) spent"}\n' \
-            "$bench" "$case" "$mode" "$BUDGET" >> "$JSONL"
+        printf '{"bench": "%s", "case": "%s", "mode": "%s", "attn": "%s", "error": "skipped: time budget (%ss) spent"}\n' \
+            "$bench" "$case" "$mode" "$attn" "$BUDGET" >> "$JSONL"
         echo "--- $name: skipped (budget)" | tee -a "$TXT" >&2
         return 0
     fi
@@ -55,12 +57,12 @@ run() {
     cat "$TMP/err" >> "$TXT"
     grep -E '^(drafter|decode|ops|check) ' "$TMP/err" >&2
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-        printf '{"bench": "%s", "case": "%s", "mode": "%s", "error": "timeout after %ss"}\n' \
-            "$bench" "$case" "$mode" "$limit" >> "$JSONL"
+        printf '{"bench": "%s", "case": "%s", "mode": "%s", "attn": "%s", "error": "timeout after %ss"}\n' \
+            "$bench" "$case" "$mode" "$attn" "$limit" >> "$JSONL"
         echo "--- $name: TIMEOUT after ${limit}s" | tee -a "$TXT" >&2
     elif [ "$rc" -ne 0 ] && ! grep -q '^{' "$TMP/out"; then
-        printf '{"bench": "%s", "case": "%s", "mode": "%s", "error": "exit %s, no JSON (see torch_bench.txt)"}\n' \
-            "$bench" "$case" "$mode" "$rc" >> "$JSONL"
+        printf '{"bench": "%s", "case": "%s", "mode": "%s", "attn": "%s", "error": "exit %s, no JSON (see torch_bench.txt)"}\n' \
+            "$bench" "$case" "$mode" "$attn" "$rc" >> "$JSONL"
         tail -5 "$TMP/err" >&2
     fi
     echo "--- $name: rc $rc, $(( $(date +%s) - t0 ))s" >> "$TXT"

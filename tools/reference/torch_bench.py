@@ -507,7 +507,7 @@ def run_drafter(args, g, mode, dev):
         rec.update(stats(ts))
         flops = drafter_flops(g, pairs)
         sec = rec["ms"] / 1e3
-        rec.update(flops_per_step=flops, flops_formula=FLOPS_FORMULA, pairs=pairs,
+        rec.update(flops_per_step=flops, flops_formula=FLOPS_FORMULA, pairs=pairs, peak_flops=PEAK_FLOPS,
                    tflops=flops / sec / 1e12, mfu=flops / sec / PEAK_FLOPS,
                    draft_pos_per_s=R / sec, tokens_per_s=S / sec, peak_mem_gib=peak_gib(dev))
         if not math.isfinite(rec["loss"]):
