@@ -41,8 +41,8 @@ run() {
     case $name in *_flex_*) attn=flex ;; esac
     local left=$((BUDGET - ($(date +%s) - START)))
     if [ "$left" -lt 30 ]; then
-        printf '{"bench": "%s", "case": "%s", "mode": "%s", "attn": "%s", "error": "skipped: time budget (%ss) spent"}\n' \
-            "$bench" "$case" "$mode" "$attn" "$BUDGET" >> "$JSONL"
+        printf '{"bench": "%s", "case": "%s", "preset": "%s", "mode": "%s", "attn": "%s", "impl": "torch", "error": "skipped: time budget (%ss) spent"}\n' \
+            "$bench" "$case" "$case" "$mode" "$attn" "$BUDGET" >> "$JSONL"
         echo "--- $name: skipped (budget)" | tee -a "$TXT" >&2
         return 0
     fi
@@ -55,14 +55,14 @@ run() {
     grep '^{' "$TMP/out" >> "$JSONL"
     grep -v '^{' "$TMP/out" >> "$TXT"
     cat "$TMP/err" >> "$TXT"
-    grep -E '^(drafter|decode|ops|check) ' "$TMP/err" >&2
+    grep -E '^(drafter_train_step|target_decode|ops|check) ' "$TMP/err" >&2
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-        printf '{"bench": "%s", "case": "%s", "mode": "%s", "attn": "%s", "error": "timeout after %ss"}\n' \
-            "$bench" "$case" "$mode" "$attn" "$limit" >> "$JSONL"
+        printf '{"bench": "%s", "case": "%s", "preset": "%s", "mode": "%s", "attn": "%s", "impl": "torch", "error": "timeout after %ss"}\n' \
+            "$bench" "$case" "$case" "$mode" "$attn" "$limit" >> "$JSONL"
         echo "--- $name: TIMEOUT after ${limit}s" | tee -a "$TXT" >&2
     elif [ "$rc" -ne 0 ] && ! grep -q '^{' "$TMP/out"; then
-        printf '{"bench": "%s", "case": "%s", "mode": "%s", "attn": "%s", "error": "exit %s, no JSON (see torch_bench.txt)"}\n' \
-            "$bench" "$case" "$mode" "$attn" "$rc" >> "$JSONL"
+        printf '{"bench": "%s", "case": "%s", "preset": "%s", "mode": "%s", "attn": "%s", "impl": "torch", "error": "exit %s, no JSON (see torch_bench.txt)"}\n' \
+            "$bench" "$case" "$case" "$mode" "$attn" "$rc" >> "$JSONL"
         tail -5 "$TMP/err" >&2
     fi
     echo "--- $name: rc $rc, $(( $(date +%s) - t0 ))s" >> "$TXT"
@@ -70,21 +70,21 @@ run() {
 
 run check               60 check   all        eager    -- check
 for p in d1024 d2048 qwen3_4b; do
-    run drafter_${p}_eager     90 drafter $p eager    -- drafter --preset $p --mode eager
-    run drafter_${p}_compiled 180 drafter $p compiled -- drafter --preset $p --mode compiled
+    run drafter_${p}_eager     90 drafter_train_step $p eager    -- drafter --preset $p --mode eager
+    run drafter_${p}_compiled 180 drafter_train_step $p compiled -- drafter --preset $p --mode compiled
 done
 for p in qwen3_0_6b qwen3_8b; do
-    run decode_${p}_eager     90 decode $p eager,graph -- decode --preset $p --mode eager,graph
-    run decode_${p}_compiled 240 decode $p compiled    -- decode --preset $p --mode compiled
+    run decode_${p}_eager     90 target_decode $p eager,graph -- decode --preset $p --mode eager,graph
+    run decode_${p}_compiled 240 target_decode $p compiled    -- decode --preset $p --mode compiled
 done
 run ops                120 ops     all        eager    -- ops --mode eager,compiled
 for p in d4096 qwen3_8b; do
-    run drafter_${p}_eager     90 drafter $p eager    -- drafter --preset $p --mode eager
-    run drafter_${p}_compiled 180 drafter $p compiled -- drafter --preset $p --mode compiled
+    run drafter_${p}_eager     90 drafter_train_step $p eager    -- drafter --preset $p --mode eager
+    run drafter_${p}_compiled 180 drafter_train_step $p compiled -- drafter --preset $p --mode compiled
 done
 for p in qwen3_4b qwen3_8b d1024 d2048 d4096; do
-    run drafter_${p}_flex_eager     120 drafter $p eager    -- drafter --preset $p --attn flex --mode eager
-    run drafter_${p}_flex_compiled  180 drafter $p compiled -- drafter --preset $p --attn flex --mode compiled
+    run drafter_${p}_flex_eager     120 drafter_train_step $p eager    -- drafter --preset $p --attn flex --mode eager
+    run drafter_${p}_flex_compiled  180 drafter_train_step $p compiled -- drafter --preset $p --attn flex --mode compiled
 done
 
 echo "=== done in $(( $(date +%s) - START ))s" | tee -a "$TXT" >&2

@@ -49,8 +49,8 @@ DECODE_PRESETS = {
 }
 DECODE_QUICK = dict(layers=2, hidden=256, heads=4, kv_heads=2, head_dim=64, inter=512, vocab=4096,
                     tied=True)
-FLOPS_FORMULA = ("fc 4*S*(K*D)*D + L*[6*R*(q,o,gate,up,down params) + 6*(S+R)*(k,v params)]"
-                 " + attention 4*Dh*H*pairs*(1 fwd + 2.5 bwd) + LM head 4*R*V*D (fwd + dh, frozen);"
+FLOPS_FORMULA = ("fc 4*S*(K*D)*D + L*[6*R*(q,o,gate,up,down params) + 6*(S+R)*(k,v params)"
+                 " + attention 4*Dh*H*pairs*(1 fwd + 2.5 bwd)] + LM head 4*R*V*D (fwd + dh, frozen);"
                  " R = N*B, pairs = sum_n B*(anchor_n + B)")
 
 
@@ -65,19 +65,20 @@ def emit(rec):
 
 def table_line(r):
     name = f"{r.get('bench', '?'):8s} {str(r.get('case', '')):11s} {str(r.get('mode', '')):9s}"
-    if r.get("bench") == "drafter":
+    if r.get("bench") == "drafter_train_step":
         name += f" {r.get('attn', 'sdpa'):5s}"
     if r.get("error"):
         return f"{name} ERROR {str(r['error']).splitlines()[0][:150]}"
     b = r.get("bench")
-    if b == "drafter":
-        return (f"{name} {r['ms']:9.2f} ms  {r['draft_pos_per_s'] / 1e3:8.1f}K "
+    if b == "drafter_train_step":
+        return (f"{name} {r['ms']:9.2f} ms  {r['draft_positions_per_s'] / 1e3:8.1f}K "
                 f"draft pos/s  {r['tflops']:6.1f} TFLOP/s  MFU {100 * r['mfu']:5.1f}%  "
                 f"peak {r['peak_mem_gib']:.1f} GiB  loss {r['loss']:.3f}")
-    if b == "decode":
-        s = f"{name} decode {r['ms']:7.3f} ms (floor {r['weight_floor_ms']:.3f})"
-        if r.get("verify_ms") is not None:
-            s += f"  verify{r['verify']} {r['verify_ms']:7.3f} ms  ratio {r['verify_ratio']:.2f}"
+    if b == "target_decode":
+        s = f"{name} decode {r['decode_ms']:7.3f} ms (floor {r['weight_floor_ms']:.3f})"
+        if r.get("verify_over_decode") is not None:
+            vms = r[f"verify{r['verify']}_ms"]
+            s += f"  verify{r['verify']} {vms:7.3f} ms  ratio {r['verify_over_decode']:.2f}"
         return s + f"  peak {r['peak_mem_gib']:.1f} GiB"
     if b == "ops":
         return f"{name} {r['ms']:9.3f} ms  {r['value']:9.1f} {r['unit']}"
@@ -119,7 +120,9 @@ def stats(ts):
 
 
 def base_rec(bench, case, mode, dev):
-    r = dict(bench=bench, case=case, mode=mode, torch=torch.__version__, error=None)
+    r = dict(bench=bench, case=case, mode=mode, impl="torch", torch=torch.__version__, error=None)
+    if bench in ("drafter_train_step", "target_decode"):
+        r["preset"] = case  # the C++ benches' key
     r["device"] = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     return r
 
@@ -158,6 +161,14 @@ def dynamo_counters():
                                         if "cudagraph_skip" in k))
     except Exception as e:
         return dict(dynamo_counters_error=type(e).__name__)
+
+
+def clip_grads(ps, max_norm):
+    """Global-norm clipping on the fp32 master grads, without a host sync (as the trainers do)."""
+    try:
+        torch.nn.utils.clip_grad_norm_(ps, max_norm, foreach=True)
+    except TypeError:  # old torch
+        torch.nn.utils.clip_grad_norm_(ps, max_norm)
 
 
 def mark_step():
@@ -382,8 +393,9 @@ def drafter_flops(g, pairs):
     S, N, B, D, K = g["seq"], g["anchors"], g["block"], g["hidden"], g["features"]
     H, Hkv, Dh, I, V, L = g["heads"], g["kv_heads"], g["head_dim"], g["inter"], g["vocab"], g["layers"]
     R = N * B
-    per_layer = 6 * R * (2 * D * H * Dh + 3 * D * I) + 6 * (S + R) * (2 * D * Hkv * Dh)
-    return 4 * S * K * D * D + L * per_layer + 4 * Dh * H * pairs * 3.5 + 4 * R * V * D
+    per_layer = (6 * R * (2 * D * H * Dh + 3 * D * I) + 6 * (S + R) * (2 * D * Hkv * Dh)
+                 + 3.5 * 4 * Dh * H * pairs)
+    return 4 * S * K * D * D + L * per_layer + 4 * R * V * D
 
 
 def sdpa_choice(q, k, v, mask):
@@ -399,7 +411,7 @@ def sdpa_choice(q, k, v, mask):
 
 
 def run_drafter(args, g, mode, dev):
-    rec = base_rec("drafter", g["name"], mode, dev)
+    rec = base_rec("drafter_train_step", g["name"], mode, dev)
     rec.update(attn=args.attn, shapes={k: v for k, v in g.items() if k != "name"})
     reset_mem(dev)
     try:
@@ -424,7 +436,7 @@ def run_drafter(args, g, mode, dev):
         for m in masters:
             m.grad = torch.zeros_like(m)
         okw = dict(fused=True) if dev.type == "cuda" else {}
-        opt = torch.optim.AdamW(masters, lr=1e-5, weight_decay=0.0, **okw)
+        opt = torch.optim.AdamW(masters, lr=1e-5, betas=(0.9, 0.95), weight_decay=0.0, **okw)
         rec["params"] = sum(p.numel() for p in params)
 
         mm = flex_mask_mod(anchors, S, B) if args.attn == "flex" else None
@@ -455,6 +467,7 @@ def run_drafter(args, g, mode, dev):
                 loss.backward()
                 with torch.no_grad():
                     foreach_copy([m.grad for m in masters], [p.grad for p in params])
+                    clip_grads(masters, 1.0)
                     opt.step()
                     foreach_copy([p.data for p in params], masters)
                 for p in params:
@@ -509,7 +522,7 @@ def run_drafter(args, g, mode, dev):
         sec = rec["ms"] / 1e3
         rec.update(flops_per_step=flops, flops_formula=FLOPS_FORMULA, pairs=pairs, peak_flops=PEAK_FLOPS,
                    tflops=flops / sec / 1e12, mfu=flops / sec / PEAK_FLOPS,
-                   draft_pos_per_s=R / sec, tokens_per_s=S / sec, peak_mem_gib=peak_gib(dev))
+                   draft_positions_per_s=R / sec, tokens_per_s=S / sec, peak_mem_gib=peak_gib(dev))
         if not math.isfinite(rec["loss"]):
             rec["warning"] = "loss is not finite"
     except Exception as e:
@@ -556,6 +569,7 @@ class Target(nn.Module):
 
 
 def capture_graph(fn, dev):
+    """fn captured in one CUDA graph; returns a replay function giving fn's (static) output."""
     s = torch.cuda.Stream(dev)
     s.wait_stream(torch.cuda.current_stream(dev))
     with torch.cuda.stream(s):
@@ -564,12 +578,16 @@ def capture_graph(fn, dev):
     torch.cuda.current_stream(dev).wait_stream(s)
     gr = torch.cuda.CUDAGraph()
     with torch.cuda.graph(gr):
-        fn()
-    return gr
+        out = fn()
+
+    def replay():
+        gr.replay()
+        return out
+    return replay
 
 
 def run_decode(args, g, mode, dev):
-    rec = base_rec("decode", g["name"], mode, dev)
+    rec = base_rec("target_decode", g["name"], mode, dev)
     rec.update(ctx=args.ctx, verify=args.verify, shapes={k: v for k, v in g.items() if k != "name"})
     reset_mem(dev)
     try:
@@ -578,11 +596,12 @@ def run_decode(args, g, mode, dev):
         Tv = max(args.verify, 1)
         cap = -(-(args.ctx + Tv + 1) // 128) * 128
         model = Target(g, cap, dev, dt)
-        nw = sum(p.numel() for n, p in model.named_parameters() if n != "embed")
-        if g["tied"]:
-            nw += model.embed.numel()  # the tied head is read once per step
-        rec.update(weight_bytes=2 * nw, weight_floor_ms=2 * nw / HBM_BPS * 1e3, cache_len=cap,
-                   floor_formula="bf16 bytes of layer weights + final norm + LM head / 4.24e12 B/s")
+        n_all = sum(p.numel() for p in model.parameters())  # a tied head counts once
+        n_read = n_all - (0 if g["tied"] else model.embed.numel())  # one embedding row is read
+        rec.update(params=n_all, weight_bytes=2 * n_all, weight_floor_ms=2 * n_all / HBM_BPS * 1e3,
+                   read_floor_ms=2 * n_read / HBM_BPS * 1e3, cache_len=cap,
+                   floor_formula="weight_floor_ms: bf16 bytes of all parameters / 4.24e12 B/s (as "
+                   "decode_bench); read_floor_ms: without the untied input embedding")
         pos = torch.tensor(args.ctx, device=dev)
         ids1 = torch.randint(0, g["vocab"], (1,), device=dev)
         idsv = torch.randint(0, g["vocab"], (Tv,), device=dev)
@@ -593,9 +612,8 @@ def run_decode(args, g, mode, dev):
             elif mode == "graph":
                 if dev.type != "cuda":
                     raise RuntimeError("graph mode needs a CUDA device")
-                gs = [capture_graph(lambda: model(ids1, pos), dev),
-                      capture_graph(lambda: model(idsv, pos), dev)]
-                fns = [gs[0].replay, gs[1].replay]
+                fns = [capture_graph(lambda: model(ids1, pos), dev),
+                       capture_graph(lambda: model(idsv, pos), dev)]
             elif mode == "compiled":
                 if not HAS_COMPILE:
                     raise RuntimeError("torch.compile is not available in this torch")
@@ -630,13 +648,15 @@ def run_decode(args, g, mode, dev):
                 rec.update(dynamo_counters())
             else:
                 raise ValueError(f"mode {mode} is not a decode mode")
+            # A step ends with the greedy ids on the host (a sync), as the engine needs them.
             warm = max(5, args.warmup)
-            rec.update(stats(time_steps(fns[0], dev, warm, steps)))
-            rec["tokens_per_s"] = 1e3 / rec["ms"]
+            rec.update(stats(time_steps(lambda: fns[0]().cpu(), dev, warm, steps)))
+            rec.update(decode_ms=rec["ms"], tokens_per_s=1e3 / rec["ms"])
             if args.verify > 0:
-                tv = time_steps(fns[1], dev, warm, steps)
-                rec.update(verify_ms=statistics.median(tv), verify_ms_min=min(tv),
-                           verify_ratio=statistics.median(tv) / rec["ms"])
+                tv = time_steps(lambda: fns[1]().cpu(), dev, warm, steps)
+                rec.update({f"verify{args.verify}_ms": statistics.median(tv),
+                            f"verify{args.verify}_ms_min": min(tv),
+                            "verify_over_decode": statistics.median(tv) / rec["ms"]})
             out = model.logits(idsv, pos)
             rec["logits_finite"] = bool(torch.isfinite(out.float()).all())
         rec["peak_mem_gib"] = peak_gib(dev)
