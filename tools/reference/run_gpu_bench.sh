@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # PyTorch reference benchmarks on the GPU machine, every case in its own process with a timeout.
 #   bash tools/reference/run_gpu_bench.sh
-# Appends JSON lines to $OUT/torch_bench.jsonl and the human tables and logs to $OUT/torch_bench.txt,
-# then prints a summary table. Cases run in priority order (drafter d1024/d2048/qwen3_4b eager and
-# compiled, decode 0.6B/8B eager+graph and compiled, ops, then the rest); once the time budget
+# Appends JSON lines to $OUT/torch_bench.jsonl and the human tables and logs to $OUT/torch_bench.txt;
+# the console gets one line per result (checks condensed to one line), so that it fits beside the
+# C++ results in scripts/test-gpu.sh (full table afterwards: torch_bench.py summary FILE.jsonl).
+# Cases run in priority order (check; drafter d1024/d2048/qwen3_4b eager and compiled; decode
+# 0.6B/8B eager+graph and compiled; ops; then the rest); once the time budget
 # TORCH_BENCH_BUDGET (seconds, default 360) is spent, the remaining cases are skipped and recorded
 # as such. TORCH_BENCH_ONLY='regex' keeps only the cases whose name matches (grep -E);
 # TORCH_BENCH_ARGS is appended to every call (e.g. '--quick --device cpu' for a smoke test).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-OUT=${OUT:-$ROOT/build-torch-bench}
+OUT=${OUT:-$ROOT/gpu-out}
 PY=${PYTHON:-python3}
 BUDGET=${TORCH_BENCH_BUDGET:-360}
 ONLY=${TORCH_BENCH_ONLY:-.}
@@ -23,6 +25,7 @@ export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 # reuses compiled kernels, so compile_s drops; step times are unaffected.
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$ROOT/build-torchinductor}
 START=$(date +%s)
+SKIPPED=""
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
@@ -41,13 +44,14 @@ run() {
     case $name in *_flex_*) attn=flex ;; esac
     local left=$((BUDGET - ($(date +%s) - START)))
     if [ "$left" -lt 30 ]; then
+        SKIPPED="$SKIPPED $name"
         printf '{"bench": "%s", "case": "%s", "preset": "%s", "mode": "%s", "attn": "%s", "impl": "torch", "error": "skipped: time budget (%ss) spent"}\n' \
             "$bench" "$case" "$case" "$mode" "$attn" "$BUDGET" >> "$JSONL"
-        echo "--- $name: skipped (budget)" | tee -a "$TXT" >&2
+        echo "--- $name: skipped (budget)" >> "$TXT"
         return 0
     fi
     [ "$limit" -gt "$left" ] && limit=$left
-    echo "--- $name: torch_bench.py $* (timeout ${limit}s)" | tee -a "$TXT" >&2
+    echo "--- $name: torch_bench.py $* (timeout ${limit}s)" >> "$TXT"
     local t0 rc=0
     t0=$(date +%s)
     # shellcheck disable=SC2086  # EXTRA is split into arguments on purpose
@@ -55,15 +59,20 @@ run() {
     grep '^{' "$TMP/out" >> "$JSONL"
     grep -v '^{' "$TMP/out" >> "$TXT"
     cat "$TMP/err" >> "$TXT"
-    grep -E '^(drafter_train_step|target_decode|ops|check) ' "$TMP/err" >&2
+    if [ "$bench" = check ]; then
+        echo "check: $(grep -c ' ok  err' "$TMP/err") ok, $(grep -cE ' (FAIL|ERROR) ' "$TMP/err") failed"
+        grep -E '^check .* (FAIL|ERROR) ' "$TMP/err"
+    else
+        grep -E '^(drafter_train_step|target_decode|ops) ' "$TMP/err"
+    fi
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
         printf '{"bench": "%s", "case": "%s", "preset": "%s", "mode": "%s", "attn": "%s", "impl": "torch", "error": "timeout after %ss"}\n' \
             "$bench" "$case" "$case" "$mode" "$attn" "$limit" >> "$JSONL"
-        echo "--- $name: TIMEOUT after ${limit}s" | tee -a "$TXT" >&2
+        echo "--- $name: TIMEOUT after ${limit}s" | tee -a "$TXT"
     elif [ "$rc" -ne 0 ] && ! grep -q '^{' "$TMP/out"; then
         printf '{"bench": "%s", "case": "%s", "preset": "%s", "mode": "%s", "attn": "%s", "impl": "torch", "error": "exit %s, no JSON (see torch_bench.txt)"}\n' \
             "$bench" "$case" "$case" "$mode" "$attn" "$rc" >> "$JSONL"
-        tail -5 "$TMP/err" >&2
+        echo "--- $name: exit $rc without a result:"; tail -3 "$TMP/err"
     fi
     echo "--- $name: rc $rc, $(( $(date +%s) - t0 ))s" >> "$TXT"
 }
@@ -87,5 +96,6 @@ for p in qwen3_4b qwen3_8b d1024 d2048 d4096; do
     run drafter_${p}_flex_compiled  180 drafter_train_step $p compiled -- drafter --preset $p --attn flex --mode compiled
 done
 
-echo "=== done in $(( $(date +%s) - START ))s" | tee -a "$TXT" >&2
-"$PY" "$HERE/torch_bench.py" summary "$JSONL" | tee -a "$TXT"
+[ -n "$SKIPPED" ] && echo "skipped (time budget ${BUDGET}s):$SKIPPED"
+echo "torch reference done in $(( $(date +%s) - START ))s; JSON in $JSONL, tables in $TXT" | tee -a "$TXT"
+"$PY" "$HERE/torch_bench.py" summary "$JSONL" >> "$TXT"
