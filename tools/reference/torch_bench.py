@@ -2,8 +2,10 @@
 """PyTorch reference benchmarks for dflash.cpp (run on the GPU machine beside the C++ benches).
 
 Subcommands (each prints one JSON object per measured case on stdout, a table line on stderr):
-  drafter  DFlash drafter training step, target features given (dflash-spec 3.2-3.4)
-  decode   bs=1 greedy decode step (and a --verify N-token verify) of a Qwen3 target, static KV cache
+  drafter  DFlash drafter training step, target features given (dflash-spec 3.2-3.4); JSON bench
+           "drafter_train_step", the same workload, presets and FLOP count as bench/train_step_bench
+  decode   bs=1 greedy decode step (and a --verify N-token verify) of a Qwen3 target, static KV cache;
+           JSON bench "target_decode", as bench/decode_bench
   ops      single-op ceilings: bf16 GEMM, SDPA causal fwd / fwd+bwd, RMSNorm, D2D copy
   check    small correctness checks of the pieces above (mask, attention, CE, KV cache)
   summary  FILE.jsonl -> compact table
