@@ -3,6 +3,7 @@
 # (scripts/gpu-bundle.sh), runs every CUDA test binary, then (unless --tests-only) the benchmarks
 # and the PyTorch reference of the same workloads (tools/reference/run_gpu_bench.sh), and a quick
 # demo on the GPU. Logs and JSON go to $OUT (the device tool's output folder) or ./gpu-out.
+# Flags: --tests-only (tests, nothing else), --no-reference (skip the PyTorch reference), --no-demo.
 # Exit status: non-zero when any test failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +27,8 @@ for t in "$run"/bin/*_test; do
     echo "$name: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$name.log" | tr '\n' ' ')"
 done
 echo "tests failed: ${#failed[@]} ${failed[*]:-}"
-[ "${1:-}" = "--tests-only" ] && exit "${#failed[@]}"
+flags=" $* "
+[[ $flags == *" --tests-only "* ]] && exit "${#failed[@]}"
 
 for b in "$run"/bench/*_bench; do
     name=$(basename "$b")
@@ -34,11 +36,13 @@ for b in "$run"/bench/*_bench; do
     timeout 240 "$b" > "$out/$name.jsonl" 2> "$out/$name.txt"
     cat "$out/$name.txt"
 done
-if [ -x tools/reference/run_gpu_bench.sh ]; then
+if [[ $flags != *" --no-reference "* && -x tools/reference/run_gpu_bench.sh ]]; then
     echo "== PyTorch reference"
     timeout 420 tools/reference/run_gpu_bench.sh || echo "torch reference: exit $?"
 fi
-echo "== demo --quick on the GPU"
-timeout 300 "$run/bin/dflash" demo --quick --output "$run/demo" > "$out/demo.txt" 2>&1
-tail -n 25 "$out/demo.txt"
+if [[ $flags != *" --no-demo "* ]]; then
+    echo "== demo --quick on the GPU"
+    timeout 300 "$run/bin/dflash" demo --quick --output "$run/demo" > "$out/demo.txt" 2>&1
+    tail -n 25 "$out/demo.txt"
+fi
 exit "${#failed[@]}"
