@@ -34,7 +34,9 @@ for b in "$run"/bench/*_bench; do
     name=$(basename "$b")
     echo "== $name"
     timeout 240 "$b" > "$out/$name.jsonl" 2> "$out/$name.txt"
+    echo "exit status $?" >> "$out/$name.txt"
     cat "$out/$name.txt"
+    grep -v '^{' "$out/$name.jsonl" || true
 done
 if [[ $flags != *" --no-reference "* && -x tools/reference/run_gpu_bench.sh ]]; then
     echo "== PyTorch reference"
@@ -45,4 +47,7 @@ if [[ $flags != *" --no-demo "* ]]; then
     timeout 300 "$run/bin/dflash" demo --quick --output "$run/demo" > "$out/demo.txt" 2>&1
     tail -n 25 "$out/demo.txt"
 fi
+# Everything in one file: the device tool returns at most 8 files.
+logs=$(mktemp -d)/gpu-logs.tgz
+tar -C "$out" -czf "$logs" . && mv "$logs" "$out/gpu-logs.tgz"
 exit "${#failed[@]}"
