@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "infer/bench.h"
 #include "infer/prompts.h"
+#include "infer/stop_tokens.h"
 #include "model/drafter.h"
 #include "model/target.h"
 #include "tokenizer/model_tokenizer.h"

@@ -14,6 +14,7 @@
 #include "infer/bench.h"
 #include "infer/prompts.h"
 #include "infer/regenerate.h"
+#include "infer/stop_tokens.h"
 #include "model/target.h"
 #include "tokenizer/model_tokenizer.h"
 #include "tokenizer/tokenizer.h"

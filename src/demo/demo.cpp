@@ -15,6 +15,7 @@
 #include "data/prepare.h"
 #include "infer/prompts.h"
 #include "infer/regenerate.h"
+#include "infer/stop_tokens.h"
 #include "model/drafter.h"
 #include "model/target.h"
 #include "tokenizer/tokenizer.h"

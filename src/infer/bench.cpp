@@ -51,20 +51,6 @@ GenerateOptions generate_options_from_settings(const config::Settings& s) {
     return o;
 }
 
-std::vector<int32_t> default_stop_tokens(const TargetConfig& target, const Tokenizer* tok) {
-    std::vector<int32_t> out;
-    auto add = [&](int64_t id) {
-        if (id >= 0 && id < target.vocab_size && std::find(out.begin(), out.end(), id) == out.end())
-            out.push_back(static_cast<int32_t>(id));
-    };
-    add(target.eos_token_id);
-    if (tok) {
-        add(tok->specials().eos);
-        add(tok->specials().end_turn);
-    }
-    return out;
-}
-
 std::string BenchMismatch::to_string() const {
     return fmt::format("prompt {}, position {}: baseline {} vs speculative {}", prompt, position,
                        token_text(baseline_token), token_text(speculative_token));

@@ -5,8 +5,8 @@
 #include <chrono>
 #include <mutex>
 
+#include "core/worker_pool.h"
 #include "data/shard.h"
-#include "train/worker_pool.h"
 
 namespace dflash {
 

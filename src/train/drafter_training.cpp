@@ -13,9 +13,9 @@
 
 #include "core/error.h"
 #include "data/anchors.h"
-#include "infer/bench.h"
 #include "infer/prompts.h"
 #include "infer/spec_decode.h"
+#include "infer/stop_tokens.h"
 #include "tokenizer/model_tokenizer.h"
 #include "train/checkpoint.h"
 

@@ -14,11 +14,11 @@
 #include "config/dump.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/worker_pool.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
 #include "train/signal_watcher.h"
-#include "train/worker_pool.h"
 
 namespace dflash::train {
 namespace {

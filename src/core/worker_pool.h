@@ -1,7 +1,7 @@
 // WorkerPool: runs one function on N fresh threads (one per device) and makes a failing worker say
 // why (design §2): the first exception is recorded with worker id, device, phase and message, the
 // other workers are told to stop (abort hooks wake any blocked in a collective), and after all have
-// joined run() rethrows that first cause. Tested by tests/train/worker_pool_test.cpp.
+// joined run() rethrows that first cause. Tested by tests/core/worker_pool_test.cpp.
 #pragma once
 
 #include <atomic>

@@ -1,7 +1,7 @@
 // WorkerPool: a failing worker's cause (id, device, phase, message) reaches the coordinator; peers
 // blocked in an in-process collective are woken and do not mask it; clean runs return normally;
 // stop requests reach every worker.
-#include "train/worker_pool.h"
+#include "core/worker_pool.h"
 
 #include <atomic>
 #include <set>

@@ -1,5 +1,5 @@
-// Worker threads with first-failure reporting. Tested by tests/train/worker_pool_test.cpp.
-#include "train/worker_pool.h"
+// Worker threads with first-failure reporting. Tested by tests/core/worker_pool_test.cpp.
+#include "core/worker_pool.h"
 
 #include <exception>
 #include <memory>
