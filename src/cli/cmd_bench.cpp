@@ -13,6 +13,7 @@
 #include "config/settings.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "infer/bench.h"
 #include "infer/prompts.h"
 #include "infer/stop_tokens.h"
@@ -40,6 +41,8 @@ int cmd_bench(CommandContext& ctx) {
     app.add_option("--limit", limit, "only the first N prompts (0: all)")
         ->check(CLI::NonNegativeNumber);
     if (!parse_command_args(app, ctx, "bench")) return 0;
+    // Before minutes of decoding, not after: a --json that cannot be written fails now.
+    if (!json_path.empty()) check_output_file(json_path, "--json");
     auto be = make_backend_from_settings(ctx);
     const TargetModel target = TargetModel::load(target_dir);
     const DrafterModel drafter = DrafterModel::load(drafter_dir);
