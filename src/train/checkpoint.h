@@ -60,6 +60,11 @@ TrainingState read_training_state(const std::filesystem::path& checkpoint_dir);
 void load_optimizer_state(const std::filesystem::path& checkpoint_dir, int64_t optimizer_steps,
                           ParamSet& params, AdamW& opt);
 
+// Checks, without reading tensor data, that training_state.safetensors holds the fp32 master,
+// adam_m and adam_v of every tensor of the checkpoint's model files, with their shapes: what
+// load_optimizer_state will need. Errors name the file and the first few problems.
+void check_training_state_files(const std::filesystem::path& checkpoint_dir);
+
 // The checkpoint named by <run_dir>/latest, if any.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_dir);
 // `--resume DIR`: a checkpoint directory, or a run directory (its latest checkpoint).

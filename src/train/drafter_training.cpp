@@ -179,10 +179,16 @@ DrafterModel make_initial_drafter(const TargetModel& target, const Tokenizer& to
     return DrafterModel::random(dc, seed ^ kInitSalt);
 }
 
-TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Settings& s,
+TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Settings& given,
                                   const Logger& log) {
     DF_CHECK(!job.target_dir.empty(), "no target: give --target DIR (an HF model directory)");
     DF_CHECK(!job.data_dir.empty(), "no training data: give --data DIR (`dflash data prepare`)");
+    TrainerSpec spec;
+    spec.kind = "drafter";
+    if (!job.resume.empty()) spec.resume_from = resolve_resume_dir(job.resume);
+    // A resume continues the checkpoint's run: its settings, except what is given explicitly.
+    const config::Settings s =
+        spec.resume_from ? settings_for_resume(given, *spec.resume_from, {"drafter."}, log) : given;
     const ShardedDataset train = ShardedDataset::open(job.data_dir);
     const std::optional<ShardedDataset> eval = open_eval_data(job.eval_data_dir, s);
 
@@ -192,9 +198,6 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Sett
              "the data's vocabulary ({} ids) is larger than the target's ({})", train.vocab_size(),
              target.config().vocab_size);
 
-    TrainerSpec spec;
-    spec.kind = "drafter";
-    if (!job.resume.empty()) spec.resume_from = resolve_resume_dir(job.resume);
     // The starting weights: a resumed run overwrites them with the checkpoint's fp32 masters,
     // but the architecture comes from the checkpoint's config.json.
     DrafterModel init = spec.resume_from            ? DrafterModel::load(*spec.resume_from)
