@@ -46,6 +46,7 @@ GenerateOptions generate_options_from_settings(const config::Settings& s) {
     o.sampling.top_p = s.get<double>("infer.top_p");
     o.max_new_tokens = s.get<int64_t>("infer.max_new_tokens");
     o.block_size = s.get<int64_t>("infer.block_size");
+    o.max_context = s.get<int64_t>("infer.max_context");
     o.draft_sampling = s.get<bool>("infer.draft_sampling");
     o.seed = static_cast<uint64_t>(s.get<int64_t>("infer.seed"));
     return o;

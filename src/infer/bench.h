@@ -23,7 +23,7 @@ class Settings;
 }
 
 // GenerateOptions from the infer.* settings (temperature, top_k, top_p, max_new_tokens,
-// block_size, draft_sampling, seed); stop tokens are left to the caller.
+// max_context, block_size, draft_sampling, seed); stop tokens are left to the caller.
 GenerateOptions generate_options_from_settings(const config::Settings& s);
 
 // One prompt: the plain run and the speculative run.

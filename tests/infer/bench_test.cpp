@@ -192,6 +192,7 @@ TEST(Bench, OptionsFromSettings) {
                              {"infer.top_k", "20"},
                              {"infer.top_p", "0.9"},
                              {"infer.max_new_tokens", "33"},
+                             {"infer.max_context", "77"},
                              {"infer.block_size", "6"},
                              {"infer.draft_sampling", "true"},
                              {"infer.seed", "12"}});
@@ -200,6 +201,7 @@ TEST(Bench, OptionsFromSettings) {
     EXPECT_EQ(o.sampling.top_k, 20);
     EXPECT_DOUBLE_EQ(o.sampling.top_p, 0.9);
     EXPECT_EQ(o.max_new_tokens, 33);
+    EXPECT_EQ(o.max_context, 77);
     EXPECT_EQ(o.block_size, 6);
     EXPECT_TRUE(o.draft_sampling);
     EXPECT_EQ(o.seed, 12u);
