@@ -3,7 +3,8 @@
 // AdamW moments of every parameter) and training_state.json (step, epoch, every worker's loader
 // state, seeds, the settings dump and hash, format version), and settings.toml. A checkpoint is
 // written into a temporary directory and renamed; <run>/latest names the newest and is replaced
-// atomically. Tested by tests/train/checkpoint_test.cpp.
+// atomically. Tested by tests/train/checkpoint_test.cpp and, for damaged checkpoints,
+// tests/train/resume_test.cpp.
 #pragma once
 
 #include <cstdint>

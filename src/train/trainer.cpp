@@ -1,6 +1,6 @@
 // The data-parallel training loop (see trainer.h). Tested by tests/train/trainer_test.cpp,
-// pretrain_test.cpp, eval_decode_test.cpp, metrics_resume_test.cpp, data_order_test.cpp and
-// divergence_test.cpp.
+// pretrain_test.cpp, eval_decode_test.cpp, metrics_resume_test.cpp, data_order_test.cpp,
+// divergence_test.cpp, resume_test.cpp and signal_test.cpp.
 #include "train/trainer.h"
 
 #include <fmt/ranges.h>

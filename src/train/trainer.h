@@ -8,8 +8,9 @@
 // global weight sum W is all-reduced, each forward/backward runs with grad_scale 1/W and the
 // gradients are summed — so N workers x batch b match 1 worker x batch N*b to float rounding.
 // Tested by tests/train/trainer_test.cpp, tests/train/pretrain_test.cpp and, for evaluation by
-// decoding, metrics on resume, data.shuffle and a NaN loss, tests/train/eval_decode_test.cpp,
-// metrics_resume_test.cpp, data_order_test.cpp and divergence_test.cpp.
+// decoding, metrics on resume, data.shuffle, a NaN loss, resume rules and run-directory locks, and
+// Ctrl-C, tests/train/eval_decode_test.cpp, metrics_resume_test.cpp, data_order_test.cpp,
+// divergence_test.cpp, resume_test.cpp and signal_test.cpp.
 #pragma once
 
 #include <cstdint>
