@@ -13,8 +13,10 @@
 #include "config/settings.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "infer/bench.h"
 #include "infer/prompts.h"
+#include "infer/stop_tokens.h"
 #include "model/drafter.h"
 #include "model/target.h"
 #include "tokenizer/model_tokenizer.h"
@@ -39,6 +41,8 @@ int cmd_bench(CommandContext& ctx) {
     app.add_option("--limit", limit, "only the first N prompts (0: all)")
         ->check(CLI::NonNegativeNumber);
     if (!parse_command_args(app, ctx, "bench")) return 0;
+    // Before minutes of decoding, not after: a --json that cannot be written fails now.
+    if (!json_path.empty()) check_output_file(json_path, "--json");
     auto be = make_backend_from_settings(ctx);
     const TargetModel target = TargetModel::load(*be, target_dir);
     const DrafterModel drafter = DrafterModel::load(*be, drafter_dir);

@@ -16,6 +16,7 @@
 #include "infer/bench.h"
 #include "infer/prompts.h"
 #include "infer/spec_decode.h"
+#include "infer/stop_tokens.h"
 #include "model/drafter.h"
 #include "model/target.h"
 #include "tokenizer/model_tokenizer.h"

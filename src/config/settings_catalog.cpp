@@ -193,6 +193,11 @@ void add_infer(Registry& r) {
     r.add(D::integer("infer.max_new_tokens", 256, "tokens generated per prompt")
               .range(1, 1 << 24)
               .read_by("dflash generate, dflash bench, infer engine"));
+    r.add(D::integer("infer.max_context", 0,
+                     "tokens a sequence may reach (prompt + output); 0 = the target's "
+                     "max_position_embeddings")
+              .range(0, 1 << 26)
+              .read_by("infer engine (dflash generate, dflash bench, data regenerate)"));
     r.add(D::integer("infer.block_size", 0, "draft block size; 0 = the drafter's")
               .range(0, 256)
               .read_by("infer engine"));

@@ -46,23 +46,10 @@ GenerateOptions generate_options_from_settings(const config::Settings& s) {
     o.sampling.top_p = s.get<double>("infer.top_p");
     o.max_new_tokens = s.get<int64_t>("infer.max_new_tokens");
     o.block_size = s.get<int64_t>("infer.block_size");
+    o.max_context = s.get<int64_t>("infer.max_context");
     o.draft_sampling = s.get<bool>("infer.draft_sampling");
     o.seed = static_cast<uint64_t>(s.get<int64_t>("infer.seed"));
     return o;
-}
-
-std::vector<int32_t> default_stop_tokens(const TargetConfig& target, const Tokenizer* tok) {
-    std::vector<int32_t> out;
-    auto add = [&](int64_t id) {
-        if (id >= 0 && id < target.vocab_size && std::find(out.begin(), out.end(), id) == out.end())
-            out.push_back(static_cast<int32_t>(id));
-    };
-    add(target.eos_token_id);
-    if (tok) {
-        add(tok->specials().eos);
-        add(tok->specials().end_turn);
-    }
-    return out;
 }
 
 std::string BenchMismatch::to_string() const {

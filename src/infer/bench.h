@@ -23,12 +23,8 @@ class Settings;
 }
 
 // GenerateOptions from the infer.* settings (temperature, top_k, top_p, max_new_tokens,
-// block_size, draft_sampling, seed); stop tokens are left to the caller.
+// max_context, block_size, draft_sampling, seed); stop tokens are left to the caller.
 GenerateOptions generate_options_from_settings(const config::Settings& s);
-
-// What ends a reply: the target's eos_token_id (when it has one) and, with a tokenizer, its eos
-// and end_turn tokens; duplicates removed.
-std::vector<int32_t> default_stop_tokens(const TargetConfig& target, const Tokenizer* tok);
 
 // One prompt: the plain run and the speculative run.
 struct BenchRequest {

@@ -10,6 +10,7 @@
 #include "core/atomic_file.h"
 #include "core/checkpoint_io.h"
 #include "core/error.h"
+#include "model/tensor_layout.h"
 
 namespace dflash {
 
@@ -234,6 +235,15 @@ std::vector<std::string> TargetConfig::problems() const {
         {"vocab_size", vocab_size},
         {"max_position_embeddings", max_position_embeddings}};
     for (const auto& [name, v] : dims) need(v > 0, fmt::format("{}={} must be positive", name, v));
+    const std::pair<const char*, int64_t> caps[] = {
+        {"hidden_size", kMaxHiddenSize},    {"intermediate_size", kMaxIntermediateSize},
+        {"num_hidden_layers", kMaxLayers},  {"num_attention_heads", kMaxHeads},
+        {"num_key_value_heads", kMaxHeads}, {"head_dim", kMaxHeadDim},
+        {"vocab_size", kMaxVocabSize},      {"max_position_embeddings", kMaxPositions}};
+    for (size_t i = 0; i < std::size(caps); ++i)
+        need(dims[i].second <= caps[i].second,
+             fmt::format("{}={} is above {}, the largest supported; is config.json damaged?",
+                         dims[i].first, dims[i].second, caps[i].second));
     if (num_attention_heads > 0 && num_key_value_heads > 0)
         need(num_attention_heads % num_key_value_heads == 0,
              fmt::format("num_attention_heads={} is not a multiple of num_key_value_heads={} "
@@ -304,12 +314,14 @@ json TargetConfig::to_json() const {
 }
 
 TargetConfig TargetConfig::load(const std::filesystem::path& dir) {
-    return load_config(dir, [](const json& j) {
+    TargetConfig c = load_config(dir, [](const json& j) {
         DF_CHECK(!is_drafter_config_json(j),
                  "this is a DFlash drafter config (architectures DFlashDraftModel), not a target "
                  "model");
         return TargetConfig::from_json(j);
     });
+    check_model_files(dir, target_tensor_specs(c));
+    return c;
 }
 
 void TargetConfig::save(const std::filesystem::path& dir) const {
@@ -328,16 +340,20 @@ std::vector<std::string> DrafterConfig::problems() const {
     };
     need(layer.model_type == "qwen3" && layer.qk_norm && !layer.attention_bias,
          "DFlash drafter layers are Qwen3-style (q_norm/k_norm, no biases)");
-    need(block_size >= 2, fmt::format("block_size={} must be at least 2 (the anchor plus one "
-                                      "drafted token; released drafters use 16)",
-                                      block_size));
+    need(block_size >= 2 && block_size <= kMaxBlockSize,
+         fmt::format("block_size={} is outside [2, {}] (the anchor plus at least one drafted "
+                     "token, as the drafter.block_size setting; released drafters use 16)",
+                     block_size, kMaxBlockSize));
     need(mask_token_id >= 0 && mask_token_id < layer.vocab_size,
          fmt::format("mask_token_id={} is outside the target vocabulary (0..{}); pick a reserved "
                      "id inside it (Qwen3: 151669, the id of <|MASK|>)",
                      mask_token_id, layer.vocab_size - 1));
-    need(num_target_layers >= 1,
-         fmt::format("num_target_layers={} must be positive", num_target_layers));
+    need(num_target_layers >= 1 && num_target_layers <= kMaxLayers,
+         fmt::format("num_target_layers={} is outside [1, {}]", num_target_layers, kMaxLayers));
     need(!target_layer_ids.empty(), "target_layer_ids is empty (released drafters use 5 ids)");
+    need(num_features() <= kMaxTargetFeatures,
+         fmt::format("target_layer_ids has {} ids; at most {} are supported", num_features(),
+                     kMaxTargetFeatures));
     for (size_t i = 0; i < target_layer_ids.size(); ++i) {
         const int64_t id = target_layer_ids[i];
         need(id >= 0 && id < num_target_layers,
@@ -377,15 +393,26 @@ DrafterConfig DrafterConfig::from_json_unchecked(const json& j) {
         DF_CHECK(dc["target_layer_ids"].is_array(),
                  "dflash_config.target_layer_ids is {} (expected a list of layer ids)",
                  dc["target_layer_ids"].dump());
+        DF_CHECK(dc["target_layer_ids"].size() <= static_cast<size_t>(kMaxTargetFeatures),
+                 "dflash_config.target_layer_ids has {} ids; at most {} are supported",
+                 dc["target_layer_ids"].size(), kMaxTargetFeatures);
         for (const auto& v : dc["target_layer_ids"])
             d.target_layer_ids.push_back(as_int(v, "dflash_config.target_layer_ids"));
     } else {
-        // Historic drafters: one target feature per draft layer.
+        // Historic drafters: one target feature per draft layer. The counts size a vector here,
+        // so they are checked first.
+        DF_CHECK(d.num_target_layers >= 1 && d.num_target_layers <= kMaxLayers &&
+                     d.layer.num_hidden_layers >= 1 &&
+                     d.layer.num_hidden_layers <= kMaxTargetFeatures,
+                 "num_target_layers={} / num_hidden_layers={} are outside [1, {}] / [1, {}]",
+                 d.num_target_layers, d.layer.num_hidden_layers, kMaxLayers, kMaxTargetFeatures);
         d.target_layer_ids =
             default_target_layer_ids(d.num_target_layers, d.layer.num_hidden_layers);
     }
     if (present(j, "layer_types")) {
         const json& lt = j["layer_types"];
+        DF_CHECK(d.layer.num_hidden_layers >= 1 && d.layer.num_hidden_layers <= kMaxLayers,
+                 "num_hidden_layers={} is outside [1, {}]", d.layer.num_hidden_layers, kMaxLayers);
         DF_CHECK(lt.is_array() && static_cast<int64_t>(lt.size()) == d.layer.num_hidden_layers,
                  "layer_types {} must list one entry per draft layer ({})", lt.dump(),
                  d.layer.num_hidden_layers);
@@ -414,7 +441,9 @@ json DrafterConfig::to_json() const {
 }
 
 DrafterConfig DrafterConfig::load(const std::filesystem::path& dir) {
-    return load_config(dir, [](const json& j) { return DrafterConfig::from_json(j); });
+    DrafterConfig d = load_config(dir, [](const json& j) { return DrafterConfig::from_json(j); });
+    check_model_files(dir, drafter_tensor_specs(d));
+    return d;
 }
 
 void DrafterConfig::save(const std::filesystem::path& dir) const {

@@ -15,6 +15,20 @@
 
 namespace dflash {
 
+// Upper bounds of config.json values: generous for any real model, small enough that a damaged or
+// mistyped config (num_hidden_layers 10^9) is refused before anything is allocated. kMaxBlockSize
+// and kMaxTargetFeatures are the ranges of the drafter.block_size and
+// drafter.num_target_features settings (tests/model/hf_config_test.cpp checks they agree).
+inline constexpr int64_t kMaxLayers = 4096;
+inline constexpr int64_t kMaxHiddenSize = int64_t{1} << 17;
+inline constexpr int64_t kMaxIntermediateSize = int64_t{1} << 20;
+inline constexpr int64_t kMaxHeads = 1024;
+inline constexpr int64_t kMaxHeadDim = 1024;
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
+inline constexpr int64_t kMaxPositions = int64_t{1} << 26;
+inline constexpr int64_t kMaxBlockSize = 256;
+inline constexpr int64_t kMaxTargetFeatures = 64;
+
 struct TargetConfig {
     std::string model_type = "qwen3";  // "qwen3" or "llama"
     int64_t hidden_size = 0;           // D
@@ -39,8 +53,12 @@ struct TargetConfig {
     // such as `dflash inspect` that report every problem instead of stopping at the first.
     static TargetConfig from_json_unchecked(const nlohmann::json& j);
     nlohmann::json to_json() const;
-    static TargetConfig load(const std::filesystem::path& dir);  // dir/config.json
-    void save(const std::filesystem::path& dir) const;           // atomic
+    // dir/config.json; when dir holds weights, they are checked against the layout the config
+    // implies (every tensor, its shape) and the model's f32 size against this machine's memory
+    // (check_model_files), so that a config that does not describe its weights fails before a
+    // model is allocated.
+    static TargetConfig load(const std::filesystem::path& dir);
+    void save(const std::filesystem::path& dir) const;  // atomic
     // Problems that make the config unusable, each a full sentence; empty when valid.
     std::vector<std::string> problems() const;
 };
@@ -57,7 +75,7 @@ struct DrafterConfig {
     static DrafterConfig from_json(const nlohmann::json& j);
     static DrafterConfig from_json_unchecked(const nlohmann::json& j);  // see TargetConfig's
     nlohmann::json to_json() const;
-    static DrafterConfig load(const std::filesystem::path& dir);
+    static DrafterConfig load(const std::filesystem::path& dir);  // checked as TargetConfig::load
     void save(const std::filesystem::path& dir) const;
     std::vector<std::string> problems() const;
     int64_t num_features() const { return static_cast<int64_t>(target_layer_ids.size()); }  // K

@@ -13,9 +13,9 @@
 
 #include "core/error.h"
 #include "data/anchors.h"
-#include "infer/bench.h"
 #include "infer/prompts.h"
 #include "infer/spec_decode.h"
+#include "infer/stop_tokens.h"
 #include "tokenizer/model_tokenizer.h"
 #include "train/checkpoint.h"
 
@@ -186,10 +186,16 @@ DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const 
     return DrafterModel::random(be, dc, seed ^ kInitSalt);
 }
 
-TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Settings& s,
+TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Settings& given,
                                   const Logger& log) {
     DF_CHECK(!job.target_dir.empty(), "no target: give --target DIR (an HF model directory)");
     DF_CHECK(!job.data_dir.empty(), "no training data: give --data DIR (`dflash data prepare`)");
+    TrainerSpec spec;
+    spec.kind = "drafter";
+    if (!job.resume.empty()) spec.resume_from = resolve_resume_dir(job.resume);
+    // A resume continues the checkpoint's run: its settings, except what is given explicitly.
+    const config::Settings s =
+        spec.resume_from ? settings_for_resume(given, *spec.resume_from, {"drafter."}, log) : given;
     const ShardedDataset train = ShardedDataset::open(job.data_dir);
     const std::optional<ShardedDataset> eval = open_eval_data(job.eval_data_dir, s);
 
@@ -202,9 +208,6 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Sett
              "the data's vocabulary ({} ids) is larger than the target's ({})", train.vocab_size(),
              target.config().vocab_size);
 
-    TrainerSpec spec;
-    spec.kind = "drafter";
-    if (!job.resume.empty()) spec.resume_from = resolve_resume_dir(job.resume);
     // The starting weights: a resumed run overwrites them with the checkpoint's fp32 masters,
     // but the architecture comes from the checkpoint's config.json.
     DrafterModel init = spec.resume_from ? DrafterModel::load(*host, *spec.resume_from)

@@ -16,6 +16,11 @@ namespace fs = std::filesystem;
 
 constexpr uint64_t kInitSalt = 0x7a67ull;
 
+// The settings that fix the target's shape, which a resume cannot change.
+const std::vector<std::string> kShapeKeys = {"pretrain.hidden_size", "pretrain.num_layers",
+                                             "pretrain.num_heads",   "pretrain.num_kv_heads",
+                                             "pretrain.head_dim",    "pretrain.intermediate_size"};
+
 class PretrainTask : public WorkerTask {
   public:
     PretrainTask(Backend& be, const TargetModel& init, const Tokenizer& tok, bool loss_on_prompt,
@@ -91,15 +96,19 @@ TargetConfig pretrain_target_config(const config::Settings& s, const Tokenizer& 
     return c;
 }
 
-TrainSummary run_pretraining(const PretrainJob& job, const config::Settings& s, const Logger& log) {
+TrainSummary run_pretraining(const PretrainJob& job, const config::Settings& given,
+                             const Logger& log) {
     DF_CHECK(!job.data_dir.empty(), "no training data: give --data DIR (`dflash data prepare`)");
+    TrainerSpec spec;
+    spec.kind = "target";
+    if (!job.resume.empty()) spec.resume_from = resolve_resume_dir(job.resume);
+    // A resume continues the checkpoint's run: its settings, except what is given explicitly.
+    const config::Settings s =
+        spec.resume_from ? settings_for_resume(given, *spec.resume_from, kShapeKeys, log) : given;
     const ShardedDataset train = ShardedDataset::open(job.data_dir);
     const std::optional<ShardedDataset> eval = open_eval_data(job.eval_data_dir, s);
     const auto tok = make_tokenizer(train.tokenizer_name());
 
-    TrainerSpec spec;
-    spec.kind = "target";
-    if (!job.resume.empty()) spec.resume_from = resolve_resume_dir(job.resume);
     const auto seed = static_cast<uint64_t>(s.get<int64_t>("runtime.seed"));
     // The initial weights are made once in host memory; each worker copies them to its device.
     const std::unique_ptr<Backend> host = make_cpu_backend(1);

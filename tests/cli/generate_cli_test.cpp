@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "backend/backend.h"
-#include "infer/bench.h"
 #include "infer/spec_decode.h"
+#include "infer/stop_tokens.h"
 #include "support/test_util.h"
 #include "support/tiny_models.h"
 #include "tokenizer/model_tokenizer.h"

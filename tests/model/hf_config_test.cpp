@@ -3,6 +3,7 @@
 
 #include <fstream>
 
+#include "config/registry.h"
 #include "core/checkpoint_io.h"
 #include "support/test_util.h"
 
@@ -255,7 +256,9 @@ TEST(DrafterConfig, ValidationNamesValuesAndLimits) {
     EXPECT_NE(msg.find("mask_token_id=151936 is outside the target vocabulary (0..151935)"),
               std::string::npos)
         << msg;
-    EXPECT_NE(msg.find("block_size=1 must be at least 2"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("block_size=1 is outside [2, 256]"), std::string::npos) << msg;
+    j["block_size"] = 1000;
+    EXPECT_ERROR_HAS(DrafterConfig::from_json(j), "block_size=1000 is outside [2, 256]");
 
     j = qwen3_8b_drafter_json();
     j["dflash_config"].erase("mask_token_id");
@@ -269,6 +272,32 @@ TEST(DrafterConfig, ValidationNamesValuesAndLimits) {
     j = qwen3_8b_drafter_json();
     j["num_attention_heads"] = 30;
     EXPECT_ERROR_HAS(DrafterConfig::from_json(j), "not a multiple of num_key_value_heads=8");
+}
+
+TEST(ConfigLimits, AgreeWithTheSettingsRanges) {
+    const config::Registry r = config::make_registry();
+    EXPECT_EQ(r.find("drafter.block_size")->max, static_cast<double>(kMaxBlockSize));
+    EXPECT_EQ(r.find("drafter.num_target_features")->max, static_cast<double>(kMaxTargetFeatures));
+    EXPECT_EQ(r.find("drafter.target_layer_ids")->max, static_cast<double>(kMaxLayers - 1));
+    EXPECT_LE(r.find("pretrain.num_layers")->max, static_cast<double>(kMaxLayers));
+    EXPECT_LE(r.find("pretrain.hidden_size")->max, static_cast<double>(kMaxHiddenSize));
+}
+
+TEST(TargetConfig, DimensionsAboveTheirLimitsAreProblems) {
+    for (const auto& [key, value] :
+         std::vector<std::pair<std::string, int64_t>>{{"num_hidden_layers", 10000},
+                                                      {"num_hidden_layers", 1000000000},
+                                                      {"intermediate_size", int64_t{1} << 25},
+                                                      {"vocab_size", int64_t{1} << 30}}) {
+        json j = qwen3_8b_json();
+        j[key] = value;
+        EXPECT_ERROR_HAS(TargetConfig::from_json(j), fmt::format("{}={} is above", key, value));
+    }
+    json d = qwen3_8b_drafter_json();
+    d["num_hidden_layers"] = 1000000000;
+    d.erase("layer_types");
+    d["dflash_config"].erase("target_layer_ids");  // the historic rule would size a vector
+    EXPECT_ERROR_HAS(DrafterConfig::from_json(d), "outside");
 }
 
 TEST(DrafterConfig, MadeFromTargetMatchesTheReleasedOne) {
