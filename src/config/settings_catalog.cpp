@@ -204,6 +204,18 @@ void add_infer(Registry& r) {
               .read_by("infer samplers"));
 }
 
+void add_chat(Registry& r) {
+    r.add(D::enumeration("chat.template", "auto", {"auto", "qwen3", "llama3", "llama3.1"},
+                         "chat template of an HF tokenizer; auto = recognise "
+                         "tokenizer_config.json's")
+              .read_by("HF tokenizer: data prepare, generate --chat, prompts, tokenize --chat"));
+    r.add(D::boolean("chat.enable_thinking", true,
+                     "Qwen3 thinking mode (false: the prompt ends with an empty think block)")
+              .read_by("qwen3 chat template"));
+    r.add(D::string("chat.date_string", "26 Jul 2024", "Llama-3.1 template's 'Today Date'")
+              .read_by("llama3.1 chat template"));
+}
+
 void add_data_and_demo(Registry& r) {
     r.add(D::boolean("data.shuffle", true, "shuffle sequences each epoch (seeded by runtime.seed)")
               .read_by("data loader"));
@@ -227,6 +239,7 @@ Registry make_registry() {
     add_train(r);
     add_pretrain(r);
     add_infer(r);
+    add_chat(r);
     add_data_and_demo(r);
     return r;
 }
