@@ -1,4 +1,5 @@
-// `dflash data`: `prepare` tokenizes JSONL text/chat files into shards (src/data/prepare.h);
+// `dflash data`: `prepare` tokenizes JSONL text/chat files into shards (src/data/prepare.h) with
+// the byte tokenizer or a model's tokenizer.json and chat template;
 // `verify` re-reads a dataset directory and checks every checksum; `regenerate` replaces the
 // responses of a prompt set with the target's own (src/infer/regenerate.h). The logic lives in the
 // library and is tested by tests/data/prepare_test.cpp and tests/infer/regenerate_test.cpp.
@@ -22,16 +23,23 @@ namespace dflash::cli {
 
 namespace {
 
-int run_prepare(const PrepareOptions& opt, const std::string& tokenizer, CommandContext& ctx) {
-    const auto tok = make_tokenizer(tokenizer);
-    const PrepareStats st = prepare_dataset(opt, *tok, ctx.log);
+// The tokenizer of `data prepare`: the model directory's (with its chat template) or one by name.
+std::unique_ptr<Tokenizer> prepare_tokenizer(const std::string& model, const std::string& name,
+                                             CommandContext& ctx) {
+    if (model.empty()) return make_tokenizer(name);
+    return load_tokenizer_for_model(model, chat_options_from_settings(ctx.settings));
+}
+
+int run_prepare(const PrepareOptions& opt, const Tokenizer& tok, CommandContext& ctx) {
+    const PrepareStats st = prepare_dataset(opt, tok, ctx.log);
     std::printf(
         "prepared %s: %lld samples, %lld tokens (%lld response tokens), %lld skipped (no "
-        "response to train on), %lld records read, %lld shard(s), tokenizer %s\n",
+        "response to train on), %lld records read, %lld shard(s), tokenizer %s, chat template "
+        "%s\n",
         opt.output_dir.string().c_str(), static_cast<long long>(st.samples),
         static_cast<long long>(st.tokens), static_cast<long long>(st.response_tokens),
         static_cast<long long>(st.skipped), static_cast<long long>(st.records),
-        static_cast<long long>(st.shards), tok->name().c_str());
+        static_cast<long long>(st.shards), tok.name().c_str(), tok.chat_template_name().c_str());
     return 0;
 }
 
@@ -57,7 +65,7 @@ struct RegenerateArgs {
 
 int run_regenerate(const RegenerateArgs& a, CommandContext& ctx) {
     const TargetModel target = TargetModel::load(a.target);
-    const auto tok = load_tokenizer_for_model(a.target);
+    const auto tok = load_tokenizer_for_model(a.target, chat_options_from_settings(ctx.settings));
     const auto prompts = read_prompts(a.prompts, tok.get(), target.config().vocab_size);
     DF_CHECK(!std::filesystem::exists(a.output) || std::filesystem::is_empty(a.output),
              "output directory '{}' is not empty; choose a new one", a.output);
@@ -85,16 +93,22 @@ int cmd_data(CommandContext& ctx) {
 
     PrepareOptions opt;
     std::vector<std::string> inputs;
-    std::string output, tokenizer = "byte";
+    std::string output, tokenizer = "byte", model;
     auto* prep = app.add_subcommand(
         "prepare",
-        "JSONL ({\"text\"}, {\"messages\"} or {\"conversations\"} per line) -> *.dfshard");
+        "JSONL ({\"messages\"}, {\"conversations\"}, {\"prompt\", \"response\"} or {\"text\"} "
+        "per line) -> *.dfshard, with the chat template of --model (chat.* settings)");
     prep->add_option("--input,-i", inputs, "JSONL file (repeat for several)")->required();
     prep->add_option("--output,-o", output, "output directory for the shards")->required();
     prep->add_option("--samples-per-shard", opt.samples_per_shard, "samples per shard file")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
-    prep->add_option("--tokenizer", tokenizer, "tokenizer: byte")->capture_default_str();
+    auto* model_opt = prep->add_option(
+        "--model", model,
+        "model directory whose tokenizer (tokenizer.json) and chat template to use");
+    prep->add_option("--tokenizer", tokenizer, "tokenizer by name, without --model: byte")
+        ->capture_default_str()
+        ->excludes(model_opt);
     prep->add_flag("--overwrite", opt.overwrite, "replace shards already in the output directory");
 
     std::string verify_dir;
@@ -116,7 +130,7 @@ int cmd_data(CommandContext& ctx) {
     if (prep->parsed()) {
         opt.inputs.assign(inputs.begin(), inputs.end());
         opt.output_dir = output;
-        return run_prepare(opt, tokenizer, ctx);
+        return run_prepare(opt, *prepare_tokenizer(model, tokenizer, ctx), ctx);
     }
     if (rg->parsed()) return run_regenerate(regen, ctx);
     return run_verify(verify_dir);
