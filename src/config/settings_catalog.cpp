@@ -146,6 +146,18 @@ void add_pretrain(Registry& r) {
     r.add(D::real("pretrain.lr", 3e-3, "peak learning rate of target pretraining")
               .range(0, 10)
               .read_by("dflash pretrain"));
+    r.add(D::enumeration("pretrain.architecture", "qwen3", {"qwen3", "llama"},
+                         "layout of the small target: qwen3 (q/k norm) or llama (none)")
+              .read_by("dflash pretrain, dflash init target (target config)"));
+    r.add(D::enumeration("pretrain.rope_scaling", "none", {"none", "llama3"},
+                         "RoPE scaling of the small target (llama3: Llama-3.1's parameters)")
+              .read_by("dflash pretrain, dflash init target (target config)"));
+    r.add(D::real("pretrain.rope_theta", 10000.0, "RoPE base of the small target")
+              .range(1, 1e9)
+              .read_by("dflash pretrain, dflash init target (target config)"));
+    r.add(D::boolean("pretrain.tie_word_embeddings", false,
+                     "the small target's lm_head shares the embedding matrix")
+              .read_by("dflash pretrain, dflash init target (target config)"));
     r.add(D::integer("pretrain.hidden_size", 256, "D of the small target")
               .range(8, 65536)
               .read_by("dflash pretrain (target config)"));
