@@ -1,13 +1,17 @@
 // `dflash tokenize`: the ids a model sees (one line, space-separated), --decode back to text,
-// --chat with the model's template, and `dflash data prepare --model` using the same tokenizer
-// and template; usage errors name the fix.
+// --chat with the model's template; `dflash data prepare --model` and `dflash generate --chat`
+// using the same tokenizer and template; usage errors name the fix.
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <sstream>
 
 #include "data/dataset.h"
+#include "model/target.h"
 #include "support/test_util.h"
+#include "support/tiny_models.h"
 #include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/model_tokenizer.h"
 
 namespace dflash {
 namespace {
@@ -72,6 +76,32 @@ TEST(TokenizeCli, DataPrepareUsesTheModelsTokenizerAndTemplate) {
                          (dir / "in.jsonl").string() + " --output " + (dir / "e").string());
     EXPECT_NE(r.exit_code, 0);
     EXPECT_TRUE(test::has(r.output, "excludes")) << r.output;
+}
+
+TEST(TokenizeCli, GenerateChatWithAnHfTarget) {
+    test::TempDir dir("gen_hf");
+    const auto tok = load_hf_tokenizer(kQwen, {});
+    auto c = test::tiny_target_config(true, 3);
+    c.vocab_size = 512;  // the tokenizer's 507 ids, padded
+    c.bos_token_id = -1;
+    c.eos_token_id = tok->specials().eos;
+    TargetModel::random(c, 5, 0.5f).save(dir / "t");
+    save_tokenizer_spec(dir / "t", *tok);
+    const std::string base = "generate --target " + (dir / "t").string() +
+                             " --prompt 'Hi there' --chat --chat.enable_thinking false"
+                             " --infer.max_new_tokens 5 --runtime.threads 1";
+    auto r = test::run_dflash(base + " --print-ids");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::vector<int32_t> ids;
+    std::istringstream in(r.output.substr(0, r.output.find('\n')));
+    for (int32_t x; in >> x;) ids.push_back(x);
+    EXPECT_GE(ids.size(), 1u) << r.output;
+    EXPECT_LE(ids.size(), 5u) << r.output;
+    // As text, the same tokens decoded (stop tokens are not printed).
+    r = test::run_dflash(base);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::erase(ids, tok->specials().eos);
+    EXPECT_EQ(r.output.substr(0, r.output.rfind("tokens ")), utf8_lossy(tok->decode(ids)) + "\n");
 }
 
 }  // namespace
