@@ -19,13 +19,13 @@ namespace fs = std::filesystem;
 const std::string kQwenTok = DFLASH_SOURCE_DIR "/tests/fixtures/tokenizer/qwen2";
 
 // The tiny target of train_fixtures.h with the vocabulary of the Qwen-style fixture tokenizer
-// (507 ids, padded to 512 rows as HF models pad) and its tokenizer files.
+// (padded to a multiple of 64 rows with some to spare, as HF models pad) and its tokenizer files.
 void write_hf_target(const fs::path& dir) {
     test::write_tiny_target(dir);
     fs::remove(dir / kTokenizerSpecFile);
     auto c = TargetConfig::load(dir);
     const auto tok = load_hf_tokenizer(kQwenTok, {});
-    c.vocab_size = (tok->vocab_size() + 63) / 64 * 64;
+    c.vocab_size = (tok->vocab_size() + 64) / 64 * 64;  // padded, with rows to spare
     c.bos_token_id = -1;
     c.eos_token_id = tok->specials().eos;
     TargetModel::random(c, 7, 0.2f).save(dir);
