@@ -47,7 +47,8 @@ int cmd_bench(CommandContext& ctx) {
     const TargetModel target = TargetModel::load(*be, target_dir);
     const DrafterModel drafter = DrafterModel::load(*be, drafter_dir);
     std::unique_ptr<Tokenizer> tok;
-    if (has_tokenizer_spec(target_dir)) tok = load_tokenizer_for_model(target_dir);
+    if (has_tokenizer_spec(target_dir))
+        tok = load_tokenizer_for_model(target_dir, chat_options_from_settings(ctx.settings));
     std::vector<Prompt> prompts = read_prompts(prompts_path, tok.get(), target.config().vocab_size);
     if (limit > 0 && static_cast<int64_t>(prompts.size()) > limit) prompts.resize(limit);
 

@@ -1,9 +1,10 @@
-// `dflash data`: `prepare` tokenizes JSONL text/chat files into shards (src/data/prepare.h);
-// `verify` checks a dataset directory against its manifest.json and re-reads every sample
-// (src/data/manifest.h); `regenerate` replaces the responses of a prompt set with the target's own
-// (src/infer/regenerate.h). The logic lives in the
-// library and is tested by tests/data/prepare_test.cpp, tests/data/manifest_test.cpp and
-// tests/infer/regenerate_test.cpp; the command itself by tests/cli/data_cli_test.cpp.
+// `dflash data`: `prepare` tokenizes JSONL text/chat files into shards (src/data/prepare.h) with
+// the byte tokenizer or a model's tokenizer.json and chat template; `verify` checks a dataset
+// directory against its manifest.json and re-reads every sample (src/data/manifest.h);
+// `regenerate` replaces the responses of a prompt set with the target's own
+// (src/infer/regenerate.h). The logic lives in the library and is tested by
+// tests/data/prepare_test.cpp, tests/data/manifest_test.cpp and tests/infer/regenerate_test.cpp;
+// the command itself by tests/cli/data_cli_test.cpp.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -26,16 +27,23 @@ namespace dflash::cli {
 
 namespace {
 
-int run_prepare(const PrepareOptions& opt, const std::string& tokenizer, CommandContext& ctx) {
-    const auto tok = make_tokenizer(tokenizer);
-    const PrepareStats st = prepare_dataset(opt, *tok, ctx.log);
+// The tokenizer of `data prepare`: the model directory's (with its chat template) or one by name.
+std::unique_ptr<Tokenizer> prepare_tokenizer(const std::string& model, const std::string& name,
+                                             CommandContext& ctx) {
+    if (model.empty()) return make_tokenizer(name);
+    return load_tokenizer_for_model(model, chat_options_from_settings(ctx.settings));
+}
+
+int run_prepare(const PrepareOptions& opt, const Tokenizer& tok, CommandContext& ctx) {
+    const PrepareStats st = prepare_dataset(opt, tok, ctx.log);
     std::printf(
         "prepared %s: %lld samples, %lld tokens (%lld response tokens), %lld skipped (no "
-        "response to train on), %lld records read, %lld shard(s), tokenizer %s\n",
+        "response to train on), %lld records read, %lld shard(s), tokenizer %s, chat template "
+        "%s\n",
         opt.output_dir.string().c_str(), static_cast<long long>(st.samples),
         static_cast<long long>(st.tokens), static_cast<long long>(st.response_tokens),
         static_cast<long long>(st.skipped), static_cast<long long>(st.records),
-        static_cast<long long>(st.shards), tok->name().c_str());
+        static_cast<long long>(st.shards), tok.name().c_str(), tok.chat_template_name().c_str());
     return 0;
 }
 
@@ -61,14 +69,13 @@ struct RegenerateArgs {
 };
 
 int run_regenerate(const RegenerateArgs& a, CommandContext& ctx) {
-    // Locked and checked before the model loads; written in a staging sibling, swapped in at the
-    // end, so an interrupted run leaves the directory as it was.
-    StagedDirectory out(a.output, "output directory", "dflash data regenerate");
-    DF_CHECK(!holds_files(out.target()), "output directory '{}' is not empty; choose a new one",
-             a.output);
-    const auto be = make_backend_from_settings(ctx);
-    const TargetModel target = TargetModel::load(*be, a.target);
-    const auto tok = load_tokenizer_for_model(a.target);
+// `dflash data`: `prepare` tokenizes JSONL text/chat files into shards (src/data/prepare.h) with
+// the byte tokenizer or a model's tokenizer.json and chat template; `verify` checks a dataset
+// directory against its manifest.json and re-reads every sample (src/data/manifest.h);
+// `regenerate` replaces the responses of a prompt set with the target's own
+// (src/infer/regenerate.h). The logic lives in the library and is tested by
+// tests/data/prepare_test.cpp, tests/data/manifest_test.cpp and tests/infer/regenerate_test.cpp;
+// the command itself by tests/cli/data_cli_test.cpp.
     const auto prompts = read_prompts(a.prompts, tok.get(), target.config().vocab_size);
     RegenerateOptions ro;
     ro.generate = generate_options_from_settings(ctx.settings);
@@ -95,16 +102,22 @@ int cmd_data(CommandContext& ctx) {
 
     PrepareOptions opt;
     std::vector<std::string> inputs;
-    std::string output, tokenizer = "byte";
+    std::string output, tokenizer = "byte", model;
     auto* prep = app.add_subcommand(
         "prepare",
-        "JSONL ({\"text\"}, {\"messages\"} or {\"conversations\"} per line) -> *.dfshard");
+        "JSONL ({\"messages\"}, {\"conversations\"}, {\"prompt\", \"response\"} or {\"text\"} "
+        "per line) -> *.dfshard, with the chat template of --model (chat.* settings)");
     prep->add_option("--input,-i", inputs, "JSONL file (repeat for several)")->required();
     prep->add_option("--output,-o", output, "output directory for the shards")->required();
     prep->add_option("--samples-per-shard", opt.samples_per_shard, "samples per shard file")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
-    prep->add_option("--tokenizer", tokenizer, "tokenizer: byte")->capture_default_str();
+    auto* model_opt = prep->add_option(
+        "--model", model,
+        "model directory whose tokenizer (tokenizer.json) and chat template to use");
+    prep->add_option("--tokenizer", tokenizer, "tokenizer by name, without --model: byte")
+        ->capture_default_str()
+        ->excludes(model_opt);
     prep->add_flag("--overwrite", opt.overwrite,
                    "replace a dataset already in the output directory (kept until the new one is "
                    "complete)");
@@ -129,7 +142,7 @@ int cmd_data(CommandContext& ctx) {
     if (prep->parsed()) {
         opt.inputs.assign(inputs.begin(), inputs.end());
         opt.output_dir = output;
-        return run_prepare(opt, tokenizer, ctx);
+        return run_prepare(opt, *prepare_tokenizer(model, tokenizer, ctx), ctx);
     }
     if (rg->parsed()) return run_regenerate(regen, ctx);
     return run_verify(verify_dir);

@@ -28,6 +28,7 @@ constexpr CommandInfo kCommands[] = {
     {"generate", cmd_generate, "speculative decoding of a prompt, streaming tokens"},
     {"bench", cmd_bench, "acceptance length, speed-up and a losslessness check"},
     {"data", cmd_data, "tokenize JSONL text/chat data into training shards"},
+    {"tokenize", cmd_tokenize, "the token ids a model sees for a text, or the text of ids"},
     {"inspect", cmd_inspect, "what is in a model, drafter or checkpoint directory"},
     {"init", cmd_init, "write a randomly initialised target or drafter (HF layout)"},
     {"config", cmd_config, "list / show / explain / dump / diff every setting"},

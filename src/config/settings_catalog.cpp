@@ -146,6 +146,18 @@ void add_pretrain(Registry& r) {
     r.add(D::real("pretrain.lr", 3e-3, "peak learning rate of target pretraining")
               .range(0, 10)
               .read_by("dflash pretrain"));
+    r.add(D::enumeration("pretrain.architecture", "qwen3", {"qwen3", "llama"},
+                         "layout of the small target: qwen3 (q/k norm) or llama (none)")
+              .read_by("dflash pretrain, dflash init target (target config)"));
+    r.add(D::enumeration("pretrain.rope_scaling", "none", {"none", "llama3"},
+                         "RoPE scaling of the small target (llama3: Llama-3.1's parameters)")
+              .read_by("dflash pretrain, dflash init target (target config)"));
+    r.add(D::real("pretrain.rope_theta", 10000.0, "RoPE base of the small target")
+              .range(1, 1e9)
+              .read_by("dflash pretrain, dflash init target (target config)"));
+    r.add(D::boolean("pretrain.tie_word_embeddings", false,
+                     "the small target's lm_head shares the embedding matrix")
+              .read_by("dflash pretrain, dflash init target (target config)"));
     r.add(D::integer("pretrain.hidden_size", 256, "D of the small target")
               .range(8, 65536)
               .read_by("dflash pretrain (target config)"));
@@ -209,6 +221,18 @@ void add_infer(Registry& r) {
               .read_by("infer samplers"));
 }
 
+void add_chat(Registry& r) {
+    r.add(D::enumeration("chat.template", "auto", {"auto", "qwen3", "llama3", "llama3.1"},
+                         "chat template of an HF tokenizer; auto = recognise "
+                         "tokenizer_config.json's")
+              .read_by("HF tokenizer: data prepare, generate --chat, prompts, tokenize --chat"));
+    r.add(D::boolean("chat.enable_thinking", true,
+                     "Qwen3 thinking mode (false: the prompt ends with an empty think block)")
+              .read_by("qwen3 chat template"));
+    r.add(D::string("chat.date_string", "26 Jul 2024", "Llama-3.1 template's 'Today Date'")
+              .read_by("llama3.1 chat template"));
+}
+
 void add_data_and_demo(Registry& r) {
     r.add(D::boolean("data.shuffle", true, "shuffle sequences each epoch (seeded by runtime.seed)")
               .read_by("data loader"));
@@ -232,6 +256,7 @@ Registry make_registry() {
     add_train(r);
     add_pretrain(r);
     add_infer(r);
+    add_chat(r);
     add_data_and_demo(r);
     return r;
 }

@@ -265,7 +265,7 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
                         {"runtime.threads", "1"},
                         {"drafter.block_size", "8"},
                         {"drafter.num_layers", "1"},
-                        {"drafter.target_layer_ids", "1,2,3"},
+                        {"drafter.target_layer_ids", "1,2"},  // never the last (hf_config.h)
                         {"train.max_steps", std::to_string(plan.drafter_steps)},
                         {"train.max_length", "256"},
                         {"train.batch_size", per_worker_batch},

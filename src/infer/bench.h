@@ -30,9 +30,11 @@ GenerateOptions generate_options_from_settings(const config::Settings& s);
 struct BenchRequest {
     std::string label;
     int64_t prompt_tokens = 0;
-    GenerateStats baseline;     // plain decoding (block size 1)
-    GenerateStats speculative;  // drafter + target
-    bool outputs_match = true;  // token-for-token equal outputs (checked only when greedy)
+    std::vector<int32_t> prompt_ids;     // what was decoded (for cross-checks by other engines)
+    std::vector<int32_t> output_tokens;  // the speculative run's new tokens
+    GenerateStats baseline;              // plain decoding (block size 1)
+    GenerateStats speculative;           // drafter + target
+    bool outputs_match = true;           // token-for-token equal outputs (checked only when greedy)
 };
 
 // The first difference between the baseline's and the speculative output of one prompt.
@@ -71,6 +73,7 @@ struct BenchReport {
     int64_t block_size = 0;
     int64_t max_new_tokens = 0;
     bool greedy = true;  // losslessness is only checked under greedy decoding
+    std::vector<int32_t> stop_tokens;
     std::vector<BenchRequest> requests;
     BenchTotals total;
     std::vector<BenchMismatch> mismatches;  // empty when lossless (or not checked)

@@ -11,7 +11,7 @@ std::vector<int32_t> default_stop_tokens(const TargetConfig& target, const Token
         if (id >= 0 && id < target.vocab_size && std::find(out.begin(), out.end(), id) == out.end())
             out.push_back(static_cast<int32_t>(id));
     };
-    add(target.eos_token_id);
+    for (int64_t id : target.stop_token_ids()) add(id);
     if (tok) {
         add(tok->specials().eos);
         add(tok->specials().end_turn);

@@ -11,8 +11,9 @@
 
 namespace dflash {
 
-// The target's eos_token_id (when it has one) and, with a tokenizer, its eos and end_turn tokens;
-// ids outside the vocabulary and duplicates removed.
+// Every eos id of the target's config.json and generation_config.json
+// (TargetConfig::stop_token_ids) and, with a tokenizer, its eos and end_turn tokens; ids outside
+// the vocabulary and duplicates removed.
 std::vector<int32_t> default_stop_tokens(const TargetConfig& target, const Tokenizer* tok);
 
 }  // namespace dflash

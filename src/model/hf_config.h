@@ -46,6 +46,10 @@ struct TargetConfig {
     bool qk_norm = true;          // true for qwen3 (q_norm/k_norm), false for llama
     int64_t bos_token_id = -1;    // -1: none
     int64_t eos_token_id = -1;    // -1: none; the first id where config.json lists several
+    std::vector<int64_t>
+        extra_eos_token_ids;  // the rest of such a list (Llama-3.1: 128008, 128009)
+    // generation_config.json's eos_token_id (an id or a list), read by load(); not in config.json.
+    std::vector<int64_t> generation_eos_token_ids;
     std::string torch_dtype = "bfloat16";  // dtype of the stored weights, as HF spells it
 
     static TargetConfig from_json(const nlohmann::json& j);
@@ -53,14 +57,17 @@ struct TargetConfig {
     // such as `dflash inspect` that report every problem instead of stopping at the first.
     static TargetConfig from_json_unchecked(const nlohmann::json& j);
     nlohmann::json to_json() const;
-    // dir/config.json; when dir holds weights, they are checked against the layout the config
-    // implies (every tensor, its shape) and the model's f32 size against this machine's memory
-    // (check_model_files), so that a config that does not describe its weights fails before a
-    // model is allocated.
+    // dir/config.json, and dir/generation_config.json's eos ids when that file exists; when dir
+    // holds weights, they are checked against the layout the config implies (every tensor, its
+    // shape) and the model's f32 size against this machine's memory (check_model_files), so that
+    // a config that does not describe its weights fails before a model is allocated.
     static TargetConfig load(const std::filesystem::path& dir);
     void save(const std::filesystem::path& dir) const;  // atomic
     // Problems that make the config unusable, each a full sentence; empty when valid.
     std::vector<std::string> problems() const;
+    // Every id that ends a reply: eos_token_id, extra_eos_token_ids, generation_eos_token_ids, in
+    // that order, without duplicates.
+    std::vector<int64_t> stop_token_ids() const;
 };
 
 struct DrafterConfig {
@@ -70,7 +77,8 @@ struct DrafterConfig {
     int64_t block_size = 16;
     int64_t mask_token_id = -1;
     int64_t num_target_layers = 0;
-    std::vector<int64_t> target_layer_ids;  // K ids, in feature concatenation order
+    // K ids, in feature concatenation order; the last target layer is refused by problems().
+    std::vector<int64_t> target_layer_ids;
 
     static DrafterConfig from_json(const nlohmann::json& j);
     static DrafterConfig from_json_unchecked(const nlohmann::json& j);  // see TargetConfig's
@@ -81,8 +89,10 @@ struct DrafterConfig {
     int64_t num_features() const { return static_cast<int64_t>(target_layer_ids.size()); }  // K
 };
 
-// The DFlash reference rule (spec §1.2): n == 1 -> [L/2]; otherwise n ids spread evenly from layer
-// 1 to layer L-3, rounded half to even as Python's round() does.
+// The DFlash reference rule (spec §1.2): n == 1 -> [L/2] (L-2 when L == 2); otherwise n ids spread
+// evenly from layer 1 to layer L-3, rounded half to even as Python's round() does. Never the last
+// layer (Note [Last target layer] in hf_config.cpp); an error when an id would fall outside
+// [0, L-2]. Shallow targets can get a layer twice, as from the reference code.
 std::vector<int64_t> default_target_layer_ids(int64_t num_target_layers, int64_t n);
 
 // A drafter for `t`: its per-layer dims, vocab and rope, `num_layers` Qwen3-style layers. An empty

@@ -33,7 +33,7 @@ struct SavedPair {
         drafter_dir = dir / "drafter";
         TargetModel::random(test::host_backend(), tc, 21, 0.5f).save(target_dir);
         save_tokenizer_spec(target_dir, *tok);
-        auto dc = make_drafter_config(tc, 1, 4, tok->specials().mask, {0, 2});
+        auto dc = make_drafter_config(tc, 1, 4, tok->specials().mask, {0, 1});
         DrafterModel::random(test::host_backend(), dc, 22, 0.5f).save(drafter_dir);
     }
 };

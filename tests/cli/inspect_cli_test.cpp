@@ -144,7 +144,7 @@ TEST(Inspect, MissingConfigAndInconsistentConfigAreReported) {
     EXPECT_EQ(r.problems.size(), 2u) << r.text;
 
     // A config problem and a tensor problem together.
-    j["dflash_config"]["target_layer_ids"] = {1, 2, 3};
+    j["dflash_config"]["target_layer_ids"] = {0, 1, 2};
     std::ofstream(dir / "config.json") << j.dump();
     r = inspect_directory(dir.path());
     ASSERT_EQ(r.problems.size(), 2u) << r.text;

@@ -4,6 +4,7 @@
 // greedy runs are lossless, a baseline of a different target is caught at the first differing
 // position, and the table / JSON carry every figure.
 #include "infer/bench.h"
+#include "infer/stop_tokens.h"
 
 #include <cmath>
 #include <numeric>
@@ -207,6 +208,12 @@ TEST(Bench, TableAndJsonCarryEveryFigure) {
     ASSERT_EQ(j["requests"].size(), 3u);
     EXPECT_EQ(j["requests"][1]["label"], "p1");
     EXPECT_EQ(j["requests"][1]["speculative"]["accept_hist"].size(), 5u);
+    // What another engine needs to replay the run (tools/reference/drafter_roundtrip.py).
+    EXPECT_EQ(j["requests"][1]["prompt_ids"].get<std::vector<int32_t>>(),
+              make_prompts(3, 37)[1].tokens);
+    EXPECT_EQ(j["requests"][1]["output_tokens"].size(),
+              static_cast<size_t>(r.requests[1].speculative.new_tokens));
+    EXPECT_TRUE(j["stop_tokens"].is_array());
     EXPECT_EQ(j["total"]["accept_hist"].get<std::vector<int64_t>>(), r.total.accept_hist);
     EXPECT_DOUBLE_EQ(j["total"]["tau"].get<double>(), r.total.tau());
     EXPECT_DOUBLE_EQ(j["total"]["speedup"].get<double>(), r.total.speedup());
@@ -216,7 +223,21 @@ TEST(Bench, TableAndJsonCarryEveryFigure) {
         EXPECT_TRUE(j["total"].contains(k)) << k;
 }
 
-TEST(Bench, OptionsFromSettings) {
+TEST(Bench, OptionsAndStopTokens) {
+    auto tc = test::tiny_target_config();
+    tc.vocab_size = 300;
+    tc.eos_token_id = 2;
+    auto tok = make_byte_tokenizer();
+    const auto stop = default_stop_tokens(tc, tok.get());
+    EXPECT_EQ(stop, (std::vector<int32_t>{2, tok->specials().eos, tok->specials().end_turn}));
+    tc.eos_token_id = tok->specials().eos;
+    EXPECT_EQ(default_stop_tokens(tc, tok.get()).size(), 2u);
+    EXPECT_EQ(default_stop_tokens(tc, nullptr), (std::vector<int32_t>{tok->specials().eos}));
+    // Every id of config.json's eos list and of generation_config.json's.
+    tc.extra_eos_token_ids = {5};
+    tc.generation_eos_token_ids = {6, tok->specials().eos};
+    EXPECT_EQ(default_stop_tokens(tc, nullptr), (std::vector<int32_t>{tok->specials().eos, 5, 6}));
+
     const config::Settings s =
         config::Settings(std::make_shared<const config::Registry>(config::make_registry()))
             .with_overrides({{"infer.temperature", "0.7"},
