@@ -97,6 +97,7 @@ nlohmann::json run_case(Backend& be, const Preset& p, int64_t ctx, int steps) {
 }  // namespace dflash::bench
 
 int main(int argc, char** argv) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches the log, even on a crash
     using namespace dflash;
     std::string backend = "auto", preset = "all";
     int64_t ctx = 1024;

@@ -3,7 +3,10 @@
 # (scripts/gpu-bundle.sh), runs every CUDA test binary, then (unless --tests-only) the benchmarks
 # and the PyTorch reference of the same workloads (tools/reference/run_gpu_bench.sh), and a quick
 # demo on the GPU. Logs and JSON go to $OUT (the device tool's output folder) or ./gpu-out.
-# Flags: --tests-only (tests, nothing else), --no-reference (skip the PyTorch reference), --no-demo.
+# Flags: --tests-only (tests, nothing else), --no-bench (skip the C++ benchmarks), --no-reference
+# (skip the PyTorch reference), --no-demo, --crosscheck (the ecosystem cross-checks of
+# tools/reference: tokenizers fixtures, transformers greedy decoding, the drafter round trip;
+# dflash runs on the CPU there, against float32 transformers).
 # Exit status: non-zero when any test failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +33,7 @@ echo "tests failed: ${#failed[@]} ${failed[*]:-}"
 flags=" $* "
 [[ $flags == *" --tests-only "* ]] && exit "${#failed[@]}"
 
-for b in "$run"/bench/*_bench; do
+[[ $flags == *" --no-bench "* ]] || for b in "$run"/bench/*_bench; do
     name=$(basename "$b")
     echo "== $name"
     timeout 240 "$b" > "$out/$name.jsonl" 2> "$out/$name.txt"
@@ -46,6 +49,21 @@ if [[ $flags != *" --no-demo "* ]]; then
     echo "== demo --quick on the GPU"
     timeout 300 "$run/bin/dflash" demo --quick --output "$run/demo" > "$out/demo.txt" 2>&1
     tail -n 25 "$out/demo.txt"
+fi
+if [[ $flags == *" --crosscheck "* ]]; then
+    bin="$run/bin/dflash"
+    echo "== tokenizer fixtures (tokenizers)"
+    python3 tools/reference/make_tokenizer_fixtures.py "$out/tokenizer_fixtures" 2>&1 | tail -n 5
+    echo "== transformers greedy check"
+    DFLASH_RUNTIME_BACKEND=cpu timeout 300 python3 tools/reference/hf_greedy_check.py \
+        --dflash "$bin" --make all --work "$run/greedy" --new-tokens 64 \
+        --report "$out/greedy_report.json" 2>&1 | tail -n 15
+    echo "== drafter round trip (full demo on the GPU, then dflash on the CPU vs PyTorch)"
+    timeout 400 "$bin" demo --output "$run/fulldemo" > "$out/demo_full.txt" 2>&1
+    tail -n 12 "$out/demo_full.txt"
+    DFLASH_RUNTIME_BACKEND=cpu timeout 400 python3 tools/reference/drafter_roundtrip.py \
+        --dflash "$bin" --demo "$run/fulldemo" --out "$run/roundtrip" 2>&1 | tail -n 25
+    cp "$run"/roundtrip/*.json "$out/" 2>/dev/null || true
 fi
 # Everything in one file: the device tool returns at most 8 files.
 logs=$(mktemp -d)/gpu-logs.tgz

@@ -95,6 +95,8 @@ class Backend {
     // y += alpha * x (residual add, gradient accumulation; y may be f32 with x bf16); y *= alpha.
     virtual void add_inplace(const Tensor& y, const Tensor& x, float alpha = 1.0f) = 0;
     virtual void scale_inplace(const Tensor& y, float alpha) = 0;
+    // y [R, C] += bias [C] on every row (Qwen2's q/k/v projection biases).
+    virtual void add_row_bias(const Tensor& y, const Tensor& bias) = 0;
 
     // Final projection + cross-entropy over vocabulary chunks of `chunk` rows of w (never the
     // whole [R, V] logits). h [R, D], w [V, D], labels i32 [R], weights f32 [R]. Rows with weight 0

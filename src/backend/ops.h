@@ -90,8 +90,9 @@ struct AdamWParams {
 struct LmHeadCeOut {
     Tensor loss_rows;  // f32 [R]: unweighted CE per row (0 where weight == 0)
     Tensor argmax;     // i32 [R]: argmax of the logits row (lowest index on ties)
-    Tensor dh;         // [R, D] (f32 or the compute dtype): overwritten with grad_scale * d(sum_r w_r CE_r)/dh
-    Tensor dw;         // f32 [V, D]: accumulated (+=) with grad_scale * d(sum_r w_r CE_r)/dW
+    Tensor dh;  // [R, D] (f32 or the compute dtype): overwritten with grad_scale * d(sum_r w_r
+                // CE_r)/dh
+    Tensor dw;  // f32 [V, D]: accumulated (+=) with grad_scale * d(sum_r w_r CE_r)/dW
     // f32 [Backend::lm_head_ce_workspace(R, D, V, chunk)]: per-chunk logits, row statistics and
     // (CUDA) the dh accumulator.
     Tensor workspace;

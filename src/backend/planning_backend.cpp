@@ -44,6 +44,7 @@ class PlanningBackend final : public Backend {
                     const Tensor&) override {}
     void add_inplace(const Tensor&, const Tensor&, float) override {}
     void scale_inplace(const Tensor&, float) override {}
+    void add_row_bias(const Tensor&, const Tensor&) override {}
     void lm_head_ce(const Tensor&, const Tensor&, const Tensor&, const Tensor&, float, int64_t,
                     const LmHeadCeOut&) override {}
     int64_t lm_head_ce_workspace(int64_t rows, int64_t dim, int64_t vocab,

@@ -69,13 +69,14 @@ struct RegenerateArgs {
 };
 
 int run_regenerate(const RegenerateArgs& a, CommandContext& ctx) {
-// `dflash data`: `prepare` tokenizes JSONL text/chat files into shards (src/data/prepare.h) with
-// the byte tokenizer or a model's tokenizer.json and chat template; `verify` checks a dataset
-// directory against its manifest.json and re-reads every sample (src/data/manifest.h);
-// `regenerate` replaces the responses of a prompt set with the target's own
-// (src/infer/regenerate.h). The logic lives in the library and is tested by
-// tests/data/prepare_test.cpp, tests/data/manifest_test.cpp and tests/infer/regenerate_test.cpp;
-// the command itself by tests/cli/data_cli_test.cpp.
+    // Locked and checked before the model loads; written in a staging sibling, swapped in at the
+    // end, so an interrupted run leaves the directory as it was.
+    StagedDirectory out(a.output, "output directory", "dflash data regenerate");
+    DF_CHECK(!holds_files(out.target()), "output directory '{}' is not empty; choose a new one",
+             a.output);
+    const auto be = make_backend_from_settings(ctx);
+    const TargetModel target = TargetModel::load(*be, a.target);
+    const auto tok = load_tokenizer_for_model(a.target, chat_options_from_settings(ctx.settings));
     const auto prompts = read_prompts(a.prompts, tok.get(), target.config().vocab_size);
     RegenerateOptions ro;
     ro.generate = generate_options_from_settings(ctx.settings);

@@ -248,8 +248,9 @@ std::vector<std::string> TargetConfig::problems() const {
     auto need = [&](bool ok, std::string msg) {
         if (!ok) p.push_back(std::move(msg));
     };
-    need(model_type == "qwen3" || model_type == "llama",
-         fmt::format("model_type '{}' is not supported (supported: qwen3, llama)", model_type));
+    need(model_type == "qwen3" || model_type == "llama" || model_type == "qwen2",
+         fmt::format("model_type '{}' is not supported (supported: qwen3, qwen2, llama)",
+                     model_type));
     const std::pair<const char*, int64_t> dims[] = {
         {"hidden_size", hidden_size},
         {"intermediate_size", intermediate_size},
@@ -291,7 +292,7 @@ std::vector<std::string> TargetConfig::problems() const {
     }
     need(qk_norm == (model_type == "qwen3"),
          fmt::format("qk_norm={} does not match model_type '{}' (qwen3 has q_norm/k_norm, llama "
-                     "has not)",
+                     "and qwen2 have not)",
                      qk_norm, model_type));
     std::vector<std::pair<std::string, int64_t>> ids = {{"bos_token_id", bos_token_id},
                                                         {"eos_token_id", eos_token_id}};
@@ -323,7 +324,9 @@ TargetConfig TargetConfig::from_json(const json& j) {
 json TargetConfig::to_json() const {
     const bool llama = model_type == "llama";
     json j = layer_fields_json(*this);
-    j["architectures"] = {llama ? "LlamaForCausalLM" : "Qwen3ForCausalLM"};
+    j["architectures"] = {llama                   ? "LlamaForCausalLM"
+                          : model_type == "qwen2" ? "Qwen2ForCausalLM"
+                                                  : "Qwen3ForCausalLM"};
     j["model_type"] = model_type;
     j["attention_dropout"] = 0.0;
     j["bos_token_id"] = id_or_null(bos_token_id);

@@ -30,7 +30,7 @@ inline constexpr int64_t kMaxBlockSize = 256;
 inline constexpr int64_t kMaxTargetFeatures = 64;
 
 struct TargetConfig {
-    std::string model_type = "qwen3";  // "qwen3" or "llama"
+    std::string model_type = "qwen3";  // "qwen3", "qwen2" or "llama"
     int64_t hidden_size = 0;           // D
     int64_t intermediate_size = 0;     // I
     int64_t num_hidden_layers = 0;     // L
@@ -68,6 +68,10 @@ struct TargetConfig {
     // Every id that ends a reply: eos_token_id, extra_eos_token_ids, generation_eos_token_ids, in
     // that order, without duplicates.
     std::vector<int64_t> stop_token_ids() const;
+    // Projection biases: Qwen2 puts them on q/k/v (never o_proj, and its config.json has no
+    // attention_bias key); Llama and Qwen3 on all four exactly when attention_bias is set.
+    bool qkv_bias() const { return attention_bias || model_type == "qwen2"; }
+    bool o_bias() const { return attention_bias && model_type != "qwen2"; }
 };
 
 struct DrafterConfig {

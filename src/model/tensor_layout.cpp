@@ -21,14 +21,14 @@ void append_layer(std::vector<TensorSpec>& out, const std::string& prefix, const
     };
     add("input_layernorm.weight", {d});
     add("self_attn.q_proj.weight", {q, d});
-    if (c.attention_bias) add("self_attn.q_proj.bias", {q});
+    if (c.qkv_bias()) add("self_attn.q_proj.bias", {q});
     add("self_attn.k_proj.weight", {kv, d});
-    if (c.attention_bias) add("self_attn.k_proj.bias", {kv});
+    if (c.qkv_bias()) add("self_attn.k_proj.bias", {kv});
     add("self_attn.v_proj.weight", {kv, d});
-    if (c.attention_bias) add("self_attn.v_proj.bias", {kv});
+    if (c.qkv_bias()) add("self_attn.v_proj.bias", {kv});
     add("self_attn.o_proj.weight", {d, q});
-    // HF LlamaAttention/Qwen3Attention build o_proj with bias=attention_bias as well.
-    if (c.attention_bias) add("self_attn.o_proj.bias", {d});
+    // HF LlamaAttention/Qwen3Attention build o_proj with bias=attention_bias as well (Qwen2: none).
+    if (c.o_bias()) add("self_attn.o_proj.bias", {d});
     if (c.qk_norm) {
         add("self_attn.q_norm.weight", {dh});
         add("self_attn.k_norm.weight", {dh});

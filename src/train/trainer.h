@@ -1,6 +1,6 @@
 // The data-parallel training loop shared by `dflash train` (drafters) and `dflash pretrain`
 // (targets), design §3 and §7: runtime.devices workers, each a WorkerPool thread with its own
-// Backend, model replica, Scratch, optimizer and PackedLoader slice, exchanging gradients through a
+// Backend, model replica, Workspace, optimizer and PackedLoader slice, exchanging gradients through a
 // Communicator (InProcessGroup on CPU). What is trained is a WorkerTask; the loop owns batching,
 // loss normalisation, all-reduce, clipping, AdamW, the schedule, metrics, evaluation, checkpoints,
 // resume and Ctrl-C. Note [Worker-invariant loss]: every micro-batch's loss weight is known before
@@ -25,6 +25,7 @@
 #include "config/settings.h"
 #include "core/logging.h"
 #include "core/rng.h"
+#include "backend/workspace.h"
 #include "core/worker_pool.h"
 #include "data/dataset.h"
 #include "model/params.h"

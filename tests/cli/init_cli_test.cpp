@@ -44,7 +44,7 @@ TEST(InitCli, LlamaLayoutTarget) {
                               " --pretrain.num_heads 4 --pretrain.num_kv_heads 2"
                               " --pretrain.head_dim 8 --pretrain.intermediate_size 48");
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    const TargetModel tm = TargetModel::load(t);
+    const TargetModel tm = TargetModel::load(test::host_backend(), t);
     const TargetConfig& c = tm.config();
     EXPECT_EQ(c.model_type, "llama");
     EXPECT_FALSE(c.qk_norm);
@@ -58,7 +58,7 @@ TEST(InitCli, LlamaLayoutTarget) {
     EXPECT_FALSE(test::has(r.output, "q_norm")) << r.output;
     r = test::run_dflash("init drafter --target " + t.string() + " --output " + d.string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_EQ(DrafterModel::load(d).config().target_layer_ids, (std::vector<int64_t>{2}));
+    EXPECT_EQ(DrafterModel::load(test::host_backend(), d).config().target_layer_ids, (std::vector<int64_t>{2}));
     r = test::run_dflash("init drafter --target " + t.string() + " --output " +
                          (dir / "d2").string() + " --drafter.target_layer_ids 1,3");
     EXPECT_NE(r.exit_code, 0);

@@ -85,7 +85,7 @@ TEST(TokenizeCli, GenerateChatWithAnHfTarget) {
     c.vocab_size = (tok->vocab_size() + 64) / 64 * 64;  // the tokenizer's ids, padded
     c.bos_token_id = -1;
     c.eos_token_id = tok->specials().eos;
-    TargetModel::random(c, 5, 0.5f).save(dir / "t");
+    TargetModel::random(test::host_backend(), c, 5, 0.5f).save(dir / "t");
     save_tokenizer_spec(dir / "t", *tok);
     const std::string base = "generate --target " + (dir / "t").string() +
                              " --prompt 'Hi there' --chat --chat.enable_thinking false"

@@ -30,30 +30,31 @@ TEST_P(DecoderLayerTest, BackwardMatchesFiniteDifferences) {
     auto be = make_cpu_backend(1);
     const TargetConfig tc = test::tiny_target_config(c.qwen3, 1);
     const LayerDims dims = layer_dims(tc);
-    ParamSet ps(target_tensor_specs(tc));
+    ParamSet ps(*be, target_tensor_specs(tc));
     Rng init(11);
     ps.init_random(init, 0.3f);
     // Norm weights start at 1; move them so that their gradients are not a special case.
     for (auto& p : ps.params())
         for (int64_t i = 0; i < p.value.numel(); ++i) p.value.f32()[i] += 0.1f * init.normal();
-    ps.enable_grads();
+    ps.enable_training();
     const std::string prefix = "model.layers.0.";
     const LayerWeights w = layer_weights(ps, prefix, dims);
     const LayerWeights g = layer_grads(ps, prefix, dims);
-    const std::vector<float> inv_freq = rope_inv_freq(tc.rope, tc.head_dim);
-    const LayerContext lc{*be, dims, inv_freq};
+    const DeviceTensor inv_freq = upload_inv_freq(*be, tc.rope, tc.head_dim);
+    Workspace ws = test::test_workspace(*be);
+    const LayerContext lc{*be, ws, dims, inv_freq.view()};
 
     // Target: 7 causal rows. Drafter: 2 blocks of 3 rows anchored at 2 and 4, over 5 context rows.
     const int64_t Sq = c.drafter ? 6 : 7, Sc = c.drafter ? 5 : 0, D = dims.D;
     const std::vector<int32_t> anchors = {2, 4};
+    const HostTensor anchors_t = test::ids_tensor(anchors);
     HostTensor q_pos({Sq}, DType::i32), kv_pos({Sc + Sq}, DType::i32);
     for (int64_t i = 0; i < Sc; ++i) kv_pos.i32()[i] = static_cast<int32_t>(i);
     for (int64_t i = 0; i < Sq; ++i) {
         q_pos.i32()[i] = static_cast<int32_t>(c.drafter ? anchors[i / 3] + i % 3 : i);
         kv_pos.i32()[Sc + i] = q_pos.i32()[i];
     }
-    const AttnMask mask =
-        c.drafter ? AttnMask::dflash_block(Sc, 3, anchors.data()) : AttnMask::causal();
+    const AttnMask mask = c.drafter ? AttnMask::dflash_block(Sc, 3, anchors_t) : AttnMask::causal();
     Rng rng(5);
     HostTensor x = test::random_tensor({Sq, D}, rng);
     HostTensor ctx = c.drafter ? test::random_tensor({Sc, D}, rng) : HostTensor();
@@ -61,32 +62,31 @@ TEST_P(DecoderLayerTest, BackwardMatchesFiniteDifferences) {
     const Tensor ctx_view = c.drafter ? ctx.view() : Tensor();
 
     auto loss = [&]() {
-        Scratch s;
+        ws.reset();
         LayerActs acts;
         HostTensor out({Sq, D});
-        layer_forward_train(lc, w, x.view(), ctx_view, q_pos.view(), kv_pos.view(), mask, s, "l0",
-                            acts, out.view());
+        layer_forward_train(lc, w, x.view(), ctx_view, q_pos.view(), kv_pos.view(), mask, acts,
+                            out.view());
         double sum = 0;
         for (int64_t i = 0; i < out.numel(); ++i)
             sum += static_cast<double>(out.f32()[i]) * dout.f32()[i];
         return sum;
     };
 
-    Scratch s;
+    ws.reset();
     LayerActs acts;
     HostTensor out({Sq, D}), dx({Sq, D}), dctx(c.drafter ? Shape{Sc, D} : Shape{1});
     ps.zero_grads();
-    layer_forward_train(lc, w, x.view(), ctx_view, q_pos.view(), kv_pos.view(), mask, s, "l0", acts,
+    layer_forward_train(lc, w, x.view(), ctx_view, q_pos.view(), kv_pos.view(), mask, acts,
                         out.view());
-    layer_backward(lc, w, g, acts, q_pos.view(), kv_pos.view(), mask, dout.view(), s, "l0",
-                   dx.view(), c.drafter ? dctx.view() : Tensor());
+    layer_backward(lc, w, g, acts, q_pos.view(), kv_pos.view(), mask, dout.view(), dx.view(),
+                   c.drafter ? dctx.view() : Tensor());
 
     std::vector<std::pair<std::string, std::pair<Tensor, Tensor>>> checked = {
         {"x", {x.view(), dx.view()}}};
     if (c.drafter) checked.push_back({"ctx", {ctx.view(), dctx.view()}});
     for (const auto& p : ps.params())
-        if (p.name.starts_with(prefix))
-            checked.push_back({p.name, {p.value.view(), p.grad.view()}});
+        if (p.name.starts_with(prefix)) checked.push_back({p.name, {p.value, p.grad}});
     ASSERT_EQ(checked.size(), (c.drafter ? 2u : 1u) + (c.qwen3 ? 11u : 9u));
     Rng pick(7);
     for (const auto& [name, vg] : checked) {

@@ -43,6 +43,17 @@ TEST(Elementwise, ScaleInplaceMatchesDoubleFormula) {
     EXPECT_LT(test::max_rel_diff(y, ref), 3e-7);
 }
 
+TEST(Elementwise, AddRowBiasAddsTheBiasToEveryRow) {
+    Rng rng(5);
+    HostTensor y = random_tensor({7, 3, 5}, rng), b = random_tensor({5}, rng);
+    const HostTensor y0 = y.clone();
+    cpu::add_row_bias(cpu::Exec{2}, y, b);
+    for (int64_t i = 0; i < y.numel(); ++i)
+        EXPECT_EQ(y.f32()[i], y0.f32()[i] + b.f32()[i % 5]) << i;
+    HostTensor b4({4});
+    EXPECT_THROW(cpu::add_row_bias(cpu::Exec{1}, y, b4), Error);
+}
+
 TEST(Elementwise, ShapeErrors) {
     HostTensor y({4, 6}), x({4, 5}), xi({4, 6}, DType::i32);
     EXPECT_THROW(cpu::add_inplace(cpu::Exec{1}, y, x, 1.0f), Error);

@@ -28,7 +28,7 @@ void write_hf_target(const fs::path& dir) {
     c.vocab_size = (tok->vocab_size() + 64) / 64 * 64;  // padded, with rows to spare
     c.bos_token_id = -1;
     c.eos_token_id = tok->specials().eos;
-    TargetModel::random(c, 7, 0.2f).save(dir);
+    TargetModel::random(test::host_backend(), c, 7, 0.2f).save(dir);
     save_tokenizer_spec(dir, *tok);
 }
 
@@ -58,7 +58,7 @@ TEST(TrainTokenizer, TrainsWithTheTargetsHfTokenizer) {
         train::run_drafter_training(test::drafter_job(dir.path(), "out"),
                                     test::drafter_settings({{"train.max_steps", "2"}}), Logger());
     EXPECT_EQ(s.steps, 2);
-    const DrafterModel d = DrafterModel::load(s.model_dir);
+    const DrafterModel d = DrafterModel::load(test::host_backend(), s.model_dir);
     EXPECT_EQ(d.config().mask_token_id, tok->vocab_size());  // the first row past the tokenizer
     for (int64_t id : d.config().target_layer_ids) EXPECT_LT(id, 4);  // never the last layer
 }

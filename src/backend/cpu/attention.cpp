@@ -148,13 +148,12 @@ Geometry make_geometry(const Tensor& q, const Tensor& k, const Tensor& v, const 
                  "attention: kv_len is {}, expected a CPU i32 [1] with a causal or full mask",
                  mask.kv_len.describe());
         const int64_t len = mask.kv_len.i32()[0];
-        DF_CHECK(len >= 0 && len <= g.sk,
-                 "attention: kv_len={} but the cache holds {} rows (k {})", len, g.sk,
-                 k.describe());
+        DF_CHECK(len >= 0 && len <= g.sk, "attention: kv_len={} but the cache holds {} rows (k {})",
+                 len, g.sk, k.describe());
         g.sk = len;
         if (mask.kind == AttnMaskKind::causal) {
-            DF_CHECK(len >= g.sq, "attention: kv_len={} is shorter than the {} causal queries",
-                     len, g.sq);
+            DF_CHECK(len >= g.sq, "attention: kv_len={} is shorter than the {} causal queries", len,
+                     g.sq);
             g.mask.q_offset = len - g.sq;
         }
     }

@@ -59,6 +59,7 @@ void swiglu_bwd(const Exec& ex, const Tensor& dout, const Tensor& gate, const Te
 // elementwise.cpp
 void add_inplace(const Exec& ex, const Tensor& y, const Tensor& x, float alpha);
 void scale_inplace(const Exec& ex, const Tensor& y, float alpha);
+void add_row_bias(const Exec& ex, const Tensor& y, const Tensor& bias);
 
 // lm_head_ce.cpp
 void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& labels,

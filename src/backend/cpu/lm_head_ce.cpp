@@ -165,15 +165,15 @@ void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& 
         if (r == 0) continue;
         if (!out.dh.empty()) {  // dh (=, then +=) g[R, n] · w[v0 : v0+n, D]
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(r),
-                        static_cast<int>(d), static_cast<int>(n), 1.0f, logits,
-                        static_cast<int>(n), w.f32() + v0 * d, static_cast<int>(d),
-                        v0 == 0 ? 0.0f : 1.0f, out.dh.f32(), static_cast<int>(d));
+                        static_cast<int>(d), static_cast<int>(n), 1.0f, logits, static_cast<int>(n),
+                        w.f32() + v0 * d, static_cast<int>(d), v0 == 0 ? 0.0f : 1.0f, out.dh.f32(),
+                        static_cast<int>(d));
         }
         if (!out.dw.empty()) {  // dw[v0 : v0+n] += gᵀ · h
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(n),
-                        static_cast<int>(d), static_cast<int>(r), 1.0f, logits,
-                        static_cast<int>(n), h.f32(), static_cast<int>(d), 1.0f,
-                        out.dw.f32() + v0 * d, static_cast<int>(d));
+                        static_cast<int>(d), static_cast<int>(r), 1.0f, logits, static_cast<int>(n),
+                        h.f32(), static_cast<int>(d), 1.0f, out.dw.f32() + v0 * d,
+                        static_cast<int>(d));
         }
     }
 }

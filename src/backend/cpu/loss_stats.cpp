@@ -16,8 +16,8 @@ void loss_stats(const Exec&, const Tensor& loss_rows, const Tensor& argmax, cons
     DF_CHECK(period >= 1 && stats.numel() == lay.size(),
              "loss_stats: stats is {}, expected f32 [{}] for period {}", stats.describe(),
              lay.size(), period);
-    DF_CHECK(argmax.dtype() == DType::i32 && labels.dtype() == DType::i32 &&
-                 argmax.numel() == r && labels.numel() == r && weights.numel() == r,
+    DF_CHECK(argmax.dtype() == DType::i32 && labels.dtype() == DType::i32 && argmax.numel() == r &&
+                 labels.numel() == r && weights.numel() == r,
              "loss_stats: argmax {}, labels {}, weights {} for {} rows", argmax.describe(),
              labels.describe(), weights.describe(), r);
     const float* loss = loss_rows.f32();
