@@ -971,6 +971,8 @@ def main():
     if args.cmd == "summary":
         return 0 if summary(args.file) else 1
     dev = torch.device(args.device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", 0)  # set_device and the memory counters want an index
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     log(f"torch {torch.__version__} on {dev} "
