@@ -25,7 +25,11 @@ std::span<const float> row(const HostTensor& t, int64_t r) {
 class Picker {
   public:
     Picker(Backend& be, int64_t rows, int64_t vocab)
-        : be_(be), rows_(rows), vocab_(vocab), argmax_(be, {rows}, DType::i32), ids_({rows}, DType::i32) {}
+        : be_(be),
+          rows_(rows),
+          vocab_(vocab),
+          argmax_(be, {rows}, DType::i32),
+          ids_({rows}, DType::i32) {}
 
     // Index of the largest logit of each of the first n rows.
     std::span<const int32_t> argmax(const Tensor& logits, int64_t n) {

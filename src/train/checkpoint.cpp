@@ -31,8 +31,8 @@ std::string v_key(const std::string& n) {
 // Every parameter's f32 master weights and Adam moments, named per parameter.
 void write_state_tensors(const fs::path& path, const ParamSet& params, const AdamW& opt) {
     Backend& be = params.backend();
-    const HostTensor master = to_host_f32(be, params.training() ? params.flat_master()
-                                                                : params.flat_values());
+    const HostTensor master =
+        to_host_f32(be, params.training() ? params.flat_master() : params.flat_values());
     const HostTensor m = to_host_f32(be, opt.m());
     const HostTensor v = to_host_f32(be, opt.v());
     std::vector<std::pair<std::string, Tensor>> tensors;
@@ -54,7 +54,8 @@ void read_into(const SafetensorsFile& f, const std::string& key, const Param& p,
     HostTensor t = f.read_f32(key);
     DF_CHECK(t.shape() == p.shape, "'{}': tensor '{}' has shape {} but the model needs {}",
              f.path().string(), key, t.shape().to_string(), p.shape.to_string());
-    copy_tensor(flat.view().rows(p.offset, p.offset + p.shape.numel()), t.view().reshape({t.numel()}));
+    copy_tensor(flat.view().rows(p.offset, p.offset + p.shape.numel()),
+                t.view().reshape({t.numel()}));
 }
 
 std::string read_text(const fs::path& p) {

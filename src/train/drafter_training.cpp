@@ -230,10 +230,9 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Sett
 
     // The starting weights: a resumed run overwrites them with the checkpoint's fp32 masters,
     // but the architecture comes from the checkpoint's config.json.
-    DrafterModel init = spec.resume_from ? DrafterModel::load(*host, *spec.resume_from)
-                        : !job.init_drafter.empty()
-                            ? DrafterModel::load(*host, job.init_drafter)
-                            : make_initial_drafter(*host, target, *tok, s);
+    DrafterModel init = spec.resume_from            ? DrafterModel::load(*host, *spec.resume_from)
+                        : !job.init_drafter.empty() ? DrafterModel::load(*host, job.init_drafter)
+                                                    : make_initial_drafter(*host, target, *tok, s);
     const auto mismatch = drafter_target_mismatches(init.config(), target.config());
     DF_CHECK(mismatch.empty(), "the drafter does not fit the target '{}': {}",
              job.target_dir.string(), mismatch.front());

@@ -205,8 +205,8 @@ void Worker::setup() {
     const MicroBatch largest = task_->largest_batch(sh_.spec.max_length);
     const Tensor stats = step_out_.view().rows(0, layout_.size());
     ws_ = Workspace(*be_, plan_workspace(*be_, [&](Backend& pb, Workspace& pws) {
-                        task_->run(pb, pws, largest, 1.0f, stats);
-                    }));
+        task_->run(pb, pws, largest, 1.0f, stats);
+    }));
     if (sh_.resume) {
         const TrainingState& rs = *sh_.resume;
         loader_->set_state(rs.loaders[rank_]);
@@ -275,7 +275,8 @@ bool Worker::train_step(int64_t step) {
     params.zero_grads();
     const int64_t S = layout_.size();
     const Tensor out = step_out_.view();
-    const Tensor stats = out.rows(0, S), norm_sq = out.rows(S, S + 1), clip = out.rows(S + 1, S + 2);
+    const Tensor stats = out.rows(0, S), norm_sq = out.rows(S, S + 1),
+                 clip = out.rows(S + 1, S + 2);
     be_->fill(out, 0.0f);
     const float scale = w > 0 ? static_cast<float>(1.0 / w) : 0.0f;
     for (const MicroBatch& mb : mbs)
@@ -631,9 +632,10 @@ TrainSummary run_trainer(const TrainerSpec& spec, const config::Settings& settin
         log.info("{} training on cuda: {} steps, {} GPU worker(s), batch {} x accumulation {}",
                  spec.kind, sh.total_steps, o.workers, o.batch, o.accumulation);
     else
-        log.info("{} training on cpu: {} steps, {} worker(s) x {} thread(s), batch {} x "
-                 "accumulation {}",
-                 spec.kind, sh.total_steps, o.workers, o.threads, o.batch, o.accumulation);
+        log.info(
+            "{} training on cpu: {} steps, {} worker(s) x {} thread(s), batch {} x "
+            "accumulation {}",
+            spec.kind, sh.total_steps, o.workers, o.threads, o.batch, o.accumulation);
 
     StopSource own_stop;
     StopSource& stop = spec.hooks.stop != nullptr ? *spec.hooks.stop : own_stop;

@@ -1,7 +1,7 @@
 // The data-parallel training loop shared by `dflash train` (drafters) and `dflash pretrain`
 // (targets), design §3 and §7: runtime.devices workers, each a WorkerPool thread with its own
-// Backend, model replica, Workspace, optimizer and PackedLoader slice, exchanging gradients through a
-// Communicator (InProcessGroup on CPU). What is trained is a WorkerTask; the loop owns batching,
+// Backend, model replica, Workspace, optimizer and PackedLoader slice, exchanging gradients through
+// a Communicator (InProcessGroup on CPU). What is trained is a WorkerTask; the loop owns batching,
 // loss normalisation, all-reduce, clipping, AdamW, the schedule, metrics, evaluation, checkpoints,
 // resume and Ctrl-C. Note [Worker-invariant loss]: every micro-batch's loss weight is known before
 // its forward (anchors are drawn first, from (seed, epoch, global sequence index) only), the
@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/workspace.h"
 #include "config/settings.h"
 #include "core/logging.h"
 #include "core/rng.h"
-#include "backend/workspace.h"
 #include "core/worker_pool.h"
 #include "data/dataset.h"
 #include "model/params.h"

@@ -58,7 +58,8 @@ TEST(InitCli, LlamaLayoutTarget) {
     EXPECT_FALSE(test::has(r.output, "q_norm")) << r.output;
     r = test::run_dflash("init drafter --target " + t.string() + " --output " + d.string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_EQ(DrafterModel::load(test::host_backend(), d).config().target_layer_ids, (std::vector<int64_t>{2}));
+    EXPECT_EQ(DrafterModel::load(test::host_backend(), d).config().target_layer_ids,
+              (std::vector<int64_t>{2}));
     r = test::run_dflash("init drafter --target " + t.string() + " --output " +
                          (dir / "d2").string() + " --drafter.target_layer_ids 1,3");
     EXPECT_NE(r.exit_code, 0);

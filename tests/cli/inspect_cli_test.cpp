@@ -205,7 +205,8 @@ TEST(Inspect, NonFiniteWeightsAreReportedAndRefusedByTheLoader) {
                     "2 of 512 values are NaN or infinite"))
         << r.text;
     EXPECT_TRUE(inspect_directory(dir.path(), {.check_values = false}).ok());
-    const std::string e = test::error_of([&] { TargetModel::load(test::host_backend(), dir.path()); });
+    const std::string e =
+        test::error_of([&] { TargetModel::load(test::host_backend(), dir.path()); });
     EXPECT_TRUE(has(e, "tensor 'model.layers.2.mlp.down_proj.weight'")) << e;
     EXPECT_TRUE(has(e, "not finite")) << e;
 }
@@ -227,14 +228,16 @@ TEST(Inspect, ConfigShapesOutsideTheirRangesAreRefusedBeforeAllocating) {
         EXPECT_FALSE(r.ok()) << key;
         EXPECT_TRUE(has(r.text, fmt::format("{}={} is above", key, value))) << r.text;
         // The loader stops at the config: a bare std::bad_alloc would fail this test.
-        const std::string e = test::error_of([&] { TargetModel::load(test::host_backend(), dir.path()); });
+        const std::string e =
+            test::error_of([&] { TargetModel::load(test::host_backend(), dir.path()); });
         EXPECT_TRUE(has(e, fmt::format("{}={} is above", key, value))) << e;
     }
     // Within the ranges but not what the weights hold: refused before the model is allocated.
     auto k = j;
     k["num_hidden_layers"] = 40;
     std::ofstream(dir / "config.json") << k.dump();
-    const std::string e = test::error_of([&] { TargetModel::load(test::host_backend(), dir.path()); });
+    const std::string e =
+        test::error_of([&] { TargetModel::load(test::host_backend(), dir.path()); });
     EXPECT_TRUE(has(e, "do not match its config.json")) << e;
     EXPECT_TRUE(has(e, "'model.layers.4.input_layernorm.weight' [16] is missing")) << e;
     EXPECT_TRUE(has(e, "and 393 more")) << e;

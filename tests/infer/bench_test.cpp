@@ -25,7 +25,8 @@ struct Pair {
 Pair make_pair(uint64_t seed, int64_t block = 4) {
     const auto tc = test::tiny_target_config(true, 3);
     return {TargetModel::random(test::host_backend(), tc, seed, 0.5f),
-            DrafterModel::random(test::host_backend(), test::tiny_drafter_config(tc, 1, block), seed + 1, 0.5f)};
+            DrafterModel::random(test::host_backend(), test::tiny_drafter_config(tc, 1, block),
+                                 seed + 1, 0.5f)};
 }
 
 std::vector<Prompt> make_prompts(int64_t n, int64_t vocab) {

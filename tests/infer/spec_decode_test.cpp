@@ -23,7 +23,8 @@ Pair make_pair(uint64_t seed, int64_t block, int64_t vocab = 37) {
     auto tc = test::tiny_target_config(true, 3);
     tc.vocab_size = vocab;
     TargetModel t = TargetModel::random(test::host_backend(), tc, seed, 0.5f);
-    DrafterModel d = DrafterModel::random(test::host_backend(), test::tiny_drafter_config(tc, 1, block), seed + 1, 0.5f);
+    DrafterModel d = DrafterModel::random(test::host_backend(),
+                                          test::tiny_drafter_config(tc, 1, block), seed + 1, 0.5f);
     return {std::move(t), std::move(d)};
 }
 

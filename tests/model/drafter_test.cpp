@@ -20,8 +20,7 @@ struct Pair {
 Pair make_pair(Backend& be, bool qwen3, uint64_t seed) {
     auto tc = test::tiny_target_config(qwen3, 4);
     TargetModel t = TargetModel::random(be, tc, seed, 0.3f);
-    DrafterModel d =
-        DrafterModel::random(be, test::tiny_drafter_config(tc, 2, 4), seed + 1, 0.3f);
+    DrafterModel d = DrafterModel::random(be, test::tiny_drafter_config(tc, 2, 4), seed + 1, 0.3f);
     return {std::move(t), std::move(d)};
 }
 
@@ -84,8 +83,8 @@ TEST_P(DrafterTest, GradientMatchesFiniteDifferences) {
     const std::vector<int32_t> anchors = {2, 6, 11};
     const double gamma = 3.0;
     auto loss = [&]() {
-        return test::drafter_step(*be, p.drafter, p.target, feats, toks, mask, anchors, gamma,
-                                  1.0f, 7)
+        return test::drafter_step(*be, p.drafter, p.target, feats, toks, mask, anchors, gamma, 1.0f,
+                                  7)
             .loss_sum;
     };
     p.drafter.params().zero_grads();

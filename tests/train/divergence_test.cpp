@@ -98,9 +98,8 @@ TEST_F(Divergence, DoctoredInitDrafterIsRefusedNamingTheTensor) {
     // A drafter that some other run saved with a NaN in a weight (bf16 keeps NaN): loading it
     // stops before any training, naming the tensor.
     const TargetModel target = TargetModel::load(test::host_backend(), *dir_ / "target");
-    DrafterModel d =
-        train::make_initial_drafter(test::host_backend(), target, *make_byte_tokenizer(),
-                                    test::drafter_settings());
+    DrafterModel d = train::make_initial_drafter(test::host_backend(), target,
+                                                 *make_byte_tokenizer(), test::drafter_settings());
     const Param& norm = d.params().params().back();
     norm.value.f32()[0] = std::numeric_limits<float>::quiet_NaN();
     d.save(*dir_ / "doctored");

@@ -47,7 +47,7 @@ __global__ void row_bias_kernel(TY* y, const TB* b, int64_t cols, int64_t n) {
 template <class TY, class TB>
 void row_bias(void* y, const void* b, int64_t cols, int64_t n, cudaStream_t stream) {
     row_bias_kernel<<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<TY*>(y),
-                                                            static_cast<const TB*>(b), cols, n);
+                                                             static_cast<const TB*>(b), cols, n);
     DF_CUDA_CHECK_LAUNCH(row_bias_kernel);
 }
 
