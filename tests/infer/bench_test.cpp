@@ -4,7 +4,6 @@
 // greedy runs are lossless, a baseline of a different target is caught at the first differing
 // position, and the table / JSON carry every figure.
 #include "infer/bench.h"
-#include "infer/stop_tokens.h"
 
 #include <cmath>
 #include <numeric>
@@ -224,21 +223,7 @@ TEST(Bench, TableAndJsonCarryEveryFigure) {
         EXPECT_TRUE(j["total"].contains(k)) << k;
 }
 
-TEST(Bench, OptionsAndStopTokens) {
-    auto tc = test::tiny_target_config();
-    tc.vocab_size = 300;
-    tc.eos_token_id = 2;
-    auto tok = make_byte_tokenizer();
-    const auto stop = default_stop_tokens(tc, tok.get());
-    EXPECT_EQ(stop, (std::vector<int32_t>{2, tok->specials().eos, tok->specials().end_turn}));
-    tc.eos_token_id = tok->specials().eos;
-    EXPECT_EQ(default_stop_tokens(tc, tok.get()).size(), 2u);
-    EXPECT_EQ(default_stop_tokens(tc, nullptr), (std::vector<int32_t>{tok->specials().eos}));
-    // Every id of config.json's eos list and of generation_config.json's.
-    tc.extra_eos_token_ids = {5};
-    tc.generation_eos_token_ids = {6, tok->specials().eos};
-    EXPECT_EQ(default_stop_tokens(tc, nullptr), (std::vector<int32_t>{tok->specials().eos, 5, 6}));
-
+TEST(Bench, OptionsFromSettings) {
     const config::Settings s =
         config::Settings(std::make_shared<const config::Registry>(config::make_registry()))
             .with_overrides({{"infer.temperature", "0.7"},

@@ -1,5 +1,6 @@
-// Default stop tokens (src/infer/stop_tokens.h): the config's eos, then the tokenizer's eos and
-// end_turn, without duplicates; without a tokenizer only the config's.
+// Default stop tokens (src/infer/stop_tokens.h): every eos id of config.json and
+// generation_config.json, then the tokenizer's eos and end_turn, without duplicates; without a
+// tokenizer only the config's.
 #include "infer/stop_tokens.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +20,10 @@ TEST(StopTokens, ConfigThenTokenizerWithoutDuplicates) {
     tc.eos_token_id = tok->specials().eos;
     EXPECT_EQ(default_stop_tokens(tc, tok.get()).size(), 2u);
     EXPECT_EQ(default_stop_tokens(tc, nullptr), (std::vector<int32_t>{tok->specials().eos}));
+    // Every id of config.json's eos list and of generation_config.json's.
+    tc.extra_eos_token_ids = {5};
+    tc.generation_eos_token_ids = {6, tok->specials().eos};
+    EXPECT_EQ(default_stop_tokens(tc, nullptr), (std::vector<int32_t>{tok->specials().eos, 5, 6}));
 }
 
 TEST(StopTokens, IdsOutsideTheVocabularyAreDropped) {
