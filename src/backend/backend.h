@@ -129,6 +129,10 @@ class Backend {
 
     // out i32 [R] = index of the largest element of each row of x [R, V] (lowest on ties).
     virtual void argmax_rows(const Tensor& x, const Tensor& out) = 0;
+    // out i32 [R]: for each row of logits f32 [R, V], the token that uniforms[r] (f32 in [0, 1),
+    // on the device) picks from the row's sampling distribution (backend/sampling.h).
+    virtual void sample_rows(const Tensor& logits, const SampleParams& p, const Tensor& uniforms,
+                             const Tensor& out) = 0;
 };
 
 // Indices into the stats tensor of Backend::loss_stats for accuracy period P.

@@ -85,6 +85,15 @@ struct AdamWParams {
     int64_t step = 1;  // 1-based, for bias correction
 };
 
+// ---- Sampling ---------------------------------------------------------------------------------
+// What Backend::sample_rows draws from (backend/sampling.h): softmax(logits / temperature), top_k
+// most likely tokens (0: all), then the top_p nucleus (1: off).
+struct SampleParams {
+    float temperature = 1.0f;  // > 0
+    int64_t top_k = 0;
+    float top_p = 1.0f;
+};
+
 // ---- LM head + cross-entropy ------------------------------------------------------------------
 // Outputs of lm_head_ce. Tensors left empty are not computed.
 struct LmHeadCeOut {

@@ -58,6 +58,7 @@ class PlanningBackend final : public Backend {
     void adamw_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamWParams&,
                     const Tensor&, const Tensor&) override {}
     void argmax_rows(const Tensor&, const Tensor&) override {}
+    void sample_rows(const Tensor&, const SampleParams&, const Tensor&, const Tensor&) override {}
 
   private:
     [[noreturn]] void refuse(const char* what) const {

@@ -110,6 +110,10 @@ class CpuBackend final : public Backend {
         cpu::adamw_step(ex_, master, grad, m, v, p, grad_scale, value);
     }
     void argmax_rows(const Tensor& x, const Tensor& out) override { cpu::argmax_rows(ex_, x, out); }
+    void sample_rows(const Tensor& logits, const SampleParams& p, const Tensor& uniforms,
+                     const Tensor& out) override {
+        cpu::sample_rows(ex_, logits, p, uniforms, out);
+    }
 
   private:
     static void check_transfer(const Tensor& dst, const Tensor& src, const char* op) {

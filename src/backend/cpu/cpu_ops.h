@@ -82,4 +82,8 @@ void loss_stats(const Exec& ex, const Tensor& loss_rows, const Tensor& argmax, c
                 const Tensor& weights, int64_t period, const Tensor& stats);
 void argmax_rows(const Exec& ex, const Tensor& x, const Tensor& out);
 
+// sampling.cpp
+void sample_rows(const Exec& ex, const Tensor& logits, const SampleParams& p,
+                 const Tensor& uniforms, const Tensor& out);
+
 }  // namespace dflash::cpu

@@ -6,10 +6,10 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_ops.h"
-#include "backend/op_shapes.h"
 #include "backend/cuda/kernels/adamw.h"
 #include "backend/cuda/op_checks.h"
 #include "backend/cuda/op_workspace.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cuda {
 namespace {

@@ -178,6 +178,10 @@ class CudaBackend final : public Backend {
     void argmax_rows(const Tensor& x, const Tensor& out) override {
         run(cuda::argmax_rows, x, out);
     }
+    void sample_rows(const Tensor& logits, const SampleParams& p, const Tensor& uniforms,
+                     const Tensor& out) override {
+        run(cuda::sample_rows, logits, p, uniforms, out);
+    }
 
     void release() {
         if (owner_.load(std::memory_order_relaxed) != std::this_thread::get_id()) return;

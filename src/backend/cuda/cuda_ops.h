@@ -84,6 +84,9 @@ int64_t lm_head_ce_workspace(int64_t rows, int64_t dim, int64_t vocab, int64_t c
 void loss_stats(const Exec& ex, const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,
                 const Tensor& weights, int64_t period, const Tensor& stats);
 void argmax_rows(const Exec& ex, const Tensor& x, const Tensor& out);
+// sampling.cpp: see Backend::sample_rows (logits f32 [R, V], uniforms f32 [R], out i32 [R]).
+void sample_rows(const Exec& ex, const Tensor& logits, const SampleParams& p,
+                 const Tensor& uniforms, const Tensor& out);
 
 // adamw.cpp: master, grad, m, v f32 (flat); grad_scale f32 [1] or empty; value bf16 or empty.
 void adamw_step(const Exec& ex, const Tensor& master, const Tensor& grad, const Tensor& m,
