@@ -16,10 +16,11 @@ constexpr double kBig = 1 << 30;  // a generous cap for counts and sizes
 void add_runtime(Registry& r) {
     r.add(D::integer("runtime.devices", 1, "number of workers (one per device, one thread each)")
               .range(1, 1024)
-              .read_by("cli commands (Device creation), train::Trainer, comm::Communicator"));
+              .read_by("train::Trainer (one worker per device), data regenerate (CPU workers)"));
     r.add(D::enumeration("runtime.backend", "auto", {"auto", "cpu", "cuda"},
                          "compute backend; auto = cuda when a GPU is present, else cpu")
-              .read_by("backend factory (src/backend/backend.h)"));
+              .read_by("backend factory (src/backend/backend_factory.h): every command, the "
+                       "trainer's workers"));
     r.add(D::integer("runtime.threads", 0, "CPU threads per worker; 0 = all cores / workers")
               .range(0, 4096)
               .read_by("cpu backend (OpenMP/OpenBLAS thread count)"));
@@ -34,18 +35,18 @@ void add_runtime(Registry& r) {
 void add_cuda_graphs(Registry& r) {
     r.add(D::boolean("cuda_graphs.enabled", true,
                      "capture and replay CUDA graphs; false runs everything eagerly")
-              .read_by("cuda backend graph cache (per Device)"));
+              .read_by("nothing yet: the CUDA graph cache is still to come (steps run eagerly)"));
     r.add(D::enumeration("cuda_graphs.capture_mode", "thread_local",
                          {"thread_local", "global", "relaxed"},
                          "cudaStreamCaptureMode used for capture (design §6)")
-              .read_by("cuda backend graph cache (per Device)"));
+              .read_by("nothing yet: the CUDA graph cache is still to come (steps run eagerly)"));
     r.add(D::integer("cuda_graphs.max_rerecords", 3,
                      "re-captures allowed per graph key before it falls back to eager")
               .range(0, 1000)
-              .read_by("cuda backend graph cache (per Device)"));
+              .read_by("nothing yet: the CUDA graph cache is still to come (steps run eagerly)"));
     r.add(D::integer("cuda_graphs.warmup_runs", 2, "eager runs of a shape before it is captured")
               .range(0, 100)
-              .read_by("cuda backend graph cache (per Device)"));
+              .read_by("nothing yet: the CUDA graph cache is still to come (steps run eagerly)"));
 }
 
 void add_drafter(Registry& r) {
