@@ -9,6 +9,8 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "config/settings.h"
+#include "core/dir_lock.h"
+#include "core/staged_dir.h"
 #include "model/drafter.h"
 #include "model/target.h"
 #include "tokenizer/model_tokenizer.h"
@@ -19,9 +21,13 @@ namespace dflash::cli {
 
 namespace {
 
-void require_empty(const std::filesystem::path& dir) {
-    DF_CHECK(!std::filesystem::exists(dir) || std::filesystem::is_empty(dir),
-             "'{}' is not empty; choose a new output directory", dir.string());
+// Locked before the emptiness check, so two inits into one directory cannot both pass it.
+DirLock lock_empty_output(const std::filesystem::path& dir) {
+    DF_CHECK(!std::filesystem::exists(dir) || std::filesystem::is_directory(dir),
+             "'{}' exists and is not a directory; choose a new output directory", dir.string());
+    DirLock lock = DirLock::acquire(dir, "output directory", "dflash init");
+    DF_CHECK(!holds_files(dir), "'{}' is not empty; choose a new output directory", dir.string());
+    return lock;
 }
 
 DType parse_dtype(const std::string& s) {
@@ -51,7 +57,7 @@ int cmd_init(CommandContext& ctx) {
     for (auto* sub : {tgt, dft})
         sub->add_option("--dtype", dtype, "storage dtype: bf16 or f32")->capture_default_str();
     if (!parse_command_args(app, ctx, "init")) return 0;
-    require_empty(output);
+    const DirLock lock = lock_empty_output(output);
     const DType store = parse_dtype(dtype);
     const uint64_t seed = static_cast<uint64_t>(ctx.settings.get<int64_t>("runtime.seed"));
     // Weights are drawn and written in host memory.

@@ -215,6 +215,11 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Sett
     // A resume continues the checkpoint's run: its settings, except what is given explicitly.
     const config::Settings s =
         spec.resume_from ? settings_for_resume(given, *spec.resume_from, {"drafter."}, log) : given;
+    spec.run_dir =
+        pick_run_dir(job.output_dir, spec.resume_from, s.get<std::string>("train.output_dir"));
+    // Before the models are read: a second writer is refused at once.
+    const DirLock run_lock = lock_run_dir(spec.run_dir, spec.kind, spec.resume_from.has_value());
+    spec.run_dir_lock = &run_lock;
     const ShardedDataset train = ShardedDataset::open(job.data_dir);
     const std::optional<ShardedDataset> eval = open_eval_data(job.eval_data_dir, s);
 
@@ -249,8 +254,6 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Sett
     spec.lr = s.get<double>("train.lr");
     spec.epochs = s.get<int64_t>("train.epochs");
     spec.max_steps = s.get<int64_t>("train.max_steps");
-    spec.run_dir =
-        pick_run_dir(job.output_dir, spec.resume_from, s.get<std::string>("train.output_dir"));
     spec.hooks = job.hooks;
     const DrafterLossOptions lo{s.get<int64_t>("train.num_anchors"),
                                 s.get<double>("train.loss_decay_gamma"),

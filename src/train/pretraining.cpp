@@ -112,6 +112,11 @@ TrainSummary run_pretraining(const PretrainJob& job, const config::Settings& giv
     // A resume continues the checkpoint's run: its settings, except what is given explicitly.
     const config::Settings s =
         spec.resume_from ? settings_for_resume(given, *spec.resume_from, kShapeKeys, log) : given;
+    spec.run_dir =
+        pick_run_dir(job.output_dir, spec.resume_from, s.get<std::string>("pretrain.output_dir"));
+    // Before the models are read: a second writer is refused at once.
+    const DirLock run_lock = lock_run_dir(spec.run_dir, spec.kind, spec.resume_from.has_value());
+    spec.run_dir_lock = &run_lock;
     const ShardedDataset train = ShardedDataset::open(job.data_dir);
     const std::optional<ShardedDataset> eval = open_eval_data(job.eval_data_dir, s);
     const auto tok = make_tokenizer(train.tokenizer_name());
@@ -135,8 +140,6 @@ TrainSummary run_pretraining(const PretrainJob& job, const config::Settings& giv
     spec.lr = s.get<double>("pretrain.lr");
     spec.epochs = s.get<int64_t>("pretrain.epochs");
     spec.max_steps = s.get<int64_t>("pretrain.max_steps");
-    spec.run_dir =
-        pick_run_dir(job.output_dir, spec.resume_from, s.get<std::string>("pretrain.output_dir"));
     spec.hooks = job.hooks;
     const bool on_prompt = s.get<bool>("pretrain.loss_on_prompt");
     const int64_t chunk = s.get<int64_t>("train.lm_head_chunk");

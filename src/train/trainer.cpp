@@ -591,14 +591,27 @@ LoaderOptions training_loader_options(const config::Settings& settings, int64_t 
     return loader_options(max_length, read_options(settings), rank);
 }
 
+namespace {
+
+void check_fresh_run_dir(const fs::path& run_dir, bool resuming) {
+    if (resuming) return;
+    DF_CHECK(!holds_checkpoints(run_dir),
+             "the run directory '{}' already holds checkpoints; continue it with --resume {} "
+             "or choose another --output",
+             run_dir.string(), run_dir.string());
+}
+
+}  // namespace
+
+DirLock lock_run_dir(const fs::path& run_dir, const std::string& kind, bool resuming) {
+    DirLock lock = DirLock::acquire(run_dir, "run directory", fmt::format("{} training", kind));
+    check_fresh_run_dir(run_dir, resuming);
+    return lock;
+}
+
 void prepare_run_dir(const fs::path& run_dir, const config::Settings& settings, bool resuming) {
     fs::create_directories(run_dir);
-    if (!resuming) {
-        DF_CHECK(!holds_checkpoints(run_dir),
-                 "the run directory '{}' already holds checkpoints; continue it with --resume {} "
-                 "or choose another --output",
-                 run_dir.string(), run_dir.string());
-    }
+    check_fresh_run_dir(run_dir, resuming);
     write_text_atomic(run_dir / kRunSettingsFile, config::dump_toml(settings));
 }
 
@@ -612,8 +625,12 @@ TrainSummary run_trainer(const TrainerSpec& spec, const config::Settings& settin
     Shared sh(spec, settings, log, o);
     sh.total_steps = count_total_steps(spec, o);
     // One writer per run directory; held until the run returns.
-    const DirLock lock =
-        DirLock::acquire(spec.run_dir, "run directory", fmt::format("{} training", spec.kind));
+    std::optional<DirLock> own_lock;
+    if (spec.run_dir_lock)
+        DF_ASSERT(spec.run_dir_lock->dir() == spec.run_dir);
+    else
+        own_lock.emplace(
+            DirLock::acquire(spec.run_dir, "run directory", fmt::format("{} training", spec.kind)));
     if (spec.resume_from) {
         sh.resume = read_training_state(*spec.resume_from);
         check_resume(*sh.resume, spec, o, sh.total_steps, log);

@@ -24,6 +24,7 @@
 #include "backend/backend.h"
 #include "backend/workspace.h"
 #include "config/settings.h"
+#include "core/dir_lock.h"
 #include "core/logging.h"
 #include "core/rng.h"
 #include "core/worker_pool.h"
@@ -131,9 +132,16 @@ struct TrainerSpec {
     // (identical for every w).
     std::function<std::unique_ptr<WorkerTask>(int worker, Backend& be)> make_task;
     std::filesystem::path run_dir;
+    // The lock of run_dir when the caller took it (lock_run_dir) before loading models; else
+    // run_trainer takes it.
+    const DirLock* run_dir_lock = nullptr;
     std::optional<std::filesystem::path> resume_from;  // a checkpoint directory
     TrainHooks hooks;
 };
+
+// Locks a run directory and, for a fresh run, refuses one that already holds checkpoints: what
+// run_trainer would refuse, found before minutes of model loading rather than after.
+DirLock lock_run_dir(const std::filesystem::path& run_dir, const std::string& kind, bool resuming);
 
 // Locks spec.run_dir (core/dir_lock.h: a second writer is refused with this process's pid),
 // validates a resume completely (kind, worker count, steps, every worker's data position, the

@@ -1,6 +1,9 @@
 // `dflash init` writes random targets (Qwen3 or Llama layout) and drafters of the requested size
-// that load, pass `dflash inspect`, and pair with each other; non-empty outputs and drafters that
-// read the target's last layer are refused.
+// that load, pass `dflash inspect`, and pair with each other; non-empty or locked outputs and
+// drafters that read the target's last layer are refused.
+#include <unistd.h>
+
+#include "core/dir_lock.h"
 #include "model/drafter.h"
 #include "model/target.h"
 #include "support/test_util.h"
@@ -32,6 +35,16 @@ TEST(InitCli, TargetAndDrafterOfAnySize) {
     r = test::run_dflash("init target --output " + t.string());
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.output.find("not empty"), std::string::npos) << r.output;
+}
+
+TEST(InitCli, AnOutputAnotherWriterHoldsIsRefused) {
+    test::TempDir dir("init_locked");
+    const DirLock held = DirLock::acquire(dir / "t", "output directory", "another init");
+    const auto r = test::run_dflash("init target --output " + (dir / "t").string());
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("in use by pid " + std::to_string(::getpid())), std::string::npos)
+        << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir / "t" / "config.json"));
 }
 
 TEST(InitCli, LlamaLayoutTarget) {

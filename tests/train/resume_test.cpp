@@ -2,7 +2,8 @@
 // own run (its settings, bit for bit the same result); a model-shape change is refused naming the
 // keys; a refused resume changes nothing in the run directory (metrics.jsonl included); a fresh
 // run into a directory with checkpoints (with or without `latest`) is refused; a second writer is
-// refused naming the holder; a damaged training_state.json is a named error.
+// refused naming the holder, before any model is read; a damaged training_state.json is a named
+// error.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -144,6 +145,15 @@ TEST_F(Resume, ASecondWriterIsRefusedNamingTheHolder) {
     const std::string e = error_of([&] { run6("held"); });
     EXPECT_TRUE(has(e, "is in use by pid " + std::to_string(::getpid()) + " (another run)")) << e;
     EXPECT_FALSE(fs::exists(*dir_ / "held" / "settings.toml"));
+}
+
+TEST_F(Resume, TheRunDirectoryIsCheckedBeforeTheModelsAreRead) {
+    // A missing target would be the first error if the models were read before the lock.
+    const DirLock held = DirLock::acquire(*dir_ / "early", "run directory", "another run");
+    auto j = job("early");
+    j.target_dir = *dir_ / "no-such-target";
+    const std::string e = error_of([&] { train::run_drafter_training(j, settings6(), Logger()); });
+    EXPECT_TRUE(has(e, "is in use by pid")) << e;
 }
 
 TEST(TrainingState, DamagedFieldsAreNamedErrors) {
