@@ -21,10 +21,9 @@ namespace dflash::cli {
 
 namespace {
 
-// Locked before the emptiness check, so two inits into one directory cannot both pass it.
+// Locked before the emptiness check, so two inits into one directory cannot both pass it; taken
+// once the model is made, so a refused init creates nothing.
 DirLock lock_empty_output(const std::filesystem::path& dir) {
-    DF_CHECK(!std::filesystem::exists(dir) || std::filesystem::is_directory(dir),
-             "'{}' exists and is not a directory; choose a new output directory", dir.string());
     DirLock lock = DirLock::acquire(dir, "output directory", "dflash init");
     DF_CHECK(!holds_files(dir), "'{}' is not empty; choose a new output directory", dir.string());
     return lock;
@@ -57,7 +56,10 @@ int cmd_init(CommandContext& ctx) {
     for (auto* sub : {tgt, dft})
         sub->add_option("--dtype", dtype, "storage dtype: bf16 or f32")->capture_default_str();
     if (!parse_command_args(app, ctx, "init")) return 0;
-    const DirLock lock = lock_empty_output(output);
+    // Checked again under the lock, once the model is made.
+    DF_CHECK(!std::filesystem::exists(output) ||
+                 (std::filesystem::is_directory(output) && !holds_files(output)),
+             "'{}' is not empty; choose a new output directory", output);
     const DType store = parse_dtype(dtype);
     const uint64_t seed = static_cast<uint64_t>(ctx.settings.get<int64_t>("runtime.seed"));
     // Weights are drawn and written in host memory.
@@ -66,6 +68,7 @@ int cmd_init(CommandContext& ctx) {
         const auto tok = make_tokenizer(tokenizer);
         const TargetConfig cfg = train::pretrain_target_config(ctx.settings, *tok, vocab);
         const TargetModel m = TargetModel::random(*host, cfg, seed);
+        const DirLock lock = lock_empty_output(output);
         m.save(output, store);
         save_tokenizer_spec(output, *tok);
         std::printf("target: %s (%lld layers, hidden %lld, vocab %lld, %.2fM parameters)\n",
@@ -77,6 +80,7 @@ int cmd_init(CommandContext& ctx) {
     const TargetModel target = TargetModel::load(*host, target_dir);
     const auto tok = load_tokenizer_for_model(target_dir);
     const DrafterModel d = train::make_initial_drafter(*host, target, *tok, ctx.settings);
+    const DirLock lock = lock_empty_output(output);
     d.save(output, store);
     save_tokenizer_spec(output, *tok);
     std::printf("drafter: %s (%lld layers, block %lld, %zu target features, %.2fM parameters)\n",

@@ -603,7 +603,9 @@ void check_fresh_run_dir(const fs::path& run_dir, bool resuming) {
 
 }  // namespace
 
-DirLock lock_run_dir(const fs::path& run_dir, const std::string& kind, bool resuming) {
+std::optional<DirLock> lock_run_dir(const fs::path& run_dir, const std::string& kind,
+                                    bool resuming) {
+    if (!fs::exists(run_dir)) return std::nullopt;
     DirLock lock = DirLock::acquire(run_dir, "run directory", fmt::format("{} training", kind));
     check_fresh_run_dir(run_dir, resuming);
     return lock;

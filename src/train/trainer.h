@@ -139,9 +139,12 @@ struct TrainerSpec {
     TrainHooks hooks;
 };
 
-// Locks a run directory and, for a fresh run, refuses one that already holds checkpoints: what
-// run_trainer would refuse, found before minutes of model loading rather than after.
-DirLock lock_run_dir(const std::filesystem::path& run_dir, const std::string& kind, bool resuming);
+// Locks a run directory that exists and, for a fresh run, refuses one that already holds
+// checkpoints: what run_trainer would refuse, found before minutes of model loading rather than
+// after. A directory that does not exist yet is left to run_trainer (nullopt), so a run refused
+// while loading leaves nothing behind.
+std::optional<DirLock> lock_run_dir(const std::filesystem::path& run_dir, const std::string& kind,
+                                    bool resuming);
 
 // Locks spec.run_dir (core/dir_lock.h: a second writer is refused with this process's pid),
 // validates a resume completely (kind, worker count, steps, every worker's data position, the

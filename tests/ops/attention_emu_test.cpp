@@ -1,7 +1,8 @@
 // The CUDA attention kernels (src/backend/cuda/kernels/attention_{fwd,bwd}.cu) run on the CPU
 // emulator of tests/ops/attention_emu.h (Note [Attention kernels on the CPU]) against a dense
 // double-precision reference, on small awkward sizes of every mask kind and path: FlashAttention-2
-// forward, split-KV decode + combine, the dflash pre-pass, and the delta / dQ / dK-dV backward.
+// forward, split-KV decode + combine (and its row invariance), the dflash pre-pass, and the
+// delta / dQ / dK-dV backward.
 // This checks the kernels' index arithmetic, fragment plumbing, masking and pipelining without a
 // GPU (label cpu: runs in CI); tests/cuda/attention_cuda_test.cpp checks the real thing.
 // Both cp.async modes run (copies at the wait, copies at issue). Tolerances (bf16 inputs, bf16
@@ -41,7 +42,6 @@ struct Case {
     std::vector<int32_t> anchors;
     int kv_len = -1;  // -1: no kv_len
     bool bwd = false;
-    int sm_count = 132;
     int kv_splits = 0;  // dK/dV splits; 0: the rule of attention.cpp
 };
 
@@ -245,7 +245,7 @@ void run_fwd(const Case& c, Run& r) {
     r.expose(a.k, size_t(c.sk) * c.hkv * c.d * 2);  // NaN rows included: only kv_len guards them
     r.expose(a.v, size_t(c.sk) * c.hkv * c.d * 2);
     if (c.kind != kDflash && c.sq <= 16) {
-        const DecodePlan p = plan_decode(c.sq, c.h / c.hkv, c.hkv, c.sk, c.sm_count);
+        const DecodePlan p = plan_decode(c.sq, c.h / c.hkv, c.sk);
         r.part_o.assign(decode_partial_floats(a, p), std::numeric_limits<float>::quiet_NaN());
         r.part_ml.assign(decode_stats_floats(a, p), std::numeric_limits<float>::quiet_NaN());
         decode(a, p, r.part_o.data(), r.part_ml.data(), attn_emu::as_stream(r.dev));
@@ -391,19 +391,45 @@ TEST(AttentionEmu, DecodeOverKvCache) {
     check_case(cache("decode causal sq1 g8", kCausal, 1, 200, 150, 8, 1, 128));
     check_case(cache("decode causal sq16 g2", kCausal, 16, 300, 77, 4, 2, 64));
     check_case(cache("decode full sq5 g1", kFull, 5, 129, 129, 2, 2, 64));
-    Case few = cache("decode causal sq7 g4 few SMs", kCausal, 7, 700, 650, 8, 2, 64);
-    few.sm_count = 2;  // several tiles per split
-    check_case(few);
+    // Splits of 256 keys (4 tiles each), three of them.
+    check_case(cache("decode causal sq7 g4 three splits", kCausal, 7, 700, 650, 8, 2, 64));
     check_case(cache("decode causal sq16 g8 two row blocks", kCausal, 16, 100, 40, 8, 1, 64));
-    // Splits of 192 keys and kv_len 394: the last split holds 10 keys, and the first queries see
+    // Splits of 256 keys and kv_len 266: the last split holds 10 keys, and the first 6 queries see
     // none of them (a partial with max -inf and sum 0).
-    Case tail = cache("decode causal sq16 short last split", kCausal, 16, 700, 394, 2, 2, 64);
-    tail.sm_count = 2;
-    check_case(tail);
+    check_case(cache("decode causal sq16 short last split", kCausal, 16, 700, 266, 2, 2, 64));
     check_case(cache("decode kv_len 0", kFull, 3, 64, 0, 2, 1, 64));
     Case plain = cache("decode causal no kv_len", kCausal, 4, 90, -1, 4, 1, 128);
     plain.q_offset = 50;
     check_case(plain);
+}
+
+// Row invariance (attention_tiles.h): a query verified with 8 others gives the same bits as the
+// same query decoded alone at its position, across a split boundary (capacity 700: splits of
+// 256 keys; the rows sit at positions 508..516).
+TEST(AttentionEmu, DecodedRowsEqualVerifiedRowsBitForBit) {
+    const int sq = 9, cap = 700, kv = 517, h = 4, hkv = 2, d = 64;
+    Rng rng(11);
+    Inputs in;
+    in.q = random_bf16(size_t(sq) * h * d, rng);
+    in.k = random_bf16(size_t(cap) * hkv * d, rng);
+    in.v = random_bf16(size_t(cap) * hkv * d, rng);
+    in.dout = std::vector<float>(in.q.size(), 0.0f);
+    in.sk_eff = kv;
+    const Case verify = cache("verify sq9", kCausal, sq, cap, kv, h, hkv, d);
+    attn::Run rv(verify, in, CopyMode::at_wait);
+    run_fwd(verify, rv);
+    for (int i = 0; i < sq; ++i) {
+        const Case one = cache("decode", kCausal, 1, cap, kv - sq + i + 1, h, hkv, d);
+        Inputs di = in;
+        di.q.assign(in.q.begin() + size_t(i) * h * d, in.q.begin() + size_t(i + 1) * h * d);
+        di.dout.assign(di.q.size(), 0.0f);
+        di.sk_eff = one.kv_len;
+        attn::Run rd(one, di, CopyMode::at_wait);
+        run_fwd(one, rd);
+        for (int e = 0; e < h * d; ++e)
+            ASSERT_EQ(rd.out.data()[e], rv.out.data()[size_t(i) * h * d + e])
+                << "row " << i << " (position " << kv - sq + i << "), element " << e;
+    }
 }
 
 TEST(AttentionEmu, PrefillOverKvCache) {

@@ -193,46 +193,43 @@ void check_decode(const Problem& p) {
     const MaskGeom& g = p.g;
     if (g.kind == kDflash) return;
     const int kv_end = decode_kv_end(g);
-    for (int splits : {1, 2, 3, 5, 64}) {
-        for (int min_chunk : {1, 64, 100, 1024}) {
-            const int chunk = split_chunk(kv_end, splits, min_chunk);
-            const std::string where = p.name + " splits " + std::to_string(splits) + " min_chunk " +
-                                      std::to_string(min_chunk);
-            ASSERT_EQ(chunk % kBlockN, 0) << where;
-            ASSERT_GT(chunk, 0) << where;
-            const int active = active_splits(kv_end, chunk);
-            ASSERT_LE(active, splits) << where;
-            std::vector<int> seen(static_cast<size_t>(g.sq) * std::max(g.sk, 1), 0);
-            for (int s = 0; s < splits; ++s) {
-                const int nt = decode_num_tiles(g, chunk, s);
-                if (s >= active) {
-                    ASSERT_EQ(nt, 0) << where << " split " << s;
-                    continue;
-                }
-                ASSERT_GT(nt, 0) << where << " split " << s;
-                for (int t = 0; t < nt; ++t) {
-                    const KeyTile k = decode_tile(g, chunk, s, t);
-                    ASSERT_GE(k.lo, 0);
-                    ASSERT_LT(k.lo, k.hi) << where;
-                    ASSERT_LE(k.hi, kv_end) << where;
-                    for (int i = 0; i < g.sq; ++i) {
-                        for (int j = k.k0; j < k.k0 + kBlockN; ++j) {
-                            const bool vis = visible(p, i, j);
-                            if (!k.mask) {
-                                ASSERT_TRUE(vis && j < k.hi)
-                                    << where << " unmasked (" << i << ", " << j << ")";
-                            }
-                            if (vis && j >= k.lo && j < k.hi)
-                                ++seen[static_cast<size_t>(i) * g.sk + j];
+    for (int cap : {std::max(g.sk, 1), g.sk + 300, 70000}) {
+        const int chunk = decode_chunk(cap);
+        const int splits = cdiv(cap, chunk);
+        const std::string where = p.name + " capacity " + std::to_string(cap);
+        ASSERT_EQ(chunk % kBlockN, 0) << where;
+        ASSERT_GT(chunk, 0) << where;
+        const int active = active_splits(kv_end, chunk);
+        ASSERT_LE(active, splits) << where;
+        std::vector<int> seen(static_cast<size_t>(g.sq) * std::max(g.sk, 1), 0);
+        for (int s = 0; s < splits; ++s) {
+            const int nt = decode_num_tiles(g, chunk, s);
+            if (s >= active) {
+                ASSERT_EQ(nt, 0) << where << " split " << s;
+                continue;
+            }
+            ASSERT_GT(nt, 0) << where << " split " << s;
+            for (int t = 0; t < nt; ++t) {
+                const KeyTile k = decode_tile(g, chunk, s, t);
+                ASSERT_GE(k.lo, 0);
+                ASSERT_LT(k.lo, k.hi) << where;
+                ASSERT_LE(k.hi, kv_end) << where;
+                for (int i = 0; i < g.sq; ++i) {
+                    for (int j = k.k0; j < k.k0 + kBlockN; ++j) {
+                        const bool vis = visible(p, i, j);
+                        if (!k.mask) {
+                            ASSERT_TRUE(vis && j < k.hi)
+                                << where << " unmasked (" << i << ", " << j << ")";
                         }
+                        if (vis && j >= k.lo && j < k.hi) ++seen[static_cast<size_t>(i) * g.sk + j];
                     }
                 }
             }
-            for (int i = 0; i < g.sq; ++i) {
-                for (int j = 0; j < g.sk; ++j) {
-                    ASSERT_EQ(seen[static_cast<size_t>(i) * g.sk + j], visible(p, i, j) ? 1 : 0)
-                        << where << " pair (" << i << ", " << j << ")";
-                }
+        }
+        for (int i = 0; i < g.sq; ++i) {
+            for (int j = 0; j < g.sk; ++j) {
+                ASSERT_EQ(seen[static_cast<size_t>(i) * g.sk + j], visible(p, i, j) ? 1 : 0)
+                    << where << " pair (" << i << ", " << j << ")";
             }
         }
     }
@@ -368,13 +365,17 @@ TEST(AttentionTiles, DflashBlock) {
 TEST(AttentionTiles, DecodePlanCoversRows) {
     for (int sq : {1, 2, 16, 17}) {
         for (int group : {1, 4, 8, 16}) {
-            for (int cap : {1, 64, 4096, 32768}) {
-                const DecodePlan p = plan_decode(sq, group, 8, cap, 132);
+            for (int cap : {1, 64, 4096, 32768, 1 << 20}) {
+                const DecodePlan p = plan_decode(sq, group, cap);
                 EXPECT_GE(p.warps * 16 * p.row_blocks, p.rows);
                 EXPECT_LE(p.warps, 8);
                 EXPECT_GE(p.splits, 1);
-                EXPECT_LE(p.splits, std::max(1, cdiv(cap, kBlockN)));
-                EXPECT_EQ(p.min_chunk % 1, 0);
+                EXPECT_LE(p.splits, kMaxDecodeSplits);
+                EXPECT_GE(p.splits * p.chunk, cap);
+                EXPECT_EQ(p.chunk % kBlockN, 0);
+                // Row invariance: the splits depend on the capacity alone.
+                EXPECT_EQ(p.chunk, plan_decode(1, 1, cap).chunk);
+                EXPECT_EQ(p.splits, plan_decode(1, 1, cap).splits);
             }
         }
     }

@@ -156,8 +156,7 @@ void attention_fwd(const Exec& ex, const Tensor& q, const Tensor& k, const Tenso
     a.d = static_cast<int>(d.d);
     if (d.sq == 0 || d.h == 0) return;
     if (a.mask.kind != attn::kDflash && d.sq <= kDecodeMaxQueries) {
-        const attn::DecodePlan p =
-            attn::plan_decode(a.mask.sq, a.h / a.hkv, a.hkv, a.mask.sk, ex.sm_count);
+        const attn::DecodePlan p = attn::plan_decode(a.mask.sq, a.h / a.hkv, a.mask.sk);
         OpWorkspace& ws = scratch_of(ex, op);
         float* part_o =
             ws.take_n<float>(attn::decode_partial_floats(a, p), "attention decode partial outputs");

@@ -9,6 +9,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
@@ -80,37 +81,58 @@ GemmEngine::~GemmEngine() {
     if (handle_) (void)cublasLtDestroy(lt(handle_));
 }
 
-GemmEngine::Plan& GemmEngine::plan_for(const Key& key) {
-    const auto found = plans_.find(key);
-    if (found != plans_.end()) return *found->second;
+namespace {
+
+// The matmul descriptor and layouts of a key's shape.
+void describe(const std::tuple<int64_t, int64_t, int64_t, bool, bool, int, bool, int>& key,
+              cublasLtMatmulDesc_t* desc, cublasLtMatrixLayout_t* la, cublasLtMatrixLayout_t* lb,
+              cublasLtMatrixLayout_t* lc) {
     const auto [m, n, k, ta, tb, c_dtype, beta_nonzero, align] = key;
     const LtGemm g = lt_gemm_for_row_major(m, n, k, ta, tb);
     const bool c_bf16 = static_cast<DType>(c_dtype) == DType::bf16;
-    auto plan = std::make_unique<Plan>();
-
-    DF_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    DF_CUBLAS_CHECK(cublasLtMatmulDescCreate(desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_a = g.a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = g.b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-    DF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
-                                                   sizeof(op_a)));
-    DF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
-                                                   sizeof(op_b)));
+    DF_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    DF_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
     const auto layout = [](cublasLtMatrixLayout_t* out, cudaDataType_t type, const LtOperand& o) {
         DF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(out, type, static_cast<uint64_t>(o.rows),
                                                    static_cast<uint64_t>(o.cols), o.ld));
     };
-    layout(&plan->a, CUDA_R_16BF, g.a);
-    layout(&plan->b, CUDA_R_16BF, g.b);
-    layout(&plan->c, c_bf16 ? CUDA_R_16BF : CUDA_R_32F, g.c);
+    layout(la, CUDA_R_16BF, g.a);
+    layout(lb, CUDA_R_16BF, g.b);
+    layout(lc, c_bf16 ? CUDA_R_16BF : CUDA_R_32F, g.c);
+}
 
+// A small-row GEMM's key for the shared algorithm: kRowInvariantRows rows, at most 16-byte
+// alignments (what any row view of ours has), so the choice does not depend on where the rows
+// start either.
+int clamp_alignments(int align) {
+    int out = 0;
+    for (int shift = 0; shift < 12; shift += 4) out |= std::min((align >> shift) & 0xf, 4) << shift;
+    return out;
+}
+
+}  // namespace
+
+bool GemmEngine::heuristic(const Key& key, void* algo_out, size_t* workspace_out) {
+    const auto [m, n, k, ta, tb, c_dtype, beta_nonzero, align] = key;
+    const bool c_bf16 = static_cast<DType>(c_dtype) == DType::bf16;
+    const bool shared = m <= kRowInvariantRows;
+    Plan p;  // the descriptors the heuristic is asked about (destroyed on return)
+    describe(key, &p.desc, &p.a, &p.b, &p.c);
     cublasLtMatmulPreference_t pref = nullptr;
     DF_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws = workspace_bytes_;
     // Split-K partial sums stored in a bf16 output would round the fp32 accumulation: allow only
-    // schemes that reduce in the compute type (fp32) when C is bf16.
+    // schemes that reduce in the compute type (fp32) when C is bf16. The shared small-row
+    // algorithm splits nothing: how K is split may not depend on the row count.
     const uint32_t schemes =
-        c_bf16 ? (CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
-               : CUBLASLT_REDUCTION_SCHEME_MASK;
+        shared   ? CUBLASLT_REDUCTION_SCHEME_NONE
+        : c_bf16 ? (CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
+                 : CUBLASLT_REDUCTION_SCHEME_MASK;
     // cuBLASLt's user-side pointers: our B is its A, our A its B (gemm_layout.h).
     const uint32_t align_a = 1u << (align & 0xf), align_b = 1u << ((align >> 4) & 0xf),
                    align_c = 1u << ((align >> 8) & 0xf);
@@ -130,18 +152,50 @@ GemmEngine::Plan& GemmEngine::plan_for(const Key& key) {
         st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                   &ws, sizeof(ws));
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(lt(handle_), plan->desc, plan->a, plan->b, plan->c,
-                                            plan->c, pref, 1, &result, &found_count);
+        st = cublasLtMatmulAlgoGetHeuristic(lt(handle_), p.desc, p.a, p.b, p.c, p.c, pref, 1,
+                                            &result, &found_count);
     (void)cublasLtMatmulPreferenceDestroy(pref);
-    DF_CHECK(
-        st == CUBLAS_STATUS_SUCCESS && found_count > 0 && result.state == CUBLAS_STATUS_SUCCESS,
-        "gemm: cuBLASLt has no algorithm for op(A) [{}, {}] x op(B) [{}, {}]{}{} -> {} C "
-        "(alignments A {}, B {}, C {} bytes, workspace {} bytes): {}",
-        m, k, k, n, ta ? " (A transposed)" : "", tb ? " (B transposed)" : "",
-        c_bf16 ? "bf16" : "f32", align_a, align_b, align_c, workspace_bytes_,
-        cublasLtGetStatusString(st != CUBLAS_STATUS_SUCCESS ? st : result.state));
-    plan->algo = result.algo;
-    plan->workspace = result.workspaceSize;
+    if (st != CUBLAS_STATUS_SUCCESS || found_count == 0 || result.state != CUBLAS_STATUS_SUCCESS)
+        return false;
+    if (shared) {
+        const int32_t one = 1;
+        (void)cublasLtMatmulAlgoConfigSetAttribute(&result.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                   &one, sizeof(one));
+    }
+    *static_cast<cublasLtMatmulAlgo_t*>(algo_out) = result.algo;
+    *workspace_out = result.workspaceSize;
+    return true;
+}
+
+GemmEngine::Plan& GemmEngine::plan_for(const Key& key) {
+    const auto found = plans_.find(key);
+    if (found != plans_.end()) return *found->second;
+    const auto [m, n, k, ta, tb, c_dtype, beta_nonzero, align] = key;
+    auto plan = std::make_unique<Plan>();
+    describe(key, &plan->desc, &plan->a, &plan->b, &plan->c);
+    bool ok = false;
+    if (m <= kRowInvariantRows) {
+        // The algorithm of the kRowInvariantRows-row shape, checked for this row count.
+        Key shared = key;
+        std::get<0>(shared) = kRowInvariantRows;
+        std::get<7>(shared) = clamp_alignments(align);
+        cublasLtMatmulHeuristicResult_t check{};
+        ok = heuristic(shared, &plan->algo, &plan->workspace) &&
+             cublasLtMatmulAlgoCheck(lt(handle_), plan->desc, plan->a, plan->b, plan->c, plan->c,
+                                     &plan->algo, &check) == CUBLAS_STATUS_SUCCESS &&
+             check.state == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= workspace_bytes_;
+        if (ok) plan->workspace = check.workspaceSize;
+        if (!ok) ++row_variant_plans_;
+    }
+    if (!ok) ok = heuristic(key, &plan->algo, &plan->workspace);
+    const uint32_t align_a = 1u << (align & 0xf), align_b = 1u << ((align >> 4) & 0xf),
+                   align_c = 1u << ((align >> 8) & 0xf);
+    DF_CHECK(ok,
+             "gemm: cuBLASLt has no algorithm for op(A) [{}, {}] x op(B) [{}, {}]{}{} -> {} C "
+             "(alignments A {}, B {}, C {} bytes, workspace {} bytes)",
+             m, k, k, n, ta ? " (A transposed)" : "", tb ? " (B transposed)" : "",
+             static_cast<DType>(c_dtype) == DType::bf16 ? "bf16" : "f32", align_a, align_b, align_c,
+             workspace_bytes_);
     (void)beta_nonzero;  // part of the key: the heuristic may choose differently when C is read
     return *plans_.emplace(key, std::move(plan)).first->second;
 }

@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(256)
     const int tid = threadIdx.x, nthreads = blockDim.x, warp = tid >> 5, lane = tid & 31;
     const int rows = nthreads / 32 * 16;
     const MaskGeom g = resolve_dev(a.mask);
-    const int chunk = split_chunk(decode_kv_end(g), p.splits, p.min_chunk);
+    const int chunk = p.chunk;
     const int ntiles = decode_num_tiles(g, chunk, s);
     if (ntiles == 0) return;  // past kv_len: the combine reads only active splits
     const int r0 = rb * rows;
@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(128)
     const int i = row / a.h, h = row % a.h;
     const MaskGeom g = resolve_dev(a.mask);
     const int kv_end = decode_kv_end(g);
-    const int active = active_splits(kv_end, split_chunk(kv_end, p.splits, p.min_chunk));
+    const int active = active_splits(kv_end, p.chunk);
     auto ml = [&](int s) {
         return *reinterpret_cast<const float2*>(part_ml +
                                                 2 * ((static_cast<size_t>(s) * a.h + h) * sq + i));

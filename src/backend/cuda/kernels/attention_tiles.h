@@ -311,10 +311,12 @@ DF_ATTN_HD QTileRange qtile_candidates(const MaskGeom& g, const KvTile& k) {
 
 // ---- decoding over a KV cache: split-KV ("flash-decoding") -----------------------------------
 // The decode kernel packs the Sq queries and the `group` heads of one kv head into rows
-// r = i * group + (h % group). The number of splits comes from host sizes only (the capacity);
-// the chunk each split covers is computed on the device from kv_len, so every split has work
-// when the cache is long and splits past the end exit at once; a captured graph serves every
-// kv_len.
+// r = i * group + (h % group). Split s covers keys [s * chunk, (s + 1) * chunk), where chunk
+// comes from the cache's capacity alone, never from kv_len or Sq: a query row's keys then fall
+// into the same splits, visited tile by tile in the same order, and merged in split order,
+// whether the row is decoded alone or verified with 15 others, so its output has the same bits
+// (row invariance, as the small-row GEMMs: backend/cuda/gemm.h). Splits past kv_len exit at once
+// and a captured graph serves every kv_len.
 DF_ATTN_HD int decode_kv_end(const MaskGeom& g) {
     // Keys any query may see: causal queries end at q_offset + Sq.
     return g.kind == kCausal ? iclamp(g.q_offset + g.sq, 0, g.sk) : g.sk;
@@ -323,10 +325,14 @@ DF_ATTN_HD int decode_kv_end(const MaskGeom& g) {
 DF_ATTN_HD int decode_full_end(const MaskGeom& g) {
     return g.kind == kCausal ? iclamp(g.q_offset + 1, 0, g.sk) : g.sk;
 }
-// Keys per split: an even share of kv_end, at least min_chunk, a multiple of kBlockN.
-DF_ATTN_HD int split_chunk(int kv_end, int splits, int min_chunk) {
-    const int share = imax(cdiv(kv_end, imax(splits, 1)), imax(min_chunk, 1));
-    return cdiv(share, kBlockN) * kBlockN;
+// Keys per split for a cache of sk_capacity keys: an even share over at most kMaxDecodeSplits
+// splits, at least kMinDecodeChunk (so that a split's partial output, written and read back per
+// row, stays small against the keys it reads), a multiple of kBlockN.
+constexpr int kMaxDecodeSplits = 256;
+constexpr int kMinDecodeChunk = 256;
+DF_ATTN_HD int decode_chunk(int sk_capacity) {
+    const int share = cdiv(imax(sk_capacity, 1), kMaxDecodeSplits);
+    return imax(kMinDecodeChunk, cdiv(share, kBlockN) * kBlockN);
 }
 DF_ATTN_HD int active_splits(int kv_end, int chunk) {
     return chunk > 0 ? cdiv(kv_end, chunk) : 0;
@@ -351,24 +357,20 @@ DF_ATTN_HD int decode_num_tiles(const MaskGeom& g, int chunk, int s) {
 
 // Host-side choices for the decode path (sizes only, never kv_len).
 struct DecodePlan {
-    int rows = 0;        // Sq * group: query rows per kv head
-    int warps = 1;       // 16 rows per warp, at most 8 warps per block
-    int row_blocks = 1;  // blocks of warps*16 rows
-    int splits = 1;
-    int min_chunk = kBlockN;
+    int rows = 0;                 // Sq * group: query rows per kv head
+    int warps = 1;                // 16 rows per warp, at most 8 warps per block
+    int row_blocks = 1;           // blocks of warps*16 rows
+    int chunk = kMinDecodeChunk;  // keys per split: decode_chunk(capacity)
+    int splits = 1;               // splits covering the capacity
 };
 
-inline DecodePlan plan_decode(int sq, int group, int hkv, int sk_capacity, int sm_count) {
+inline DecodePlan plan_decode(int sq, int group, int sk_capacity) {
     DecodePlan p;
     p.rows = sq * group;
     p.warps = iclamp(cdiv(p.rows, 16), 1, 8);
     p.row_blocks = imax(1, cdiv(p.rows, p.warps * 16));
-    // About three blocks per SM in all, never more splits than key tiles.
-    const int target = imax(1, 3 * sm_count / imax(1, hkv * p.row_blocks));
-    p.splits = iclamp(target, 1, imax(1, cdiv(sk_capacity, kBlockN)));
-    // Each split writes rows*Dh partial floats (and the combine reads them back) against
-    // chunk*Dh*2 bf16 K/V elements read: chunks of >= 8 keys per row keep that below ~25%.
-    p.min_chunk = iclamp(8 * p.rows, kBlockN, 1024);
+    p.chunk = decode_chunk(sk_capacity);
+    p.splits = imax(1, cdiv(sk_capacity, p.chunk));
     return p;
 }
 
