@@ -128,11 +128,11 @@ bool GemmEngine::heuristic(const Key& key, void* algo_out, size_t* workspace_out
     const uint64_t ws = workspace_bytes_;
     // Split-K partial sums stored in a bf16 output would round the fp32 accumulation: allow only
     // schemes that reduce in the compute type (fp32) when C is bf16. The shared small-row
-    // algorithm splits nothing: how K is split may not depend on the row count.
+    // algorithm may split K (it must, to keep the SMs busy on a few rows), but only into a
+    // workspace reduced in a fixed order: never in place in C.
     const uint32_t schemes =
-        shared   ? CUBLASLT_REDUCTION_SCHEME_NONE
-        : c_bf16 ? (CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
-                 : CUBLASLT_REDUCTION_SCHEME_MASK;
+        shared || c_bf16 ? (CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
+                         : CUBLASLT_REDUCTION_SCHEME_MASK;
     // cuBLASLt's user-side pointers: our B is its A, our A its B (gemm_layout.h).
     const uint32_t align_a = 1u << (align & 0xf), align_b = 1u << ((align >> 4) & 0xf),
                    align_c = 1u << ((align >> 8) & 0xf);
@@ -157,11 +157,6 @@ bool GemmEngine::heuristic(const Key& key, void* algo_out, size_t* workspace_out
     (void)cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found_count == 0 || result.state != CUBLAS_STATUS_SUCCESS)
         return false;
-    if (shared) {
-        const int32_t one = 1;
-        (void)cublasLtMatmulAlgoConfigSetAttribute(&result.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-                                                   &one, sizeof(one));
-    }
     *static_cast<cublasLtMatmulAlgo_t*>(algo_out) = result.algo;
     *workspace_out = result.workspaceSize;
     return true;

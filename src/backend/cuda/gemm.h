@@ -6,8 +6,9 @@
 // Cᵀ = op(B)ᵀ · op(A)ᵀ (gemm_layout.h).
 //
 // Row invariance: a GEMM of at most kRowInvariantRows rows runs the algorithm chosen for exactly
-// kRowInvariantRows rows (16-byte alignment assumed, no split-K), so every row of the result has
-// the same bits whatever the number of rows beside it. Decoding depends on it: a 1-token decode
+// kRowInvariantRows rows (16-byte alignment assumed; K split, if at all, the same way and reduced
+// in a fixed order), so every row of the result has the same bits whatever the number of rows
+// beside it. Decoding depends on it: a 1-token decode
 // step and a 16-token verify step must give the same logits for the same position, or greedy
 // speculative decoding could pick another token than plain decoding at a near-tie.
 // Created on the thread that drives the device; not thread-safe (one per CudaBackend).
@@ -39,7 +40,8 @@ class GemmEngine {
     void run(CUstream_st* stream, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
              const Tensor& c, float alpha, float beta);
 
-    static constexpr int64_t kRowInvariantRows = 64;
+    // A verify step's rows (a DFlash block is at most 16 tokens).
+    static constexpr int64_t kRowInvariantRows = 16;
 
     int64_t plans() const { return static_cast<int64_t>(plans_.size()); }
     int64_t calls() const { return calls_; }
