@@ -49,4 +49,16 @@ void check_adamw_args(const Tensor& master, const Tensor& grad, const Tensor& m,
              "adamw_step: betas ({}, {}) must lie in [0, 1)", p.beta1, p.beta2);
 }
 
+void check_sample_rows_args(const Tensor& logits, const SampleParams& p, const Tensor& uniforms,
+                            const Tensor& out) {
+    DF_CHECK(logits.dtype() == DType::f32 && logits.rank() == 2 && uniforms.dtype() == DType::f32 &&
+                 uniforms.numel() == logits.dim(0) && out.dtype() == DType::i32 &&
+                 out.numel() == logits.dim(0),
+             "sample_rows: logits {}, uniforms {}, out {}; expected f32 [R, V], f32 [R], i32 [R]",
+             logits.describe(), uniforms.describe(), out.describe());
+    DF_CHECK(p.temperature > 0 && p.top_k >= 0 && p.top_p > 0 && p.top_p <= 1,
+             "sample_rows: temperature {} (> 0), top_k {} (>= 0), top_p {} (in (0, 1])",
+             p.temperature, p.top_k, p.top_p);
+}
+
 }  // namespace dflash

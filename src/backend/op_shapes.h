@@ -1,5 +1,6 @@
 // Argument checks that every backend's ops share (dtypes and devices are each backend's own
-// business): GEMM shapes and AdamW's element counts and hyper-parameters. A violation is a
+// business): GEMM shapes, AdamW's element counts and hyper-parameters, sampling's shapes and
+// parameters. A violation is a
 // dflash::Error naming the op, the tensors and what was expected.
 // Tested by tests/ops/gemm_test.cpp and tests/ops/adamw_test.cpp (and their CUDA twins).
 #pragma once
@@ -21,5 +22,9 @@ GemmDims check_gemm_shapes(const Tensor& a, bool trans_a, const Tensor& b, bool 
 // master, grad, m, v of equal element counts; step >= 1; betas in [0, 1).
 void check_adamw_args(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
                       const AdamWParams& p);
+
+// logits f32 [R, V], uniforms f32 [R], out i32 [R]; temperature > 0, top_k >= 0, top_p in (0, 1].
+void check_sample_rows_args(const Tensor& logits, const SampleParams& p, const Tensor& uniforms,
+                            const Tensor& out);
 
 }  // namespace dflash
