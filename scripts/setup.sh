@@ -5,7 +5,6 @@ packages=(
     build-essential cmake ninja-build pkg-config
     libgtest-dev libbenchmark-dev
     nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libfmt-dev
-    libopenblas-dev
     clang-format
 )
 missing=()

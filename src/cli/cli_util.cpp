@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "backend/backend_factory.h"
-#include "backend/cpu/cpu_ops.h"
 #include "config/settings.h"
 #include "core/error.h"
 
@@ -31,7 +30,6 @@ bool parse_command_args(CLI::App& app, const CommandContext& ctx, const char* na
 }
 
 std::unique_ptr<Backend> make_backend_from_settings(const CommandContext& ctx) {
-    cpu::set_blas_threads(1);
     const int64_t threads = ctx.settings.get<int64_t>("runtime.threads");
     const DeviceKind kind = resolve_backend(ctx.settings.get<std::string>("runtime.backend"));
     auto be = make_backend(kind, 0,

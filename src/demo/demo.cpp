@@ -9,7 +9,6 @@
 
 #include "backend/backend.h"
 #include "backend/backend_factory.h"
-#include "backend/cpu/cpu_ops.h"
 #include "config/registry.h"
 #include "core/atomic_file.h"
 #include "data/local_corpus.h"
@@ -156,7 +155,6 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
     DemoReport rep;
     const fs::path dir = opt.output_dir;
     prepare_output_dir(dir);
-    cpu::set_blas_threads(1);
     const uint64_t seed = static_cast<uint64_t>(user_settings.get<int64_t>("runtime.seed"));
     auto tok = make_byte_tokenizer();
 

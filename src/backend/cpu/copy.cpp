@@ -27,13 +27,19 @@ void copy(const Exec& ex, const Tensor& dst, const Tensor& src) {
     } else if (dst.dtype() == DType::bf16 && src.dtype() == DType::f32) {
         const float* s = src.f32();
         uint16_t* d = dst.bf16();
-#pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 65536)
-        for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
+        parallel_for(ex, n, n > 65536, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) {
+                d[i] = f32_to_bf16(s[i]);
+            }
+        });
     } else if (dst.dtype() == DType::f32 && src.dtype() == DType::bf16) {
         const uint16_t* s = src.bf16();
         float* d = dst.f32();
-#pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 65536)
-        for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
+        parallel_for(ex, n, n > 65536, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) {
+                d[i] = bf16_to_f32(s[i]);
+            }
+        });
     } else {
         DF_FAIL("copy: cannot convert {} to {}", src.describe(), dst.describe());
     }

@@ -1,5 +1,6 @@
 // CpuBackend: the Backend interface over the cpu:: reference ops. The CPU "device" is host memory,
-// so allocation is aligned host memory, transfers are copies and everything runs immediately.
+// so allocation is aligned host memory, transfers are copies and everything runs immediately, on
+// the backend's own thread pool (Note [CPU threads] in cpu/thread_pool.h).
 // Tested by tests/ops/*_test.cpp, tests/model/*_test.cpp and tests/infer/*_test.cpp.
 #include <cstdlib>
 #include <cstring>
@@ -12,7 +13,7 @@ namespace {
 
 class CpuBackend final : public Backend {
   public:
-    explicit CpuBackend(int threads) : ex_{threads < 1 ? 1 : threads} {}
+    explicit CpuBackend(int threads) : pool_(threads < 1 ? 1 : threads), ex_{&pool_} {}
     std::string name() const override { return "cpu"; }
     DeviceRef device() const override { return {}; }
     DType compute_dtype() const override { return DType::f32; }
@@ -97,9 +98,7 @@ class CpuBackend final : public Backend {
                     const Tensor& weights, int64_t period, const Tensor& stats) override {
         cpu::loss_stats(ex_, loss_rows, argmax, labels, weights, period, stats);
     }
-    void sum_squares(const Tensor& x, const Tensor& out) override {
-        cpu::sum_squares(ex_, x, out);
-    }
+    void sum_squares(const Tensor& x, const Tensor& out) override { cpu::sum_squares(ex_, x, out); }
     void clip_scale(const Tensor& norm_sq, float max_norm, const Tensor& scale) override {
         cpu::clip_scale(ex_, norm_sq, max_norm, scale);
     }
@@ -107,9 +106,7 @@ class CpuBackend final : public Backend {
                     const AdamWParams& p, const Tensor& grad_scale, const Tensor& value) override {
         cpu::adamw_step(ex_, master, grad, m, v, p, grad_scale, value);
     }
-    void argmax_rows(const Tensor& x, const Tensor& out) override {
-        cpu::argmax_rows(ex_, x, out);
-    }
+    void argmax_rows(const Tensor& x, const Tensor& out) override { cpu::argmax_rows(ex_, x, out); }
 
   private:
     static void check_transfer(const Tensor& dst, const Tensor& src, const char* op) {
@@ -118,6 +115,7 @@ class CpuBackend final : public Backend {
                  dst.describe(), src.describe());
     }
 
+    cpu::ThreadPool pool_;
     cpu::Exec ex_;
 };
 

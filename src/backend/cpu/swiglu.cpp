@@ -29,8 +29,11 @@ void swiglu_fwd(const Exec& ex, const Tensor& gate, const Tensor& up, const Tens
     const float* g = gate.f32();
     const float* u = up.f32();
     float* o = out.f32();
-#pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 16384)
-    for (int64_t i = 0; i < n; ++i) o[i] = g[i] * sigmoid(g[i]) * u[i];
+    parallel_for(ex, n, n > 16384, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+            o[i] = g[i] * sigmoid(g[i]) * u[i];
+        }
+    });
 }
 
 // d silu(g)/dg = s + g s (1 - s), s = sigmoid(g).
@@ -47,16 +50,17 @@ void swiglu_bwd(const Exec& ex, const Tensor& dout, const Tensor& gate, const Te
     const float* u = up.f32();
     float* dg = dgate.f32();
     float* du = dup.f32();
-#pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 16384)
-    for (int64_t i = 0; i < n; ++i) {
-        const float s = sigmoid(g[i]);
-        const float gi = g[i];
-        // Read everything before writing: dgate/dup may alias dout.
-        const float di = d[i];
-        const float ui = u[i];
-        du[i] = di * gi * s;
-        dg[i] = di * ui * (s + gi * s * (1.0f - s));
-    }
+    parallel_for(ex, n, n > 16384, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+            const float s = sigmoid(g[i]);
+            const float gi = g[i];
+            // Read everything before writing: dgate/dup may alias dout.
+            const float di = d[i];
+            const float ui = u[i];
+            du[i] = di * gi * s;
+            dg[i] = di * ui * (s + gi * s * (1.0f - s));
+        }
+    });
 }
 
 }  // namespace dflash::cpu
