@@ -15,13 +15,13 @@
 namespace dflash {
 namespace {
 
+using cpu::CpuIsa;
 using cpu::MatrixRef;
-using cpu::SgemmIsa;
 
-std::vector<SgemmIsa> supported_isas() {
-    std::vector<SgemmIsa> v;
-    for (SgemmIsa isa : {SgemmIsa::avx512, SgemmIsa::avx2, SgemmIsa::portable}) {
-        if (static_cast<int>(isa) >= static_cast<int>(cpu::sgemm_detected_isa())) v.push_back(isa);
+std::vector<CpuIsa> supported_isas() {
+    std::vector<CpuIsa> v;
+    for (CpuIsa isa : {CpuIsa::avx512, CpuIsa::avx2, CpuIsa::portable}) {
+        if (cpu::isa_supported(isa)) v.push_back(isa);
     }
     return v;
 }
@@ -43,7 +43,7 @@ struct Case {
 };
 
 // Runs one product with `isa` and checks it against double; returns C.
-void check_case(SgemmIsa isa, const Case& cs, float alpha, float beta, Rng& rng) {
+void check_case(CpuIsa isa, const Case& cs, float alpha, float beta, Rng& rng) {
     const Stored a = cs.ta ? Stored(cs.k, cs.m, 3, rng) : Stored(cs.m, cs.k, 5, rng);
     const Stored b = cs.tb ? Stored(cs.n, cs.k, 2, rng) : Stored(cs.k, cs.n, 7, rng);
     const int64_t ldc = cs.n + 4;
@@ -79,15 +79,14 @@ void check_case(SgemmIsa isa, const Case& cs, float alpha, float beta, Rng& rng)
             worst = std::max(worst, std::isnan(err) ? 1e9 : err);
         }
     }
-    EXPECT_LT(worst, 1e-6) << cpu::sgemm_isa_name(isa) << " m=" << cs.m << " n=" << cs.n
-                           << " k=" << cs.k << " ta=" << cs.ta << " tb=" << cs.tb
-                           << " beta=" << beta;
+    EXPECT_LT(worst, 1e-6) << cpu::isa_name(isa) << " m=" << cs.m << " n=" << cs.n << " k=" << cs.k
+                           << " ta=" << cs.ta << " tb=" << cs.tb << " beta=" << beta;
 }
 
 TEST(Sgemm, EveryKernelFamilyMatchesDoubleOnAwkwardShapes) {
     Rng rng(11);
     const int64_t sizes[] = {1, 2, 3, 5, 8, 9, 15, 16, 17, 31, 33, 64, 65, 130};
-    for (SgemmIsa isa : supported_isas()) {
+    for (CpuIsa isa : supported_isas()) {
         for (int combo = 0; combo < 4; ++combo) {
             for (int t = 0; t < 40; ++t) {
                 const Case cs{sizes[rng.below(14)], sizes[rng.below(14)], sizes[rng.below(14)],
@@ -101,7 +100,7 @@ TEST(Sgemm, EveryKernelFamilyMatchesDoubleOnAwkwardShapes) {
 // The kernels' blocking (256 KB of the shared operand) kicks in at large K and N.
 TEST(Sgemm, LargeOperandsMatchDouble) {
     Rng rng(12);
-    for (SgemmIsa isa : supported_isas()) {
+    for (CpuIsa isa : supported_isas()) {
         check_case(isa, {70, 600, 1100, false, true}, 1.0f, 1.0f, rng);
         check_case(isa, {300, 130, 1100, false, false}, 1.0f, 0.0f, rng);
         check_case(isa, {130, 70, 1100, true, false}, 1.0f, 1.0f, rng);
@@ -113,7 +112,7 @@ TEST(Sgemm, LargeOperandsMatchDouble) {
 TEST(Sgemm, RowsAndColumnsDoNotDependOnTheRestOfTheProduct) {
     Rng rng(13);
     const int64_t n = 203, k = 301;
-    for (SgemmIsa isa : supported_isas()) {
+    for (CpuIsa isa : supported_isas()) {
         for (const int64_t m : {int64_t{8}, int64_t{40}}) {
             for (int combo = 0; combo < 3; ++combo) {  // NT, NN, TN
                 const bool ta = combo == 2, tb = combo == 0;
@@ -127,22 +126,22 @@ TEST(Sgemm, RowsAndColumnsDoNotDependOnTheRestOfTheProduct) {
                     cpu::sgemm_with(isa, 1, n, k, 1.0f, ri, rb, 0.0f, part.data() + i * n, n, m);
                 }
                 EXPECT_EQ(std::memcmp(whole.data(), part.data(), whole.size() * 4), 0)
-                    << cpu::sgemm_isa_name(isa) << " m=" << m << " combo " << combo << ": rows";
+                    << cpu::isa_name(isa) << " m=" << m << " combo " << combo << ": rows";
                 for (const int64_t j0 : {int64_t{1}, int64_t{7}, int64_t{100}}) {
                     const int64_t j1 = std::min(n, j0 + 37);
                     const MatrixRef rj{tb ? b.v.data() + j0 * b.ld : b.v.data() + j0, b.ld, tb};
                     cpu::sgemm_with(isa, m, j1 - j0, k, 1.0f, ra, rj, 0.0f, part.data() + j0, n);
                 }
                 EXPECT_EQ(std::memcmp(whole.data(), part.data(), whole.size() * 4), 0)
-                    << cpu::sgemm_isa_name(isa) << " m=" << m << " combo " << combo << ": columns";
+                    << cpu::isa_name(isa) << " m=" << m << " combo " << combo << ": columns";
             }
         }
     }
 }
 
 TEST(Sgemm, ReportsTheKernelsInUse) {
-    const SgemmIsa isa = cpu::sgemm_detected_isa();
-    std::printf("sgemm kernels on this CPU: %s\n", cpu::sgemm_isa_name(isa));
+    const CpuIsa isa = cpu::detected_isa();
+    std::printf("sgemm kernels on this CPU: %s\n", cpu::isa_name(isa));
     EXPECT_FALSE(supported_isas().empty());
 }
 

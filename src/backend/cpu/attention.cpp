@@ -22,6 +22,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/sgemm.h"
+#include "backend/cpu/vexp.h"
 
 namespace dflash::cpu {
 namespace {
@@ -277,10 +278,9 @@ float softmax_row(const Geometry& g, const Chunk& ch, int64_t i, float* row, int
     int64_t done = 0;  // columns before `done` are final
     for_each_span(g, ch, i, [&](int64_t c0, KeyRange s) {
         std::fill(row + done, row + c0, 0.0f);
-        for (int64_t c = c0; c < c0 + s.size(); ++c) {
-            row[c] = std::exp(row[c] - m);
-            sum += row[c];
-        }
+        for (int64_t c = c0; c < c0 + s.size(); ++c) row[c] -= m;
+        exp_inplace(row + c0, s.size());
+        for (int64_t c = c0; c < c0 + s.size(); ++c) sum += row[c];
         done = c0 + s.size();
     });
     std::fill(row + done, row + nk, 0.0f);
@@ -294,8 +294,11 @@ void probs_row(const Geometry& g, const Chunk& ch, int64_t i, float lse, float* 
     int64_t done = 0;
     for_each_span(g, ch, i, [&](int64_t c0, KeyRange s) {
         std::fill(row + done, row + c0, 0.0f);
-        for (int64_t c = c0; c < c0 + s.size(); ++c) {
-            row[c] = lse == kNegInf ? 0.0f : std::exp(row[c] - lse);
+        if (lse == kNegInf) {
+            std::fill(row + c0, row + c0 + s.size(), 0.0f);
+        } else {
+            for (int64_t c = c0; c < c0 + s.size(); ++c) row[c] -= lse;
+            exp_inplace(row + c0, s.size());
         }
         done = c0 + s.size();
     });

@@ -2,41 +2,10 @@
 // tests/ops/sgemm_test.cpp.
 #include "backend/cpu/sgemm.h"
 
+#include "backend/cpu/isa.h"
 #include "core/error.h"
 
 namespace dflash::cpu {
-namespace {
-
-SgemmIsa detect() {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return SgemmIsa::avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SgemmIsa::avx2;
-    return SgemmIsa::portable;
-}
-
-bool supported(SgemmIsa isa) {
-    return static_cast<int>(isa) >= static_cast<int>(sgemm_detected_isa());
-}
-
-}  // namespace
-
-SgemmIsa sgemm_detected_isa() {
-    static const SgemmIsa isa = detect();  // a fact about the machine, fixed for the process
-    return isa;
-}
-
-const char* sgemm_isa_name(SgemmIsa isa) {
-    switch (isa) {
-        case SgemmIsa::avx512:
-            return "avx512";
-        case SgemmIsa::avx2:
-            return "avx2";
-        case SgemmIsa::portable:
-            break;
-    }
-    return "portable";
-}
-
 // One element at a time, k in order: the fallback for CPUs without AVX2 and for op(A)ᵀ·op(B)ᵀ,
 // which no op uses.
 void sgemm_portable(int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a, MatrixRef b,
@@ -55,17 +24,17 @@ void sgemm_portable(int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a, M
     }
 }
 
-void sgemm_with(SgemmIsa isa, int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a,
-                MatrixRef b, float beta, float* c, int64_t ldc, int64_t plan_rows) {
+void sgemm_with(CpuIsa isa, int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a, MatrixRef b,
+                float beta, float* c, int64_t ldc, int64_t plan_rows) {
     const bool packed = (plan_rows > 0 ? plan_rows : m) >= kSgemmPackRows;
-    DF_ASSERT(supported(isa), "sgemm: {} kernels asked for on a CPU whose best is {}",
-              sgemm_isa_name(isa), sgemm_isa_name(sgemm_detected_isa()));
+    DF_ASSERT(isa_supported(isa), "sgemm: {} kernels asked for on a CPU whose best is {}",
+              isa_name(isa), isa_name(detected_isa()));
     switch (isa) {
-        case SgemmIsa::avx512:
+        case CpuIsa::avx512:
             return sgemm_avx512(m, n, k, alpha, a, b, beta, c, ldc, packed);
-        case SgemmIsa::avx2:
+        case CpuIsa::avx2:
             return sgemm_avx2(m, n, k, alpha, a, b, beta, c, ldc, packed);
-        case SgemmIsa::portable:
+        case CpuIsa::portable:
             break;
     }
     sgemm_portable(m, n, k, alpha, a, b, beta, c, ldc);
@@ -73,7 +42,7 @@ void sgemm_with(SgemmIsa isa, int64_t m, int64_t n, int64_t k, float alpha, Matr
 
 void sgemm(int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a, MatrixRef b, float beta,
            float* c, int64_t ldc, int64_t plan_rows) {
-    sgemm_with(sgemm_detected_isa(), m, n, k, alpha, a, b, beta, c, ldc, plan_rows);
+    sgemm_with(detected_isa(), m, n, k, alpha, a, b, beta, c, ldc, plan_rows);
 }
 
 }  // namespace dflash::cpu

@@ -25,6 +25,8 @@
 
 #include <cstdint>
 
+#include "backend/cpu/isa.h"
+
 namespace dflash::cpu {
 
 // One operand: element (r, c) of op(X) is p[r * ld + c], or p[c * ld + r] when trans.
@@ -33,11 +35,6 @@ struct MatrixRef {
     int64_t ld = 0;
     bool trans = false;
 };
-
-// The kernel families, best first. `detected` is the best the running CPU supports.
-enum class SgemmIsa { avx512, avx2, portable };
-SgemmIsa sgemm_detected_isa();
-const char* sgemm_isa_name(SgemmIsa isa);
 
 // NT products with at least this many rows transpose B in panels (see above).
 constexpr int64_t kSgemmPackRows = 32;
@@ -48,8 +45,8 @@ constexpr int64_t kSgemmPackRows = 32;
 void sgemm(int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a, MatrixRef b, float beta,
            float* c, int64_t ldc, int64_t plan_rows = 0);
 // The same with the given kernels (tests run every family the CPU supports).
-void sgemm_with(SgemmIsa isa, int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a,
-                MatrixRef b, float beta, float* c, int64_t ldc, int64_t plan_rows = 0);
+void sgemm_with(CpuIsa isa, int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a, MatrixRef b,
+                float beta, float* c, int64_t ldc, int64_t plan_rows = 0);
 
 // Per-family entry points (sgemm_avx512.cpp, sgemm_avx2.cpp, sgemm.cpp); `packed`: NT on
 // transposed panels of B.

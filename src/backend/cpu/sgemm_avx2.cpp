@@ -8,7 +8,7 @@
 
 #include "backend/cpu/sgemm.h"
 
-// Everything below is compiled for AVX2 + FMA; it runs only where sgemm_detected_isa() says so.
+// Everything below is compiled for AVX2 + FMA; it runs only where detected_isa() says so.
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 
@@ -22,6 +22,7 @@ struct Avx2 {
     static constexpr int W = 8;
     static constexpr int kDotRows = 4, kDotCols = 3;    // 12 accumulators of 16 registers
     static constexpr int kAxpyRows = 6, kAxpyVecs = 2;  // 6 x 16 columns
+    static constexpr bool kSum4 = false;
     static __m256i mask(int n) {
         return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     }

@@ -3,7 +3,8 @@
 // copy compiled for its instruction set; everything here has internal linkage so the two copies
 // never meet at link time. V provides: W (lanes), kDotRows/kDotCols and kAxpyRows/kAxpyVecs
 // (tile sizes), zero, load, load_n (lanes >= n read as 0), store_n, set1, fma, mul, add, sum
-// (fixed order). Tested by tests/ops/sgemm_test.cpp.
+// (fixed order) and, where kSum4, store_sums4 (C[0..3] = alpha * the sums of four accumulators,
+// each by the tree of sum, + beta * C). Tested by tests/ops/sgemm_test.cpp.
 #pragma once
 
 #include <algorithm>
@@ -27,7 +28,11 @@ __attribute__((always_inline)) inline void dot_step(const float* a, int64_t lda,
                                                     typename V::T (&acc)[MR][NR]) {
     typename V::T bv[NR];
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) bv[j] = Tail ? V::load_n(b + j * ldb, n) : V::load(b + j * ldb);
+    for (int j = 0; j < NR; ++j) {
+        bv[j] = Tail ? V::load_n(b + j * ldb, n) : V::load(b + j * ldb);
+        // The rows of B two tiles on (a prefetch never faults, past the end of B included).
+        __builtin_prefetch(b + (2 * NR + j) * ldb, 0, 3);
+    }
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
         const typename V::T av = Tail ? V::load_n(a + i * lda, n) : V::load(a + i * lda);
@@ -48,6 +53,10 @@ void dot_tile(int64_t k, const float* a, int64_t lda, const float* b, int64_t ld
     for (; kk + V::W <= k; kk += V::W) dot_step<V, MR, NR, false>(a + kk, lda, b + kk, ldb, 0, acc);
     if (kk < k) dot_step<V, MR, NR, true>(a + kk, lda, b + kk, ldb, static_cast<int>(k - kk), acc);
     for (int i = 0; i < MR; ++i) {
+        if constexpr (NR == 4 && V::kSum4) {  // four sums at once, the same tree as V::sum
+            V::store_sums4(acc[i], alpha, beta, c + i * ldc);
+            continue;
+        }
         for (int j = 0; j < NR; ++j) {
             float r = alpha * V::sum(acc[i][j]);
             if (beta != 0.0f) r = r + beta * c[i * ldc + j];
