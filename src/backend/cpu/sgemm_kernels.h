@@ -80,20 +80,18 @@ void dot_tile_any(int mr, int nr, int64_t k, const float* a, int64_t lda, const 
     dot_tile<V, MR, NR>(k, a, lda, b, ldb, alpha, beta, c, ldc);
 }
 
+// Each tile of B rows is used by every row tile of A while it is in L1 (this path has fewer
+// than kSgemmPackRows rows, so A stays in L1/L2 throughout).
 template <typename V>
 void dot_gemm(int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a, MatrixRef b, float beta,
               float* c, int64_t ldc) {
     constexpr int MR = V::kDotRows, NR = V::kDotCols;
-    const int64_t nb = std::max<int64_t>(NR, kBlockBytes / (4 * k) / NR * NR);  // rows of B
-    for (int64_t j0 = 0; j0 < n; j0 += nb) {
-        const int64_t j1 = std::min(n, j0 + nb);
+    for (int64_t j = 0; j < n; j += NR) {
+        const int nr = static_cast<int>(std::min<int64_t>(NR, n - j));
         for (int64_t i = 0; i < m; i += MR) {
-            const int mr = static_cast<int>(std::min<int64_t>(MR, m - i));
-            for (int64_t j = j0; j < j1; j += NR) {
-                dot_tile_any<V, MR, NR>(mr, static_cast<int>(std::min<int64_t>(NR, j1 - j)), k,
-                                        a.p + i * a.ld, a.ld, b.p + j * b.ld, b.ld, alpha, beta,
-                                        c + i * ldc + j, ldc);
-            }
+            dot_tile_any<V, MR, NR>(static_cast<int>(std::min<int64_t>(MR, m - i)), nr, k,
+                                    a.p + i * a.ld, a.ld, b.p + j * b.ld, b.ld, alpha, beta,
+                                    c + i * ldc + j, ldc);
         }
     }
 }

@@ -21,8 +21,8 @@ constexpr int64_t kBlock = 256;  // elements whose exponentials are taken at onc
 void sigmoid_block(const float* g, int64_t n, float* s) {
     for (int64_t i = 0; i < n; ++i) s[i] = -std::fabs(g[i]);
     exp_inplace(s, n);
-    for (int64_t i = 0; i < n; ++i)
-        s[i] = g[i] >= 0.0f ? 1.0f / (1.0f + s[i]) : s[i] / (1.0f + s[i]);
+    // Branch-free so the compiler vectorises it.
+    for (int64_t i = 0; i < n; ++i) s[i] = (g[i] >= 0.0f ? 1.0f : s[i]) / (1.0f + s[i]);
 }
 
 // Calls fn(i, sigmoid(g[i])) for every i in [i0, i1), a block of exponentials at a time.
