@@ -41,21 +41,28 @@ ThreadPool::ThreadPool(int threads) {
 
 ThreadPool::~ThreadPool() {
     stop_.store(true, std::memory_order_release);
-    epoch_.fetch_add(1, std::memory_order_acq_rel);
-    epoch_.notify_all();
+    claim_.fetch_add(uint64_t{1} << 32, std::memory_order_acq_rel);  // wakes every waiter
+    claim_.notify_all();
     for (auto& w : workers_) w.join();
 }
 
-void ThreadPool::do_parts() {
+void ThreadPool::run_claimed_parts(uint64_t& seen) {
     for (;;) {
-        const int64_t part = next_.fetch_add(1, std::memory_order_relaxed);
-        if (part >= parts_) return;
+        const uint64_t parts = (seen >> 16) & 0xFFFF, next = seen & 0xFFFF;
+        if (next >= parts) return;
+        if (!claim_.compare_exchange_weak(seen, seen + 1, std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+            continue;  // `seen` now holds the current word
+        }
         try {
-            fn_(ctx_, part);
+            fn_(ctx_, static_cast<int64_t>(next));
         } catch (...) {
             const std::lock_guard<std::mutex> lock(error_mu_);
             if (!error_) error_ = std::current_exception();
         }
+        if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<int64_t>(parts))
+            done_.notify_one();
+        seen = claim_.load(std::memory_order_acquire);
     }
 }
 
@@ -65,18 +72,19 @@ void ThreadPool::work_loop() {
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, nullptr);
-    uint64_t seen = 0;
+    uint64_t seen = claim_.load(std::memory_order_acquire);
     for (;;) {
-        wait_for_change(epoch_, seen);
-        seen = epoch_.load(std::memory_order_acquire);
         if (stop_.load(std::memory_order_acquire)) return;
-        do_parts();
-        if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) busy_.notify_one();
+        run_claimed_parts(seen);
+        wait_for_change(claim_, seen);
+        seen = claim_.load(std::memory_order_acquire);
     }
 }
 
 void ThreadPool::run_erased(int64_t parts, PartFn fn, void* ctx) {
     if (parts <= 0) return;
+    DF_CHECK(parts <= kMaxParts, "cpu thread pool: {} parts in one run, at most {}", parts,
+             kMaxParts);
     if (parts == 1 || workers_.empty() || running_.exchange(true, std::memory_order_acquire)) {
         // One part, no workers, or a call from inside a part: inline, in part order.
         for (int64_t p = 0; p < parts; ++p) fn(ctx, p);
@@ -84,16 +92,17 @@ void ThreadPool::run_erased(int64_t parts, PartFn fn, void* ctx) {
     }
     fn_ = fn;
     ctx_ = ctx;
-    parts_ = parts;
     error_ = nullptr;
-    next_.store(0, std::memory_order_relaxed);
-    busy_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-    epoch_.fetch_add(1, std::memory_order_acq_rel);  // publishes the fields above
-    epoch_.notify_all();
-    do_parts();
-    for (int b = busy_.load(std::memory_order_acquire); b != 0;
-         b = busy_.load(std::memory_order_acquire)) {
-        wait_for_change(busy_, b);
+    done_.store(0, std::memory_order_relaxed);
+    ++run_id_;
+    uint64_t seen = (uint64_t{run_id_} << 32) | (static_cast<uint64_t>(parts) << 16);
+    claim_.store(seen, std::memory_order_release);  // publishes the fields above
+    claim_.notify_all();
+    run_claimed_parts(seen);
+    // Every part is claimed; wait for those still running on a worker.
+    for (int64_t d = done_.load(std::memory_order_acquire); d != parts;
+         d = done_.load(std::memory_order_acquire)) {
+        wait_for_change(done_, d);
     }
     std::exception_ptr error = std::move(error_);
     error_ = nullptr;

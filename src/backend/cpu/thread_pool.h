@@ -31,7 +31,8 @@ class ThreadPool {
 
     int threads() const { return static_cast<int>(workers_.size()) + 1; }
 
-    // Calls fn(part) once for every part in [0, parts), on the workers and the calling thread,
+    // Calls fn(part) once for every part in [0, parts) (at most kMaxParts), on the workers and the
+    // calling thread,
     // and returns when all calls have returned; the first exception one of them threw is
     // rethrown here. One caller at a time (the backend's driving thread); a call made while a
     // run is in progress (from inside a part) runs its parts inline, in order, on its thread.
@@ -39,6 +40,8 @@ class ThreadPool {
     void run(int64_t parts, Fn&& fn) {
         run_erased(parts, &call<std::remove_reference_t<Fn>>, &fn);
     }
+
+    static constexpr int64_t kMaxParts = 0xFFFF;
 
   private:
     using PartFn = void (*)(void* ctx, int64_t part);
@@ -48,17 +51,22 @@ class ThreadPool {
     }
     void run_erased(int64_t parts, PartFn fn, void* ctx);
     void work_loop();
-    void do_parts();
+    // Claims and runs parts of the current run until none is left; `seen` is the claim word the
+    // caller last read (updated).
+    void run_claimed_parts(uint64_t& seen);
 
     std::vector<std::thread> workers_;
-    std::atomic<uint64_t> epoch_{0};  // bumped once per run(); workers wait for a new value
-    std::atomic<int> busy_{0};        // workers still inside the current run()
-    std::atomic<int64_t> next_{0};    // next part to claim
+    // The claim word: run id (32 bits) | parts (16) | next unclaimed part (16). A part is claimed
+    // by a compare-exchange that bumps `next`, so a claim can only succeed for the current run.
+    std::atomic<uint64_t> claim_{0};
+    std::atomic<int64_t> done_{0};  // parts of the current run that have returned
     std::atomic<bool> running_{false};
     std::atomic<bool> stop_{false};
+    uint32_t run_id_ = 0;
+    // The current run's function; written before its claim word is published, read only by a
+    // thread holding a claim of that run.
     PartFn fn_ = nullptr;
     void* ctx_ = nullptr;
-    int64_t parts_ = 0;
     std::mutex error_mu_;
     std::exception_ptr error_;
 };
