@@ -45,6 +45,16 @@ TEST(ThreadPool, ManyShortRunsInARow) {
     EXPECT_EQ(sum.load(), total);
 }
 
+// A pool's destructor once waited forever for a worker that missed its wake-up.
+TEST(ThreadPool, CreateRunAndDestroyManyTimes) {
+    for (int r = 0; r < 500; ++r) {
+        cpu::ThreadPool pool(1 + r % 3);
+        std::atomic<int> n{0};
+        pool.run(1 + r % 4, [&](int64_t) { n.fetch_add(1); });
+        ASSERT_EQ(n.load(), 1 + r % 4);
+    }
+}
+
 TEST(ThreadPool, ExceptionReachesTheCallerAndThePoolStaysUsable) {
     cpu::ThreadPool pool(3);
     EXPECT_THROW(pool.run(50,

@@ -41,8 +41,8 @@ ThreadPool::ThreadPool(int threads) {
 
 ThreadPool::~ThreadPool() {
     stop_.store(true, std::memory_order_release);
-    claim_.fetch_add(uint64_t{1} << 32, std::memory_order_acq_rel);  // wakes every waiter
-    claim_.notify_all();
+    wake_.fetch_add(1, std::memory_order_acq_rel);
+    wake_.notify_all();
     for (auto& w : workers_) w.join();
 }
 
@@ -60,7 +60,7 @@ void ThreadPool::run_claimed_parts(uint64_t& seen) {
             const std::lock_guard<std::mutex> lock(error_mu_);
             if (!error_) error_ = std::current_exception();
         }
-        if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<int64_t>(parts))
+        if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<int32_t>(parts))
             done_.notify_one();
         seen = claim_.load(std::memory_order_acquire);
     }
@@ -72,12 +72,13 @@ void ThreadPool::work_loop() {
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, nullptr);
-    uint64_t seen = claim_.load(std::memory_order_acquire);
     for (;;) {
+        // wake_ before claim_: a run published after this read of claim_ changes wake_.
+        const uint32_t w = wake_.load(std::memory_order_acquire);
         if (stop_.load(std::memory_order_acquire)) return;
+        uint64_t seen = claim_.load(std::memory_order_acquire);
         run_claimed_parts(seen);
-        wait_for_change(claim_, seen);
-        seen = claim_.load(std::memory_order_acquire);
+        wait_for_change(wake_, w);
     }
 }
 
@@ -97,10 +98,11 @@ void ThreadPool::run_erased(int64_t parts, PartFn fn, void* ctx) {
     ++run_id_;
     uint64_t seen = (uint64_t{run_id_} << 32) | (static_cast<uint64_t>(parts) << 16);
     claim_.store(seen, std::memory_order_release);  // publishes the fields above
-    claim_.notify_all();
+    wake_.fetch_add(1, std::memory_order_acq_rel);
+    wake_.notify_all();
     run_claimed_parts(seen);
     // Every part is claimed; wait for those still running on a worker.
-    for (int64_t d = done_.load(std::memory_order_acquire); d != parts;
+    for (int32_t d = done_.load(std::memory_order_acquire); d != parts;
          d = done_.load(std::memory_order_acquire)) {
         wait_for_change(done_, d);
     }

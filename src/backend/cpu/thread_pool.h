@@ -59,7 +59,10 @@ class ThreadPool {
     // The claim word: run id (32 bits) | parts (16) | next unclaimed part (16). A part is claimed
     // by a compare-exchange that bumps `next`, so a claim can only succeed for the current run.
     std::atomic<uint64_t> claim_{0};
-    std::atomic<int64_t> done_{0};  // parts of the current run that have returned
+    // Sleeping goes through 32-bit words only (a futex on the word itself; GCC 12's libstdc++ waits
+    // on wider types through a shared proxy, which lost wake-ups here: a pool's destructor hung).
+    std::atomic<uint32_t> wake_{0};  // bumped after each change of claim_ that workers must see
+    std::atomic<int32_t> done_{0};   // parts of the current run that have returned
     std::atomic<bool> running_{false};
     std::atomic<bool> stop_{false};
     uint32_t run_id_ = 0;
