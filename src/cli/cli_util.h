@@ -20,8 +20,7 @@ namespace dflash::cli {
 bool parse_command_args(CLI::App& app, const CommandContext& ctx, const char* name);
 
 // The backend runtime.backend names (auto: the first GPU when one is visible, else the CPU with
-// runtime.threads threads, 0 = every core), logged at debug level. OpenBLAS is kept
-// single-threaded because the CPU ops parallelise themselves (see backend/cpu/gemm.cpp).
+// runtime.threads threads, 0 = every core: the CPU backend's own pool), logged at debug level.
 std::unique_ptr<Backend> make_backend_from_settings(const CommandContext& ctx);
 
 }  // namespace dflash::cli

@@ -188,9 +188,8 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
                  roots.front().parent_path().string().c_str(),
                  roots.size() > 1 ? " (docs, src, tests)" : "", split.heldout.size());
 
-    // On a GPU: one worker. On the CPU: data-parallel workers of one thread each: on a busy
-    // machine this degrades far more gracefully than one worker whose OpenMP team spins at every
-    // barrier (docs/performance.md).
+    // On a GPU: one worker. On the CPU: data-parallel workers of one thread each: they never wait
+    // for each other inside a step, which matters on a busy machine (docs/performance.md).
     const DeviceKind kind = resolve_backend(user_settings.get<std::string>("runtime.backend"));
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int n_workers = kind == DeviceKind::cuda ? 1 : std::min(cores, 4);

@@ -11,8 +11,8 @@ namespace {
 // Columns per work item of the backward: wide enough to stream rows, narrow enough to share.
 constexpr int64_t kColBlock = 64;
 
-// Validates ids against the table before any thread starts (an exception cannot leave an OpenMP
-// region) and names the first bad id by position.
+// Validates ids against the table before any thread starts (a bad id is reported once, from
+// the calling thread) and names the first bad id by position.
 void check_ids(const Tensor& ids, int64_t vocab, const char* op) {
     DF_CHECK(ids.dtype() == DType::i32 && ids.device().kind == DeviceKind::cpu,
              "{}: ids is {}, expected CPU i32 token ids", op, ids.describe());
