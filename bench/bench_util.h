@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "core/rng.h"
+#include "model/hf_config.h"
 #include "model/params.h"
 
 namespace dflash::bench {
@@ -23,6 +24,26 @@ namespace dflash::bench {
 // measured on the H200 (shared/device-notes.md).
 inline constexpr double kPeakTflops = 989.4;
 inline constexpr double kHbmBytesPerS = 4.24e12;
+
+// A Qwen3-shaped target config (rope theta 1e6, q/k norm) for random-weight benchmarks.
+inline TargetConfig qwen3_shape(int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads,
+                                int64_t head_dim, int64_t inter, int64_t vocab, bool tied) {
+    TargetConfig c;
+    c.model_type = "qwen3";
+    c.hidden_size = hidden;
+    c.intermediate_size = inter;
+    c.num_hidden_layers = layers;
+    c.num_attention_heads = heads;
+    c.num_key_value_heads = kv_heads;
+    c.head_dim = head_dim;
+    c.vocab_size = vocab;
+    c.max_position_embeddings = 40960;
+    c.rms_norm_eps = 1e-6;
+    c.rope.theta = 1e6;
+    c.qk_norm = true;
+    c.tie_word_embeddings = tied;
+    return c;
+}
 
 // Random device contents without drawing billions of host normals: 2^21 N(0, std^2) values are
 // uploaded once, then every 2^20-element chunk of a destination is copied from the pool at a

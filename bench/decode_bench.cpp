@@ -30,21 +30,8 @@ const Preset kPresets[] = {
 };
 
 TargetConfig config_of(const Preset& p) {
-    TargetConfig c;
-    c.model_type = "qwen3";
-    c.hidden_size = p.hidden;
-    c.intermediate_size = p.inter;
-    c.num_hidden_layers = p.layers;
-    c.num_attention_heads = p.heads;
-    c.num_key_value_heads = p.kv_heads;
-    c.head_dim = p.head_dim;
-    c.vocab_size = p.vocab;
-    c.max_position_embeddings = 40960;
-    c.rms_norm_eps = 1e-6;
-    c.rope.theta = 1e6;
-    c.qk_norm = true;
-    c.tie_word_embeddings = p.tied;
-    return c;
+    return qwen3_shape(p.layers, p.hidden, p.heads, p.kv_heads, p.head_dim, p.inter, p.vocab,
+                       p.tied);
 }
 
 nlohmann::json run_case(Backend& be, const Preset& p, int64_t ctx, int steps) {
@@ -97,6 +84,7 @@ nlohmann::json run_case(Backend& be, const Preset& p, int64_t ctx, int steps) {
 }  // namespace dflash::bench
 
 int main(int argc, char** argv) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches the log, even on a crash
     using namespace dflash;
     std::string backend = "auto", preset = "all";
     int64_t ctx = 1024;

@@ -36,21 +36,9 @@ const Preset kPresets[] = {
     {"tiny", 128, 2, 4, 2, 32, 256, 1000, 256, 16, 8, 3},
 };
 
+// Only the drafter's K feature ids depend on the target's depth (36, as Qwen3-8B).
 TargetConfig target_shape(const Preset& p) {
-    TargetConfig c;
-    c.model_type = "qwen3";
-    c.hidden_size = p.hidden;
-    c.intermediate_size = p.inter;
-    c.num_hidden_layers = 36;  // only the drafter's K feature ids depend on it
-    c.num_attention_heads = p.heads;
-    c.num_key_value_heads = p.kv_heads;
-    c.head_dim = p.head_dim;
-    c.vocab_size = p.vocab;
-    c.max_position_embeddings = 40960;
-    c.rms_norm_eps = 1e-6;
-    c.rope.theta = 1e6;
-    c.qk_norm = true;
-    return c;
+    return qwen3_shape(36, p.hidden, p.heads, p.kv_heads, p.head_dim, p.inter, p.vocab, false);
 }
 
 // Model FLOPs of one step (the formula tools/reference/torch_bench.py prints).
@@ -145,6 +133,7 @@ nlohmann::json run_case(Backend& be, const Preset& p, int steps) {
 }  // namespace dflash::bench
 
 int main(int argc, char** argv) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches the log, even on a crash
     using namespace dflash;
     std::string backend = "auto", preset = "all";
     int steps = 10;

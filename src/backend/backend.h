@@ -95,6 +95,8 @@ class Backend {
     // y += alpha * x (residual add, gradient accumulation; y may be f32 with x bf16); y *= alpha.
     virtual void add_inplace(const Tensor& y, const Tensor& x, float alpha = 1.0f) = 0;
     virtual void scale_inplace(const Tensor& y, float alpha) = 0;
+    // y [R, C] += bias [C] on every row (Qwen2's q/k/v projection biases).
+    virtual void add_row_bias(const Tensor& y, const Tensor& bias) = 0;
 
     // Final projection + cross-entropy over vocabulary chunks of `chunk` rows of w (never the
     // whole [R, V] logits). h [R, D], w [V, D], labels i32 [R], weights f32 [R]. Rows with weight 0
@@ -127,6 +129,10 @@ class Backend {
 
     // out i32 [R] = index of the largest element of each row of x [R, V] (lowest on ties).
     virtual void argmax_rows(const Tensor& x, const Tensor& out) = 0;
+    // out i32 [R]: for each row of logits f32 [R, V], the token that uniforms[r] (f32 in [0, 1),
+    // on the device) picks from the row's sampling distribution (backend/sampling.h).
+    virtual void sample_rows(const Tensor& logits, const SampleParams& p, const Tensor& uniforms,
+                             const Tensor& out) = 0;
 };
 
 // Indices into the stats tensor of Backend::loss_stats for accuracy period P.

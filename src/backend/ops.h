@@ -85,13 +85,23 @@ struct AdamWParams {
     int64_t step = 1;  // 1-based, for bias correction
 };
 
+// ---- Sampling ---------------------------------------------------------------------------------
+// What Backend::sample_rows draws from (backend/sampling.h): softmax(logits / temperature), top_k
+// most likely tokens (0: all), then the top_p nucleus (1: off).
+struct SampleParams {
+    float temperature = 1.0f;  // > 0
+    int64_t top_k = 0;
+    float top_p = 1.0f;
+};
+
 // ---- LM head + cross-entropy ------------------------------------------------------------------
 // Outputs of lm_head_ce. Tensors left empty are not computed.
 struct LmHeadCeOut {
     Tensor loss_rows;  // f32 [R]: unweighted CE per row (0 where weight == 0)
     Tensor argmax;     // i32 [R]: argmax of the logits row (lowest index on ties)
-    Tensor dh;         // [R, D] (f32 or the compute dtype): overwritten with grad_scale * d(sum_r w_r CE_r)/dh
-    Tensor dw;         // f32 [V, D]: accumulated (+=) with grad_scale * d(sum_r w_r CE_r)/dW
+    Tensor dh;  // [R, D] (f32 or the compute dtype): overwritten with grad_scale * d(sum_r w_r
+                // CE_r)/dh
+    Tensor dw;  // f32 [V, D]: accumulated (+=) with grad_scale * d(sum_r w_r CE_r)/dW
     // f32 [Backend::lm_head_ce_workspace(R, D, V, chunk)]: per-chunk logits, row statistics and
     // (CUDA) the dh accumulator.
     Tensor workspace;

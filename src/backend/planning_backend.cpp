@@ -44,6 +44,7 @@ class PlanningBackend final : public Backend {
                     const Tensor&) override {}
     void add_inplace(const Tensor&, const Tensor&, float) override {}
     void scale_inplace(const Tensor&, float) override {}
+    void add_row_bias(const Tensor&, const Tensor&) override {}
     void lm_head_ce(const Tensor&, const Tensor&, const Tensor&, const Tensor&, float, int64_t,
                     const LmHeadCeOut&) override {}
     int64_t lm_head_ce_workspace(int64_t rows, int64_t dim, int64_t vocab,
@@ -57,6 +58,7 @@ class PlanningBackend final : public Backend {
     void adamw_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamWParams&,
                     const Tensor&, const Tensor&) override {}
     void argmax_rows(const Tensor&, const Tensor&) override {}
+    void sample_rows(const Tensor&, const SampleParams&, const Tensor&, const Tensor&) override {}
 
   private:
     [[noreturn]] void refuse(const char* what) const {

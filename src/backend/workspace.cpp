@@ -27,8 +27,7 @@ WorkspacePlan& WorkspacePlan::merge(const WorkspacePlan& o) {
     return *this;
 }
 
-size_t Workspace::Region::carve(size_t bytes, const char* region, const Shape& shape,
-                                DType dtype) {
+size_t Workspace::Region::carve(size_t bytes, const char* region, const Shape& shape, DType dtype) {
     const size_t off = used;
     const size_t need = aligned(bytes);
     DF_CHECK(capacity == SIZE_MAX || off + need <= capacity,

@@ -29,6 +29,22 @@ bool parse_command_args(CLI::App& app, const CommandContext& ctx, const char* na
     return true;
 }
 
+std::string shell_quote(const std::filesystem::path& path) {
+    const std::string s = path.string();
+    const bool plain = !s.empty() && s.find_first_not_of(
+                                         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                         "0123456789_-+=.,:/@%") == std::string::npos;
+    if (plain) return s;
+    std::string out = "'";
+    for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
+int train_exit_status(const train::TrainSummary& s) {
+    if (!s.interrupted) return 0;
+    return s.stop_signal > 0 ? 128 + s.stop_signal : 1;
+}
+
 std::unique_ptr<Backend> make_backend_from_settings(const CommandContext& ctx) {
     const int64_t threads = ctx.settings.get<int64_t>("runtime.threads");
     const DeviceKind kind = resolve_backend(ctx.settings.get<std::string>("runtime.backend"));

@@ -13,8 +13,10 @@
 #include "config/settings.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "infer/bench.h"
 #include "infer/prompts.h"
+#include "infer/stop_tokens.h"
 #include "model/drafter.h"
 #include "model/target.h"
 #include "tokenizer/model_tokenizer.h"
@@ -39,11 +41,14 @@ int cmd_bench(CommandContext& ctx) {
     app.add_option("--limit", limit, "only the first N prompts (0: all)")
         ->check(CLI::NonNegativeNumber);
     if (!parse_command_args(app, ctx, "bench")) return 0;
+    // Before minutes of decoding, not after: a --json that cannot be written fails now.
+    if (!json_path.empty()) check_output_file(json_path, "--json");
     auto be = make_backend_from_settings(ctx);
     const TargetModel target = TargetModel::load(*be, target_dir);
     const DrafterModel drafter = DrafterModel::load(*be, drafter_dir);
     std::unique_ptr<Tokenizer> tok;
-    if (has_tokenizer_spec(target_dir)) tok = load_tokenizer_for_model(target_dir);
+    if (has_tokenizer_spec(target_dir))
+        tok = load_tokenizer_for_model(target_dir, chat_options_from_settings(ctx.settings));
     std::vector<Prompt> prompts = read_prompts(prompts_path, tok.get(), target.config().vocab_size);
     if (limit > 0 && static_cast<int64_t>(prompts.size()) > limit) prompts.resize(limit);
 

@@ -1,4 +1,5 @@
-// `dflash generate --target DIR [--drafter DIR] (--prompt TEXT | --prompt-ids 1,2,3) [--chat]`:
+// `dflash generate --target DIR [--drafter DIR] (--prompt TEXT | --prompt-ids 1,2,3) [--chat]
+// [--print-ids]`:
 // decodes one prompt, speculatively with a drafter or plainly without one, streaming the text to
 // stdout as each step commits tokens; a summary (tokens, tau, tokens/s, stop reason) goes to
 // stderr. Sampling comes from the infer.* settings. Tested by tests/cli/generate_cli_test.cpp.
@@ -16,6 +17,7 @@
 #include "infer/bench.h"
 #include "infer/prompts.h"
 #include "infer/spec_decode.h"
+#include "infer/stop_tokens.h"
 #include "model/drafter.h"
 #include "model/target.h"
 #include "tokenizer/model_tokenizer.h"
@@ -27,6 +29,7 @@ namespace {
 struct GenerateArgs {
     std::string target, drafter, prompt, prompt_ids;
     bool chat = false;
+    bool print_ids = false;
 };
 
 std::vector<int32_t> prompt_tokens(const GenerateArgs& a, const Tokenizer* tok) {
@@ -48,6 +51,7 @@ std::vector<int32_t> prompt_tokens(const GenerateArgs& a, const Tokenizer* tok) 
 // Writes each committed token's text to stdout at once (stop tokens are not printed).
 class StdoutStream {
   public:
+    // Without a tokenizer the ids are printed, space-separated.
     StdoutStream(const Tokenizer* tok, const std::vector<int32_t>& stop) : stop_(stop) {
         if (tok) decoder_.emplace(*tok);
     }
@@ -84,12 +88,15 @@ int cmd_generate(CommandContext& ctx) {
     app.add_option("--drafter", a.drafter, "DFlash drafter directory (none: plain decoding)");
     app.add_option("--prompt", a.prompt, "prompt text (encoded as [bos] text)");
     app.add_option("--prompt-ids", a.prompt_ids, "prompt token ids, comma-separated");
-    app.add_flag("--chat", a.chat, "wrap --prompt as a user message in the chat template");
+    app.add_flag("--chat", a.chat,
+                 "wrap --prompt as a user message in the model's chat template (chat.* settings)");
+    app.add_flag("--print-ids", a.print_ids, "print the generated token ids instead of text");
     if (!parse_command_args(app, ctx, "generate")) return 0;
     auto be = make_backend_from_settings(ctx);
     const TargetModel target = TargetModel::load(*be, a.target);
     std::unique_ptr<Tokenizer> tok;
-    if (has_tokenizer_spec(a.target)) tok = load_tokenizer_for_model(a.target);
+    if (has_tokenizer_spec(a.target))
+        tok = load_tokenizer_for_model(a.target, chat_options_from_settings(ctx.settings));
     const std::vector<int32_t> prompt = prompt_tokens(a, tok.get());
     for (size_t i = 0; i < prompt.size(); ++i) {
         DF_CHECK(prompt[i] < target.config().vocab_size,
@@ -104,7 +111,7 @@ int cmd_generate(CommandContext& ctx) {
     ctx.log.debug("prompt: {} tokens; {} decoding, max {} new tokens", prompt.size(),
                   drafter ? "speculative" : "plain", opt.max_new_tokens);
 
-    StdoutStream out(tok.get(), opt.stop_tokens);
+    StdoutStream out(a.print_ids ? nullptr : tok.get(), opt.stop_tokens);
     const GenerateResult res =
         engine.generate(prompt, opt, [&](std::span<const int32_t> t) { out.push(t); });
     out.finish();

@@ -1,6 +1,6 @@
-// `dflash init`: a randomly initialised model in the HF format, of any size — a Qwen3-layout
-// target from the pretrain.* settings, or a DFlash drafter for a given target from the drafter.*
-// settings. What tests, experiments and a first `dflash train --init-drafter` start from.
+// `dflash init`: a randomly initialised model in the HF format, of any size — a Qwen3- or
+// Llama-layout target from the pretrain.* settings, or a DFlash drafter for a given target from the
+// drafter.* settings. What tests, experiments and a first `dflash train --init-drafter` start from.
 // Tested by tests/cli/init_cli_test.cpp.
 #include <CLI/CLI.hpp>
 
@@ -38,7 +38,9 @@ int cmd_init(CommandContext& ctx) {
     std::string output, target_dir, tokenizer = "byte", dtype = "bf16";
     int64_t vocab = 0;
     auto* tgt = app.add_subcommand(
-        "target", "a Qwen3-layout target with the pretrain.* dims (--pretrain.hidden_size ...)");
+        "target",
+        "a Qwen3- or Llama-layout target (pretrain.architecture) with the pretrain.* dims "
+        "(--pretrain.hidden_size ...)");
     tgt->add_option("--output,-o", output, "directory to write")->required();
     tgt->add_option("--tokenizer", tokenizer, "tokenizer it is paired with")->capture_default_str();
     tgt->add_option("--vocab", vocab, "vocabulary size (default: the tokenizer's)");

@@ -16,11 +16,14 @@ int cmd_inspect(CommandContext& ctx) {
         "architecture, parameter counts, dtypes, tensors, and every problem found.",
         "dflash inspect"};
     std::string dir;
-    bool no_tensors = false;
+    bool no_tensors = false, no_values = false;
     app.add_option("DIR", dir, "HF model / drafter / checkpoint directory")->required();
     app.add_flag("--no-tensors", no_tensors, "omit the tensor list");
+    app.add_flag("--no-values", no_values,
+                 "skip reading the weights for NaN / infinite values (faster on large models)");
     if (!parse_command_args(app, ctx, "inspect")) return 0;
-    const InspectReport report = inspect_directory(dir, {.list_tensors = !no_tensors});
+    const InspectReport report =
+        inspect_directory(dir, {.list_tensors = !no_tensors, .check_values = !no_values});
     std::fputs(report.text.c_str(), stdout);
     return report.ok() ? 0 : 1;
 }

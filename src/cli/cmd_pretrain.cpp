@@ -8,7 +8,9 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "config/settings.h"
+#include "core/worker_pool.h"
 #include "train/pretraining.h"
+#include "train/signal_watcher.h"
 
 namespace dflash::cli {
 
@@ -28,6 +30,11 @@ int cmd_pretrain(CommandContext& ctx) {
     app.add_option("--resume", job.resume,
                    "continue from a checkpoint or a run directory's latest");
     if (!parse_command_args(app, ctx, "pretrain")) return 0;
+    // Armed before anything starts a thread, so that every later thread blocks the signals.
+    StopSource stop;
+    const train::SignalWatcher watcher(train::stop_on_signal(stop, ctx.log));
+    job.hooks.stop = &stop;
+    job.hooks.handle_signals = false;
     const train::TrainSummary s = train::run_pretraining(job, ctx.settings, ctx.log);
     std::printf("%s after step %lld/%lld: loss %.4f (first %.4f), next-token acc %.3f, %.0fs\n",
                 s.interrupted ? "stopped" : "trained", static_cast<long long>(s.steps),
@@ -38,13 +45,15 @@ int cmd_pretrain(CommandContext& ctx) {
                     s.final_eval->acc.empty() ? 0.0 : s.final_eval->acc.front());
     std::printf("target:   %s\nmetrics:  %s\n", s.model_dir.c_str(), s.metrics_path.c_str());
     if (s.interrupted) {
-        std::printf("next:     dflash pretrain --data %s --resume %s\n", job.data_dir.c_str(),
-                    s.run_dir.c_str());
+        // The checkpoint carries the run's settings, so this continues the same run.
+        std::string next = "dflash pretrain --data " + shell_quote(job.data_dir);
+        if (!job.eval_data_dir.empty()) next += " --eval-data " + shell_quote(job.eval_data_dir);
+        std::printf("next:     %s --resume %s\n", next.c_str(), shell_quote(s.run_dir).c_str());
     } else {
-        std::printf("next:     dflash train --target %s --data %s\n", s.model_dir.c_str(),
-                    job.data_dir.c_str());
+        std::printf("next:     dflash train --target %s --data %s\n",
+                    shell_quote(s.model_dir).c_str(), shell_quote(job.data_dir).c_str());
     }
-    return 0;
+    return train_exit_status(s);
 }
 
 }  // namespace dflash::cli

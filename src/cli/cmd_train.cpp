@@ -9,7 +9,9 @@
 #include "cli/commands.h"
 #include "config/settings.h"
 #include "core/error.h"
+#include "core/worker_pool.h"
 #include "train/drafter_training.h"
+#include "train/signal_watcher.h"
 
 namespace dflash::cli {
 
@@ -39,6 +41,11 @@ int cmd_train(CommandContext& ctx) {
     DF_CHECK(job.resume.empty() || job.init_drafter.empty(),
              "give either --resume (continue a run) or --init-drafter (a new run from a "
              "drafter), not both");
+    // Armed before anything starts a thread, so that every later thread blocks the signals.
+    StopSource stop;
+    const train::SignalWatcher watcher(train::stop_on_signal(stop, ctx.log));
+    job.hooks.stop = &stop;
+    job.hooks.handle_signals = false;
     const train::TrainSummary s = train::run_drafter_training(job, ctx.settings, ctx.log);
     std::printf("%s after step %lld/%lld: loss %.4f (first %.4f), acc@1 %.3f, tau~%.2f, %.0fs\n",
                 s.interrupted ? "stopped" : "trained", static_cast<long long>(s.steps),
@@ -55,13 +62,17 @@ int cmd_train(CommandContext& ctx) {
                     static_cast<long long>(s.final_eval->decode->steps));
     std::printf("drafter:  %s\nmetrics:  %s\n", s.model_dir.c_str(), s.metrics_path.c_str());
     if (s.interrupted) {
-        std::printf("next:     dflash train --target %s --data %s --resume %s\n",
-                    job.target_dir.c_str(), job.data_dir.c_str(), s.run_dir.c_str());
+        // The checkpoint carries the run's settings, so this continues the same run.
+        std::string next = "dflash train --target " + shell_quote(job.target_dir) + " --data " +
+                           shell_quote(job.data_dir);
+        if (!job.eval_data_dir.empty()) next += " --eval-data " + shell_quote(job.eval_data_dir);
+        if (!job.eval_prompts.empty()) next += " --eval-prompts " + shell_quote(job.eval_prompts);
+        std::printf("next:     %s --resume %s\n", next.c_str(), shell_quote(s.run_dir).c_str());
     } else {
-        std::printf("next:     dflash bench --target %s --drafter %s\n", job.target_dir.c_str(),
-                    s.model_dir.c_str());
+        std::printf("next:     dflash bench --target %s --drafter %s\n",
+                    shell_quote(job.target_dir).c_str(), shell_quote(s.model_dir).c_str());
     }
-    return 0;
+    return train_exit_status(s);
 }
 
 }  // namespace dflash::cli

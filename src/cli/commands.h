@@ -43,5 +43,6 @@ int cmd_generate(CommandContext& ctx);
 int cmd_bench(CommandContext& ctx);
 int cmd_demo(CommandContext& ctx);
 int cmd_plot(CommandContext& ctx);
+int cmd_tokenize(CommandContext& ctx);
 
 }  // namespace dflash::cli

@@ -1,10 +1,13 @@
 // The `dflash` binary: picks the subcommand, builds the settings snapshot (defaults < --config
 // files < DFLASH_* environment < command-line flags), runs the command, and turns any error into
-// one readable line (`dflash: error: ...`) and exit status 1.
+// one readable line (`dflash: error: ...`) and exit status 1; output that cannot be written to
+// stdout (`> /dev/full`) is an error too.
 // Tested by tests/cli/config_cli_test.cpp and tests/cli/main_cli_test.cpp.
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -25,6 +28,7 @@ constexpr CommandInfo kCommands[] = {
     {"generate", cmd_generate, "speculative decoding of a prompt, streaming tokens"},
     {"bench", cmd_bench, "acceptance length, speed-up and a losslessness check"},
     {"data", cmd_data, "tokenize JSONL text/chat data into training shards"},
+    {"tokenize", cmd_tokenize, "the token ids a model sees for a text, or the text of ids"},
     {"inspect", cmd_inspect, "what is in a model, drafter or checkpoint directory"},
     {"init", cmd_init, "write a randomly initialised target or drafter (HF layout)"},
     {"config", cmd_config, "list / show / explain / dump / diff every setting"},
@@ -121,12 +125,17 @@ int run(const std::vector<std::string>& args) {
     return cmd.fn(ctx);
 }
 
-}  // namespace
-}  // namespace dflash::cli
+// Output that could not be written is a failure, not a success with nothing to show: a full disk
+// or a closed pipe behind stdout turns status 0 into 1, with the reason on stderr.
+int finish(int status) {
+    if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return status;
+    const int err = errno;
+    print_error(fmt::format("writing to standard output failed: {}",
+                            err != 0 ? std::strerror(err) : "unknown error"));
+    return status != 0 ? status : 1;
+}
 
-int main(int argc, char** argv) {
-    using namespace dflash::cli;
-    std::vector<std::string> args(argv + 1, argv + argc);
+int run_main(const std::vector<std::string>& args) {
     if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
         print_usage(stdout);
         return args.empty() ? 2 : 0;
@@ -141,8 +150,20 @@ int main(int argc, char** argv) {
         print_error(e.what());
         if (!e.where().empty() && wants_debug(args))
             std::fprintf(stderr, "dflash: (raised at %s)\n", e.where().c_str());
+    } catch (const std::bad_alloc&) {
+        print_error(
+            "out of memory: an allocation failed (the inputs may be larger than this machine's "
+            "memory; `dflash inspect DIR` shows a model's size)");
     } catch (const std::exception& e) {  // CLI::Error and the rest alike
         print_error(e.what());
     }
     return 1;
+}
+
+}  // namespace
+}  // namespace dflash::cli
+
+int main(int argc, char** argv) {
+    using namespace dflash::cli;
+    return finish(run_main(std::vector<std::string>(argv + 1, argv + argc)));
 }

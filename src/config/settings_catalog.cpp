@@ -16,10 +16,11 @@ constexpr double kBig = 1 << 30;  // a generous cap for counts and sizes
 void add_runtime(Registry& r) {
     r.add(D::integer("runtime.devices", 1, "number of workers (one per device, one thread each)")
               .range(1, 1024)
-              .read_by("cli commands (Device creation), train::Trainer, comm::Communicator"));
+              .read_by("train::Trainer (one worker per device), data regenerate (CPU workers)"));
     r.add(D::enumeration("runtime.backend", "auto", {"auto", "cpu", "cuda"},
                          "compute backend; auto = cuda when a GPU is present, else cpu")
-              .read_by("backend factory (src/backend/backend.h)"));
+              .read_by("backend factory (src/backend/backend_factory.h): every command, the "
+                       "trainer's workers"));
     r.add(D::integer("runtime.threads", 0, "CPU threads per worker; 0 = all cores / workers")
               .range(0, 4096)
               .read_by("cpu backend (its thread pool, backend/cpu/thread_pool.h)"));
@@ -34,18 +35,18 @@ void add_runtime(Registry& r) {
 void add_cuda_graphs(Registry& r) {
     r.add(D::boolean("cuda_graphs.enabled", true,
                      "capture and replay CUDA graphs; false runs everything eagerly")
-              .read_by("cuda backend graph cache (per Device)"));
+              .read_by("nothing yet: the CUDA graph cache is still to come (steps run eagerly)"));
     r.add(D::enumeration("cuda_graphs.capture_mode", "thread_local",
                          {"thread_local", "global", "relaxed"},
                          "cudaStreamCaptureMode used for capture (design §6)")
-              .read_by("cuda backend graph cache (per Device)"));
+              .read_by("nothing yet: the CUDA graph cache is still to come (steps run eagerly)"));
     r.add(D::integer("cuda_graphs.max_rerecords", 3,
                      "re-captures allowed per graph key before it falls back to eager")
               .range(0, 1000)
-              .read_by("cuda backend graph cache (per Device)"));
+              .read_by("nothing yet: the CUDA graph cache is still to come (steps run eagerly)"));
     r.add(D::integer("cuda_graphs.warmup_runs", 2, "eager runs of a shape before it is captured")
               .range(0, 100)
-              .read_by("cuda backend graph cache (per Device)"));
+              .read_by("nothing yet: the CUDA graph cache is still to come (steps run eagerly)"));
 }
 
 void add_drafter(Registry& r) {
@@ -146,6 +147,18 @@ void add_pretrain(Registry& r) {
     r.add(D::real("pretrain.lr", 3e-3, "peak learning rate of target pretraining")
               .range(0, 10)
               .read_by("dflash pretrain"));
+    r.add(D::enumeration("pretrain.architecture", "qwen3", {"qwen3", "llama"},
+                         "layout of the small target: qwen3 (q/k norm) or llama (none)")
+              .read_by("dflash pretrain, dflash init target (target config)"));
+    r.add(D::enumeration("pretrain.rope_scaling", "none", {"none", "llama3"},
+                         "RoPE scaling of the small target (llama3: Llama-3.1's parameters)")
+              .read_by("dflash pretrain, dflash init target (target config)"));
+    r.add(D::real("pretrain.rope_theta", 10000.0, "RoPE base of the small target")
+              .range(1, 1e9)
+              .read_by("dflash pretrain, dflash init target (target config)"));
+    r.add(D::boolean("pretrain.tie_word_embeddings", false,
+                     "the small target's lm_head shares the embedding matrix")
+              .read_by("dflash pretrain, dflash init target (target config)"));
     r.add(D::integer("pretrain.hidden_size", 256, "D of the small target")
               .range(8, 65536)
               .read_by("dflash pretrain (target config)"));
@@ -193,6 +206,11 @@ void add_infer(Registry& r) {
     r.add(D::integer("infer.max_new_tokens", 256, "tokens generated per prompt")
               .range(1, 1 << 24)
               .read_by("dflash generate, dflash bench, infer engine"));
+    r.add(D::integer("infer.max_context", 0,
+                     "tokens a sequence may reach (prompt + output); 0 = the target's "
+                     "max_position_embeddings")
+              .range(0, 1 << 26)
+              .read_by("infer engine (dflash generate, dflash bench, data regenerate)"));
     r.add(D::integer("infer.block_size", 0, "draft block size; 0 = the drafter's")
               .range(0, 256)
               .read_by("infer engine"));
@@ -202,6 +220,18 @@ void add_infer(Registry& r) {
     r.add(D::integer("infer.seed", 0, "seed of the sampler's random stream")
               .range(0, kMaxI64)
               .read_by("infer samplers"));
+}
+
+void add_chat(Registry& r) {
+    r.add(D::enumeration("chat.template", "auto", {"auto", "qwen3", "llama3", "llama3.1"},
+                         "chat template of an HF tokenizer; auto = recognise "
+                         "tokenizer_config.json's")
+              .read_by("HF tokenizer: data prepare, generate --chat, prompts, tokenize --chat"));
+    r.add(D::boolean("chat.enable_thinking", true,
+                     "Qwen3 thinking mode (false: the prompt ends with an empty think block)")
+              .read_by("qwen3 chat template"));
+    r.add(D::string("chat.date_string", "26 Jul 2024", "Llama-3.1 template's 'Today Date'")
+              .read_by("llama3.1 chat template"));
 }
 
 void add_data_and_demo(Registry& r) {
@@ -227,6 +257,7 @@ Registry make_registry() {
     add_train(r);
     add_pretrain(r);
     add_infer(r);
+    add_chat(r);
     add_data_and_demo(r);
     return r;
 }

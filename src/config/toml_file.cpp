@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <toml++/toml.h>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -169,6 +170,11 @@ std::vector<Assignment> parse_toml_text(const Registry& registry, std::string_vi
 }
 
 std::vector<Assignment> load_toml_file(const Registry& registry, const std::string& path) {
+    std::error_code ec;
+    // An ifstream opens a directory "successfully" and reads nothing: that would be an empty,
+    // valid config that silently sets nothing.
+    DF_CHECK(!std::filesystem::is_directory(path, ec),
+             "config file `{}` is a directory; --config takes a TOML file (e.g. run.toml)", path);
     std::ifstream in(path, std::ios::binary);
     DF_CHECK(in.good(), "config file `{}` cannot be read (does it exist?)", path);
     std::ostringstream text;

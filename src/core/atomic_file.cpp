@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace dflash {
 
@@ -20,8 +21,8 @@ std::string quoted(const std::filesystem::path& p) {
 
 }  // namespace
 
-AtomicFileWriter::AtomicFileWriter(std::filesystem::path path)
-    : path_(std::move(path)), tmp_(path_.string() + ".tmp") {
+AtomicFileWriter::AtomicFileWriter(const std::filesystem::path& path)
+    : path_(resolve_output_file(path)), tmp_(path_.string() + ".tmp") {
     file_ = std::fopen(tmp_.c_str(), "wb");
     DF_CHECK(file_ != nullptr, "cannot create {}: {} (is the directory writable?)", quoted(tmp_),
              std::strerror(errno));
@@ -51,8 +52,10 @@ void AtomicFileWriter::commit() {
     std::error_code ec;
     std::filesystem::rename(tmp_, path_, ec);
     if (ec) {
+        // The rename's own error, before removing the temporary overwrites `ec`.
+        const std::string why = ec.message();
         std::filesystem::remove(tmp_, ec);
-        DF_FAIL("cannot rename {} to {}: {}", quoted(tmp_), quoted(path_), ec.message());
+        DF_FAIL("cannot rename {} to {}: {}", quoted(tmp_), quoted(path_), why);
     }
 }
 

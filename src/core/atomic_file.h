@@ -1,6 +1,7 @@
 // Files that are either fully written or not there: data goes to `<path>.tmp`, is fsync'ed and
 // renamed into place, so the final name never holds a half-written file (checkpoints, manifests,
-// settings, shards, safetensors). Tested by tests/core/atomic_file_test.cpp.
+// settings, shards, safetensors). Tested by tests/core/atomic_file_test.cpp and
+// tests/core/output_file_test.cpp.
 #pragma once
 
 #include <cstddef>
@@ -12,15 +13,19 @@ namespace dflash {
 
 // A file written under `<path>.tmp` and renamed to `path` by commit() (after fsync). If commit()
 // is never reached (an exception, a full disk) the temporary is removed and `path` is untouched.
+// A symlink at `path` is written through (its target is replaced, the link stays); a directory,
+// device or FIFO at `path` is refused before anything is written (core/output_file.h).
 class AtomicFileWriter {
   public:
-    explicit AtomicFileWriter(std::filesystem::path path);
+    explicit AtomicFileWriter(const std::filesystem::path& path);
     ~AtomicFileWriter();
     AtomicFileWriter(const AtomicFileWriter&) = delete;
     AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
 
     void write(const void* data, size_t n);
     void commit();
+    // The file commit() replaces (`path` with symlinks followed).
+    const std::filesystem::path& path() const { return path_; }
 
   private:
     std::filesystem::path path_;

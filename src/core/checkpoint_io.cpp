@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <new>
 #include <set>
 #include <sstream>
 
@@ -160,7 +161,18 @@ std::string CheckpointReader::dtype(const std::string& name) const {
 }
 
 HostTensor CheckpointReader::read_f32(const std::string& name) const {
-    return file_of(name).read_f32(name);
+    const SafetensorsFile& f = file_of(name);
+    try {
+        return f.read_f32(name);
+    } catch (const std::bad_alloc&) {
+        const auto& shape = f.entry(name).shape;
+        DF_FAIL("out of memory reading tensor '{}' [{}] as f32 from '{}'", name,
+                fmt::join(shape, ", "), f.path().string());
+    }
+}
+
+SafetensorsFile::NonFinite CheckpointReader::nonfinite(const std::string& name) const {
+    return file_of(name).nonfinite(name);
 }
 
 HostTensor CheckpointReader::read(const std::string& name) const {

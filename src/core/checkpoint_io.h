@@ -33,8 +33,10 @@ class CheckpointReader {
     bool has(const std::string& name) const { return where_.count(name) != 0; }
     std::vector<int64_t> shape(const std::string& name) const;
     std::string dtype(const std::string& name) const;  // safetensors spelling ("BF16", ...)
+    // Refuses NaN and infinite values, naming the tensor (SafetensorsFile::read_f32).
     HostTensor read_f32(const std::string& name) const;
     HostTensor read(const std::string& name) const;  // i32 stays i32
+    SafetensorsFile::NonFinite nonfinite(const std::string& name) const;
     // The files behind the names (one, or every shard).
     std::vector<std::filesystem::path> files() const;
 

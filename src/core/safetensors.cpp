@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -173,6 +174,21 @@ void decode_to_f32(const unsigned char* src, const std::string& src_dtype, float
     }
 }
 
+// Adds the non-finite values of v[0..n) (flat indices offset..offset+n) to `so_far`.
+SafetensorsFile::NonFinite scan_nonfinite(const float* v, size_t n, size_t offset,
+                                          SafetensorsFile::NonFinite so_far) {
+    for (size_t i = 0; i < n; ++i) {
+        if (std::isfinite(v[i])) [[likely]]
+            continue;
+        if (so_far.count == 0) {
+            so_far.first_index = static_cast<int64_t>(offset + i);
+            so_far.first_value = v[i];
+        }
+        ++so_far.count;
+    }
+    return so_far;
+}
+
 bool is_float_dtype(const std::string& d) {
     return d == "F32" || d == "BF16" || d == "F16";
 }
@@ -305,8 +321,37 @@ HostTensor SafetensorsFile::read_f32(const std::string& name) const {
              "tensor '{}' in {} has rank {}; at most {} is supported", name, quoted(path_),
              e.shape.size(), Shape::kMaxRank);
     HostTensor t(Shape(e.shape), DType::f32);
-    decode_to_f32(raw_data(name), e.dtype, t.f32(), static_cast<size_t>(t.numel()));
+    const auto n = static_cast<size_t>(t.numel());
+    decode_to_f32(raw_data(name), e.dtype, t.f32(), n);
+    const NonFinite nf = scan_nonfinite(t.f32(), n, 0, {});
+    DF_CHECK(nf.count == 0,
+             "tensor '{}' in {} is not finite: {}; the file is damaged or was saved from a run "
+             "that diverged (use an earlier checkpoint; `dflash inspect` lists every such tensor)",
+             name, quoted(path_), describe_nonfinite(nf, t.numel()));
     return t;
+}
+
+SafetensorsFile::NonFinite SafetensorsFile::nonfinite(const std::string& name) const {
+    const auto& e = entry(name);
+    DF_CHECK(is_float_dtype(e.dtype), "tensor '{}' in {} is {}, not a float tensor", name,
+             quoted(path_), e.dtype);
+    const size_t esize = safetensors_dtype_size(e.dtype);
+    const size_t numel = e.nbytes() / esize;
+    // In chunks, so that checking a large tensor needs no copy of it.
+    constexpr size_t kChunk = size_t{1} << 16;
+    std::vector<float> buf(std::min(numel, kChunk));
+    NonFinite nf;
+    for (size_t i = 0; i < numel; i += kChunk) {
+        const size_t m = std::min(kChunk, numel - i);
+        decode_to_f32(raw_data(name) + i * esize, e.dtype, buf.data(), m);
+        nf = scan_nonfinite(buf.data(), m, i, nf);
+    }
+    return nf;
+}
+
+std::string describe_nonfinite(const SafetensorsFile::NonFinite& nf, int64_t numel) {
+    return fmt::format("{} of {} values are NaN or infinite (the first, {}, at flat index {})",
+                       nf.count, numel, nf.first_value, nf.first_index);
 }
 
 HostTensor SafetensorsFile::read(const std::string& name) const {

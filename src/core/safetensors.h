@@ -49,8 +49,17 @@ class SafetensorsFile {
     const SafetensorsEntry& entry(const std::string& name) const;
     const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
-    // The tensor converted to f32 (from F32, BF16 or F16).
+    // The tensor converted to f32 (from F32, BF16 or F16). A NaN or infinite value is an error
+    // naming the tensor, the file and where the first one is: weights must be finite to be used.
     HostTensor read_f32(const std::string& name) const;
+    // The NaN and infinite values of a float tensor (F32, BF16, F16), without keeping a copy:
+    // what `dflash inspect` reports. count == 0 when all are finite.
+    struct NonFinite {
+        int64_t count = 0;
+        int64_t first_index = -1;  // flat index of the first one
+        float first_value = 0;
+    };
+    NonFinite nonfinite(const std::string& name) const;
     // I32 stays i32; F32/BF16/F16 become f32.
     HostTensor read(const std::string& name) const;
     // The stored bytes of one tensor (not necessarily aligned).
@@ -68,6 +77,9 @@ class SafetensorsFile {
     std::map<std::string, SafetensorsEntry> entries_;
     std::map<std::string, std::string> metadata_;
 };
+
+// "3 of 4096 values are NaN or infinite (the first, nan, at flat index 17)" for errors and reports.
+std::string describe_nonfinite(const SafetensorsFile::NonFinite& nf, int64_t numel);
 
 // Writes `tensors` (CPU views) to `path`. Float tensors (f32 or bf16) are stored as `store_as`
 // (DType::f32 -> "F32", DType::bf16 -> "BF16", rounding to nearest even); i32 tensors as "I32".

@@ -2,12 +2,16 @@
 // Tested by tests/data/dataset_test.cpp.
 #include "data/dataset.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "data/manifest.h"
 
 namespace dflash {
 
@@ -17,6 +21,17 @@ ShardedDataset ShardedDataset::open(const std::filesystem::path& dir) {
     const auto paths = list_shards(dir);
     DF_CHECK(!paths.empty(), "no *{} files in {}; create them with `dflash data prepare`",
              kShardExtension, dir.string());
+    // Where there is a manifest, it decides which shards make the dataset (`data verify` checks
+    // every sample too; this costs nothing but the manifest).
+    std::optional<DatasetManifest> manifest;
+    if (std::filesystem::exists(dir / kManifestFile)) {
+        manifest = read_manifest(dir);
+        const auto problems = manifest_file_problems(dir, *manifest);
+        DF_CHECK(problems.empty(),
+                 "the dataset {} does not match its {}: {}; re-create it with `dflash data "
+                 "prepare` (`dflash data verify {}` lists every problem)",
+                 dir.string(), kManifestFile, fmt::join(problems, "; "), dir.string());
+    }
     ShardedDataset ds;
     ds.offsets_.push_back(0);
     for (const auto& p : paths) {
@@ -30,6 +45,17 @@ ShardedDataset ShardedDataset::open(const std::filesystem::path& dir) {
                  "dataset directory must hold shards of one tokenizer",
                  p.string(), r.info().tokenizer, r.info().vocab_size, paths.front().string(),
                  ds.tokenizer_, ds.vocab_size_);
+        if (manifest) {
+            const auto it = std::find_if(
+                manifest->shards.begin(), manifest->shards.end(),
+                [&](const ManifestShard& e) { return e.file == p.filename().string(); });
+            DF_ASSERT(it != manifest->shards.end());
+            DF_CHECK(
+                it->content_checksum == r.info().content_checksum && it->samples == r.num_samples(),
+                "shard {} is not the one {} lists (its samples or checksum differ: from "
+                "another dataset?); re-create the dataset with `dflash data prepare`",
+                p.string(), kManifestFile);
+        }
         ds.num_tokens_ += r.info().num_tokens;
         ds.offsets_.push_back(ds.offsets_.back() + r.num_samples());
         ds.shards_.push_back(std::move(r));

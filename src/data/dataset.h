@@ -16,7 +16,8 @@ namespace dflash {
 
 class ShardedDataset {
   public:
-    // All *.dfshard files of `dir`, sorted by name. They must share one tokenizer and vocabulary.
+    // All *.dfshard files of `dir`, sorted by name. They must share one tokenizer and vocabulary;
+    // where `dir` has a manifest.json, they must be exactly the shards it lists.
     static ShardedDataset open(const std::filesystem::path& dir);
 
     int64_t num_samples() const { return offsets_.empty() ? 0 : offsets_.back(); }

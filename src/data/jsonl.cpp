@@ -95,14 +95,22 @@ JsonlRecord parse_jsonl_line(std::string_view line, std::string_view where) {
     } else if (j.contains("conversations")) {
         rec.kind = JsonlRecord::Kind::chat;
         rec.messages = parse_messages(j["conversations"], where, "conversations", "from", "value");
+    } else if (j.contains("prompt") && (j.contains("response") || j.contains("completion"))) {
+        // An instruction pair is a one-turn chat: the reply is what the model learns to say.
+        const char* reply = j.contains("response") ? "response" : "completion";
+        rec.kind = JsonlRecord::Kind::chat;
+        rec.messages = {{"user", content_string(j["prompt"], where, 0, "prompt")},
+                        {"assistant", content_string(j[reply], where, 1, reply)}};
     } else if (j.contains("text")) {
         DF_CHECK(j["text"].is_string(), "{}: \"text\" is a JSON {}; expected a string", where,
                  j["text"].type_name());
         rec.kind = JsonlRecord::Kind::text;
         rec.text = j["text"].get<std::string>();
     } else {
-        DF_FAIL("{}: expected a \"text\", \"messages\" or \"conversations\" key; found keys {}",
-                where, keys_of(j));
+        DF_FAIL(
+            "{}: expected a \"messages\", \"conversations\", \"prompt\" + \"response\" or "
+            "\"text\" key; found keys {}",
+            where, keys_of(j));
     }
     return rec;
 }

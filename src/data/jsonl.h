@@ -1,7 +1,8 @@
-// Reading JSONL training data: one JSON object per line, in any of the three layouts users have:
+// Reading JSONL training data: one JSON object per line, in any of the layouts users have:
 //   {"text": "..."}                                                     plain text
 //   {"messages": [{"role": "user", "content": "..."}, ...]}             OpenAI-style chat
 //   {"conversations": [{"from": "human", "value": "..."}, ...]}         ShareGPT-style chat
+//   {"prompt": "...", "response": "..."} (or "completion")              a one-turn chat
 // Tested by tests/data/jsonl_test.cpp.
 #pragma once
 
@@ -33,7 +34,8 @@ struct JsonlPosition {
 // Parses one line. `where` ("data.jsonl:17") prefixes every error. Chat roles are mapped:
 // human|user -> user, gpt|assistant|model|bot -> assistant, system -> system; other roles are
 // an error. Content may be a string or a list of {"type": "text", "text": ...} parts.
-// When a line has several layouts, "messages" wins over "conversations" over "text".
+// When a line has several layouts, "messages" wins over "conversations" over "prompt" +
+// "response" over "text".
 JsonlRecord parse_jsonl_line(std::string_view line, std::string_view where);
 
 // Calls `fn` for every non-empty line of `path`, in order. A malformed line throws an Error

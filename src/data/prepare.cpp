@@ -5,10 +5,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/staged_dir.h"
 #include "data/anchors.h"
 #include "data/jsonl.h"
+#include "data/manifest.h"
 #include "data/shard.h"
 
 namespace dflash {
@@ -17,17 +18,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Owns the shard being filled and the list of finished ones, so a failure can undo them.
+// Fills shards in `dir` one after the other and records each finished one in the manifest.
 class ShardSink {
   public:
-    ShardSink(const PrepareOptions& opt, const Tokenizer& tok) : opt_(opt), tok_(tok) {}
+    ShardSink(const fs::path& dir, const PrepareOptions& opt, const Tokenizer& tok,
+              DatasetManifest& manifest)
+        : dir_(dir), opt_(opt), tok_(tok), manifest_(manifest) {}
 
     void add(const Encoded& s) {
         if (!cur_) {
-            const fs::path p =
-                opt_.output_dir / fmt::format("shard-{:05d}{}", written_.size(), kShardExtension);
-            cur_.emplace(p, tok_.name(), tok_.vocab_size());
-            cur_path_ = p;
+            cur_path_ =
+                dir_ / fmt::format("shard-{:05d}{}", manifest_.shards.size(), kShardExtension);
+            cur_.emplace(cur_path_, tok_.name(), tok_.vocab_size());
         }
         cur_->add(s);
         if (cur_->num_samples() >= opt_.samples_per_shard) close_current();
@@ -36,63 +38,57 @@ class ShardSink {
     void close_current() {
         if (!cur_) return;
         cur_->finish();
-        written_.push_back(cur_path_);
+        manifest_.add_shard(cur_path_, cur_->info());
         cur_.reset();
     }
 
-    void remove_written() {
-        std::error_code ec;
-        for (const auto& p : written_) fs::remove(p, ec);
-        written_.clear();
-    }
-
-    int64_t num_written() const { return static_cast<int64_t>(written_.size()); }
-
   private:
+    fs::path dir_;
     const PrepareOptions& opt_;
     const Tokenizer& tok_;
+    DatasetManifest& manifest_;
     std::optional<ShardWriter> cur_;
     fs::path cur_path_;
-    std::vector<fs::path> written_;
 };
 
-void prepare_output_dir(const PrepareOptions& opt) {
-    std::error_code ec;
-    fs::create_directories(opt.output_dir, ec);
-    DF_CHECK(!ec && fs::is_directory(opt.output_dir), "cannot create output directory {}: {}",
-             opt.output_dir.string(), ec.message());
-    const auto existing = list_shards(opt.output_dir);
-    DF_CHECK(existing.empty() || opt.overwrite,
-             "{} already holds {} shard(s) ({}...); pass --overwrite to replace them or choose "
-             "another --output",
-             opt.output_dir.string(), existing.size(), existing.front().filename().string());
-    for (const auto& p : existing) {
-        fs::remove(p, ec);
-        DF_CHECK(!ec,
-                 "cannot remove the old shard {} before writing new ones: {}; check its "
-                 "permissions or choose another --output",
-                 p.string(), ec.message());
+// Tokenizes every input into shards in `dir`; returns the manifest (written by the caller).
+DatasetManifest write_shards(const fs::path& dir, const PrepareOptions& opt, const Tokenizer& tok,
+                             const Logger& log) {
+    DatasetManifest m;
+    m.tokenizer = tok.name();
+    m.vocab_size = tok.vocab_size();
+    for (const auto& p : opt.inputs) m.inputs.push_back(p.string());
+    ShardSink sink(dir, opt, tok, m);
+    using Clock = std::chrono::steady_clock;
+    auto last_report = Clock::now();
+    for (const auto& in : opt.inputs) {
+        read_jsonl(in, [&](const JsonlRecord& rec, const JsonlPosition& pos) {
+            ++m.records;
+            Encoded e = encode_record(tok, rec);
+            if (anchor_candidates(e.loss_mask).empty()) {
+                ++m.skipped;
+            } else {
+                for (uint8_t b : e.loss_mask) m.response_tokens += b;
+                m.tokens += static_cast<int64_t>(e.tokens.size());
+                ++m.samples;
+                sink.add(e);
+            }
+            const auto now = Clock::now();
+            if (std::chrono::duration<double>(now - last_report).count() >=
+                opt.progress_interval_s) {
+                last_report = now;
+                log.info("{}: line {} ({:.1f}%), {} samples, {} tokens", in.filename().string(),
+                         pos.line, 100.0 * pos.byte_end / std::max<uint64_t>(pos.file_bytes, 1),
+                         m.samples, m.tokens);
+            }
+        });
     }
-    if (opt.overwrite) fs::remove(opt.output_dir / "manifest.json", ec);  // describes old shards
-}
-
-void write_manifest(const PrepareOptions& opt, const Tokenizer& tok, const PrepareStats& st) {
-    nlohmann::json inputs = nlohmann::json::array();
-    for (const auto& p : opt.inputs) inputs.push_back(p.string());
-    const nlohmann::json j = {
-        {"format", "dfshard"},
-        {"format_version", kShardVersion},
-        {"tokenizer", tok.name()},
-        {"vocab_size", tok.vocab_size()},
-        {"inputs", inputs},
-        {"records", st.records},
-        {"samples", st.samples},
-        {"tokens", st.tokens},
-        {"response_tokens", st.response_tokens},
-        {"skipped", st.skipped},
-        {"shards", st.shards},
-    };
-    write_text_atomic(opt.output_dir / "manifest.json", j.dump(2) + "\n");
+    sink.close_current();
+    DF_CHECK(m.samples > 0,
+             "all {} records were skipped: none has two consecutive response tokens (chat "
+             "data needs assistant messages with content)",
+             m.records);
+    return m;
 }
 
 }  // namespace
@@ -104,46 +100,28 @@ PrepareStats prepare_dataset(const PrepareOptions& opt, const Tokenizer& tok, co
     for (const auto& in : opt.inputs) {
         DF_CHECK(fs::is_regular_file(in), "input {} does not exist or is not a file", in.string());
     }
-    prepare_output_dir(opt);
-
-    PrepareStats st;
-    ShardSink sink(opt, tok);
-    using Clock = std::chrono::steady_clock;
-    auto last_report = Clock::now();
-    try {
-        for (const auto& in : opt.inputs) {
-            read_jsonl(in, [&](const JsonlRecord& rec, const JsonlPosition& pos) {
-                ++st.records;
-                Encoded e = encode_record(tok, rec);
-                if (anchor_candidates(e.loss_mask).empty()) {
-                    ++st.skipped;
-                } else {
-                    for (uint8_t m : e.loss_mask) st.response_tokens += m;
-                    st.tokens += static_cast<int64_t>(e.tokens.size());
-                    ++st.samples;
-                    sink.add(e);
-                }
-                const auto now = Clock::now();
-                if (std::chrono::duration<double>(now - last_report).count() >=
-                    opt.progress_interval_s) {
-                    last_report = now;
-                    log.info("{}: line {} ({:.1f}%), {} samples, {} tokens", in.filename().string(),
-                             pos.line, 100.0 * pos.byte_end / std::max<uint64_t>(pos.file_bytes, 1),
-                             st.samples, st.tokens);
-                }
-            });
-        }
-        sink.close_current();
-        DF_CHECK(st.samples > 0,
-                 "all {} records were skipped: none has two consecutive response tokens (chat "
-                 "data needs assistant messages with content)",
-                 st.records);
-        st.shards = sink.num_written();
-        write_manifest(opt, tok, st);
-    } catch (...) {
-        sink.remove_written();
-        throw;
+    StagedDirectory out(opt.output_dir, "dataset directory", "dflash data prepare");
+    if (!opt.overwrite) {
+        const auto existing = list_shards(out.target());
+        DF_CHECK(existing.empty() && !fs::exists(out.target() / kManifestFile),
+                 "{} already holds a dataset ({}); pass --overwrite to replace it or choose "
+                 "another --output",
+                 opt.output_dir.string(),
+                 existing.empty() ? std::string(kManifestFile)
+                                  : fmt::format("{} shard(s): {}...", existing.size(),
+                                                existing.front().filename().string()));
     }
+    // Everything is built next to the old dataset, which stays usable until the swap.
+    const DatasetManifest m = write_shards(out.path(), opt, tok, log);
+    write_manifest(out.path(), m);
+    out.commit();
+    PrepareStats st;
+    st.records = m.records;
+    st.samples = m.samples;
+    st.tokens = m.tokens;
+    st.response_tokens = m.response_tokens;
+    st.skipped = m.skipped;
+    st.shards = static_cast<int64_t>(m.shards.size());
     return st;
 }
 

@@ -16,8 +16,9 @@ struct PrepareOptions {
     std::vector<std::filesystem::path> inputs;  // JSONL files, read in this order
     std::filesystem::path output_dir;           // created if missing
     int64_t samples_per_shard = 10000;
-    // Replace *.dfshard files already in output_dir (otherwise their presence is an error, so two
-    // datasets are never mixed by accident).
+    // Replace a dataset already in output_dir (otherwise its presence is an error, so two
+    // datasets are never mixed by accident). The old one stays intact until the new one is
+    // complete.
     bool overwrite = false;
     double progress_interval_s = 2.0;  // seconds between progress lines (info level)
 };
@@ -33,7 +34,9 @@ struct PrepareStats {
 
 // Tokenizes every record, skips those without two consecutive response tokens (no anchor could
 // be drawn from them), and writes shards named shard-00000.dfshard, ... plus manifest.json
-// (counts, tokenizer, inputs). On error, the shards written by this call are removed again.
+// (data/manifest.h). The output directory is locked against other writers, and the dataset is
+// built in a staging sibling that replaces the directory only when complete (core/staged_dir.h):
+// an error or Ctrl-C leaves whatever was there before untouched.
 PrepareStats prepare_dataset(const PrepareOptions& opt, const Tokenizer& tok, const Logger& log);
 
 }  // namespace dflash

@@ -113,7 +113,8 @@ void ShardWriter::finish() {
         start += lengths_[i];
     }
     const uint64_t index_end = hbytes + n * kShardIndexEntryBytes;
-    put<uint64_t>(head, index_end, fnv1a64({head.data() + hbytes, n * kShardIndexEntryBytes}));
+    const uint64_t content = fnv1a64({head.data() + hbytes, n * kShardIndexEntryBytes});
+    put<uint64_t>(head, index_end, content);
 
     AtomicFileWriter out(path_);  // "<path>.tmp", fsync'ed, then renamed
     out.write(head.data(), head.size());
@@ -121,6 +122,7 @@ void ShardWriter::finish() {
     out.write(loss_mask_.data(), loss_mask_.size());
     out.commit();
     finished_ = true;
+    info_ = {kShardVersion, num_samples(), num_tokens(), vocab_size_, tokenizer_, content};
 }
 
 // ---- reader ------------------------------------------------------------------------------------
@@ -267,6 +269,7 @@ void ShardReader::load_index(uint64_t hbytes, uint64_t n, uint64_t t) {
              "shard {} has a corrupt sample index: the checksum at byte offset {} does not match "
              "bytes {}..{}",
              f, index_end, hbytes, index_end);
+    info_.content_checksum = get<uint64_t>(index, n * kShardIndexEntryBytes);
     starts_.resize(n + 1);
     checks_.resize(n);
     uint64_t pos = 0;

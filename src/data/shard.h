@@ -31,6 +31,9 @@ struct ShardInfo {
     int64_t num_tokens = 0;
     int64_t vocab_size = 0;
     std::string tokenizer;  // Tokenizer::name() of the tokenizer that made the ids
+    // The index checksum: FNV-1a 64 over every sample's (start, length, checksum), so it stands
+    // for the whole content. Datasets record it in manifest.json to tell one shard from another.
+    uint64_t content_checksum = 0;
 };
 
 // Collects samples in memory and writes the shard on finish(): first to "<path>.tmp", then
@@ -43,12 +46,15 @@ class ShardWriter {
     int64_t num_samples() const { return static_cast<int64_t>(lengths_.size()); }
     int64_t num_tokens() const { return static_cast<int64_t>(tokens_.size()); }
     void finish();
+    // After finish(): what a reader of the file will report (ShardInfo::content_checksum...).
+    const ShardInfo& info() const { return info_; }
 
   private:
     std::filesystem::path path_;
     std::string tokenizer_;
     int64_t vocab_size_;
     bool finished_ = false;
+    ShardInfo info_;                  // filled by finish()
     std::vector<uint64_t> lengths_;   // [num_samples]
     std::vector<int32_t> tokens_;     // [num_tokens]
     std::vector<uint8_t> loss_mask_;  // [num_tokens]

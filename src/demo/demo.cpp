@@ -11,10 +11,13 @@
 #include "backend/backend_factory.h"
 #include "config/registry.h"
 #include "core/atomic_file.h"
+#include "core/dir_lock.h"
+#include "core/staged_dir.h"
 #include "data/local_corpus.h"
 #include "data/prepare.h"
 #include "infer/prompts.h"
 #include "infer/regenerate.h"
+#include "infer/stop_tokens.h"
 #include "model/drafter.h"
 #include "model/target.h"
 #include "tokenizer/tokenizer.h"
@@ -64,17 +67,20 @@ config::Settings with_demo_defaults(const config::Settings& base,
     return base.with(as);
 }
 
-// The output directory belongs to the demo (a marker file says so); stages of an earlier demo
-// run there are replaced, anything else is refused rather than overwritten.
+// The output directory belongs to the demo (a marker file says so): anything else is refused,
+// before the demo creates as much as a lock file in it.
+void refuse_foreign_dir(const fs::path& dir) {
+    DF_CHECK(!holds_files(dir) || fs::exists(dir / kMarker),
+             "'{}' exists and was not made by `dflash demo`; choose another with "
+             "--demo.output_dir DIR",
+             dir.string());
+}
+
+// Stages of an earlier demo run in `dir` are replaced. The caller holds the directory's lock, so
+// no other demo is writing there.
 void prepare_output_dir(const fs::path& dir) {
-    if (fs::exists(dir) && !fs::is_empty(dir)) {
-        DF_CHECK(fs::exists(dir / kMarker),
-                 "'{}' exists and was not made by `dflash demo`; choose another with "
-                 "--demo.output_dir DIR",
-                 dir.string());
-        for (const char* stage : {"corpus", "data", "target", "drafter", "bench.json"})
-            fs::remove_all(dir / stage);
-    }
+    for (const char* stage : {"corpus", "data", "target", "drafter", "bench.json"})
+        fs::remove_all(dir / stage);
     fs::create_directories(dir);
     std::ofstream(dir / kMarker) << "made by dflash demo\n";
 }
@@ -154,6 +160,8 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
     const Plan plan = plan_for(opt.quick);
     DemoReport rep;
     const fs::path dir = opt.output_dir;
+    refuse_foreign_dir(dir);
+    const DirLock lock = DirLock::acquire(dir, "demo output directory", "dflash demo");
     prepare_output_dir(dir);
     const uint64_t seed = static_cast<uint64_t>(user_settings.get<int64_t>("runtime.seed"));
     auto tok = make_byte_tokenizer();
@@ -254,7 +262,7 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
                         {"runtime.threads", "1"},
                         {"drafter.block_size", "8"},
                         {"drafter.num_layers", "1"},
-                        {"drafter.target_layer_ids", "1,2,3"},
+                        {"drafter.target_layer_ids", "1,2"},  // never the last (hf_config.h)
                         {"train.max_steps", std::to_string(plan.drafter_steps)},
                         {"train.max_length", "256"},
                         {"train.batch_size", per_worker_batch},

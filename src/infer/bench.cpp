@@ -46,23 +46,10 @@ GenerateOptions generate_options_from_settings(const config::Settings& s) {
     o.sampling.top_p = s.get<double>("infer.top_p");
     o.max_new_tokens = s.get<int64_t>("infer.max_new_tokens");
     o.block_size = s.get<int64_t>("infer.block_size");
+    o.max_context = s.get<int64_t>("infer.max_context");
     o.draft_sampling = s.get<bool>("infer.draft_sampling");
     o.seed = static_cast<uint64_t>(s.get<int64_t>("infer.seed"));
     return o;
-}
-
-std::vector<int32_t> default_stop_tokens(const TargetConfig& target, const Tokenizer* tok) {
-    std::vector<int32_t> out;
-    auto add = [&](int64_t id) {
-        if (id >= 0 && id < target.vocab_size && std::find(out.begin(), out.end(), id) == out.end())
-            out.push_back(static_cast<int32_t>(id));
-    };
-    add(target.eos_token_id);
-    if (tok) {
-        add(tok->specials().eos);
-        add(tok->specials().end_turn);
-    }
-    return out;
 }
 
 std::string BenchMismatch::to_string() const {
@@ -138,6 +125,7 @@ BenchReport run_bench_engines(const SpeculativeEngine& baseline,
     rep.backend = speculative.backend().name();
     rep.max_new_tokens = opt.max_new_tokens;
     rep.greedy = opt.sampling.greedy();
+    rep.stop_tokens = opt.stop_tokens;
     {
         // Warm-up: first-touch page faults, allocator growth and cold caches would otherwise be
         // charged to whichever run comes first.
@@ -156,6 +144,8 @@ BenchReport run_bench_engines(const SpeculativeEngine& baseline,
         BenchRequest r;
         r.label = p.label;
         r.prompt_tokens = static_cast<int64_t>(p.tokens.size());
+        r.prompt_ids = p.tokens;
+        r.output_tokens = b.tokens;
         r.baseline = a.stats;
         r.speculative = b.stats;
         if (rep.greedy) {
@@ -300,6 +290,8 @@ nlohmann::json bench_to_json(const BenchReport& rep) {
     for (const auto& r : rep.requests) {
         requests.push_back({{"label", r.label},
                             {"prompt_tokens", r.prompt_tokens},
+                            {"prompt_ids", r.prompt_ids},
+                            {"output_tokens", r.output_tokens},
                             {"baseline", stats(r.baseline)},
                             {"speculative", stats(r.speculative)},
                             {"outputs_match", r.outputs_match}});
@@ -335,10 +327,15 @@ nlohmann::json bench_to_json(const BenchReport& rep) {
         {"predicted_speedup", t.predicted_speedup()},
         {"measured_over_predicted", ratio(t.speedup(), t.predicted_speedup())}};
     return json{{"backend", rep.backend},
-                {"block_size", rep.block_size}, {"max_new_tokens", rep.max_new_tokens},
-                {"greedy", rep.greedy},         {"lossless_checked", rep.greedy},
-                {"lossless", rep.lossless()},   {"mismatches", mismatches},
-                {"requests", requests},         {"total", total}};
+                {"block_size", rep.block_size},
+                {"max_new_tokens", rep.max_new_tokens},
+                {"greedy", rep.greedy},
+                {"stop_tokens", rep.stop_tokens},
+                {"lossless_checked", rep.greedy},
+                {"lossless", rep.lossless()},
+                {"mismatches", mismatches},
+                {"requests", requests},
+                {"total", total}};
 }
 
 }  // namespace dflash

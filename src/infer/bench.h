@@ -23,20 +23,18 @@ class Settings;
 }
 
 // GenerateOptions from the infer.* settings (temperature, top_k, top_p, max_new_tokens,
-// block_size, draft_sampling, seed); stop tokens are left to the caller.
+// max_context, block_size, draft_sampling, seed); stop tokens are left to the caller.
 GenerateOptions generate_options_from_settings(const config::Settings& s);
-
-// What ends a reply: the target's eos_token_id (when it has one) and, with a tokenizer, its eos
-// and end_turn tokens; duplicates removed.
-std::vector<int32_t> default_stop_tokens(const TargetConfig& target, const Tokenizer* tok);
 
 // One prompt: the plain run and the speculative run.
 struct BenchRequest {
     std::string label;
     int64_t prompt_tokens = 0;
-    GenerateStats baseline;     // plain decoding (block size 1)
-    GenerateStats speculative;  // drafter + target
-    bool outputs_match = true;  // token-for-token equal outputs (checked only when greedy)
+    std::vector<int32_t> prompt_ids;     // what was decoded (for cross-checks by other engines)
+    std::vector<int32_t> output_tokens;  // the speculative run's new tokens
+    GenerateStats baseline;              // plain decoding (block size 1)
+    GenerateStats speculative;           // drafter + target
+    bool outputs_match = true;           // token-for-token equal outputs (checked only when greedy)
 };
 
 // The first difference between the baseline's and the speculative output of one prompt.
@@ -75,6 +73,7 @@ struct BenchReport {
     int64_t block_size = 0;
     int64_t max_new_tokens = 0;
     bool greedy = true;  // losslessness is only checked under greedy decoding
+    std::vector<int32_t> stop_tokens;
     std::vector<BenchRequest> requests;
     BenchTotals total;
     std::vector<BenchMismatch> mismatches;  // empty when lossless (or not checked)

@@ -63,7 +63,8 @@ void check_ids(const std::vector<int32_t>& ids, int64_t vocab_size, std::string_
 }  // namespace
 
 std::vector<int32_t> encode_text_prompt(const Tokenizer& tok, std::string_view text) {
-    std::vector<int32_t> ids{tok.specials().bos};
+    std::vector<int32_t> ids;
+    if (tok.specials().bos >= 0) ids.push_back(tok.specials().bos);  // Qwen adds none
     const auto body = tok.encode(text);
     ids.insert(ids.end(), body.begin(), body.end());
     return ids;

@@ -32,7 +32,7 @@ Prompt parse_prompt_line(std::string_view line, const Tokenizer* tok, int64_t vo
 std::vector<Prompt> read_prompts(const std::filesystem::path& path, const Tokenizer* tok,
                                  int64_t vocab_size);
 
-// Plain-text prompt tokens: [bos] text, no eos.
+// Plain-text prompt tokens: [bos] text (bos where the tokenizer adds one), no eos.
 std::vector<int32_t> encode_text_prompt(const Tokenizer& tok, std::string_view text);
 
 // "1,2, 3" -> {1, 2, 3}; an empty list or a non-integer entry is an error naming it.

@@ -5,8 +5,9 @@
 #include <chrono>
 #include <mutex>
 
+#include "core/worker_pool.h"
+#include "data/manifest.h"
 #include "data/shard.h"
-#include "train/worker_pool.h"
 
 namespace dflash {
 
@@ -71,11 +72,24 @@ std::vector<Encoded> regenerate_responses(const TargetModel& target,
 }
 
 void write_samples_shard(const std::filesystem::path& dir, const std::vector<Encoded>& samples,
-                         const Tokenizer& tok) {
+                         const Tokenizer& tok, const std::vector<std::string>& inputs) {
     std::filesystem::create_directories(dir);
-    ShardWriter w(dir / "regenerated-00000.dfshard", tok.name(), tok.vocab_size());
-    for (const auto& s : samples) w.add(s);
+    const auto path = dir / "regenerated-00000.dfshard";
+    ShardWriter w(path, tok.name(), tok.vocab_size());
+    DatasetManifest m;
+    m.tokenizer = tok.name();
+    m.vocab_size = tok.vocab_size();
+    m.inputs = inputs;
+    for (const auto& s : samples) {
+        w.add(s);
+        m.records += 1;
+        m.samples += 1;
+        m.tokens += static_cast<int64_t>(s.tokens.size());
+        for (uint8_t b : s.loss_mask) m.response_tokens += b;
+    }
     w.finish();
+    m.add_shard(path, w.info());
+    write_manifest(dir, m);
 }
 
 }  // namespace dflash

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "core/logging.h"
@@ -34,8 +35,9 @@ std::vector<Encoded> regenerate_responses(const TargetModel& target,
                                           const RegenerateOptions& opt, const Logger& log,
                                           RegenerateStats* stats = nullptr);
 
-// Writes samples as one shard file `dir/regenerated-00000.dfshard` (dir created if missing).
+// Writes samples as one shard file `dir/regenerated-00000.dfshard` plus its manifest.json
+// (data/manifest.h; `inputs` names what the samples came from); dir is created if missing.
 void write_samples_shard(const std::filesystem::path& dir, const std::vector<Encoded>& samples,
-                         const Tokenizer& tok);
+                         const Tokenizer& tok, const std::vector<std::string>& inputs = {});
 
 }  // namespace dflash

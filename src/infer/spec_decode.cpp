@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "infer/acceptance.h"
 
@@ -25,7 +26,13 @@ std::span<const float> row(const HostTensor& t, int64_t r) {
 class Picker {
   public:
     Picker(Backend& be, int64_t rows, int64_t vocab)
-        : be_(be), rows_(rows), vocab_(vocab), argmax_(be, {rows}, DType::i32), ids_({rows}, DType::i32) {}
+        : be_(be),
+          rows_(rows),
+          vocab_(vocab),
+          argmax_(be, {rows}, DType::i32),
+          ids_({rows}, DType::i32),
+          u_dev_(be, {1}, DType::f32),
+          u_host_({1}) {}
 
     // Index of the largest logit of each of the first n rows.
     std::span<const int32_t> argmax(const Tensor& logits, int64_t n) {
@@ -39,9 +46,18 @@ class Picker {
         be_.download(logits_.view().rows(0, n), logits.rows(0, n));
         return logits_;
     }
+    // One token from the first row: the argmax, or a draw from the sampling distribution on the
+    // device (one uniform up, one id down; the row itself never crosses).
     int32_t sample(const Tensor& logits, const SamplingParams& p, Rng& rng) {
         if (p.greedy()) return argmax(logits, 1)[0];
-        return sample_token(row(fetch(logits, 1), 0), p, rng);
+        const auto u = static_cast<float>(rng.uniform_f64());
+        u_host_.f32()[0] = std::min(u, std::nextafter(1.0f, 0.0f));
+        be_.upload(u_dev_, u_host_.view());
+        const SampleParams sp{static_cast<float>(p.temperature), p.top_k,
+                              static_cast<float>(p.top_p)};
+        be_.sample_rows(logits.rows(0, 1), sp, u_dev_, argmax_.view().rows(0, 1));
+        be_.download(ids_.view().rows(0, 1), argmax_.view().rows(0, 1));
+        return ids_.i32()[0];
     }
 
   private:
@@ -50,6 +66,8 @@ class Picker {
     DeviceTensor argmax_;  // i32 [rows]
     HostTensor ids_;       // i32 [rows]
     HostTensor logits_;    // f32 [rows, V]
+    DeviceTensor u_dev_;   // f32 [1]: the uniform of a device-side draw
+    HostTensor u_host_;
 };
 
 // One generate() call's decoding state: what the loops read and the result they fill.

@@ -2,19 +2,15 @@
 // Tested by tests/model/decoder_layer_test.cpp and the target/drafter tests.
 #include "model/decoder_layer.h"
 
-
 namespace dflash {
 
 LayerDims layer_dims(const TargetConfig& cfg) {
-    DF_CHECK(!cfg.attention_bias,
-             "attention_bias=true is not supported (Qwen3 and Llama-3 targets have no attention "
-             "biases)");
     DF_CHECK(cfg.num_attention_heads % cfg.num_key_value_heads == 0,
              "num_attention_heads={} is not a multiple of num_key_value_heads={}",
              cfg.num_attention_heads, cfg.num_key_value_heads);
     return LayerDims{cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
                      cfg.head_dim,    cfg.intermediate_size,   static_cast<float>(cfg.rms_norm_eps),
-                     cfg.qk_norm};
+                     cfg.qk_norm,     cfg.qkv_bias(),          cfg.o_bias()};
 }
 
 namespace {
@@ -26,6 +22,12 @@ LayerWeights resolve(const ParamSet& p, const std::string& pre, const LayerDims&
     w.wq = get("self_attn.q_proj.weight");
     w.wk = get("self_attn.k_proj.weight");
     w.wv = get("self_attn.v_proj.weight");
+    if (d.qkv_bias) {
+        w.bq = get("self_attn.q_proj.bias");
+        w.bk = get("self_attn.k_proj.bias");
+        w.bv = get("self_attn.v_proj.bias");
+    }
+    if (d.o_bias) w.bo = get("self_attn.o_proj.bias");
     if (d.qk_norm) {
         w.q_norm = get("self_attn.q_norm.weight");
         w.k_norm = get("self_attn.k_norm.weight");
@@ -36,6 +38,13 @@ LayerWeights resolve(const ParamSet& p, const std::string& pre, const LayerDims&
     w.w_up = get("mlp.up_proj.weight");
     w.w_down = get("mlp.down_proj.weight");
     return w;
+}
+
+// y = x · Wᵀ (+ bias when the model has one), or y += that when accumulate.
+void linear(Backend& be, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+            bool accumulate = false) {
+    be.gemm(x, false, w, true, y, 1.0f, accumulate ? 1.0f : 0.0f);
+    if (!bias.empty()) be.add_row_bias(y.reshape({y.numel() / bias.numel(), bias.numel()}), bias);
 }
 
 // Rows [0, a) of dst <- a, rows [a, a+b) <- b.
@@ -116,21 +125,21 @@ void layer_forward_train(const LayerContext& lc, const LayerWeights& w, const Te
     a.q_lin = buf({Sq, d.H * d.Dh});
     a.rstd_q = f32({Sq * d.H});
     a.q = buf({Sq, d.H, d.Dh});
-    be.gemm(a.h, false, w.wq, true, a.q_lin);
+    linear(be, a.h, w.wq, w.bq, a.q_lin);
     norm_and_rope(lc, a.q_lin, w.q_norm, a.rstd_q, q_pos, a.q);
     a.k_lin = buf({Sk, d.Hkv * d.Dh});
     a.rstd_k = f32({Sk * d.Hkv});
     a.k = buf({Sk, d.Hkv, d.Dh});
     a.v = buf({Sk, d.Hkv, d.Dh});
-    be.gemm(a.kv_in, false, w.wk, true, a.k_lin);
+    linear(be, a.kv_in, w.wk, w.bk, a.k_lin);
     norm_and_rope(lc, a.k_lin, w.k_norm, a.rstd_k, kv_pos, a.k);
-    be.gemm(a.kv_in, false, w.wv, true, a.v.reshape({Sk, d.Hkv * d.Dh}));
+    linear(be, a.kv_in, w.wv, w.bv, a.v.reshape({Sk, d.Hkv * d.Dh}));
     a.attn = buf({Sq, d.H * d.Dh});
     a.lse = f32({d.H, Sq});
     be.attention_fwd(a.q, a.k, a.v, mask, a.attn.reshape({Sq, d.H, d.Dh}), a.lse);
     a.x1 = buf({Sq, d.D});
     be.copy(a.x1, x);
-    be.gemm(a.attn, false, w.wo, true, a.x1, 1.0f, 1.0f);
+    linear(be, a.attn, w.wo, w.bo, a.x1, true);
     a.rstd2 = f32({Sq});
     a.h2 = buf({Sq, d.D});
     a.gate = buf({Sq, d.I});
@@ -146,6 +155,9 @@ void layer_backward(const LayerContext& lc, const LayerWeights& w, const LayerWe
     const LayerDims& d = lc.dims;
     Backend& be = lc.be;
     const int64_t Sq = a.Sq, Sc = a.Sc, Sk = Sc + Sq;
+    DF_CHECK(w.bq.empty() && w.bo.empty(),
+             "training a model with attention biases (Qwen2) is not supported: such targets are "
+             "frozen (drafters have no biases)");
     const Workspace::Mark mark = lc.ws.mark();
     auto buf = [&](const char*, Shape s) { return lc.ws.take(s, be.compute_dtype()); };
 
@@ -214,10 +226,10 @@ void write_kv(const LayerContext& lc, const LayerWeights& w, const Tensor& in, c
              "KV cache overflow: {} rows needed but the cache holds {} (raise the context size)",
              end, cache.k.dim(0));
     const Tensor k_lin = lc.ws.take({n, d.Hkv * d.Dh}, be.compute_dtype());
-    be.gemm(in, false, w.wk, true, k_lin);
+    linear(be, in, w.wk, w.bk, k_lin);
     norm_and_rope(lc, k_lin, w.k_norm, lc.ws.take({n * d.Hkv}, DType::f32), pos,
                   cache.k.view().rows(row0, end));
-    be.gemm(in, false, w.wv, true, cache.v.view().rows(row0, end).reshape({n, d.Hkv * d.Dh}));
+    linear(be, in, w.wv, w.bv, cache.v.view().rows(row0, end).reshape({n, d.Hkv * d.Dh}));
 }
 
 }  // namespace
@@ -243,7 +255,7 @@ void layer_forward_cached(const LayerContext& lc, const LayerWeights& w, const T
     be.rmsnorm_fwd(x, w.input_ln, d.eps, h, f32({Sq}));
     Tensor q_lin = buf({Sq, d.H * d.Dh});
     Tensor q = buf({Sq, d.H, d.Dh});
-    be.gemm(h, false, w.wq, true, q_lin);
+    linear(be, h, w.wq, w.bq, q_lin);
     norm_and_rope(lc, q_lin, w.q_norm, f32({Sq * d.H}), pos, q);
     write_kv(lc, w, h, pos, cache, cache_len);
     Tensor attn = buf({Sq, d.H * d.Dh});
@@ -251,7 +263,7 @@ void layer_forward_cached(const LayerContext& lc, const LayerWeights& w, const T
                      attn.reshape({Sq, d.H, d.Dh}), Tensor());
     Tensor x1 = buf({Sq, d.D});
     be.copy(x1, x);
-    be.gemm(attn, false, w.wo, true, x1, 1.0f, 1.0f);
+    linear(be, attn, w.wo, w.bo, x1, true);
     mlp_forward(lc, w, x1, f32({Sq}), buf({Sq, d.D}), buf({Sq, d.I}), buf({Sq, d.I}),
                 buf({Sq, d.I}), out);
     lc.ws.release(mark);

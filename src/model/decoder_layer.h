@@ -20,6 +20,8 @@ struct LayerDims {
     int64_t D, H, Hkv, Dh, I;
     float eps;
     bool qk_norm;
+    bool qkv_bias;  // Qwen2, or attention_bias
+    bool o_bias;    // attention_bias (Llama/Qwen3 semantics)
 };
 LayerDims layer_dims(const TargetConfig& cfg);
 
@@ -27,6 +29,7 @@ LayerDims layer_dims(const TargetConfig& cfg);
 struct LayerWeights {
     Tensor input_ln;        // [D]
     Tensor wq, wk, wv;      // [H*Dh, D], [Hkv*Dh, D], [Hkv*Dh, D]
+    Tensor bq, bk, bv, bo;  // [H*Dh], [Hkv*Dh], [Hkv*Dh], [D] when the model has biases
     Tensor q_norm, k_norm;  // [Dh] (qwen3 only; empty for llama)
     Tensor wo;              // [D, H*Dh]
     Tensor post_ln;         // [D]
@@ -92,8 +95,8 @@ struct LayerKvCache {
     DeviceTensor v;  // [capacity, Hkv, Dh]
 };
 
-// Drafter context ("KV injection" at inference): K/V of the context rows ctx [T, D] (k_proj, k_norm,
-// RoPE at positions pos i32 [T]; v_proj) written at cache rows cache_len..cache_len+T-1.
+// Drafter context ("KV injection" at inference): K/V of the context rows ctx [T, D] (k_proj,
+// k_norm, RoPE at positions pos i32 [T]; v_proj) written at cache rows cache_len..cache_len+T-1.
 void layer_append_context(const LayerContext& lc, const LayerWeights& w, const Tensor& ctx,
                           const Tensor& pos, LayerKvCache& cache, int64_t cache_len);
 

@@ -230,8 +230,8 @@ DrafterSession::DrafterSession(const DrafterModel& model, Backend& be, const Ten
       lm_head_(lm_head),
       capacity_(capacity),
       max_block_(max_block > 0 ? max_block : model.block_size()),
-      max_new_rows_(std::max<int64_t>(
-          1, std::min(max_new_rows > 0 ? max_new_rows : max_block_, capacity))) {
+      max_new_rows_(
+          std::max<int64_t>(1, std::min(max_new_rows > 0 ? max_new_rows : max_block_, capacity))) {
     const LayerDims& d = model.dims();
     cache_.resize(model.config().layer.num_hidden_layers);
     for (auto& c : cache_) {

@@ -10,6 +10,7 @@
 #include "core/atomic_file.h"
 #include "core/checkpoint_io.h"
 #include "core/error.h"
+#include "model/tensor_layout.h"
 
 namespace dflash {
 
@@ -58,13 +59,19 @@ bool opt_bool(const json& j, const char* key, bool fallback) {
     return j[key].get<bool>();
 }
 
-// bos/eos: absent or null -> -1; an integer; or a list whose first entry is used (Llama 3.1 lists
-// several end-of-turn ids; the full list belongs to generation settings, not to the model).
-int64_t token_id(const json& j, const char* key) {
-    if (!present(j, key)) return -1;
+// bos/eos: absent or null -> none; an integer; or a list (Llama-3.1 lists three end-of-turn ids).
+std::vector<int64_t> token_ids(const json& j, const char* key) {
+    if (!present(j, key)) return {};
     const json& v = j[key];
-    if (v.is_array()) return v.empty() ? -1 : as_int(v[0], key);
-    return as_int(v, key);
+    if (!v.is_array()) return {as_int(v, key)};
+    std::vector<int64_t> ids;
+    for (const auto& x : v) ids.push_back(as_int(x, key));
+    return ids;
+}
+
+int64_t token_id(const json& j, const char* key) {
+    const auto ids = token_ids(j, key);
+    return ids.empty() ? -1 : ids.front();
 }
 
 // ---- RoPE -------------------------------------------------------------------------------------
@@ -153,7 +160,9 @@ TargetConfig parse_layer_fields(const json& j, const std::string& model_type, co
     c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", false);
     c.attention_bias = opt_bool(j, "attention_bias", false);
     c.bos_token_id = token_id(j, "bos_token_id");
-    c.eos_token_id = token_id(j, "eos_token_id");
+    const auto eos = token_ids(j, "eos_token_id");
+    c.eos_token_id = eos.empty() ? -1 : eos.front();
+    if (eos.size() > 1) c.extra_eos_token_ids.assign(eos.begin() + 1, eos.end());
     for (const char* key : {"torch_dtype", "dtype"}) {
         if (present(j, key) && j[key].is_string()) c.torch_dtype = j[key].get<std::string>();
     }
@@ -213,6 +222,23 @@ auto load_config(const std::filesystem::path& dir, Fn parse) {
     }
 }
 
+// Note [Last target layer]: engines disagree on the feature of the last target layer.
+// transformers' last hidden_states entry is taken after the final norm, so transformers-based code
+// (z-lab's reference decoder, SpecForge training) feeds the normed state; SGLang captures "the
+// input of layer id+1", which does not exist for the last layer. A drafter trained on it here
+// (raw output) loses acceptance when served elsewhere (dflash-spec §1.2), so no config may name it.
+std::string last_layer_problem(size_t i, int64_t id, int64_t num_target_layers) {
+    return fmt::format(
+        "target_layer_ids[{}]={} is the target's last layer; engines disagree on its feature "
+        "(transformers-based code sees it after the final norm, SGLang cannot capture it), so a "
+        "drafter reading it would lose acceptance when served elsewhere; pick ids in 0..{}, e.g. "
+        "the default [{}] (drafter.target_layer_ids empty)",
+        i, id, num_target_layers - 2,
+        fmt::join(default_target_layer_ids(num_target_layers,
+                                           std::clamp<int64_t>(num_target_layers - 3, 1, 5)),
+                  ", "));
+}
+
 }  // namespace
 
 // ---- TargetConfig -----------------------------------------------------------------------------
@@ -222,8 +248,9 @@ std::vector<std::string> TargetConfig::problems() const {
     auto need = [&](bool ok, std::string msg) {
         if (!ok) p.push_back(std::move(msg));
     };
-    need(model_type == "qwen3" || model_type == "llama",
-         fmt::format("model_type '{}' is not supported (supported: qwen3, llama)", model_type));
+    need(model_type == "qwen3" || model_type == "llama" || model_type == "qwen2",
+         fmt::format("model_type '{}' is not supported (supported: qwen3, qwen2, llama)",
+                     model_type));
     const std::pair<const char*, int64_t> dims[] = {
         {"hidden_size", hidden_size},
         {"intermediate_size", intermediate_size},
@@ -234,6 +261,15 @@ std::vector<std::string> TargetConfig::problems() const {
         {"vocab_size", vocab_size},
         {"max_position_embeddings", max_position_embeddings}};
     for (const auto& [name, v] : dims) need(v > 0, fmt::format("{}={} must be positive", name, v));
+    const std::pair<const char*, int64_t> caps[] = {
+        {"hidden_size", kMaxHiddenSize},    {"intermediate_size", kMaxIntermediateSize},
+        {"num_hidden_layers", kMaxLayers},  {"num_attention_heads", kMaxHeads},
+        {"num_key_value_heads", kMaxHeads}, {"head_dim", kMaxHeadDim},
+        {"vocab_size", kMaxVocabSize},      {"max_position_embeddings", kMaxPositions}};
+    for (size_t i = 0; i < std::size(caps); ++i)
+        need(dims[i].second <= caps[i].second,
+             fmt::format("{}={} is above {}, the largest supported; is config.json damaged?",
+                         dims[i].first, dims[i].second, caps[i].second));
     if (num_attention_heads > 0 && num_key_value_heads > 0)
         need(num_attention_heads % num_key_value_heads == 0,
              fmt::format("num_attention_heads={} is not a multiple of num_key_value_heads={} "
@@ -256,10 +292,14 @@ std::vector<std::string> TargetConfig::problems() const {
     }
     need(qk_norm == (model_type == "qwen3"),
          fmt::format("qk_norm={} does not match model_type '{}' (qwen3 has q_norm/k_norm, llama "
-                     "has not)",
+                     "and qwen2 have not)",
                      qk_norm, model_type));
-    for (const auto& [name, id] :
-         {std::pair{"bos_token_id", bos_token_id}, std::pair{"eos_token_id", eos_token_id}}) {
+    std::vector<std::pair<std::string, int64_t>> ids = {{"bos_token_id", bos_token_id},
+                                                        {"eos_token_id", eos_token_id}};
+    for (int64_t id : extra_eos_token_ids) ids.emplace_back("eos_token_id", id);
+    for (int64_t id : generation_eos_token_ids)
+        ids.emplace_back("generation_config.json eos_token_id", id);
+    for (const auto& [name, id] : ids) {
         need(id >= -1 && (vocab_size <= 0 || id < vocab_size),
              fmt::format("{}={} is outside the vocabulary (0..{})", name, id, vocab_size - 1));
     }
@@ -284,11 +324,17 @@ TargetConfig TargetConfig::from_json(const json& j) {
 json TargetConfig::to_json() const {
     const bool llama = model_type == "llama";
     json j = layer_fields_json(*this);
-    j["architectures"] = {llama ? "LlamaForCausalLM" : "Qwen3ForCausalLM"};
+    j["architectures"] = {llama                   ? "LlamaForCausalLM"
+                          : model_type == "qwen2" ? "Qwen2ForCausalLM"
+                                                  : "Qwen3ForCausalLM"};
     j["model_type"] = model_type;
     j["attention_dropout"] = 0.0;
     j["bos_token_id"] = id_or_null(bos_token_id);
     j["eos_token_id"] = id_or_null(eos_token_id);
+    if (eos_token_id >= 0 && !extra_eos_token_ids.empty()) {
+        j["eos_token_id"] = json::array({eos_token_id});
+        for (int64_t id : extra_eos_token_ids) j["eos_token_id"].push_back(id);
+    }
     j["initializer_range"] = 0.02;
     j["torch_dtype"] = torch_dtype;
     j["use_cache"] = true;
@@ -303,13 +349,38 @@ json TargetConfig::to_json() const {
     return j;
 }
 
+std::vector<int64_t> TargetConfig::stop_token_ids() const {
+    std::vector<int64_t> out;
+    auto add = [&](int64_t id) {
+        if (id >= 0 && std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
+    };
+    add(eos_token_id);
+    for (int64_t id : extra_eos_token_ids) add(id);
+    for (int64_t id : generation_eos_token_ids) add(id);
+    return out;
+}
+
 TargetConfig TargetConfig::load(const std::filesystem::path& dir) {
-    return load_config(dir, [](const json& j) {
+    TargetConfig c = load_config(dir, [](const json& j) {
         DF_CHECK(!is_drafter_config_json(j),
                  "this is a DFlash drafter config (architectures DFlashDraftModel), not a target "
                  "model");
         return TargetConfig::from_json(j);
     });
+    const auto gen = dir / "generation_config.json";
+    if (std::filesystem::exists(gen)) {
+        const json g = read_json_file(gen);
+        try {
+            DF_CHECK(g.is_object(), "the file is a JSON {} (expected an object)", g.type_name());
+            c.generation_eos_token_ids = token_ids(g, "eos_token_id");
+            const auto p = c.problems();
+            DF_CHECK(p.empty(), "{}", joined(p));
+        } catch (const Error& e) {
+            throw Error(fmt::format("{}: {}", gen.string(), e.what()));
+        }
+    }
+    check_model_files(dir, target_tensor_specs(c));
+    return c;
 }
 
 void TargetConfig::save(const std::filesystem::path& dir) const {
@@ -328,21 +399,27 @@ std::vector<std::string> DrafterConfig::problems() const {
     };
     need(layer.model_type == "qwen3" && layer.qk_norm && !layer.attention_bias,
          "DFlash drafter layers are Qwen3-style (q_norm/k_norm, no biases)");
-    need(block_size >= 2, fmt::format("block_size={} must be at least 2 (the anchor plus one "
-                                      "drafted token; released drafters use 16)",
-                                      block_size));
+    need(block_size >= 2 && block_size <= kMaxBlockSize,
+         fmt::format("block_size={} is outside [2, {}] (the anchor plus at least one drafted "
+                     "token, as the drafter.block_size setting; released drafters use 16)",
+                     block_size, kMaxBlockSize));
     need(mask_token_id >= 0 && mask_token_id < layer.vocab_size,
          fmt::format("mask_token_id={} is outside the target vocabulary (0..{}); pick a reserved "
                      "id inside it (Qwen3: 151669, the id of <|MASK|>)",
                      mask_token_id, layer.vocab_size - 1));
-    need(num_target_layers >= 1,
-         fmt::format("num_target_layers={} must be positive", num_target_layers));
+    need(num_target_layers >= 1 && num_target_layers <= kMaxLayers,
+         fmt::format("num_target_layers={} is outside [1, {}]", num_target_layers, kMaxLayers));
     need(!target_layer_ids.empty(), "target_layer_ids is empty (released drafters use 5 ids)");
+    need(num_features() <= kMaxTargetFeatures,
+         fmt::format("target_layer_ids has {} ids; at most {} are supported", num_features(),
+                     kMaxTargetFeatures));
     for (size_t i = 0; i < target_layer_ids.size(); ++i) {
         const int64_t id = target_layer_ids[i];
         need(id >= 0 && id < num_target_layers,
              fmt::format("target_layer_ids[{}]={} but the target has {} layers (ids 0..{})", i, id,
                          num_target_layers, num_target_layers - 1));
+        if (num_target_layers >= 2 && id == num_target_layers - 1)
+            p.push_back(last_layer_problem(i, id, num_target_layers));
     }
     return p;
 }
@@ -377,15 +454,26 @@ DrafterConfig DrafterConfig::from_json_unchecked(const json& j) {
         DF_CHECK(dc["target_layer_ids"].is_array(),
                  "dflash_config.target_layer_ids is {} (expected a list of layer ids)",
                  dc["target_layer_ids"].dump());
+        DF_CHECK(dc["target_layer_ids"].size() <= static_cast<size_t>(kMaxTargetFeatures),
+                 "dflash_config.target_layer_ids has {} ids; at most {} are supported",
+                 dc["target_layer_ids"].size(), kMaxTargetFeatures);
         for (const auto& v : dc["target_layer_ids"])
             d.target_layer_ids.push_back(as_int(v, "dflash_config.target_layer_ids"));
     } else {
-        // Historic drafters: one target feature per draft layer.
+        // Historic drafters: one target feature per draft layer. The counts size a vector here,
+        // so they are checked first.
+        DF_CHECK(d.num_target_layers >= 1 && d.num_target_layers <= kMaxLayers &&
+                     d.layer.num_hidden_layers >= 1 &&
+                     d.layer.num_hidden_layers <= kMaxTargetFeatures,
+                 "num_target_layers={} / num_hidden_layers={} are outside [1, {}] / [1, {}]",
+                 d.num_target_layers, d.layer.num_hidden_layers, kMaxLayers, kMaxTargetFeatures);
         d.target_layer_ids =
             default_target_layer_ids(d.num_target_layers, d.layer.num_hidden_layers);
     }
     if (present(j, "layer_types")) {
         const json& lt = j["layer_types"];
+        DF_CHECK(d.layer.num_hidden_layers >= 1 && d.layer.num_hidden_layers <= kMaxLayers,
+                 "num_hidden_layers={} is outside [1, {}]", d.layer.num_hidden_layers, kMaxLayers);
         DF_CHECK(lt.is_array() && static_cast<int64_t>(lt.size()) == d.layer.num_hidden_layers,
                  "layer_types {} must list one entry per draft layer ({})", lt.dump(),
                  d.layer.num_hidden_layers);
@@ -414,7 +502,9 @@ json DrafterConfig::to_json() const {
 }
 
 DrafterConfig DrafterConfig::load(const std::filesystem::path& dir) {
-    return load_config(dir, [](const json& j) { return DrafterConfig::from_json(j); });
+    DrafterConfig d = load_config(dir, [](const json& j) { return DrafterConfig::from_json(j); });
+    check_model_files(dir, drafter_tensor_specs(d));
+    return d;
 }
 
 void DrafterConfig::save(const std::filesystem::path& dir) const {
@@ -427,9 +517,12 @@ void DrafterConfig::save(const std::filesystem::path& dir) const {
 // ---- helpers ----------------------------------------------------------------------------------
 
 std::vector<int64_t> default_target_layer_ids(int64_t num_target_layers, int64_t n) {
-    DF_CHECK(num_target_layers >= 1 && n >= 1,
-             "cannot pick {} target layer(s) from a target with {} layers", n, num_target_layers);
-    if (n == 1) return {num_target_layers / 2};
+    DF_CHECK(num_target_layers >= 2 && n >= 1,
+             "cannot pick {} target layer(s) from a target with {} layer(s): a drafter reads "
+             "layers other than the last (see target_layer_ids), so the target needs at least 2",
+             n, num_target_layers);
+    // The reference rule's [L/2] is the last layer when L == 2; its neighbour is used then.
+    if (n == 1) return {std::min(num_target_layers / 2, num_target_layers - 2)};
     const int64_t start = 1, end = num_target_layers - 3;
     std::vector<int64_t> ids;
     for (int64_t i = 0; i < n; ++i) {
@@ -437,11 +530,13 @@ std::vector<int64_t> default_target_layer_ids(int64_t num_target_layers, int64_t
                          static_cast<double>(i * (end - start)) / static_cast<double>(n - 1);
         ids.push_back(static_cast<int64_t>(std::nearbyint(x)));  // ties to even, like Python
     }
+    // Like the reference, a shallow target can get a layer twice (L = 4, n = 2: [1, 1]);
+    // make_drafter_config asks for few enough ids that its defaults never do.
     for (int64_t id : ids)
-        DF_CHECK(id >= 0 && id < num_target_layers,
+        DF_CHECK(id >= 0 && id < num_target_layers - 1,
                  "a target with {} layers is too shallow for {} evenly spread feature layers "
-                 "(got id {}); give target_layer_ids explicitly",
-                 num_target_layers, n, id);
+                 "below the last (got [{}]); give target_layer_ids explicitly or fewer features",
+                 num_target_layers, n, fmt::join(ids, ", "));
     return ids;
 }
 

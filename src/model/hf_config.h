@@ -15,8 +15,22 @@
 
 namespace dflash {
 
+// Upper bounds of config.json values: generous for any real model, small enough that a damaged or
+// mistyped config (num_hidden_layers 10^9) is refused before anything is allocated. kMaxBlockSize
+// and kMaxTargetFeatures are the ranges of the drafter.block_size and
+// drafter.num_target_features settings (tests/model/hf_config_test.cpp checks they agree).
+inline constexpr int64_t kMaxLayers = 4096;
+inline constexpr int64_t kMaxHiddenSize = int64_t{1} << 17;
+inline constexpr int64_t kMaxIntermediateSize = int64_t{1} << 20;
+inline constexpr int64_t kMaxHeads = 1024;
+inline constexpr int64_t kMaxHeadDim = 1024;
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
+inline constexpr int64_t kMaxPositions = int64_t{1} << 26;
+inline constexpr int64_t kMaxBlockSize = 256;
+inline constexpr int64_t kMaxTargetFeatures = 64;
+
 struct TargetConfig {
-    std::string model_type = "qwen3";  // "qwen3" or "llama"
+    std::string model_type = "qwen3";  // "qwen3", "qwen2" or "llama"
     int64_t hidden_size = 0;           // D
     int64_t intermediate_size = 0;     // I
     int64_t num_hidden_layers = 0;     // L
@@ -32,6 +46,10 @@ struct TargetConfig {
     bool qk_norm = true;          // true for qwen3 (q_norm/k_norm), false for llama
     int64_t bos_token_id = -1;    // -1: none
     int64_t eos_token_id = -1;    // -1: none; the first id where config.json lists several
+    std::vector<int64_t>
+        extra_eos_token_ids;  // the rest of such a list (Llama-3.1: 128008, 128009)
+    // generation_config.json's eos_token_id (an id or a list), read by load(); not in config.json.
+    std::vector<int64_t> generation_eos_token_ids;
     std::string torch_dtype = "bfloat16";  // dtype of the stored weights, as HF spells it
 
     static TargetConfig from_json(const nlohmann::json& j);
@@ -39,10 +57,21 @@ struct TargetConfig {
     // such as `dflash inspect` that report every problem instead of stopping at the first.
     static TargetConfig from_json_unchecked(const nlohmann::json& j);
     nlohmann::json to_json() const;
-    static TargetConfig load(const std::filesystem::path& dir);  // dir/config.json
-    void save(const std::filesystem::path& dir) const;           // atomic
+    // dir/config.json, and dir/generation_config.json's eos ids when that file exists; when dir
+    // holds weights, they are checked against the layout the config implies (every tensor, its
+    // shape) and the model's f32 size against this machine's memory (check_model_files), so that
+    // a config that does not describe its weights fails before a model is allocated.
+    static TargetConfig load(const std::filesystem::path& dir);
+    void save(const std::filesystem::path& dir) const;  // atomic
     // Problems that make the config unusable, each a full sentence; empty when valid.
     std::vector<std::string> problems() const;
+    // Every id that ends a reply: eos_token_id, extra_eos_token_ids, generation_eos_token_ids, in
+    // that order, without duplicates.
+    std::vector<int64_t> stop_token_ids() const;
+    // Projection biases: Qwen2 puts them on q/k/v (never o_proj, and its config.json has no
+    // attention_bias key); Llama and Qwen3 on all four exactly when attention_bias is set.
+    bool qkv_bias() const { return attention_bias || model_type == "qwen2"; }
+    bool o_bias() const { return attention_bias && model_type != "qwen2"; }
 };
 
 struct DrafterConfig {
@@ -52,19 +81,22 @@ struct DrafterConfig {
     int64_t block_size = 16;
     int64_t mask_token_id = -1;
     int64_t num_target_layers = 0;
-    std::vector<int64_t> target_layer_ids;  // K ids, in feature concatenation order
+    // K ids, in feature concatenation order; the last target layer is refused by problems().
+    std::vector<int64_t> target_layer_ids;
 
     static DrafterConfig from_json(const nlohmann::json& j);
     static DrafterConfig from_json_unchecked(const nlohmann::json& j);  // see TargetConfig's
     nlohmann::json to_json() const;
-    static DrafterConfig load(const std::filesystem::path& dir);
+    static DrafterConfig load(const std::filesystem::path& dir);  // checked as TargetConfig::load
     void save(const std::filesystem::path& dir) const;
     std::vector<std::string> problems() const;
     int64_t num_features() const { return static_cast<int64_t>(target_layer_ids.size()); }  // K
 };
 
-// The DFlash reference rule (spec §1.2): n == 1 -> [L/2]; otherwise n ids spread evenly from layer
-// 1 to layer L-3, rounded half to even as Python's round() does.
+// The DFlash reference rule (spec §1.2): n == 1 -> [L/2] (L-2 when L == 2); otherwise n ids spread
+// evenly from layer 1 to layer L-3, rounded half to even as Python's round() does. Never the last
+// layer (Note [Last target layer] in hf_config.cpp); an error when an id would fall outside
+// [0, L-2]. Shallow targets can get a layer twice, as from the reference code.
 std::vector<int64_t> default_target_layer_ids(int64_t num_target_layers, int64_t n);
 
 // A drafter for `t`: its per-layer dims, vocab and rope, `num_layers` Qwen3-style layers. An empty

@@ -96,9 +96,11 @@ void load_config(const std::filesystem::path& dir, DirState& st,
 // Whether the layout implied by a config that has problems is still worth comparing against
 // (dimensions that cannot describe any tensor would only bury the real problems).
 bool layout_is_meaningful(const TargetConfig& c) {
-    return c.hidden_size > 0 && c.intermediate_size > 0 && c.num_attention_heads > 0 &&
-           c.num_key_value_heads > 0 && c.head_dim > 0 && c.vocab_size > 0 &&
-           c.num_hidden_layers > 0 && c.num_hidden_layers <= 4096;
+    auto in = [](int64_t v, int64_t cap) { return v > 0 && v <= cap; };
+    return in(c.hidden_size, kMaxHiddenSize) && in(c.intermediate_size, kMaxIntermediateSize) &&
+           in(c.num_attention_heads, kMaxHeads) && in(c.num_key_value_heads, kMaxHeads) &&
+           in(c.head_dim, kMaxHeadDim) && in(c.vocab_size, kMaxVocabSize) &&
+           in(c.num_hidden_layers, kMaxLayers);
 }
 
 void load_weights(const std::filesystem::path& dir, DirState& st,
@@ -156,6 +158,22 @@ void check_layout(const std::vector<TensorSpec>& specs, DirState& st, bool tied,
         } else if (f.dtype != "F32" && f.dtype != "BF16" && f.dtype != "F16") {
             problems.push_back(
                 fmt::format("tensor '{}' is {}; weights must be F32, BF16 or F16", name, f.dtype));
+        }
+    }
+}
+
+// Every float tensor with NaN or infinite values.
+void check_values(const DirState& st, std::vector<std::string>& problems) {
+    for (const auto& [name, f] : st.tensors) {
+        if (f.dtype != "F32" && f.dtype != "BF16" && f.dtype != "F16") continue;
+        try {
+            const auto nf = st.ckpt->nonfinite(name);
+            if (nf.count > 0)
+                problems.push_back(
+                    fmt::format("tensor '{}' is not finite: {}", name,
+                                describe_nonfinite(nf, TensorSpec{name, f.shape}.numel())));
+        } catch (const Error& e) {
+            problems.push_back(fmt::format("tensor '{}': {}", name, e.what()));
         }
     }
 }
@@ -257,6 +275,7 @@ InspectReport inspect_directory(const std::filesystem::path& dir, const InspectO
         if (!specs.empty() && st.ckpt)
             check_layout(specs, st, st.target && st.target->tie_word_embeddings,
                          st.drafter.has_value(), r.problems);
+        if (st.ckpt && opts.check_values) check_values(st, r.problems);
         describe_config(st, out);
         if (st.ckpt || !specs.empty()) describe_weights(st, specs, opts.list_tensors, out);
         for (const auto& n : st.notes) out += fmt::format("note: {}\n", n);

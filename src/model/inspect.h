@@ -1,7 +1,8 @@
 // What is in a target, drafter or checkpoint directory (`dflash inspect`): kind, architecture,
 // parameter counts by group, dtypes and the tensor list, checked against the layout the config
 // implies. Every problem found is listed (missing config.json, unreadable weights, missing,
-// unexpected or misshapen tensors, config inconsistencies), not just the first. Lives in the
+// unexpected or misshapen tensors, config inconsistencies, NaN or infinite weights), not just the
+// first. Lives in the
 // library so tests call it directly; src/cli/cmd_inspect.cpp is the command around it.
 // Tested by tests/cli/inspect_cli_test.cpp.
 #pragma once
@@ -14,6 +15,8 @@ namespace dflash {
 
 struct InspectOptions {
     bool list_tensors = true;
+    // Read every float tensor and report NaN or infinite values (a pass over all the weights).
+    bool check_values = true;
 };
 
 struct InspectReport {

@@ -2,6 +2,11 @@
 #include "model/tensor_layout.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include "core/checkpoint_io.h"
+#include "core/error.h"
 
 namespace dflash {
 
@@ -16,14 +21,14 @@ void append_layer(std::vector<TensorSpec>& out, const std::string& prefix, const
     };
     add("input_layernorm.weight", {d});
     add("self_attn.q_proj.weight", {q, d});
-    if (c.attention_bias) add("self_attn.q_proj.bias", {q});
+    if (c.qkv_bias()) add("self_attn.q_proj.bias", {q});
     add("self_attn.k_proj.weight", {kv, d});
-    if (c.attention_bias) add("self_attn.k_proj.bias", {kv});
+    if (c.qkv_bias()) add("self_attn.k_proj.bias", {kv});
     add("self_attn.v_proj.weight", {kv, d});
-    if (c.attention_bias) add("self_attn.v_proj.bias", {kv});
+    if (c.qkv_bias()) add("self_attn.v_proj.bias", {kv});
     add("self_attn.o_proj.weight", {d, q});
-    // HF LlamaAttention/Qwen3Attention build o_proj with bias=attention_bias as well.
-    if (c.attention_bias) add("self_attn.o_proj.bias", {d});
+    // HF LlamaAttention/Qwen3Attention build o_proj with bias=attention_bias as well (Qwen2: none).
+    if (c.o_bias()) add("self_attn.o_proj.bias", {d});
     if (c.qk_norm) {
         add("self_attn.q_norm.weight", {dh});
         add("self_attn.k_norm.weight", {dh});
@@ -71,6 +76,38 @@ ParamGroup param_group(std::string_view n) {
     if (n.find("mlp.") != std::string_view::npos) return ParamGroup::mlp;
     if (n.starts_with("fc.")) return ParamGroup::fc;
     return ParamGroup::other;
+}
+
+void check_model_files(const std::filesystem::path& dir, const std::vector<TensorSpec>& specs) {
+    if (!std::filesystem::exists(dir / kSingleCheckpointFile) &&
+        !std::filesystem::exists(dir / kCheckpointIndexFile))
+        return;
+    double bytes = 0;
+    for (const auto& s : specs) bytes += static_cast<double>(s.numel()) * 4.0;
+    const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+                          static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+    DF_CHECK(memory <= 0 || bytes <= memory,
+             "'{}': the model needs {:.3g} GB for its weights in f32, more than this machine's "
+             "{:.3g} GB of memory",
+             dir.string(), bytes / 1e9, memory / 1e9);
+    const CheckpointReader r = CheckpointReader::open(dir);
+    std::vector<std::string> wrong;
+    size_t count = 0;
+    for (const auto& s : specs) {
+        std::string what;
+        if (!r.has(s.name))
+            what = fmt::format("'{}' [{}] is missing", s.name, fmt::join(s.shape, ", "));
+        else if (r.shape(s.name) != s.shape)
+            what = fmt::format("'{}' is [{}] but the config implies [{}]", s.name,
+                               fmt::join(r.shape(s.name), ", "), fmt::join(s.shape, ", "));
+        if (what.empty()) continue;
+        if (++count <= 3) wrong.push_back(what);
+    }
+    if (count > 3) wrong.push_back(fmt::format("and {} more", count - 3));
+    DF_CHECK(wrong.empty(),
+             "the weights in '{}' do not match its config.json: {}; `dflash inspect {}` lists "
+             "every difference",
+             dir.string(), fmt::join(wrong, "; "), dir.string());
 }
 
 std::string_view param_group_name(ParamGroup g) {

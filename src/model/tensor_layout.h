@@ -1,10 +1,11 @@
 // The tensor names and shapes of target checkpoints (HF Qwen3/Llama naming) and DFlash drafter
 // checkpoints (dflash-spec §1.6), computed from a config without touching any data. Loaders check
-// files against these lists; `dflash inspect` reports what is missing, unexpected or misshapen.
-// Tested by tests/model/tensor_layout_test.cpp.
+// files against these lists (check_model_files, before allocating); `dflash inspect` reports what
+// is missing, unexpected or misshapen. Tested by tests/model/tensor_layout_test.cpp.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +31,12 @@ std::vector<TensorSpec> target_tensor_specs(const TargetConfig& c);
 // post_attention_layernorm, mlp.{gate,up,down}_proj}.weight. No embeddings and no lm_head: the
 // drafter borrows the target's.
 std::vector<TensorSpec> drafter_tensor_specs(const DrafterConfig& c);
+
+// Before a model is allocated (TargetConfig::load, DrafterConfig::load): when `dir` holds weights
+// (model.safetensors or an index), the model's f32 size must fit in this machine's memory and
+// every tensor of `specs` must be in them with its shape (the error names the directory and the
+// first tensors that are not). A directory without weights is left to the weight loader.
+void check_model_files(const std::filesystem::path& dir, const std::vector<TensorSpec>& specs);
 
 // Groups for parameter counts.
 enum class ParamGroup { embeddings, attention, mlp, norms, fc, other };

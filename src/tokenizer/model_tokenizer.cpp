@@ -4,37 +4,52 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/settings.h"
 #include "core/atomic_file.h"
 #include "core/checkpoint_io.h"
 #include "core/error.h"
+#include "tokenizer/hf_tokenizer.h"
 
 namespace dflash {
 
-void save_tokenizer_spec(const std::filesystem::path& dir, const Tokenizer& tok) {
+namespace fs = std::filesystem;
+
+void save_tokenizer_spec(const fs::path& dir, const Tokenizer& tok) {
+    if (tok.name() != "byte") {
+        tok.save_files(dir);
+        return;
+    }
     nlohmann::json j;
     j["type"] = tok.name();
     j["vocab_size"] = tok.vocab_size();
     write_text_atomic(dir / kTokenizerSpecFile, j.dump(2) + "\n");
 }
 
-bool has_tokenizer_spec(const std::filesystem::path& dir) {
-    return std::filesystem::exists(dir / kTokenizerSpecFile);
+bool has_tokenizer_spec(const fs::path& dir) {
+    return fs::exists(dir / kTokenizerSpecFile) || fs::exists(dir / kHfTokenizerFile);
 }
 
-std::unique_ptr<Tokenizer> load_tokenizer_for_model(const std::filesystem::path& dir) {
+std::unique_ptr<Tokenizer> load_tokenizer_for_model(const fs::path& dir, const ChatOptions& chat) {
     const auto spec = dir / kTokenizerSpecFile;
-    if (!std::filesystem::exists(spec)) {
-        DF_CHECK(!std::filesystem::exists(dir / "tokenizer.json"),
-                 "'{}' has an HF tokenizer.json, which dflash cannot read yet; pass token ids "
-                 "(--prompt-ids) instead of text",
-                 dir.string());
-        DF_FAIL("'{}' names no tokenizer (no {}); pass token ids (--prompt-ids) instead of text",
-                dir.string(), kTokenizerSpecFile);
+    if (!fs::exists(spec)) {
+        if (fs::exists(dir / kHfTokenizerFile)) return load_hf_tokenizer(dir, chat);
+        DF_FAIL(
+            "'{}' names no tokenizer (no {} or {}); pass token ids (--prompt-ids) instead of "
+            "text, or copy the model's tokenizer files into it",
+            dir.string(), kHfTokenizerFile, kTokenizerSpecFile);
     }
     const nlohmann::json j = read_json_file(spec);
     DF_CHECK(j.contains("type") && j["type"].is_string(), "{}: missing string field \"type\"",
              spec.string());
     return make_tokenizer(j["type"].get<std::string>());
+}
+
+ChatOptions chat_options_from_settings(const config::Settings& s) {
+    ChatOptions c;
+    c.template_name = s.get<std::string>("chat.template");
+    c.enable_thinking = s.get<bool>("chat.enable_thinking");
+    c.date_string = s.get<std::string>("chat.date_string");
+    return c;
 }
 
 }  // namespace dflash

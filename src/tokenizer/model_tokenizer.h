@@ -1,21 +1,35 @@
-// Which tokenizer a model directory uses. Models written by dflash carry `dflash_tokenizer.json`
-// ({"type": "byte"}); the HF tokenizer.json reader comes later, behind the same Tokenizer
-// interface. Tested by tests/tokenizer/model_tokenizer_test.cpp.
+// Which tokenizer a model directory uses. Models written by dflash with the byte tokenizer carry
+// `dflash_tokenizer.json` ({"type": "byte"}); HF models carry `tokenizer.json` (+
+// `tokenizer_config.json`), read by hf_tokenizer.h. Tested by
+// tests/tokenizer/model_tokenizer_test.cpp.
 #pragma once
 
 #include <filesystem>
 #include <memory>
 
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dflash {
 
+namespace config {
+class Settings;
+}
+
 inline constexpr const char* kTokenizerSpecFile = "dflash_tokenizer.json";
 
-// Writes dir/dflash_tokenizer.json naming `tok` (atomically).
+// Writes what reloads `tok` into `dir`: dflash_tokenizer.json for the byte tokenizer, the HF
+// files for an HF tokenizer (atomically).
 void save_tokenizer_spec(const std::filesystem::path& dir, const Tokenizer& tok);
-// The tokenizer of a model directory; a clear error when the directory names none we can read.
-std::unique_ptr<Tokenizer> load_tokenizer_for_model(const std::filesystem::path& dir);
+// The tokenizer of a model directory: dflash_tokenizer.json if present, else tokenizer.json with
+// the chat template `chat` picks. A clear error when the directory names none, or names one
+// dflash cannot read (never a silent fallback to another tokenizer).
+std::unique_ptr<Tokenizer> load_tokenizer_for_model(const std::filesystem::path& dir,
+                                                    const ChatOptions& chat = {});
+// True if the directory names a tokenizer (dflash_tokenizer.json or tokenizer.json).
 bool has_tokenizer_spec(const std::filesystem::path& dir);
+
+// The chat.* settings.
+ChatOptions chat_options_from_settings(const config::Settings& s);
 
 }  // namespace dflash

@@ -16,7 +16,9 @@ struct Utf8Step {
 };
 
 // Classifies the UTF-8 sequence starting at s[i] (RFC 3629 table: the second byte's range depends
-// on the lead byte, which rules out overlongs, surrogates and code points above U+10FFFF).
+// on the lead byte, which rules out overlongs, surrogates and code points above U+10FFFF). An
+// invalid sequence's len is its maximal subpart: the lead byte and the continuation bytes that
+// were still acceptable, so that one U+FFFD replaces it.
 Utf8Step utf8_step(std::string_view s, size_t i) {
     const auto b0 = static_cast<unsigned char>(s[i]);
     if (b0 < 0x80) return {Utf8Status::complete, 1};
@@ -39,7 +41,7 @@ Utf8Step utf8_step(std::string_view s, size_t i) {
         if (i + k >= s.size()) return {Utf8Status::incomplete, 0};
         const auto b = static_cast<unsigned char>(s[i + k]);
         const bool ok = k == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xBF);
-        if (!ok) return {Utf8Status::invalid, 1};
+        if (!ok) return {Utf8Status::invalid, k};
     }
     return {Utf8Status::complete, len};
 }
@@ -77,12 +79,35 @@ size_t utf8_complete_prefix(std::string_view s) {
     return i;
 }
 
+std::string utf8_lossy(std::string_view s, std::vector<uint32_t>* source) {
+    std::string out;
+    out.reserve(s.size());
+    if (source) source->clear();
+    auto emit = [&](std::string_view bytes, size_t from) {
+        out.append(bytes);
+        if (source) source->insert(source->end(), bytes.size(), static_cast<uint32_t>(from));
+    };
+    for (size_t i = 0; i < s.size();) {
+        const Utf8Step st = utf8_step(s, i);
+        if (st.status == Utf8Status::complete) {
+            for (size_t k = 0; k < st.len; ++k) emit(s.substr(i + k, 1), i + k);
+            i += st.len;
+        } else {
+            // An unfinished sequence at the end is one maximal subpart: the rest of the input.
+            emit(kReplacement, i);
+            i = st.status == Utf8Status::invalid ? i + st.len : s.size();
+        }
+    }
+    if (source) source->push_back(static_cast<uint32_t>(s.size()));
+    return out;
+}
+
 Encoded Tokenizer::encode_text(std::string_view text) const {
     const SpecialTokens& sp = specials();
     Encoded out;
-    append_one(out, sp.bos, 0);
+    if (sp.bos >= 0) append_one(out, sp.bos, 0);
     append_marked(out, encode(text), 1);
-    append_one(out, sp.eos, 1);
+    if (sp.eos >= 0) append_one(out, sp.eos, 1);
     return out;
 }
 
@@ -103,6 +128,8 @@ Encoded Tokenizer::encode_chat(const std::vector<ChatMessage>& msgs,
         } else {
             DF_FAIL("chat message {} has role '{}'; expected system, user or assistant", i, m.role);
         }
+        DF_CHECK(marker >= 0, "tokenizer '{}' has no {} marker token for its chat template", name(),
+                 m.role);
         // Only the reply is trained on: the drafter learns to predict what the target says,
         // not what the user typed. end_turn is part of the reply (the model must learn to stop).
         const uint8_t mask = marker == sp.assistant ? 1 : 0;
@@ -116,8 +143,14 @@ Encoded Tokenizer::encode_chat(const std::vector<ChatMessage>& msgs,
 
 std::unique_ptr<Tokenizer> make_tokenizer(std::string_view spec) {
     if (spec == "byte") return make_byte_tokenizer();
-    DF_FAIL("unknown tokenizer '{}'; available: byte (HF tokenizer.json support is not built yet)",
-            spec);
+    DF_CHECK(!spec.starts_with("hf-bpe:"),
+             "tokenizer '{}' is an HF tokenizer.json, which is read from a model directory, not "
+             "made by name; give the model directory (e.g. `dflash data prepare --model DIR`)",
+             spec);
+    DF_FAIL(
+        "unknown tokenizer '{}'; available by name: byte (HF tokenizers come from a model "
+        "directory's tokenizer.json)",
+        spec);
 }
 
 std::string StreamDecoder::push(int32_t id) {

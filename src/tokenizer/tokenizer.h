@@ -1,10 +1,11 @@
-// The tokenizer interface every other layer uses (model, data, inference), plus the chat template
-// and a UTF-8-safe streaming decoder. Concrete tokenizers: byte_tokenizer.cpp (ids are bytes);
-// the HF byte-level BPE tokenizer will implement the same interface.
-// Tested by tests/tokenizer/tokenizer_test.cpp.
+// The tokenizer interface every other layer uses (model, data, inference), plus the byte
+// tokenizer's chat template and a UTF-8-safe streaming decoder. Concrete tokenizers:
+// byte_tokenizer.cpp (ids are bytes) and hf_tokenizer.cpp (HF tokenizer.json byte-level BPE, whose
+// chat templates are in chat_template.h). Tested by tests/tokenizer/tokenizer_test.cpp.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
@@ -13,11 +14,14 @@
 
 namespace dflash {
 
-// Ids of the special tokens. Every tokenizer has all eight; DFlash needs `mask` for the block
-// inputs and the chat template needs the role markers.
+// Ids of the special tokens; -1 where a tokenizer has none. The byte tokenizer has all eight (its
+// chat template is made of the role markers); an HF tokenizer has bos only when its
+// post-processor adds one (Llama-3, not Qwen), eos from tokenizer_config.json, mask when its
+// vocabulary holds <|MASK|>, end_turn from its chat template (<|im_end|>, <|eot_id|>) and no role
+// markers (its templates write roles as text).
 struct SpecialTokens {
-    int32_t bos, eos, pad, mask;
-    int32_t system, user, assistant, end_turn;
+    int32_t bos = -1, eos = -1, pad = -1, mask = -1;
+    int32_t system = -1, user = -1, assistant = -1, end_turn = -1;
 };
 
 struct ChatMessage {
@@ -38,18 +42,28 @@ class Tokenizer {
     virtual std::string name() const = 0;
     virtual int64_t vocab_size() const = 0;
     virtual const SpecialTokens& specials() const = 0;
-    // Text to ids; no special tokens are added and none are recognised in `text`.
+    // Text to ids; no bos/eos are added. The byte tokenizer recognises no special tokens in
+    // `text`; an HF tokenizer recognises its added tokens (as HF `encode` does by default).
     virtual std::vector<int32_t> encode(std::string_view text) const = 0;
-    // Ids to text; special tokens are rendered as <|name|>. Throws on an id outside the vocabulary.
+    // Ids to the bytes they stand for (possibly ending inside a UTF-8 character); special tokens
+    // are rendered as their text (<|name|>). Throws on an id outside the vocabulary.
     virtual std::string decode(std::span<const int32_t> ids) const = 0;
 
-    // Plain text: [bos] text [eos]; loss mask 1 on every token after bos.
+    // Plain text: [bos] text [eos] (bos/eos left out where the tokenizer has none); loss mask 1 on
+    // every token after bos.
     virtual Encoded encode_text(std::string_view text) const;
-    // Chat: [bos], then per message [role marker] content [end_turn]. Loss mask 1 on assistant
-    // content tokens and their end_turn, 0 elsewhere. `add_generation_prompt` appends
-    // [assistant] so that the model continues with the reply (inference prompts).
+    // Chat, the byte tokenizer's template: [bos], then per message [role marker] content
+    // [end_turn]. Loss mask 1 on assistant content tokens and their end_turn, 0 elsewhere.
+    // `add_generation_prompt` appends [assistant] so that the model continues with the reply
+    // (inference prompts). HF tokenizers override this with their model's template.
     virtual Encoded encode_chat(const std::vector<ChatMessage>& msgs,
                                 bool add_generation_prompt) const;
+    // The chat template encode_chat applies ("byte", "qwen3", "llama3", ...; "none" when the
+    // tokenizer has none and encode_chat throws).
+    virtual std::string chat_template_name() const { return "byte"; }
+    // Writes whatever files reproduce this tokenizer into `dir` (HF: tokenizer.json and
+    // tokenizer_config.json); the byte tokenizer needs none. See save_tokenizer_spec.
+    virtual void save_files(const std::filesystem::path& dir) const {}
 };
 
 // The byte-level tokenizer: ids 0..255 are bytes, then pad, bos, eos, mask, system, user,
@@ -76,9 +90,14 @@ class StreamDecoder {
 };
 
 // Length of the longest prefix of `s` made of complete UTF-8 sequences, where `s` may end in the
-// middle of one. Invalid bytes count as complete (one byte each). Used by StreamDecoder.
+// middle of one. Invalid bytes count as complete. Used by StreamDecoder.
 size_t utf8_complete_prefix(std::string_view s);
 // True if `s` is valid UTF-8 (no overlongs, surrogates or code points above U+10FFFF).
 bool is_valid_utf8(std::string_view s);
+// `s` with every ill-formed part replaced by U+FFFD, one per maximal subpart (the Unicode
+// recommendation that Python's errors="replace", Rust's from_utf8_lossy and WHATWG decoders
+// follow). When `source` is given it receives, for each output byte and one past the end, the
+// offset of the input byte it came from.
+std::string utf8_lossy(std::string_view s, std::vector<uint32_t>* source = nullptr);
 
 }  // namespace dflash

@@ -2,6 +2,7 @@
 #include "train/checkpoint.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <fstream>
 #include <sstream>
@@ -30,8 +31,8 @@ std::string v_key(const std::string& n) {
 // Every parameter's f32 master weights and Adam moments, named per parameter.
 void write_state_tensors(const fs::path& path, const ParamSet& params, const AdamW& opt) {
     Backend& be = params.backend();
-    const HostTensor master = to_host_f32(be, params.training() ? params.flat_master()
-                                                                : params.flat_values());
+    const HostTensor master =
+        to_host_f32(be, params.training() ? params.flat_master() : params.flat_values());
     const HostTensor m = to_host_f32(be, opt.m());
     const HostTensor v = to_host_f32(be, opt.v());
     std::vector<std::pair<std::string, Tensor>> tensors;
@@ -53,7 +54,8 @@ void read_into(const SafetensorsFile& f, const std::string& key, const Param& p,
     HostTensor t = f.read_f32(key);
     DF_CHECK(t.shape() == p.shape, "'{}': tensor '{}' has shape {} but the model needs {}",
              f.path().string(), key, t.shape().to_string(), p.shape.to_string());
-    copy_tensor(flat.view().rows(p.offset, p.offset + p.shape.numel()), t.view().reshape({t.numel()}));
+    copy_tensor(flat.view().rows(p.offset, p.offset + p.shape.numel()),
+                t.view().reshape({t.numel()}));
 }
 
 std::string read_text(const fs::path& p) {
@@ -101,13 +103,29 @@ TrainingState training_state_from_json(const nlohmann::json& j) {
              kTrainingStateVersion);
     TrainingState s;
     s.kind = field<std::string>(j, "kind");
+    DF_CHECK(s.kind == "drafter" || s.kind == "target",
+             "training_state.json: \"kind\" is \"{}\"; expected \"drafter\" or \"target\"", s.kind);
     s.step = field<int64_t>(j, "step");
     s.total_steps = field<int64_t>(j, "total_steps");
     s.epoch = field<int64_t>(j, "epoch");
+    DF_CHECK(s.step >= 1,
+             "training_state.json: \"step\" is {}; a checkpoint is written after at least one "
+             "optimizer step (step >= 1); the file is damaged",
+             s.step);
+    DF_CHECK(s.total_steps >= s.step,
+             "training_state.json: \"total_steps\" is {}, below \"step\" {}; the file is damaged",
+             s.total_steps, s.step);
+    DF_CHECK(s.epoch >= 0, "training_state.json: \"epoch\" is {}; it must be >= 0", s.epoch);
     const auto loaders = field<nlohmann::json>(j, "loaders");
     DF_CHECK(loaders.is_array() && !loaders.empty(),
              "training_state.json: \"loaders\" must be a non-empty array (one per worker)");
-    for (const auto& l : loaders) s.loaders.push_back(loader_state_from_json(l));
+    for (const auto& l : loaders) {
+        s.loaders.push_back(loader_state_from_json(l));
+        DF_CHECK(s.loaders.back().epoch >= 0 && s.loaders.back().cursor >= 0,
+                 "training_state.json: loader state {} of worker {} is negative; the file is "
+                 "damaged",
+                 l.dump(), s.loaders.size() - 1);
+    }
     const auto rng = field<nlohmann::json>(j, "rng");
     s.seed = field<uint64_t>(rng, "seed");
     s.anchor_seed = field<uint64_t>(rng, "anchor_seed");
@@ -171,6 +189,31 @@ void load_optimizer_state(const fs::path& checkpoint_dir, int64_t optimizer_step
     from_host_f32(be, opt.m(), m.view());
     from_host_f32(be, opt.v(), v.view());
     opt.set_steps_done(optimizer_steps);
+}
+
+void check_training_state_files(const fs::path& checkpoint_dir) {
+    const CheckpointReader model = CheckpointReader::open(checkpoint_dir);
+    const SafetensorsFile f = SafetensorsFile::open(checkpoint_dir / kTrainingStateTensors);
+    std::vector<std::string> problems;
+    for (const std::string& name : model.names()) {
+        for (const std::string& key : {master_key(name), m_key(name), v_key(name)}) {
+            if (!f.has(key))
+                problems.push_back(fmt::format("no '{}'", key));
+            else if (f.entry(key).shape != model.shape(name))
+                problems.push_back(fmt::format("'{}' has shape [{}] but the model's is [{}]", key,
+                                               fmt::join(f.entry(key).shape, ", "),
+                                               fmt::join(model.shape(name), ", ")));
+        }
+    }
+    if (problems.size() > 3) {
+        const size_t more = problems.size() - 3;
+        problems.resize(3);
+        problems.push_back(fmt::format("{} more", more));
+    }
+    DF_CHECK(problems.empty(),
+             "'{}' does not match the checkpoint's model: {}; was it written for another model or "
+             "damaged?",
+             f.path().string(), fmt::join(problems, "; "));
 }
 
 std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {

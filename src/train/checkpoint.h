@@ -3,7 +3,8 @@
 // AdamW moments of every parameter) and training_state.json (step, epoch, every worker's loader
 // state, seeds, the settings dump and hash, format version), and settings.toml. A checkpoint is
 // written into a temporary directory and renamed; <run>/latest names the newest and is replaced
-// atomically. Tested by tests/train/checkpoint_test.cpp.
+// atomically. Tested by tests/train/checkpoint_test.cpp and, for damaged checkpoints,
+// tests/train/resume_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -59,6 +60,11 @@ TrainingState read_training_state(const std::filesystem::path& checkpoint_dir);
 // training_state.safetensors; every tensor must be present with its shape.
 void load_optimizer_state(const std::filesystem::path& checkpoint_dir, int64_t optimizer_steps,
                           ParamSet& params, AdamW& opt);
+
+// Checks, without reading tensor data, that training_state.safetensors holds the fp32 master,
+// adam_m and adam_v of every tensor of the checkpoint's model files, with their shapes: what
+// load_optimizer_state will need. Errors name the file and the first few problems.
+void check_training_state_files(const std::filesystem::path& checkpoint_dir);
 
 // The checkpoint named by <run_dir>/latest, if any.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_dir);

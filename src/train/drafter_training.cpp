@@ -13,9 +13,9 @@
 
 #include "core/error.h"
 #include "data/anchors.h"
-#include "infer/bench.h"
 #include "infer/prompts.h"
 #include "infer/spec_decode.h"
+#include "infer/stop_tokens.h"
 #include "tokenizer/model_tokenizer.h"
 #include "train/checkpoint.h"
 
@@ -152,14 +152,25 @@ std::unique_ptr<DecodeEvalSetup> make_decode_setup(const fs::path& given, const 
 }  // namespace
 
 std::unique_ptr<Tokenizer> training_tokenizer(const fs::path& target_dir,
-                                              const std::string& dataset_tokenizer) {
-    std::unique_ptr<Tokenizer> tok = has_tokenizer_spec(target_dir)
-                                         ? load_tokenizer_for_model(target_dir)
-                                         : make_tokenizer(dataset_tokenizer);
+                                              const std::string& dataset_tokenizer,
+                                              const ChatOptions& chat) {
+    // No fallback: ids mean something only with the target's own tokenizer.
+    DF_CHECK(has_tokenizer_spec(target_dir),
+             "the target '{}' names no tokenizer (no tokenizer.json or {}), so nothing says that "
+             "the data's ids (tokenizer '{}') mean to it what they meant when tokenized; copy the "
+             "model's tokenizer files into the target directory",
+             target_dir.string(), kTokenizerSpecFile, dataset_tokenizer);
+    std::unique_ptr<Tokenizer> tok;
+    try {
+        tok = load_tokenizer_for_model(target_dir, chat);
+    } catch (const Error& e) {
+        DF_FAIL("the target's tokenizer cannot be used, so training on it is refused: {}",
+                e.what());
+    }
     DF_CHECK(tok->name() == dataset_tokenizer,
              "the target '{}' uses tokenizer '{}' but the data was tokenized with '{}'; "
-             "re-run `dflash data prepare` with the target's tokenizer",
-             target_dir.string(), tok->name(), dataset_tokenizer);
+             "re-run `dflash data prepare --model {}` so the data is in the target's ids",
+             target_dir.string(), tok->name(), dataset_tokenizer, target_dir.string());
     return tok;
 }
 
@@ -168,6 +179,14 @@ DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const 
     const TargetConfig& tc = target.config();
     int64_t mask = s.get<int64_t>("drafter.mask_token_id");
     if (mask < 0) mask = tok.specials().mask;
+    // No <|MASK|> token: the first embedding row past the tokenizer's ids, which is what Qwen3
+    // drafters use (151669: Qwen3's ids end with </think> = 151668; the embedding has 151936 rows).
+    if (mask < 0 && tok.vocab_size() < tc.vocab_size) mask = tok.vocab_size();
+    DF_CHECK(mask >= 0,
+             "the tokenizer has no <|MASK|> token and the target's embedding has no row past the "
+             "tokenizer's {} ids; set drafter.mask_token_id to the id of a reserved token the "
+             "target never produces",
+             tok.vocab_size());
     DF_CHECK(mask < tc.vocab_size,
              "drafter.mask_token_id={} is outside the target vocabulary "
              "(size {}); the MASK row must exist in the target's embedding",
@@ -186,10 +205,16 @@ DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const 
     return DrafterModel::random(be, dc, seed ^ kInitSalt);
 }
 
-TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Settings& s,
+TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Settings& given,
                                   const Logger& log) {
     DF_CHECK(!job.target_dir.empty(), "no target: give --target DIR (an HF model directory)");
     DF_CHECK(!job.data_dir.empty(), "no training data: give --data DIR (`dflash data prepare`)");
+    TrainerSpec spec;
+    spec.kind = "drafter";
+    if (!job.resume.empty()) spec.resume_from = resolve_resume_dir(job.resume);
+    // A resume continues the checkpoint's run: its settings, except what is given explicitly.
+    const config::Settings s =
+        spec.resume_from ? settings_for_resume(given, *spec.resume_from, {"drafter."}, log) : given;
     const ShardedDataset train = ShardedDataset::open(job.data_dir);
     const std::optional<ShardedDataset> eval = open_eval_data(job.eval_data_dir, s);
 
@@ -197,20 +222,17 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Sett
     // copies them to its device (CPU workers share the target).
     const std::unique_ptr<Backend> host = make_cpu_backend(1);
     const TargetModel target = TargetModel::load(*host, job.target_dir);
-    const auto tok = training_tokenizer(job.target_dir, train.tokenizer_name());
+    const auto tok =
+        training_tokenizer(job.target_dir, train.tokenizer_name(), chat_options_from_settings(s));
     DF_CHECK(train.vocab_size() <= target.config().vocab_size,
              "the data's vocabulary ({} ids) is larger than the target's ({})", train.vocab_size(),
              target.config().vocab_size);
 
-    TrainerSpec spec;
-    spec.kind = "drafter";
-    if (!job.resume.empty()) spec.resume_from = resolve_resume_dir(job.resume);
     // The starting weights: a resumed run overwrites them with the checkpoint's fp32 masters,
     // but the architecture comes from the checkpoint's config.json.
-    DrafterModel init = spec.resume_from ? DrafterModel::load(*host, *spec.resume_from)
-                        : !job.init_drafter.empty()
-                            ? DrafterModel::load(*host, job.init_drafter)
-                            : make_initial_drafter(*host, target, *tok, s);
+    DrafterModel init = spec.resume_from            ? DrafterModel::load(*host, *spec.resume_from)
+                        : !job.init_drafter.empty() ? DrafterModel::load(*host, job.init_drafter)
+                                                    : make_initial_drafter(*host, target, *tok, s);
     const auto mismatch = drafter_target_mismatches(init.config(), target.config());
     DF_CHECK(mismatch.empty(), "the drafter does not fit the target '{}': {}",
              job.target_dir.string(), mismatch.front());

@@ -12,6 +12,7 @@
 #include "core/logging.h"
 #include "model/drafter.h"
 #include "model/target.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "train/trainer.h"
 
@@ -41,9 +42,11 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Sett
 DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const Tokenizer& tok,
                                   const config::Settings& settings);
 
-// The tokenizer of a training run: the target's (dflash_tokenizer.json) when it names one, else
-// the one the dataset was tokenized with; the two must agree.
+// The tokenizer of a training run: the target's (tokenizer.json or dflash_tokenizer.json), which
+// must be the one the dataset was tokenized with. A target that names no tokenizer, or one dflash
+// cannot read, is refused: nothing falls back to another tokenizer.
 std::unique_ptr<Tokenizer> training_tokenizer(const std::filesystem::path& target_dir,
-                                              const std::string& dataset_tokenizer);
+                                              const std::string& dataset_tokenizer,
+                                              const ChatOptions& chat);
 
 }  // namespace dflash::train

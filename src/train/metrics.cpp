@@ -4,7 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 
 #include "core/atomic_file.h"
@@ -51,19 +53,21 @@ nlohmann::json record_json(const StepRecord& r) {
     return j;
 }
 
-MetricsLog::MetricsLog(const std::filesystem::path& path) : path_(path) {
-    file_ = std::fopen(path.c_str(), "a");
-    DF_CHECK(file_ != nullptr,
-             "cannot open '{}' for appending metrics; is the run directory "
-             "writable?",
-             path.string());
-}
+MetricsLog::MetricsLog(const std::filesystem::path& path, std::optional<int64_t> keep_through_step)
+    : path_(path), keep_through_step_(keep_through_step) {}
 
 MetricsLog::~MetricsLog() {
     if (file_) std::fclose(file_);
 }
 
 void MetricsLog::append(const StepRecord& r) {
+    if (file_ == nullptr) {
+        if (keep_through_step_) dropped_ = truncate_metrics(path_, *keep_through_step_);
+        file_ = std::fopen(path_.c_str(), "a");
+        DF_CHECK(file_ != nullptr,
+                 "cannot open '{}' for appending metrics: {}; is the run directory writable?",
+                 path_.string(), std::strerror(errno));
+    }
     const std::string line = record_json(r).dump() + "\n";
     DF_CHECK(std::fputs(line.c_str(), file_) >= 0 && std::fflush(file_) == 0,
              "writing metrics to '{}' failed (disk full?)", path_.string());

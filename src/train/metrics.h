@@ -59,14 +59,23 @@ nlohmann::json record_json(const StepRecord& r);
 // every record written so far.
 class MetricsLog {
   public:
-    explicit MetricsLog(const std::filesystem::path& path);
+    // Nothing is opened or changed until the first append(): a run refused while it starts up
+    // leaves the file as it was. Then, with `keep_through_step`, records after that step are
+    // dropped first (truncate_metrics: a resumed run writes them again; 0 drops every record, for
+    // a fresh run in a directory whose earlier run never reached a checkpoint).
+    explicit MetricsLog(const std::filesystem::path& path,
+                        std::optional<int64_t> keep_through_step = std::nullopt);
     ~MetricsLog();
     MetricsLog(const MetricsLog&) = delete;
     MetricsLog& operator=(const MetricsLog&) = delete;
     void append(const StepRecord& r);
+    // Records dropped by the first append's truncation.
+    int64_t dropped() const { return dropped_; }
 
   private:
     std::filesystem::path path_;
+    std::optional<int64_t> keep_through_step_;
+    int64_t dropped_ = 0;
     std::FILE* file_ = nullptr;
 };
 

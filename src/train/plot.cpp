@@ -12,6 +12,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace dflash {
 
@@ -342,8 +343,9 @@ std::filesystem::path plot_run(const std::filesystem::path& run_dir,
              "'{}' is not a directory; expected a run "
              "directory holding metrics.jsonl",
              run_dir.string());
-    const TrainingCurves c = read_metrics_jsonl(run_dir / "metrics.jsonl");
     const std::filesystem::path out = output.empty() ? run_dir / "curves.svg" : output;
+    check_output_file(out, "--output");
+    const TrainingCurves c = read_metrics_jsonl(run_dir / "metrics.jsonl");
     std::string name = std::filesystem::weakly_canonical(run_dir).filename().string();
     const int64_t n = static_cast<int64_t>(c.train.size() + c.eval.size());
     write_text_atomic(out, render_training_svg(c, fmt::format("dflash training: {} ({} records, "

@@ -16,6 +16,11 @@ namespace fs = std::filesystem;
 
 constexpr uint64_t kInitSalt = 0x7a67ull;
 
+// The settings that fix the target's shape, which a resume cannot change.
+const std::vector<std::string> kShapeKeys = {"pretrain.hidden_size", "pretrain.num_layers",
+                                             "pretrain.num_heads",   "pretrain.num_kv_heads",
+                                             "pretrain.head_dim",    "pretrain.intermediate_size"};
+
 class PretrainTask : public WorkerTask {
   public:
     PretrainTask(Backend& be, const TargetModel& init, const Tokenizer& tok, bool loss_on_prompt,
@@ -68,7 +73,7 @@ class PretrainTask : public WorkerTask {
 TargetConfig pretrain_target_config(const config::Settings& s, const Tokenizer& tok,
                                     int64_t data_vocab) {
     TargetConfig c;
-    c.model_type = "qwen3";
+    c.model_type = s.get<std::string>("pretrain.architecture");
     c.hidden_size = s.get<int64_t>("pretrain.hidden_size");
     c.num_hidden_layers = s.get<int64_t>("pretrain.num_layers");
     c.num_attention_heads = s.get<int64_t>("pretrain.num_heads");
@@ -79,10 +84,17 @@ TargetConfig pretrain_target_config(const config::Settings& s, const Tokenizer& 
     // Generation runs past the training length (prompt + new tokens + a block): RoPE allows it.
     c.max_position_embeddings = std::max<int64_t>(4096, s.get<int64_t>("pretrain.max_length"));
     c.rms_norm_eps = 1e-6;
-    c.rope.theta = 10000.0;
-    c.tie_word_embeddings = false;
+    c.rope.theta = s.get<double>("pretrain.rope_theta");
+    if (s.get<std::string>("pretrain.rope_scaling") == "llama3") {
+        c.rope.scaling = {.type = RopeScalingType::llama3,  // Llama-3.1's rope_scaling
+                          .factor = 8.0,
+                          .low_freq_factor = 1.0,
+                          .high_freq_factor = 4.0,
+                          .original_max_position = 8192};
+    }
+    c.tie_word_embeddings = s.get<bool>("pretrain.tie_word_embeddings");
     c.attention_bias = false;
-    c.qk_norm = true;
+    c.qk_norm = c.model_type == "qwen3";
     c.bos_token_id = tok.specials().bos;
     c.eos_token_id = tok.specials().eos;
     c.torch_dtype = "bfloat16";
@@ -91,15 +103,19 @@ TargetConfig pretrain_target_config(const config::Settings& s, const Tokenizer& 
     return c;
 }
 
-TrainSummary run_pretraining(const PretrainJob& job, const config::Settings& s, const Logger& log) {
+TrainSummary run_pretraining(const PretrainJob& job, const config::Settings& given,
+                             const Logger& log) {
     DF_CHECK(!job.data_dir.empty(), "no training data: give --data DIR (`dflash data prepare`)");
+    TrainerSpec spec;
+    spec.kind = "target";
+    if (!job.resume.empty()) spec.resume_from = resolve_resume_dir(job.resume);
+    // A resume continues the checkpoint's run: its settings, except what is given explicitly.
+    const config::Settings s =
+        spec.resume_from ? settings_for_resume(given, *spec.resume_from, kShapeKeys, log) : given;
     const ShardedDataset train = ShardedDataset::open(job.data_dir);
     const std::optional<ShardedDataset> eval = open_eval_data(job.eval_data_dir, s);
     const auto tok = make_tokenizer(train.tokenizer_name());
 
-    TrainerSpec spec;
-    spec.kind = "target";
-    if (!job.resume.empty()) spec.resume_from = resolve_resume_dir(job.resume);
     const auto seed = static_cast<uint64_t>(s.get<int64_t>("runtime.seed"));
     // The initial weights are made once in host memory; each worker copies them to its device.
     const std::unique_ptr<Backend> host = make_cpu_backend(1);
@@ -109,7 +125,7 @@ TrainSummary run_pretraining(const PretrainJob& job, const config::Settings& s, 
             : TargetModel::random(*host, pretrain_target_config(s, *tok, train.vocab_size()),
                                   seed ^ kInitSalt);
     const TargetConfig& c = init.config();
-    log.info("target: qwen3, {} layers, hidden {}, heads {}/{}, vocab {}, {} parameters",
+    log.info("target: {}, {} layers, hidden {}, heads {}/{}, vocab {}, {} parameters", c.model_type,
              c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
              c.vocab_size, init.params().numel());
 

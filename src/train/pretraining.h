@@ -26,9 +26,10 @@ struct PretrainJob {
 TrainSummary run_pretraining(const PretrainJob& job, const config::Settings& settings,
                              const Logger& log);
 
-// The target a pretraining run builds: Qwen3 layout with the pretrain.* dims, the tokenizer's
-// vocabulary (and the data's, if larger) rounded up to a multiple of 8, its bos/eos ids, untied
-// embeddings.
+// The target a pretraining run builds: the pretrain.architecture layout (qwen3, or llama: no q/k
+// norm) with the pretrain.* dims, RoPE (theta, optional llama3 scaling) and embedding tying, the
+// tokenizer's vocabulary (and the data's, if larger) rounded up to a multiple of 8, its bos/eos
+// ids.
 TargetConfig pretrain_target_config(const config::Settings& settings, const Tokenizer& tok,
                                     int64_t data_vocab);
 

@@ -1,8 +1,9 @@
 // The data-parallel training loop (see trainer.h). Tested by tests/train/trainer_test.cpp,
-// pretrain_test.cpp, eval_decode_test.cpp, metrics_resume_test.cpp, data_order_test.cpp and
-// divergence_test.cpp.
+// pretrain_test.cpp, eval_decode_test.cpp, metrics_resume_test.cpp, data_order_test.cpp,
+// divergence_test.cpp, resume_test.cpp and signal_test.cpp.
 #include "train/trainer.h"
 
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,13 +13,15 @@
 #include "backend/backend_factory.h"
 #include "comm/in_process.h"
 #include "config/dump.h"
+#include "config/toml_file.h"
 #include "core/atomic_file.h"
+#include "core/dir_lock.h"
 #include "core/error.h"
+#include "core/worker_pool.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
 #include "train/signal_watcher.h"
-#include "train/worker_pool.h"
 
 namespace dflash::train {
 namespace {
@@ -201,8 +204,8 @@ void Worker::setup() {
     const MicroBatch largest = task_->largest_batch(sh_.spec.max_length);
     const Tensor stats = step_out_.view().rows(0, layout_.size());
     ws_ = Workspace(*be_, plan_workspace(*be_, [&](Backend& pb, Workspace& pws) {
-                        task_->run(pb, pws, largest, 1.0f, stats);
-                    }));
+        task_->run(pb, pws, largest, 1.0f, stats);
+    }));
     if (sh_.resume) {
         const TrainingState& rs = *sh_.resume;
         loader_->set_state(rs.loaders[rank_]);
@@ -271,7 +274,8 @@ bool Worker::train_step(int64_t step) {
     params.zero_grads();
     const int64_t S = layout_.size();
     const Tensor out = step_out_.view();
-    const Tensor stats = out.rows(0, S), norm_sq = out.rows(S, S + 1), clip = out.rows(S + 1, S + 2);
+    const Tensor stats = out.rows(0, S), norm_sq = out.rows(S, S + 1),
+                 clip = out.rows(S + 1, S + 2);
     be_->fill(out, 0.0f);
     const float scale = w > 0 ? static_cast<float>(1.0 / w) : 0.0f;
     for (const MicroBatch& mb : mbs)
@@ -492,7 +496,7 @@ int64_t count_total_steps(const TrainerSpec& spec, const LoopOptions& o) {
 }
 
 void check_resume(const TrainingState& rs, const TrainerSpec& spec, const LoopOptions& o,
-                  const config::Settings& settings, int64_t total, const Logger& log) {
+                  int64_t total, const Logger& log) {
     DF_CHECK(rs.kind == spec.kind,
              "--resume: the checkpoint trains a {} but this command "
              "trains a {}",
@@ -510,14 +514,76 @@ void check_resume(const TrainingState& rs, const TrainerSpec& spec, const LoopOp
             "resume: the run now has {} steps (the checkpoint's run had {}); the learning "
             "rate schedule changes",
             total, rs.total_steps);
-    if (rs.settings_hash != settings.hash())
-        log.warn(
-            "resume: the settings differ from the checkpoint's (hash {} vs {}); compare "
-            "with `dflash config diff <checkpoint>/settings.toml`",
-            settings.hash(), rs.settings_hash);
+    // Every worker's data position must exist in this data with these loader settings; checked
+    // here, before anything in the run directory changes, rather than in the workers.
+    // (Every worker's plan has the same shape, so one probe serves all.)
+    PackedLoader probe(*spec.train_data, loader_options(spec.max_length, o, 0));
+    for (int r = 0; r < o.workers; ++r) {
+        try {
+            probe.set_state(rs.loaders[static_cast<size_t>(r)]);
+        } catch (const Error& e) {
+            DF_FAIL("--resume: worker {}'s data position does not fit this data: {}", r, e.what());
+        }
+    }
+    check_training_state_files(*spec.resume_from);
+}
+
+// Whether `dir` holds checkpoints (a `latest` file, or checkpoint-* directories without one).
+bool holds_checkpoints(const fs::path& dir) {
+    if (fs::exists(dir / kLatestFile)) return true;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+        if (e.path().filename().string().starts_with("checkpoint-")) return true;
+    return false;
 }
 
 }  // namespace
+
+std::function<void(int)> stop_on_signal(StopSource& stop, const Logger& log) {
+    return [&stop, log](int sig) {
+        log.warn("{}: stopping after this step with a checkpoint (again to quit at once)",
+                 sig == SIGINT ? "interrupt" : "terminate");
+        stop.request(sig);
+    };
+}
+
+config::Settings settings_for_resume(const config::Settings& given,
+                                     const std::filesystem::path& checkpoint_dir,
+                                     const std::vector<std::string>& shape_keys,
+                                     const Logger& log) {
+    const TrainingState rs = read_training_state(checkpoint_dir);
+    const std::string name = (checkpoint_dir / kTrainingStateJson).string();
+    std::vector<config::Assignment> saved;
+    try {
+        saved = config::parse_toml_text(given.registry(), rs.settings_toml, name);
+    } catch (const Error& e) {
+        DF_FAIL("--resume: the settings saved in {} cannot be used: {}", name, e.what());
+    }
+    auto is_shape_key = [&](const std::string& key) {
+        for (const auto& k : shape_keys)
+            if (key == k || (k.ends_with('.') && key.starts_with(k))) return true;
+        return false;
+    };
+    std::vector<config::Assignment> inherited;
+    std::vector<std::string> changed_shape, overridden;
+    for (auto& a : saved) {
+        if (given.source(a.key) == "default") {
+            inherited.push_back(std::move(a));
+            continue;
+        }
+        if (given.value(a.key) == a.value) continue;
+        const std::string d = fmt::format("{}={} ({}; the checkpoint has {})", a.key,
+                                          config::display_value(given.value(a.key)),
+                                          given.source(a.key), config::display_value(a.value));
+        (is_shape_key(a.key) ? changed_shape : overridden).push_back(d);
+    }
+    DF_CHECK(changed_shape.empty(),
+             "--resume: the model's shape is fixed by the checkpoint, but {}; drop these "
+             "settings to resume, or start a new run (without --resume) to train another shape",
+             fmt::join(changed_shape, ", "));
+    for (const auto& d : overridden) log.warn("resume: {} overrides the checkpoint's setting", d);
+    return given.with(inherited);
+}
 
 LoaderOptions training_loader_options(const config::Settings& settings, int64_t max_length,
                                       int rank) {
@@ -527,7 +593,7 @@ LoaderOptions training_loader_options(const config::Settings& settings, int64_t 
 void prepare_run_dir(const fs::path& run_dir, const config::Settings& settings, bool resuming) {
     fs::create_directories(run_dir);
     if (!resuming) {
-        DF_CHECK(!fs::exists(run_dir / kLatestFile),
+        DF_CHECK(!holds_checkpoints(run_dir),
                  "the run directory '{}' already holds checkpoints; continue it with --resume {} "
                  "or choose another --output",
                  run_dir.string(), run_dir.string());
@@ -542,47 +608,49 @@ TrainSummary run_trainer(const TrainerSpec& spec, const config::Settings& settin
     const char* device_kind = o.backend == DeviceKind::cuda ? "cuda" : "cpu";
     Shared sh(spec, settings, log, o);
     sh.total_steps = count_total_steps(spec, o);
+    // One writer per run directory; held until the run returns.
+    const DirLock lock =
+        DirLock::acquire(spec.run_dir, "run directory", fmt::format("{} training", spec.kind));
     if (spec.resume_from) {
         sh.resume = read_training_state(*spec.resume_from);
-        check_resume(*sh.resume, spec, o, settings, sh.total_steps, log);
+        check_resume(*sh.resume, spec, o, sh.total_steps, log);
     }
+    // Nothing in the run directory has changed so far.
     prepare_run_dir(spec.run_dir, settings, spec.resume_from.has_value());
     sh.summary.run_dir = spec.run_dir;
     sh.summary.metrics_path = spec.run_dir / "metrics.jsonl";
-    if (sh.resume) {
-        // An interrupted run may have logged steps after its checkpoint; they are run again.
-        const int64_t dropped = truncate_metrics(sh.summary.metrics_path, sh.resume->step);
-        if (dropped > 0)
-            log.info("resume: dropped {} metrics record(s) after step {} from {}", dropped,
-                     sh.resume->step, sh.summary.metrics_path.string());
-    }
     sh.summary.total_steps = sh.total_steps;
-    sh.metrics.emplace(sh.summary.metrics_path);
+    // An interrupted run may have logged steps after its checkpoint; they are run again, so they
+    // are dropped, but only once the first step has worked (a refused resume changes nothing).
+    // A fresh run replaces the records of an earlier one that never reached a checkpoint.
+    sh.metrics.emplace(sh.summary.metrics_path, sh.resume ? sh.resume->step : 0);
     sh.tty = isatty(STDOUT_FILENO) != 0;
     if (o.backend == DeviceKind::cuda)
         log.info("{} training on cuda: {} steps, {} GPU worker(s), batch {} x accumulation {}",
                  spec.kind, sh.total_steps, o.workers, o.batch, o.accumulation);
     else
-        log.info("{} training on cpu: {} steps, {} worker(s) x {} thread(s), batch {} x "
-                 "accumulation {}",
-                 spec.kind, sh.total_steps, o.workers, o.threads, o.batch, o.accumulation);
+        log.info(
+            "{} training on cpu: {} steps, {} worker(s) x {} thread(s), batch {} x "
+            "accumulation {}",
+            spec.kind, sh.total_steps, o.workers, o.threads, o.batch, o.accumulation);
 
+    StopSource own_stop;
+    StopSource& stop = spec.hooks.stop != nullptr ? *spec.hooks.stop : own_stop;
     std::vector<std::string> devices;
     for (int w = 0; w < o.workers; ++w) devices.push_back(fmt::format("{}:{}", device_kind, w));
-    WorkerPool pool(o.workers, devices, log);
+    WorkerPool pool(o.workers, devices, log, &stop);
     pool.add_abort_hook([&sh](const std::string& reason) { sh.group.abort(reason); });
     std::optional<SignalWatcher> watcher;
-    if (spec.hooks.handle_signals) {
-        watcher.emplace([&pool, &log](int sig) {
-            log.warn("{}: stopping after this step with a checkpoint (again to quit at once)",
-                     sig == SIGINT ? "interrupt" : "terminate");
-            pool.request_stop();
-        });
-    }
+    if (spec.hooks.handle_signals) watcher.emplace(stop_on_signal(stop, log));
     pool.run([&sh](WorkerContext& ctx) {
         Worker w(sh, ctx);
         w.run();
     });
+    if (sh.metrics->dropped() > 0)
+        log.info("{}: dropped {} record(s) after step {} written by the earlier run",
+                 sh.summary.metrics_path.string(), sh.metrics->dropped(),
+                 sh.resume ? sh.resume->step : 0);
+    sh.summary.stop_signal = sh.summary.interrupted ? stop.signal() : 0;
     sh.summary.seconds = std::chrono::duration<double>(Clock::now() - sh.start).count();
     return sh.summary;
 }

@@ -1,15 +1,16 @@
 // The data-parallel training loop shared by `dflash train` (drafters) and `dflash pretrain`
 // (targets), design §3 and §7: runtime.devices workers, each a WorkerPool thread with its own
-// Backend, model replica, Scratch, optimizer and PackedLoader slice, exchanging gradients through a
-// Communicator (InProcessGroup on CPU). What is trained is a WorkerTask; the loop owns batching,
+// Backend, model replica, Workspace, optimizer and PackedLoader slice, exchanging gradients through
+// a Communicator (InProcessGroup on CPU). What is trained is a WorkerTask; the loop owns batching,
 // loss normalisation, all-reduce, clipping, AdamW, the schedule, metrics, evaluation, checkpoints,
 // resume and Ctrl-C. Note [Worker-invariant loss]: every micro-batch's loss weight is known before
 // its forward (anchors are drawn first, from (seed, epoch, global sequence index) only), the
 // global weight sum W is all-reduced, each forward/backward runs with grad_scale 1/W and the
 // gradients are summed — so N workers x batch b match 1 worker x batch N*b to float rounding.
 // Tested by tests/train/trainer_test.cpp, tests/train/pretrain_test.cpp and, for evaluation by
-// decoding, metrics on resume, data.shuffle and a NaN loss, tests/train/eval_decode_test.cpp,
-// metrics_resume_test.cpp, data_order_test.cpp and divergence_test.cpp.
+// decoding, metrics on resume, data.shuffle, a NaN loss, resume rules and run-directory locks, and
+// Ctrl-C, tests/train/eval_decode_test.cpp, metrics_resume_test.cpp, data_order_test.cpp,
+// divergence_test.cpp, resume_test.cpp and signal_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -21,10 +22,11 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/workspace.h"
 #include "config/settings.h"
 #include "core/logging.h"
 #include "core/rng.h"
-#include "backend/workspace.h"
+#include "core/worker_pool.h"
 #include "data/dataset.h"
 #include "model/params.h"
 #include "train/metrics.h"
@@ -86,8 +88,14 @@ struct TrainHooks {
     // Every worker, right after on_step_begin, with its replica's weights (tests make them
     // non-finite here to exercise the divergence error).
     std::function<void(int worker, int64_t step, ParamSet& params)> on_step_weights;
-    bool handle_signals = true;  // Ctrl-C / SIGTERM: checkpoint at the next step boundary, stop
-    bool progress = true;        // a redrawn progress line on stdout when it is a terminal
+    // Ctrl-C / SIGTERM: checkpoint at the next step boundary and stop. run_trainer arms a
+    // SignalWatcher for the run that requests the stop on `stop` (or on one of its own).
+    bool handle_signals = true;
+    // Where stop requests land, when the caller owns them: the CLI arms its watcher on it before
+    // any thread starts (then handle_signals is false); tests request stops on it. Null: the run
+    // makes its own.
+    StopSource* stop = nullptr;
+    bool progress = true;  // a redrawn progress line on stdout when it is a terminal
 };
 
 struct TrainSummary {
@@ -102,7 +110,8 @@ struct TrainSummary {
     std::vector<double> acc;  // of the last step
     double tau_implied = 0;
     double seconds = 0;
-    bool interrupted = false;              // stopped early by a signal
+    bool interrupted = false;              // stopped early by a stop request
+    int stop_signal = 0;                   // the signal that stopped it (SIGINT, SIGTERM), or 0
     std::optional<StepRecord> final_eval;  // final_eval->decode: real tau on held-out prompts
 };
 
@@ -126,6 +135,9 @@ struct TrainerSpec {
     TrainHooks hooks;
 };
 
+// Locks spec.run_dir (core/dir_lock.h: a second writer is refused with this process's pid),
+// validates a resume completely (kind, worker count, steps, every worker's data position, the
+// training-state tensors) before anything in the run directory changes, then trains.
 TrainSummary run_trainer(const TrainerSpec& spec, const config::Settings& settings,
                          const Logger& log);
 
@@ -134,10 +146,22 @@ TrainSummary run_trainer(const TrainerSpec& spec, const config::Settings& settin
 LoaderOptions training_loader_options(const config::Settings& settings, int64_t max_length,
                                       int rank);
 
-// Makes <run> for a fresh run (refusing one that already holds checkpoints) and writes
-// <run>/settings.toml.
+// Makes <run> for a fresh run (refusing one that already holds checkpoints: a `latest` file or
+// checkpoint-* directories) and writes <run>/settings.toml.
 void prepare_run_dir(const std::filesystem::path& run_dir, const config::Settings& settings,
                      bool resuming);
+
+// The settings a resumed run uses, so that `--resume` alone continues the run it names (design
+// §4): the checkpoint's own settings, except keys the user set explicitly (config file,
+// environment, command line), which win and are logged. An explicit value for a model-shape key
+// that differs from the checkpoint's is refused, naming every such key: `shape_keys` lists them
+// (an entry ending in '.' covers a namespace, "drafter."), as the checkpoint's weights fix them.
+config::Settings settings_for_resume(const config::Settings& given,
+                                     const std::filesystem::path& checkpoint_dir,
+                                     const std::vector<std::string>& shape_keys, const Logger& log);
+
+// The SignalWatcher callback of a run: logs the signal and requests a stop on `stop`.
+std::function<void(int signal)> stop_on_signal(StopSource& stop, const Logger& log);
 
 // The held-out data of a run: `given`, else the train.eval_data setting; none when both are empty.
 std::optional<ShardedDataset> open_eval_data(const std::filesystem::path& given,

@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "backend/backend.h"
-#include "infer/bench.h"
 #include "infer/spec_decode.h"
+#include "infer/stop_tokens.h"
 #include "support/test_util.h"
 #include "support/tiny_models.h"
 #include "tokenizer/model_tokenizer.h"
@@ -33,7 +33,7 @@ struct SavedPair {
         drafter_dir = dir / "drafter";
         TargetModel::random(test::host_backend(), tc, 21, 0.5f).save(target_dir);
         save_tokenizer_spec(target_dir, *tok);
-        auto dc = make_drafter_config(tc, 1, 4, tok->specials().mask, {0, 2});
+        auto dc = make_drafter_config(tc, 1, 4, tok->specials().mask, {0, 1});
         DrafterModel::random(test::host_backend(), dc, 22, 0.5f).save(drafter_dir);
     }
 };

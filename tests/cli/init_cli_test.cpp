@@ -1,5 +1,6 @@
-// `dflash init` writes random targets and drafters of the requested size that load, pass
-// `dflash inspect`, and pair with each other; non-empty outputs are refused.
+// `dflash init` writes random targets (Qwen3 or Llama layout) and drafters of the requested size
+// that load, pass `dflash inspect`, and pair with each other; non-empty outputs and drafters that
+// read the target's last layer are refused.
 #include "model/drafter.h"
 #include "model/target.h"
 #include "support/test_util.h"
@@ -31,6 +32,39 @@ TEST(InitCli, TargetAndDrafterOfAnySize) {
     r = test::run_dflash("init target --output " + t.string());
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.output.find("not empty"), std::string::npos) << r.output;
+}
+
+TEST(InitCli, LlamaLayoutTarget) {
+    test::TempDir dir("init_llama");
+    const auto t = dir / "t", d = dir / "d";
+    auto r = test::run_dflash("init target --output " + t.string() +
+                              " --pretrain.architecture llama --pretrain.rope_scaling llama3"
+                              " --pretrain.rope_theta 500000 --pretrain.tie_word_embeddings true"
+                              " --pretrain.hidden_size 32 --pretrain.num_layers 4"
+                              " --pretrain.num_heads 4 --pretrain.num_kv_heads 2"
+                              " --pretrain.head_dim 8 --pretrain.intermediate_size 48");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const TargetModel tm = TargetModel::load(test::host_backend(), t);
+    const TargetConfig& c = tm.config();
+    EXPECT_EQ(c.model_type, "llama");
+    EXPECT_FALSE(c.qk_norm);
+    EXPECT_TRUE(c.tie_word_embeddings);
+    EXPECT_EQ(c.rope.theta, 500000.0);
+    EXPECT_EQ(c.rope.scaling.type, RopeScalingType::llama3);
+    EXPECT_EQ(c.rope.scaling.factor, 8.0);
+    EXPECT_EQ(c.rope.scaling.original_max_position, 8192);
+    r = test::run_dflash("inspect " + t.string());
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_FALSE(test::has(r.output, "q_norm")) << r.output;
+    r = test::run_dflash("init drafter --target " + t.string() + " --output " + d.string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(DrafterModel::load(test::host_backend(), d).config().target_layer_ids,
+              (std::vector<int64_t>{2}));
+    r = test::run_dflash("init drafter --target " + t.string() + " --output " +
+                         (dir / "d2").string() + " --drafter.target_layer_ids 1,3");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_TRUE(test::has(r.output, "target_layer_ids[1]=3 is the target's last layer"))
+        << r.output;
 }
 
 }  // namespace

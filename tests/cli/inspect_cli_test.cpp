@@ -1,14 +1,19 @@
 // `dflash inspect`: reports on sound and broken target/drafter directories, through the library
 // function the command prints, and through the built binary (exit status 0 for a sound directory,
-// 1 with the problems listed for a broken one, a usage error without DIR).
+// 1 with the problems listed for a broken one, a usage error without DIR). Also what the loader
+// refuses before allocating: NaN/Inf weights (named) and config.json shapes out of range or not
+// matching the weights.
 #include <fstream>
+#include <limits>
 #include <map>
 
 #include "core/checkpoint_io.h"
 #include "model/hf_config.h"
 #include "model/inspect.h"
+#include "model/target.h"
 #include "model/tensor_layout.h"
 #include "support/test_util.h"
+#include "support/tiny_models.h"
 
 namespace dflash {
 namespace {
@@ -140,7 +145,7 @@ TEST(Inspect, MissingConfigAndInconsistentConfigAreReported) {
     EXPECT_EQ(r.problems.size(), 2u) << r.text;
 
     // A config problem and a tensor problem together.
-    j["dflash_config"]["target_layer_ids"] = {1, 2, 3};
+    j["dflash_config"]["target_layer_ids"] = {0, 1, 2};
     std::ofstream(dir / "config.json") << j.dump();
     r = inspect_directory(dir.path());
     ASSERT_EQ(r.problems.size(), 2u) << r.text;
@@ -169,6 +174,80 @@ TEST(Inspect, MissingWeightsAndShards) {
     EXPECT_TRUE(has(r.text, "missing: " + shard)) << r.text;
 
     EXPECT_FALSE(inspect_directory(dir / "nope").ok());
+}
+
+// The tiny target with `name` holding a NaN and an infinity.
+void write_target_with_nonfinite(const fs::path& dir, const std::string& name) {
+    const auto t = tiny_target();
+    t.save(dir);
+    Rng rng(3);
+    std::vector<HostTensor> owned;
+    std::vector<std::pair<std::string, Tensor>> named;
+    for (const auto& s : target_tensor_specs(t)) {
+        owned.push_back(test::random_tensor(Shape(s.shape), rng));
+        if (s.name == name) {
+            owned.back().f32()[1] = std::numeric_limits<float>::quiet_NaN();
+            owned.back().f32()[2] = std::numeric_limits<float>::infinity();
+        }
+        named.emplace_back(s.name, owned.back());
+    }
+    write_checkpoint(dir, named, DType::bf16, size_t{1} << 20);
+}
+
+TEST(Inspect, NonFiniteWeightsAreReportedAndRefusedByTheLoader) {
+    TempDir dir;
+    write_target_with_nonfinite(dir.path(), "model.layers.2.mlp.down_proj.weight");
+    const auto r = inspect_directory(dir.path());
+    EXPECT_FALSE(r.ok());
+    ASSERT_EQ(r.problems.size(), 1u) << r.text;
+    EXPECT_TRUE(has(r.problems[0],
+                    "tensor 'model.layers.2.mlp.down_proj.weight' is not finite: "
+                    "2 of 512 values are NaN or infinite"))
+        << r.text;
+    EXPECT_TRUE(inspect_directory(dir.path(), {.check_values = false}).ok());
+    const std::string e =
+        test::error_of([&] { TargetModel::load(test::host_backend(), dir.path()); });
+    EXPECT_TRUE(has(e, "tensor 'model.layers.2.mlp.down_proj.weight'")) << e;
+    EXPECT_TRUE(has(e, "not finite")) << e;
+}
+
+TEST(Inspect, ConfigShapesOutsideTheirRangesAreRefusedBeforeAllocating) {
+    TempDir dir;
+    const auto t = tiny_target();
+    t.save(dir.path());
+    write_weights(dir.path(), target_tensor_specs(t), DType::bf16, size_t{1} << 20);
+    auto j = t.to_json();
+    const std::pair<const char*, int64_t> bad[] = {{"num_hidden_layers", 10000},
+                                                   {"num_hidden_layers", 1000000000},
+                                                   {"intermediate_size", int64_t{1} << 25}};
+    for (const auto& [key, value] : bad) {
+        auto k = j;
+        k[key] = value;
+        std::ofstream(dir / "config.json") << k.dump();
+        const auto r = inspect_directory(dir.path());
+        EXPECT_FALSE(r.ok()) << key;
+        EXPECT_TRUE(has(r.text, fmt::format("{}={} is above", key, value))) << r.text;
+        // The loader stops at the config: a bare std::bad_alloc would fail this test.
+        const std::string e =
+            test::error_of([&] { TargetModel::load(test::host_backend(), dir.path()); });
+        EXPECT_TRUE(has(e, fmt::format("{}={} is above", key, value))) << e;
+    }
+    // Within the ranges but not what the weights hold: refused before the model is allocated.
+    auto k = j;
+    k["num_hidden_layers"] = 40;
+    std::ofstream(dir / "config.json") << k.dump();
+    const std::string e =
+        test::error_of([&] { TargetModel::load(test::host_backend(), dir.path()); });
+    EXPECT_TRUE(has(e, "do not match its config.json")) << e;
+    EXPECT_TRUE(has(e, "'model.layers.4.input_layernorm.weight' [16] is missing")) << e;
+    EXPECT_TRUE(has(e, "and 393 more")) << e;
+
+    TempDir ddir;
+    auto dj = tiny_drafter().to_json();
+    dj["block_size"] = 1000;
+    std::ofstream(ddir / "config.json") << dj.dump();
+    const auto dr = inspect_directory(ddir.path());
+    EXPECT_TRUE(has(dr.text, "block_size=1000 is outside [2, 256]")) << dr.text;
 }
 
 TEST(InspectCli, ExitStatusFollowsTheProblems) {

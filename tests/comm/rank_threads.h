@@ -1,6 +1,6 @@
 // Test helpers for code that runs on several threads: a deadline that turns a hang into a visible
 // failure, and a runner that drives one function per rank and collects each rank's error.
-// Used by tests/comm/in_process_test.cpp and tests/train/worker_pool_test.cpp.
+// Used by tests/comm/in_process_test.cpp and tests/core/worker_pool_test.cpp.
 #pragma once
 
 #include <chrono>

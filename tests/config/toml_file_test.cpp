@@ -136,5 +136,12 @@ TEST(TomlFile, LoadsFromDiskWithThePathAsGiven) {
     EXPECT_THROW(load_toml_file(*r, (dir / "missing.toml").string()), Error);
 }
 
+TEST(TomlFile, ADirectoryIsAnErrorNotAnEmptyConfig) {
+    dflash::test::TempDir dir;
+    auto r = test::small_registry();
+    const std::string msg = dflash::test::error_of([&] { load_toml_file(*r, dir.path()); });
+    EXPECT_NE(msg.find("is a directory"), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace dflash::config

@@ -2,8 +2,10 @@
 // checkpoint directories (single file, sharded with index, broken shards).
 #include "core/safetensors.h"
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
@@ -210,6 +212,34 @@ Weights make_weights(int n, Rng& rng) {
         w.named.emplace_back("layers." + std::to_string(i) + ".weight", w.owned.back());
     }
     return w;
+}
+
+TEST(Safetensors, NonFiniteValuesAreRefusedNamingTheTensor) {
+    TempDir dir;
+    HostTensor ok({4}), bad({2, 3});
+    for (int i = 0; i < 4; ++i) ok.f32()[i] = 0.5f * static_cast<float>(i);
+    for (int i = 0; i < 6; ++i) bad.f32()[i] = 1.0f;
+    bad.f32()[4] = std::numeric_limits<float>::quiet_NaN();
+    bad.f32()[5] = -std::numeric_limits<float>::infinity();
+    for (DType store : {DType::f32, DType::bf16}) {
+        const fs::path p = dir / (store == DType::f32 ? "f32.safetensors" : "bf16.safetensors");
+        write_safetensors(p, {{"ok", ok.view()}, {"layers.0.w", bad.view()}}, {}, store);
+        const SafetensorsFile f = SafetensorsFile::open(p);
+        EXPECT_NO_THROW(f.read_f32("ok"));
+        const std::string msg = error_of([&] { f.read_f32("layers.0.w"); });
+        EXPECT_NE(msg.find("tensor 'layers.0.w'"), std::string::npos) << msg;
+        EXPECT_NE(msg.find(p.filename().string()), std::string::npos) << msg;
+        EXPECT_NE(msg.find("2 of 6 values are NaN or infinite"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("at flat index 4"), std::string::npos) << msg;
+        EXPECT_EQ(f.nonfinite("ok").count, 0);
+        const auto nf = f.nonfinite("layers.0.w");
+        EXPECT_EQ(nf.count, 2);
+        EXPECT_EQ(nf.first_index, 4);
+        EXPECT_TRUE(std::isnan(nf.first_value));
+    }
+    write_checkpoint(dir / "ckpt", {{"w", bad.view()}}, DType::bf16, 1 << 20);
+    const std::string msg = error_of([&] { CheckpointReader::open(dir / "ckpt").read_f32("w"); });
+    EXPECT_NE(msg.find("tensor 'w'"), std::string::npos) << msg;
 }
 
 TEST(Checkpoint, SingleFileRoundTripIsBitwise) {

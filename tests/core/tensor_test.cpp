@@ -1,6 +1,5 @@
-// Tensor views, HostTensor, Arena, Rng and bf16 rounding.
+// Tensor views, HostTensor, Rng and bf16 rounding.
 #include "core/tensor.h"
-#include "core/arena.h"
 #include "core/dtype.h"
 #include "core/rng.h"
 #include "support/test_util.h"
@@ -32,22 +31,6 @@ TEST(Bf16, RoundsToNearestEven) {
     EXPECT_TRUE(std::isinf(bf16_to_f32(f32_to_bf16(INFINITY))));
     EXPECT_EQ(f16_to_f32(0x3c00), 1.0f);
     EXPECT_EQ(f16_to_f32(0xc000), -2.0f);
-}
-
-TEST(Arena, StableAddressesAndClearExhaustionError) {
-    Arena arena(1024);
-    Tensor a = arena.alloc({10});
-    Tensor b = arena.alloc({10});
-    EXPECT_NE(a.data(), b.data());
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % 64, 0u);
-    try {
-        arena.alloc({1000});
-        FAIL() << "expected exhaustion";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("arena exhausted"), std::string::npos);
-    }
-    arena.reset();
-    EXPECT_EQ(arena.alloc({10}).data(), a.data());
 }
 
 TEST(Rng, DeterministicAndRestorable) {

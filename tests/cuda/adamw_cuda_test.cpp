@@ -14,16 +14,7 @@
 namespace dflash {
 namespace {
 
-class CudaAdamW : public ::testing::Test {
-  protected:
-    void SetUp() override {
-        if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-        be_ = std::make_unique<test::Backends>();
-    }
-    Backend& cpu() { return *be_->cpu; }
-    Backend& gpu() { return *be_->gpu; }
-    std::unique_ptr<test::Backends> be_;
-};
+class CudaAdamW : public test::CudaVsCpu {};
 
 // "" when every element is within max_ulp; else the first offender and how many differ.
 std::string ulp_mismatch(const HostTensor& got, const HostTensor& ref, int64_t max_ulp) {

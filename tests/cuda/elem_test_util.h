@@ -33,6 +33,19 @@ struct Backends {
     std::unique_ptr<Backend> gpu = make_backend(DeviceKind::cuda, 0, 1);
 };
 
+// Base of a test suite that compares the CUDA backend with the CPU one; skips visibly without a
+// GPU.
+class CudaVsCpu : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+        be_ = std::make_unique<Backends>();
+    }
+    Backend& cpu() { return *be_->cpu; }
+    Backend& gpu() { return *be_->gpu; }
+    std::unique_ptr<Backends> be_;
+};
+
 inline float round_bf16(float x) {
     return bf16_to_f32(f32_to_bf16(x));
 }

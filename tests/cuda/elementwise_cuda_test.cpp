@@ -10,16 +10,7 @@
 namespace dflash {
 namespace {
 
-class CudaElementwise : public ::testing::Test {
-  protected:
-    void SetUp() override {
-        if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-        be_ = std::make_unique<test::Backends>();
-    }
-    Backend& cpu() { return *be_->cpu; }
-    Backend& gpu() { return *be_->gpu; }
-    std::unique_ptr<test::Backends> be_;
-};
+class CudaElementwise : public test::CudaVsCpu {};
 
 // The CPU's f32 result as the GPU stores it in `dt`.
 HostTensor as_stored(const HostTensor& ref, DType dt) {

@@ -31,16 +31,7 @@ constexpr std::array<std::array<int64_t, 3>, 8> kShapes = {{{1, 1, 1},
                                                             {19, 13, 515},
                                                             {300, 3, 8}}};
 
-class CudaEmbedding : public ::testing::Test {
-  protected:
-    void SetUp() override {
-        if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-        be_ = std::make_unique<test::Backends>();
-    }
-    Backend& cpu() { return *be_->cpu; }
-    Backend& gpu() { return *be_->gpu; }
-    std::unique_ptr<test::Backends> be_;
-};
+class CudaEmbedding : public test::CudaVsCpu {};
 
 TEST_F(CudaEmbedding, ForwardGathersRowsExactly) {
     Rng rng(1);

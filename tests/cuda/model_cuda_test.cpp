@@ -121,6 +121,26 @@ TEST_F(CudaModels, DrafterLossAndGradientsMatchTheCpu) {
     EXPECT_NEAR(std::sqrt(nb), std::sqrt(na), 0.05 * std::sqrt(na));
 }
 
+// Qwen2 (q/k/v biases, no q/k norm): the cached forward on CUDA gives the CPU's logits, biases
+// included.
+TEST_F(CudaModels, Qwen2TargetMatchesTheCpu) {
+    TargetConfig tc = gpu_target_config(150);
+    tc.model_type = "qwen2";
+    tc.qk_norm = false;
+    TargetModel g = TargetModel::random(*gpu_, tc, 41, 0.3f);
+    TargetModel c(*cpu_, tc);
+    c.params().copy_from(g.params());
+    const auto toks = random_tokens(21, 150, 8);
+    auto logits = [&](Backend& be, const TargetModel& m) {
+        TargetSession s(m, be, 32, {}, 8);
+        DeviceTensor l(be, {21, 150}, DType::f32);
+        s.forward(toks, l, Tensor());
+        return to_host_f32(be, l);
+    };
+    const HostTensor a = logits(*cpu_, c), b = logits(*gpu_, g);
+    EXPECT_LT(test::max_rel_diff(b, a), 3e-2);
+}
+
 // No floating-point atomics in training kernels: the same step twice gives the same bits.
 TEST_F(CudaModels, TrainingStepIsBitwiseReproducible) {
     Pair g = make_pair(*gpu_, 31, 8, 150);

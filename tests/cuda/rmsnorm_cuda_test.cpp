@@ -16,16 +16,9 @@ namespace {
 using test::mismatch;
 using test::Tol;
 
-class CudaRmsNorm : public ::testing::Test {
+class CudaRmsNorm : public test::CudaVsCpu {
   protected:
-    void SetUp() override {
-        if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-        be_ = std::make_unique<test::Backends>();
-    }
-    Backend& cpu() { return *be_->cpu; }
-    Backend& gpu() { return *be_->gpu; }
     void check(Shape shape, int64_t c, Rng& rng);
-    std::unique_ptr<test::Backends> be_;
 };
 
 void CudaRmsNorm::check(Shape shape, int64_t c, Rng& rng) {

@@ -15,16 +15,9 @@ namespace {
 
 using test::mismatch;
 
-class CudaRope : public ::testing::Test {
+class CudaRope : public test::CudaVsCpu {
   protected:
-    void SetUp() override {
-        if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-        be_ = std::make_unique<test::Backends>();
-    }
-    Backend& cpu() { return *be_->cpu; }
-    Backend& gpu() { return *be_->gpu; }
     void check(int64_t s, int64_t h, int64_t dh, const RopeConfig& cfg, int32_t max_pos, Rng& rng);
-    std::unique_ptr<test::Backends> be_;
 };
 
 void CudaRope::check(int64_t s, int64_t h, int64_t dh, const RopeConfig& cfg, int32_t max_pos,

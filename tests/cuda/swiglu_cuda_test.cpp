@@ -13,17 +13,10 @@ namespace {
 
 using test::mismatch;
 
-class CudaSwiglu : public ::testing::Test {
+class CudaSwiglu : public test::CudaVsCpu {
   protected:
-    void SetUp() override {
-        if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-        be_ = std::make_unique<test::Backends>();
-    }
-    Backend& cpu() { return *be_->cpu; }
-    Backend& gpu() { return *be_->gpu; }
     // offset 1 runs every op on views that start one element into their buffers.
     void check(int64_t r, int64_t i, int64_t offset, Rng& rng);
-    std::unique_ptr<test::Backends> be_;
 };
 
 void CudaSwiglu::check(int64_t r, int64_t i, int64_t offset, Rng& rng) {

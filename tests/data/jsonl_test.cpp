@@ -1,10 +1,12 @@
-// JSONL parsing: the three layouts, role mapping, and errors that name file, line and problem.
+// JSONL parsing: the four layouts, role mapping, and errors that name file, line and problem; the
+// chat templates of an HF tokenizer applied to records.
 #include "data/jsonl.h"
 
 #include <fstream>
 
 #include "core/error.h"
 #include "support/test_util.h"
+#include "tokenizer/hf_tokenizer.h"
 
 namespace dflash {
 namespace {
@@ -54,6 +56,7 @@ TEST(Jsonl, MalformedLinesNameFileLineAndProblem) {
         {"{\"text\": \"unterminated}", "not valid JSON"},
         {"[1, 2]", "expected an object"},
         {"{\"prompt\": \"x\"}", "found keys [prompt]"},
+        {"{\"prompt\": \"x\", \"response\": 3}", "\"response\" is a JSON number"},
         {"{\"text\": 5}", "\"text\" is a JSON number"},
         {"{\"messages\": {}}", "expected an array"},
         {"{\"messages\": [{\"content\": \"x\"}]}", "no string \"role\""},
@@ -69,6 +72,39 @@ TEST(Jsonl, MalformedLinesNameFileLineAndProblem) {
     }
     const std::string missing = error_of([&] { read_jsonl_file(dir / "nope.jsonl"); });
     EXPECT_NE(missing.find("nope.jsonl"), std::string::npos) << missing;
+}
+
+TEST(Jsonl, PromptResponsePairsAreOneTurnChats) {
+    test::TempDir dir("jsonl");
+    const auto path = dir / "pairs.jsonl";
+    write_file(path,
+               "{\"prompt\": \"What?\", \"response\": \"That.\"}\n"
+               "{\"prompt\": \"p\", \"completion\": \"c\", \"text\": \"ignored\"}\n"
+               "{\"messages\": [{\"role\": \"user\", \"content\": \"m\"}], \"prompt\": \"x\", "
+               "\"response\": \"y\"}\n");
+    const auto recs = read_jsonl_file(path);
+    ASSERT_EQ(recs.size(), 3u);
+    for (const auto& r : recs) EXPECT_EQ(r.kind, JsonlRecord::Kind::chat);
+    ASSERT_EQ(recs[0].messages.size(), 2u);
+    EXPECT_EQ(recs[0].messages[0].role, "user");
+    EXPECT_EQ(recs[0].messages[0].content, "What?");
+    EXPECT_EQ(recs[0].messages[1].role, "assistant");
+    EXPECT_EQ(recs[0].messages[1].content, "That.");
+    EXPECT_EQ(recs[1].messages[1].content, "c");
+    EXPECT_EQ(recs[2].messages.size(), 1u);  // "messages" wins
+}
+
+TEST(Jsonl, HfChatTemplateMasksOnlyTheReply) {
+    const auto tok = load_hf_tokenizer(DFLASH_SOURCE_DIR "/tests/fixtures/tokenizer/llama3", {});
+    const JsonlRecord rec = parse_jsonl_line(R"({"conversations": [{"from": "system", "value": "S"},
+            {"from": "human", "value": "Q"}, {"from": "gpt", "value": "Answer."}]})",
+                                             "t:1");
+    const Encoded e = encode_record(*tok, rec);
+    std::vector<int32_t> reply;
+    for (size_t i = 0; i < e.tokens.size(); ++i)
+        if (e.loss_mask[i]) reply.push_back(e.tokens[i]);
+    EXPECT_EQ(tok->decode(reply), "Answer.<|eot_id|>");
+    EXPECT_EQ(tok->decode(e.tokens).substr(0, 17), "<|begin_of_text|>");
 }
 
 TEST(Jsonl, EncodeRecordUsesTheRightTemplate) {

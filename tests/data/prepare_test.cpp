@@ -1,13 +1,18 @@
 // prepare_dataset: JSONL -> shards with the right samples, counts, skips, manifest, the
-// no-overwrite guard, progress lines, and clean-up after a malformed line.
+// no-overwrite guard, progress lines, clean-up after a malformed line, an --overwrite that fails
+// leaving the old dataset intact, and a second writer refused while one holds the directory.
 #include "data/prepare.h"
+
+#include <unistd.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/dir_lock.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/jsonl.h"
+#include "data/manifest.h"
 #include "support/test_util.h"
 
 namespace dflash {
@@ -98,6 +103,48 @@ TEST(Prepare, MalformedLineFailsWithLineNumberAndLeavesNoShards) {
         EXPECT_NE(std::string(e.what()).find("bad.jsonl:6"), std::string::npos) << e.what();
     }
     EXPECT_TRUE(list_shards(opt.output_dir).empty());
+    EXPECT_FALSE(fs::exists(dir / ".out.dflash-partial"));
+}
+
+TEST(Prepare, AFailedOverwriteLeavesTheOldDatasetIntact) {
+    test::TempDir dir("prep");
+    write_file(dir / "good.jsonl", kJsonl);
+    std::string bad;
+    for (int i = 0; i < 5; ++i) bad += "{\"text\": \"new sample " + std::to_string(i) + "\"}\n";
+    write_file(dir / "bad.jsonl", bad + "{\"text\": oops}\n");
+    const auto tok = make_byte_tokenizer();
+    PrepareOptions opt;
+    opt.inputs = {dir / "good.jsonl"};
+    opt.output_dir = dir / "out";
+    opt.samples_per_shard = 1;
+    ASSERT_EQ(prepare_dataset(opt, *tok, Logger()).shards, 3);
+    const std::string manifest_before = test::read_file(dir / "out" / kManifestFile);
+    const std::string shard_before = test::read_file(dir / "out" / "shard-00000.dfshard");
+
+    // The bad line comes after five shards of the new dataset were written.
+    opt.inputs = {dir / "bad.jsonl"};
+    opt.overwrite = true;
+    EXPECT_TRUE(
+        test::has(test::error_of([&] { prepare_dataset(opt, *tok, Logger()); }), "bad.jsonl:6"));
+    EXPECT_EQ(test::read_file(dir / "out" / kManifestFile), manifest_before);
+    EXPECT_EQ(test::read_file(dir / "out" / "shard-00000.dfshard"), shard_before);
+    EXPECT_EQ(list_shards(dir / "out").size(), 3u);
+    const DatasetCheck check = verify_dataset(dir / "out");
+    EXPECT_TRUE(check.ok()) << check.problems.front();
+    EXPECT_FALSE(fs::exists(dir / ".out.dflash-partial"));
+}
+
+TEST(Prepare, ASecondWriterIsRefusedWithTheHoldersPid) {
+    test::TempDir dir("prep");
+    write_file(dir / "a.jsonl", kJsonl);
+    PrepareOptions opt;
+    opt.inputs = {dir / "a.jsonl"};
+    opt.output_dir = dir / "out";
+    const DirLock held = DirLock::acquire(dir / "out", "dataset directory", "another prepare");
+    const auto tok = make_byte_tokenizer();
+    const std::string e = test::error_of([&] { prepare_dataset(opt, *tok, Logger()); });
+    EXPECT_TRUE(test::has(e, fmt::format("pid {} (another prepare)", ::getpid()))) << e;
+    EXPECT_TRUE(list_shards(dir / "out").empty());
 }
 
 TEST(Prepare, RejectsInputsWithNothingToTrainOn) {

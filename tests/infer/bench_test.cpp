@@ -1,7 +1,8 @@
 // The benchmark on a tiny random target + drafter pair: per-request and total fields agree with
-// each other (histograms sum to steps, tau = (new_tokens - 1) / steps, speed-up and prediction
-// follow their formulas), greedy runs are lossless, a baseline of a different target is caught at
-// the first differing position, and the table / JSON carry every figure.
+// each other (histograms sum to steps, tau = (new_tokens - 1) / steps, totals are the sums of the
+// per-prompt figures; speed-up and prediction are pinned on hand-made totals with known answers),
+// greedy runs are lossless, a baseline of a different target is caught at the first differing
+// position, and the table / JSON carry every figure.
 #include "infer/bench.h"
 
 #include <cmath>
@@ -23,7 +24,8 @@ struct Pair {
 Pair make_pair(uint64_t seed, int64_t block = 4) {
     const auto tc = test::tiny_target_config(true, 3);
     return {TargetModel::random(test::host_backend(), tc, seed, 0.5f),
-            DrafterModel::random(test::host_backend(), test::tiny_drafter_config(tc, 1, block), seed + 1, 0.5f)};
+            DrafterModel::random(test::host_backend(), test::tiny_drafter_config(tc, 1, block),
+                                 seed + 1, 0.5f)};
 }
 
 std::vector<Prompt> make_prompts(int64_t n, int64_t vocab) {
@@ -57,6 +59,7 @@ TEST(Bench, ReportFieldsAreConsistentAndGreedyIsLossless) {
     EXPECT_TRUE(r.lossless());
     ASSERT_EQ(r.requests.size(), prompts.size());
     int64_t new_tokens = 0, steps = 0, prompt_tokens = 0;
+    double baseline_decode_s = 0, speculative_decode_s = 0, draft_verify_s = 0;
     std::vector<int64_t> hist(5, 0);
     for (size_t i = 0; i < r.requests.size(); ++i) {
         const BenchRequest& q = r.requests[i];
@@ -78,6 +81,9 @@ TEST(Bench, ReportFieldsAreConsistentAndGreedyIsLossless) {
         EXPECT_LE(b.draft_s + b.verify_s, b.decode_s * 1.0001);
         new_tokens += b.new_tokens;
         steps += b.steps;
+        baseline_decode_s += a.decode_s;
+        speculative_decode_s += b.decode_s;
+        draft_verify_s += b.draft_s + b.verify_s;
         prompt_tokens += q.prompt_tokens;
         for (int k = 0; k < 5; ++k) hist[k] += b.accept_hist[k];
     }
@@ -89,13 +95,39 @@ TEST(Bench, ReportFieldsAreConsistentAndGreedyIsLossless) {
     EXPECT_EQ(t.accept_hist, hist);
     EXPECT_EQ(sum(t.accept_hist), t.speculative_steps);
     EXPECT_NEAR(t.tau(), static_cast<double>(new_tokens - 5) / steps, 1e-12);
-    EXPECT_NEAR(t.speedup(),
-                (t.baseline_decode_s / t.baseline_new_tokens) /
-                    (t.speculative_decode_s / t.speculative_new_tokens),
-                1e-9);
-    const double t_ar = t.baseline_decode_s / t.baseline_steps;
-    EXPECT_NEAR(t.predicted_speedup(), t.tau() * t_ar / ((t.draft_s + t.verify_s) / steps), 1e-9);
+    // The totals are the sums of the per-prompt figures (the formulas on top of them are pinned
+    // by FiguresFollowFromKnownTotals).
+    EXPECT_NEAR(t.baseline_decode_s, baseline_decode_s, 1e-9);
+    EXPECT_NEAR(t.speculative_decode_s, speculative_decode_s, 1e-9);
+    EXPECT_NEAR(t.draft_s + t.verify_s, draft_verify_s, 1e-9);
+    EXPECT_EQ(t.baseline_new_tokens, new_tokens);  // lossless: the same outputs
     EXPECT_GT(t.speedup(), 0.0);
+}
+
+// Hand-made totals whose figures are known: 2 prompts, 100 new tokens each way (the first of
+// each prompt from the prefill), baseline 20 ms per token, speculative 5 ms per token, 24
+// speculative steps of 0.4/24 s; so speed-up 4, tau (100 - 2) / 24, and a predicted speed-up of
+// tau * (2 s / 98 steps) / (0.4 s / 24 steps) = 5.
+TEST(Bench, FiguresFollowFromKnownTotals) {
+    BenchTotals t;
+    t.requests = 2;
+    t.baseline_new_tokens = t.speculative_new_tokens = 100;
+    t.baseline_steps = 98;
+    t.speculative_steps = 24;
+    t.baseline_decode_s = 2.0;
+    t.speculative_decode_s = 0.5;
+    t.draft_s = 0.1;
+    t.verify_s = 0.3;
+    EXPECT_DOUBLE_EQ(t.baseline_tpot_s(), 0.02);
+    EXPECT_DOUBLE_EQ(t.speculative_tpot_s(), 0.005);
+    EXPECT_DOUBLE_EQ(t.speedup(), 4.0);
+    EXPECT_DOUBLE_EQ(t.tau(), 98.0 / 24.0);
+    EXPECT_NEAR(t.predicted_speedup(), 5.0, 1e-12);
+    // Nothing measured: every figure is 0, not NaN or infinity.
+    const BenchTotals empty;
+    EXPECT_EQ(empty.speedup(), 0.0);
+    EXPECT_EQ(empty.tau(), 0.0);
+    EXPECT_EQ(empty.predicted_speedup(), 0.0);
 }
 
 TEST(Bench, BaselineOfAnotherTargetIsCaughtAtTheFirstDifference) {
@@ -176,6 +208,12 @@ TEST(Bench, TableAndJsonCarryEveryFigure) {
     ASSERT_EQ(j["requests"].size(), 3u);
     EXPECT_EQ(j["requests"][1]["label"], "p1");
     EXPECT_EQ(j["requests"][1]["speculative"]["accept_hist"].size(), 5u);
+    // What another engine needs to replay the run (tools/reference/drafter_roundtrip.py).
+    EXPECT_EQ(j["requests"][1]["prompt_ids"].get<std::vector<int32_t>>(),
+              make_prompts(3, 37)[1].tokens);
+    EXPECT_EQ(j["requests"][1]["output_tokens"].size(),
+              static_cast<size_t>(r.requests[1].speculative.new_tokens));
+    EXPECT_TRUE(j["stop_tokens"].is_array());
     EXPECT_EQ(j["total"]["accept_hist"].get<std::vector<int64_t>>(), r.total.accept_hist);
     EXPECT_DOUBLE_EQ(j["total"]["tau"].get<double>(), r.total.tau());
     EXPECT_DOUBLE_EQ(j["total"]["speedup"].get<double>(), r.total.speedup());
@@ -185,23 +223,14 @@ TEST(Bench, TableAndJsonCarryEveryFigure) {
         EXPECT_TRUE(j["total"].contains(k)) << k;
 }
 
-TEST(Bench, OptionsAndStopTokens) {
-    auto tc = test::tiny_target_config();
-    tc.vocab_size = 300;
-    tc.eos_token_id = 2;
-    auto tok = make_byte_tokenizer();
-    const auto stop = default_stop_tokens(tc, tok.get());
-    EXPECT_EQ(stop, (std::vector<int32_t>{2, tok->specials().eos, tok->specials().end_turn}));
-    tc.eos_token_id = tok->specials().eos;
-    EXPECT_EQ(default_stop_tokens(tc, tok.get()).size(), 2u);
-    EXPECT_EQ(default_stop_tokens(tc, nullptr), (std::vector<int32_t>{tok->specials().eos}));
-
+TEST(Bench, OptionsFromSettings) {
     const config::Settings s =
         config::Settings(std::make_shared<const config::Registry>(config::make_registry()))
             .with_overrides({{"infer.temperature", "0.7"},
                              {"infer.top_k", "20"},
                              {"infer.top_p", "0.9"},
                              {"infer.max_new_tokens", "33"},
+                             {"infer.max_context", "77"},
                              {"infer.block_size", "6"},
                              {"infer.draft_sampling", "true"},
                              {"infer.seed", "12"}});
@@ -210,6 +239,7 @@ TEST(Bench, OptionsAndStopTokens) {
     EXPECT_EQ(o.sampling.top_k, 20);
     EXPECT_DOUBLE_EQ(o.sampling.top_p, 0.9);
     EXPECT_EQ(o.max_new_tokens, 33);
+    EXPECT_EQ(o.max_context, 77);
     EXPECT_EQ(o.block_size, 6);
     EXPECT_TRUE(o.draft_sampling);
     EXPECT_EQ(o.seed, 12u);

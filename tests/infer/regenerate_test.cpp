@@ -9,7 +9,8 @@ namespace dflash {
 namespace {
 
 TEST(Regenerate, SamplesAreTargetContinuationsIndependentOfWorkers) {
-    TargetModel t = TargetModel::random(test::host_backend(), test::tiny_target_config(true, 2), 5, 0.5f);
+    TargetModel t =
+        TargetModel::random(test::host_backend(), test::tiny_target_config(true, 2), 5, 0.5f);
     std::vector<std::vector<int32_t>> prompts;
     Rng rng(1);
     for (int i = 0; i < 7; ++i) {

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "backend/backend.h"
+#include "config/registry.h"
 #include "infer/spec_decode.h"
 #include "support/test_util.h"
 #include "support/tiny_models.h"
@@ -22,7 +23,8 @@ Pair make_pair(uint64_t seed, int64_t block, int64_t vocab = 37) {
     auto tc = test::tiny_target_config(true, 3);
     tc.vocab_size = vocab;
     TargetModel t = TargetModel::random(test::host_backend(), tc, seed, 0.5f);
-    DrafterModel d = DrafterModel::random(test::host_backend(), test::tiny_drafter_config(tc, 1, block), seed + 1, 0.5f);
+    DrafterModel d = DrafterModel::random(test::host_backend(),
+                                          test::tiny_drafter_config(tc, 1, block), seed + 1, 0.5f);
     return {std::move(t), std::move(d)};
 }
 
@@ -106,7 +108,10 @@ TEST(SpecDecode, StopTokensBudgetsAndBadInput) {
     EXPECT_EQ(static_cast<int64_t>(d.tokens.size()), 9);
     EXPECT_EQ(d.stop, StopReason::context_full);
     o.max_context = 3;
-    EXPECT_THROW(spec.generate(prompt, o), Error);  // the prompt fills the context
+    // The prompt fills the context: the error names the setting that raises it, which exists.
+    const std::string msg = test::error_of([&] { spec.generate(prompt, o); });
+    EXPECT_NE(msg.find("infer.max_context"), std::string::npos) << msg;
+    EXPECT_NE(config::make_registry().find("infer.max_context"), nullptr);
 }
 
 // Exact distribution of the first 3 generated tokens under the target at temperature 1.

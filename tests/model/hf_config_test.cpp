@@ -3,6 +3,7 @@
 
 #include <fstream>
 
+#include "config/registry.h"
 #include "core/checkpoint_io.h"
 #include "support/test_util.h"
 
@@ -166,7 +167,7 @@ TEST(TargetConfig, ToJsonIsWhatTransformersLoadsAndRoundTrips) {
     EXPECT_EQ(jl["mlp_bias"], false);
     EXPECT_EQ(jl["hidden_act"], "silu");
     EXPECT_EQ(jl["attention_dropout"], 0.0);
-    EXPECT_EQ(jl["eos_token_id"], 128001);
+    EXPECT_EQ(jl["eos_token_id"], json({128001, 128008, 128009}));  // the whole list
     EXPECT_EQ(jl["rope_scaling"]["rope_type"], "llama3");
     EXPECT_EQ(jl["rope_scaling"]["original_max_position_embeddings"], 8192);
     EXPECT_FALSE(jl.contains("use_sliding_window"));
@@ -204,6 +205,62 @@ TEST(DefaultTargetLayerIds, FollowsTheReferenceRule) {
     EXPECT_EQ(default_target_layer_ids(7, 3), (V{1, 2, 4}));
     EXPECT_EQ(default_target_layer_ids(12, 4), (V{1, 4, 6, 9}));  // 3.67 -> 4, 6.33 -> 6
     EXPECT_ERROR_HAS(default_target_layer_ids(2, 3), "too shallow");
+}
+
+TEST(DefaultTargetLayerIds, NeverTheLastLayer) {
+    using V = std::vector<int64_t>;
+    for (int64_t L = 2; L <= 80; ++L) {
+        for (int64_t n = 1; n <= std::min<int64_t>(5, std::max<int64_t>(1, L - 3)); ++n) {
+            const V ids = default_target_layer_ids(L, n);
+            ASSERT_EQ(static_cast<int64_t>(ids.size()), n);
+            for (int64_t id : ids) EXPECT_TRUE(id >= 0 && id < L - 1) << "L=" << L << " n=" << n;
+        }
+    }
+    EXPECT_EQ(default_target_layer_ids(2, 1), V{0});  // [L/2] would be the last layer
+    EXPECT_EQ(default_target_layer_ids(3, 1), V{1});
+    EXPECT_EQ(default_target_layer_ids(4, 1), V{2});
+    EXPECT_ERROR_HAS(default_target_layer_ids(1, 1), "at least 2");
+    EXPECT_EQ(default_target_layer_ids(4, 2), (V{1, 1}));  // as the reference rule gives
+    EXPECT_ERROR_HAS(default_target_layer_ids(2, 2), "below the last");
+}
+
+TEST(DrafterConfig, RefusesTheLastTargetLayer) {
+    json j = qwen3_8b_drafter_json();
+    j["dflash_config"]["target_layer_ids"] = {1, 9, 17, 25, 35};
+    const std::string msg = error_of([&] { DrafterConfig::from_json(j); });
+    EXPECT_NE(msg.find("target_layer_ids[4]=35 is the target's last layer"), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("SGLang"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("pick ids in 0..34, e.g. the default [1, 9, 17, 25, 33]"), std::string::npos)
+        << msg;
+    // The pairing the issue measured: ids [1, 2, 3] of a 4-layer target.
+    auto t = TargetConfig::from_json(qwen3_8b_json());
+    t.num_hidden_layers = 4;
+    EXPECT_ERROR_HAS(make_drafter_config(t, 1, 8, 5, {1, 2, 3}), "target_layer_ids[2]=3 is the");
+    EXPECT_EQ(make_drafter_config(t, 1, 8, 5, {1, 2}).target_layer_ids,
+              (std::vector<int64_t>{1, 2}));
+}
+
+TEST(TargetConfig, StopTokensFromEveryEosList) {
+    const auto l = TargetConfig::from_json(llama31_json());
+    EXPECT_EQ(l.eos_token_id, 128001);
+    EXPECT_EQ(l.extra_eos_token_ids, (std::vector<int64_t>{128008, 128009}));
+    EXPECT_EQ(l.stop_token_ids(), (std::vector<int64_t>{128001, 128008, 128009}));
+
+    test::TempDir dir;
+    TargetConfig::from_json(qwen3_8b_json()).save(dir.path());
+    std::ofstream(dir / "generation_config.json")
+        << R"({"bos_token_id": 151643, "eos_token_id": [151645, 151643], "do_sample": true})";
+    const auto q = TargetConfig::load(dir.path());
+    EXPECT_EQ(q.generation_eos_token_ids, (std::vector<int64_t>{151645, 151643}));
+    EXPECT_EQ(q.stop_token_ids(), (std::vector<int64_t>{151645, 151643}));
+    EXPECT_FALSE(q.to_json().contains("generation_eos_token_ids"));
+    std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": 7})";
+    EXPECT_EQ(TargetConfig::load(dir.path()).stop_token_ids(), (std::vector<int64_t>{151645, 7}));
+    std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": [151645, 999999]})";
+    EXPECT_ERROR_HAS(TargetConfig::load(dir.path()), "generation_config.json");
+    std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": "x"})";
+    EXPECT_ERROR_HAS(TargetConfig::load(dir.path()), "expected an integer");
 }
 
 TEST(DrafterConfig, ParsesTheReleasedQwen3_8bDrafter) {
@@ -255,7 +312,9 @@ TEST(DrafterConfig, ValidationNamesValuesAndLimits) {
     EXPECT_NE(msg.find("mask_token_id=151936 is outside the target vocabulary (0..151935)"),
               std::string::npos)
         << msg;
-    EXPECT_NE(msg.find("block_size=1 must be at least 2"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("block_size=1 is outside [2, 256]"), std::string::npos) << msg;
+    j["block_size"] = 1000;
+    EXPECT_ERROR_HAS(DrafterConfig::from_json(j), "block_size=1000 is outside [2, 256]");
 
     j = qwen3_8b_drafter_json();
     j["dflash_config"].erase("mask_token_id");
@@ -271,6 +330,32 @@ TEST(DrafterConfig, ValidationNamesValuesAndLimits) {
     EXPECT_ERROR_HAS(DrafterConfig::from_json(j), "not a multiple of num_key_value_heads=8");
 }
 
+TEST(ConfigLimits, AgreeWithTheSettingsRanges) {
+    const config::Registry r = config::make_registry();
+    EXPECT_EQ(r.find("drafter.block_size")->max, static_cast<double>(kMaxBlockSize));
+    EXPECT_EQ(r.find("drafter.num_target_features")->max, static_cast<double>(kMaxTargetFeatures));
+    EXPECT_EQ(r.find("drafter.target_layer_ids")->max, static_cast<double>(kMaxLayers - 1));
+    EXPECT_LE(r.find("pretrain.num_layers")->max, static_cast<double>(kMaxLayers));
+    EXPECT_LE(r.find("pretrain.hidden_size")->max, static_cast<double>(kMaxHiddenSize));
+}
+
+TEST(TargetConfig, DimensionsAboveTheirLimitsAreProblems) {
+    for (const auto& [key, value] :
+         std::vector<std::pair<std::string, int64_t>>{{"num_hidden_layers", 10000},
+                                                      {"num_hidden_layers", 1000000000},
+                                                      {"intermediate_size", int64_t{1} << 25},
+                                                      {"vocab_size", int64_t{1} << 30}}) {
+        json j = qwen3_8b_json();
+        j[key] = value;
+        EXPECT_ERROR_HAS(TargetConfig::from_json(j), fmt::format("{}={} is above", key, value));
+    }
+    json d = qwen3_8b_drafter_json();
+    d["num_hidden_layers"] = 1000000000;
+    d.erase("layer_types");
+    d["dflash_config"].erase("target_layer_ids");  // the historic rule would size a vector
+    EXPECT_ERROR_HAS(DrafterConfig::from_json(d), "outside");
+}
+
 TEST(DrafterConfig, MadeFromTargetMatchesTheReleasedOne) {
     const auto t = TargetConfig::from_json(qwen3_8b_json());
     const auto d = make_drafter_config(t, 5, 16, 151669, {});
@@ -283,7 +368,7 @@ TEST(DrafterConfig, MadeFromTargetMatchesTheReleasedOne) {
     EXPECT_EQ(make_drafter_config(small, 1, 16, 5, {}).target_layer_ids,
               (std::vector<int64_t>{1, 2, 3}));
     small.num_hidden_layers = 2;
-    EXPECT_EQ(make_drafter_config(small, 1, 16, 5, {}).target_layer_ids, (std::vector<int64_t>{1}));
+    EXPECT_EQ(make_drafter_config(small, 1, 16, 5, {}).target_layer_ids, (std::vector<int64_t>{0}));
     EXPECT_ERROR_HAS(make_drafter_config(t, 5, 16, 151669, {0, 40}), "target_layer_ids[1]=40");
 
     // A drafter for another target.

@@ -1,6 +1,8 @@
 // Target model: KV-cached decode equals the full forward, cropping equals never having fed the
 // tokens, save/load gives bit-identical logits, captured features follow HF hidden_states[id+1],
 // and the pretraining gradient matches finite differences.
+#include <fmt/format.h>
+
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -126,19 +128,52 @@ TEST_P(TargetTest, PretrainGradientMatchesFiniteDifferences) {
     std::map<std::string, HostTensor> snapshot;
     for (const auto& prm : m.params().params())
         snapshot.emplace(prm.name, to_host_f32(*be, prm.grad));
+    // Every parameter tensor: its largest gradients (where a wrong one shows most) and a few
+    // random elements. Each tensor must receive a gradient at all.
     Rng rng(4);
-    for (const char* name : {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
-                             "model.layers.1.mlp.down_proj.weight", "model.norm.weight",
-                             "model.layers.1.self_attn.k_proj.weight"}) {
-        Tensor w = m.params().value(name);
-        const Tensor g = snapshot.at(name).view();
-        for (int trial = 0; trial < 4; ++trial) {
-            const int64_t i = rng.below(w.numel());
+    for (const auto& prm : m.params().params()) {
+        Tensor w = prm.value;
+        const Tensor g = snapshot.at(prm.name).view();
+        const auto idx = test::fd_check_indices(g.f32(), g.numel(), 3, 3, rng);
+        EXPECT_GT(std::fabs(g.f32()[idx[0]]), 1e-4) << prm.name << " gets no gradient";
+        for (int64_t i : idx) {
             const double fd = test::fd_derivative_in_place(w.f32()[i], loss, 1e-2f);
             // float32 forward: the FD error is ~1e-4 absolute at this step size.
-            EXPECT_NEAR(g.f32()[i], fd, 2e-3 + 2e-2 * std::fabs(fd)) << name << "[" << i << "]";
+            EXPECT_NEAR(g.f32()[i], fd, 2e-3 + 2e-2 * std::fabs(fd)) << prm.name << "[" << i << "]";
         }
     }
+}
+
+// Qwen2: biases on q/k/v (not o_proj), no q/k norm. The biases change the output, and the cached
+// decode path applies them as the full forward does.
+TEST(TargetQwen2, BiasesApplyInEveryPath) {
+    auto be = make_cpu_backend(1);
+    TargetConfig cfg = test::tiny_target_config(false);
+    cfg.model_type = "qwen2";
+    cfg.rope.scaling = RopeScaling{};
+    ASSERT_TRUE(cfg.problems().empty());
+    EXPECT_TRUE(cfg.qkv_bias());
+    EXPECT_FALSE(cfg.o_bias());
+    TargetModel m = TargetModel::random(*be, cfg, 16, 0.2f);
+    ASSERT_TRUE(m.params().has("model.layers.0.self_attn.q_proj.bias"));
+    EXPECT_FALSE(m.params().has("model.layers.0.self_attn.o_proj.bias"));
+    Rng rng(3);
+    for (const char* b : {"q", "k", "v"}) {
+        const std::string name = fmt::format("model.layers.1.self_attn.{}_proj.bias", b);
+        const Shape s = m.params().param(name).shape;
+        m.params().write_f32(name, test::random_tensor(s, rng, 0.5f).view());
+    }
+    const auto toks = random_tokens(9, cfg.vocab_size, 4);
+    const HostTensor ref = full_logits(*be, m, toks);
+    TargetSession s(m, *be, 16, {}, 4);
+    HostTensor got({9, cfg.vocab_size});
+    s.forward(std::span(toks).subspan(0, 5), got.view().rows(0, 5), Tensor());
+    s.forward(std::span(toks).subspan(5, 4), got.view().rows(5, 9), Tensor());
+    EXPECT_LT(test::max_rel_diff(got, ref), 1e-5);
+    // Without the biases the logits differ: they were not ignored.
+    for (const char* b : {"q", "k", "v"})
+        be->fill(m.params().value(fmt::format("model.layers.1.self_attn.{}_proj.bias", b)), 0.0f);
+    EXPECT_GT(test::max_abs_diff(full_logits(*be, m, toks), ref), 1e-4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Qwen3AndLlama, TargetTest, ::testing::Values(true, false),

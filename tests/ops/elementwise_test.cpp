@@ -43,6 +43,23 @@ TEST(Elementwise, ScaleInplaceMatchesDoubleFormula) {
     EXPECT_LT(test::max_rel_diff(y, ref), 3e-7);
 }
 
+TEST(Elementwise, AddRowBiasAddsTheBiasToEveryRow) {
+    Rng rng(5);
+    HostTensor y = random_tensor({7, 3, 5}, rng), b = random_tensor({5}, rng);
+    const HostTensor y0 = y.clone();
+    cpu::add_row_bias(cpu::PooledExec{2}, y, b);
+    for (int64_t i = 0; i < y.numel(); ++i)
+        EXPECT_EQ(y.f32()[i], y0.f32()[i] + b.f32()[i % 5]) << i;
+    // Large enough to be split over the pool's threads (an uneven 301 rows over 3).
+    HostTensor big = random_tensor({301, 131}, rng), bb = random_tensor({131}, rng);
+    const HostTensor big0 = big.clone();
+    cpu::add_row_bias(cpu::PooledExec{3}, big, bb);
+    for (int64_t i = 0; i < big.numel(); ++i)
+        ASSERT_EQ(big.f32()[i], big0.f32()[i] + bb.f32()[i % 131]) << i;
+    HostTensor b4({4});
+    EXPECT_THROW(cpu::add_row_bias(cpu::PooledExec{1}, y, b4), Error);
+}
+
 TEST(Elementwise, ShapeErrors) {
     HostTensor y({4, 6}), x({4, 5}), xi({4, 6}, DType::i32);
     EXPECT_THROW(cpu::add_inplace(cpu::PooledExec{1}, y, x, 1.0f), Error);

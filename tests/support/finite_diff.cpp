@@ -53,6 +53,23 @@ std::vector<double> fd_gradient_f32(const ScalarFnF32& f, const std::vector<floa
     return central_differences(f, x, h);
 }
 
+std::vector<int64_t> fd_check_indices(const float* grad, int64_t n, int top, int random, Rng& rng) {
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+    const auto k = static_cast<size_t>(std::min<int64_t>(top, n));
+    std::partial_sort(
+        order.begin(), order.begin() + static_cast<ptrdiff_t>(k), order.end(),
+        [&](int64_t a, int64_t b) { return std::fabs(grad[a]) > std::fabs(grad[b]); });
+    std::vector<int64_t> out(order.begin(), order.begin() + static_cast<ptrdiff_t>(k));
+    for (int r = 0; r < random && static_cast<int64_t>(out.size()) < n;) {
+        const auto i = static_cast<int64_t>(rng.below(static_cast<uint64_t>(n)));
+        if (std::find(out.begin(), out.end(), i) != out.end()) continue;
+        out.push_back(i);
+        ++r;
+    }
+    return out;
+}
+
 GradCheck compare_gradients(const std::vector<double>& analytic, const std::vector<double>& numeric,
                             double floor) {
     DF_ASSERT(analytic.size() == numeric.size(), "gradient sizes differ: analytic {} numeric {}",

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/rng.h"
+
 namespace dflash::test {
 
 // A scalar function of the inputs, e.g. loss(x) = sum(dy * op(x)) accumulated in double.
@@ -26,6 +28,10 @@ std::vector<double> fd_gradient_f32(const ScalarFnF32& f, const std::vector<floa
 // The same stencil on one float inside a model (a weight): sets `w` to each perturbed value, calls
 // `loss`, and restores `w`. The perturbations are rounded to float like the model's own weights.
 double fd_derivative_in_place(float& w, const std::function<double()>& loss, float h);
+
+// The elements of a weight tensor worth a finite-difference check: the `top` of largest
+// |grad[i]| (where a wrong gradient shows most) and `random` more drawn from `rng`, no repeats.
+std::vector<int64_t> fd_check_indices(const float* grad, int64_t n, int top, int random, Rng& rng);
 
 // Worst disagreement between an analytic and a numerical gradient:
 //   max_rel_err = max_i |analytic[i] - numeric[i]| / scale,

@@ -1,13 +1,19 @@
 // Shared test helpers (see test_util.h).
 #include "support/test_util.h"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -117,6 +123,95 @@ RunResult run_dflash(const std::string& args, const std::string& env_prefix) {
     const int status = ::pclose(pipe);
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     return r;
+}
+
+DflashProcess::DflashProcess(const std::vector<std::string>& args, const std::string& stdout_path) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw Error("pipe failed");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    if (stdout_path.empty()) {
+        posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    } else {
+        posix_spawn_file_actions_addopen(&fa, 1, stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                         0644);
+    }
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+    std::vector<std::string> argv_s = {DFLASH_BINARY};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    // The child starts with default signal handling and nothing blocked, as from a shell.
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    pid_t pid = -1;
+    const int rc = ::posix_spawn(&pid, DFLASH_BINARY, &fa, &attr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    ::close(fds[1]);
+    if (rc != 0) {
+        ::close(fds[0]);
+        throw Error(std::string("posix_spawn failed: ") + std::strerror(rc));
+    }
+    pid_ = pid;
+    fd_ = fds[0];
+}
+
+DflashProcess::~DflashProcess() {
+    if (pid_ > 0) {
+        ::kill(pid_, SIGKILL);
+        int status = 0;
+        ::waitpid(pid_, &status, 0);
+    }
+    if (fd_ >= 0) ::close(fd_);
+}
+
+bool DflashProcess::read_some(double timeout_s) {
+    if (fd_ < 0) return false;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout_s * 1000)) <= 0) return false;
+    std::array<char, 4096> buf;
+    const ssize_t n = ::read(fd_, buf.data(), buf.size());
+    if (n <= 0) {
+        ::close(fd_);
+        fd_ = -1;
+        return false;
+    }
+    output_.append(buf.data(), static_cast<size_t>(n));
+    return true;
+}
+
+bool DflashProcess::wait_for_output(const std::string& needle, double timeout_s) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    while (output_.find(needle) == std::string::npos) {
+        const double left =
+            std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+        if (left <= 0 || !read_some(left)) return output_.find(needle) != std::string::npos;
+    }
+    return true;
+}
+
+void DflashProcess::send_signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
+}
+
+RunResult DflashProcess::finish() {
+    while (read_some(600)) {
+    }
+    int status = 0;
+    if (pid_ > 0) ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status)
+                                       : (WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1);
+    return {code, output_};
 }
 
 }  // namespace dflash::test

@@ -62,4 +62,34 @@ struct RunResult {
 };
 RunResult run_dflash(const std::string& args, const std::string& env_prefix = "");
 
+// The built `dflash` binary started in the background (no shell), for tests that act while it
+// runs: send it a signal once it has printed something, start a second writer next to it. Output
+// (stdout and stderr) is read through a pipe; with `stdout_path`, stdout goes to that file
+// instead (e.g. /dev/full). The destructor kills and reaps a process still running.
+class DflashProcess {
+  public:
+    explicit DflashProcess(const std::vector<std::string>& args,
+                           const std::string& stdout_path = "");
+    ~DflashProcess();
+    DflashProcess(const DflashProcess&) = delete;
+    DflashProcess& operator=(const DflashProcess&) = delete;
+
+    int pid() const { return pid_; }
+    // Reads output until it contains `needle`; false when the process closes its output first or
+    // `timeout_s` passes (a deadline for a hung test, not a synchronisation).
+    bool wait_for_output(const std::string& needle, double timeout_s = 300);
+    void send_signal(int sig);
+    // Reads the rest of the output and reaps the process. exit_code is the exit status, or 128 +
+    // the signal that killed it.
+    RunResult finish();
+    const std::string& output() const { return output_; }
+
+  private:
+    bool read_some(double timeout_s);  // false at end of output or on timeout
+
+    int pid_ = -1;
+    int fd_ = -1;  // read end of the output pipe
+    std::string output_;
+};
+
 }  // namespace dflash::test

@@ -1,4 +1,5 @@
-// A model directory names its tokenizer; missing or HF-only directories give clear errors.
+// A model directory names its tokenizer (dflash_tokenizer.json or an HF tokenizer.json); missing or
+// unreadable tokenizers give clear errors.
 #include <fstream>
 
 #include "support/test_util.h"
@@ -17,14 +18,21 @@ TEST(ModelTokenizer, RoundTripAndErrors) {
     EXPECT_EQ(back->name(), byte->name());
     EXPECT_EQ(back->vocab_size(), byte->vocab_size());
 
+    // No tokenizer at all: the error says how to go on without one.
+    test::TempDir none("none");
+    EXPECT_NE(test::error_of([&] { load_tokenizer_for_model(none.path()); }).find("--prompt-ids"),
+              std::string::npos);
+
+    // An HF tokenizer.json is read; one dflash cannot read is an error naming the directory,
+    // never a fallback to the byte tokenizer.
     test::TempDir hf("hf");
     std::ofstream(hf / "tokenizer.json") << "{}";
-    try {
-        load_tokenizer_for_model(hf.path());
-        FAIL();
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("--prompt-ids"), std::string::npos);
-    }
+    EXPECT_TRUE(has_tokenizer_spec(hf.path()));
+    const std::string err = test::error_of([&] { load_tokenizer_for_model(hf.path()); });
+    EXPECT_NE(err.find(hf.path().string()), std::string::npos) << err;
+    EXPECT_NE(err.find("BPE"), std::string::npos) << err;
+    const auto qwen = load_tokenizer_for_model(DFLASH_SOURCE_DIR "/tests/fixtures/tokenizer/qwen2");
+    EXPECT_TRUE(qwen->name().starts_with("hf-bpe:"));
 }
 
 }  // namespace

@@ -6,8 +6,9 @@
 #include <fstream>
 #include <numeric>
 
-#include "infer/bench.h"
 #include "infer/prompts.h"
+#include "infer/spec_decode.h"
+#include "infer/stop_tokens.h"
 #include "model/drafter.h"
 #include "support/test_util.h"
 #include "train/drafter_training.h"

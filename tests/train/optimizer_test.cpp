@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "model/tensor_layout.h"
-#include "train/metrics.h"
 #include "support/test_util.h"
+#include "train/metrics.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
 

@@ -143,7 +143,9 @@ inline std::map<std::string, std::vector<float>> read_state_tensors(
     return out;
 }
 
-// Largest |a-b| / max(1, max|b|) over every tensor the two states share (and they must share all).
+// Largest, over the tensors whose names start with `prefix`, of max|a-b| / max|b| within the
+// tensor (each tensor against its own scale, with no floor: AdamW moments are far below 1, where
+// an absolute tolerance would accept anything). The two states must hold the same tensors.
 inline double max_state_rel_diff(const std::map<std::string, std::vector<float>>& a,
                                  const std::map<std::string, std::vector<float>>& b,
                                  const std::string& prefix) {
@@ -156,12 +158,13 @@ inline double max_state_rel_diff(const std::map<std::string, std::vector<float>>
             ADD_FAILURE() << "missing " << name;
             continue;
         }
-        double scale = 1, diff = 0;
+        double scale = 0, diff = 0;
         for (size_t i = 0; i < va.size(); ++i) {
             scale = std::max(scale, static_cast<double>(std::abs(it->second[i])));
             diff = std::max(diff, static_cast<double>(std::abs(va[i] - it->second[i])));
         }
-        worst = std::max(worst, diff / scale);
+        // An all-zero tensor must be matched exactly.
+        worst = std::max(worst, scale > 0 ? diff / scale : (diff > 0 ? INFINITY : 0.0));
     }
     return worst;
 }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cpu {
 namespace {
@@ -26,14 +27,7 @@ void adamw_step(const Exec& ex, const Tensor& master, const Tensor& grad, const 
     check_cpu_f32(grad, "adamw_step", "grad");
     check_cpu_f32(m, "adamw_step", "m");
     check_cpu_f32(v, "adamw_step", "v");
-    DF_CHECK(grad.numel() == master.numel() && m.numel() == master.numel() &&
-                 v.numel() == master.numel(),
-             "adamw_step: master {} grad {} m {} v {} must have the same element count",
-             master.shape().to_string(), grad.shape().to_string(), m.shape().to_string(),
-             v.shape().to_string());
-    DF_CHECK(p.step >= 1, "adamw_step: step={} but steps are 1-based (bias correction)", p.step);
-    DF_CHECK(p.beta1 >= 0 && p.beta1 < 1 && p.beta2 >= 0 && p.beta2 < 1,
-             "adamw_step: betas ({}, {}) must lie in [0, 1)", p.beta1, p.beta2);
+    check_adamw_args(master, grad, m, v, p);
     if (!grad_scale.empty()) {
         check_cpu_f32(grad_scale, "adamw_step", "grad_scale");
         DF_CHECK(grad_scale.numel() == 1, "adamw_step: grad_scale is {}, expected f32 [1]",

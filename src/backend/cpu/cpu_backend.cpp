@@ -19,8 +19,9 @@ class CpuBackend final : public Backend {
     DType compute_dtype() const override { return DType::f32; }
 
     Buffer allocate(size_t bytes) override {
-        const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
-        void* p = std::aligned_alloc(64, rounded);
+        // 256 bytes, like cudaMalloc: workspace slices keep the alignment the CUDA kernels need.
+        const size_t rounded = std::max<size_t>(256, (bytes + 255) / 256 * 256);
+        void* p = std::aligned_alloc(256, rounded);
         DF_CHECK(p != nullptr, "out of host memory allocating {} bytes", rounded);
         std::memset(p, 0, rounded);
         return Buffer(p, bytes, DeviceRef{}, [](void* q) { std::free(q); });
@@ -86,6 +87,9 @@ class CpuBackend final : public Backend {
         cpu::add_inplace(ex_, y, x, alpha);
     }
     void scale_inplace(const Tensor& y, float alpha) override { cpu::scale_inplace(ex_, y, alpha); }
+    void add_row_bias(const Tensor& y, const Tensor& bias) override {
+        cpu::add_row_bias(ex_, y, bias);
+    }
     void lm_head_ce(const Tensor& h, const Tensor& w, const Tensor& labels, const Tensor& weights,
                     float grad_scale, int64_t chunk, const LmHeadCeOut& out) override {
         cpu::lm_head_ce(ex_, h, w, labels, weights, grad_scale, chunk, out);
@@ -107,6 +111,10 @@ class CpuBackend final : public Backend {
         cpu::adamw_step(ex_, master, grad, m, v, p, grad_scale, value);
     }
     void argmax_rows(const Tensor& x, const Tensor& out) override { cpu::argmax_rows(ex_, x, out); }
+    void sample_rows(const Tensor& logits, const SampleParams& p, const Tensor& uniforms,
+                     const Tensor& out) override {
+        cpu::sample_rows(ex_, logits, p, uniforms, out);
+    }
 
   private:
     static void check_transfer(const Tensor& dst, const Tensor& src, const char* op) {

@@ -86,6 +86,7 @@ void swiglu_bwd(const Exec& ex, const Tensor& dout, const Tensor& gate, const Te
 // elementwise.cpp
 void add_inplace(const Exec& ex, const Tensor& y, const Tensor& x, float alpha);
 void scale_inplace(const Exec& ex, const Tensor& y, float alpha);
+void add_row_bias(const Exec& ex, const Tensor& y, const Tensor& bias);
 
 // lm_head_ce.cpp
 void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& labels,
@@ -107,5 +108,9 @@ void fill(const Exec& ex, const Tensor& t, float value);
 void loss_stats(const Exec& ex, const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,
                 const Tensor& weights, int64_t period, const Tensor& stats);
 void argmax_rows(const Exec& ex, const Tensor& x, const Tensor& out);
+
+// sampling.cpp
+void sample_rows(const Exec& ex, const Tensor& logits, const SampleParams& p,
+                 const Tensor& uniforms, const Tensor& out);
 
 }  // namespace dflash::cpu

@@ -9,6 +9,7 @@
 #include "backend/cuda/kernels/adamw.h"
 #include "backend/cuda/op_checks.h"
 #include "backend/cuda/op_workspace.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cuda {
 namespace {
@@ -33,14 +34,7 @@ void adamw_step(const Exec& ex, const Tensor& master, const Tensor& grad, const 
     check_tensor(ex, grad, DType::f32, op, "grad");
     check_tensor(ex, m, DType::f32, op, "m");
     check_tensor(ex, v, DType::f32, op, "v");
-    DF_CHECK(grad.numel() == master.numel() && m.numel() == master.numel() &&
-                 v.numel() == master.numel(),
-             "adamw_step: master {} grad {} m {} v {} must have the same element count",
-             master.shape().to_string(), grad.shape().to_string(), m.shape().to_string(),
-             v.shape().to_string());
-    DF_CHECK(p.step >= 1, "adamw_step: step={} but steps are 1-based (bias correction)", p.step);
-    DF_CHECK(p.beta1 >= 0 && p.beta1 < 1 && p.beta2 >= 0 && p.beta2 < 1,
-             "adamw_step: betas ({}, {}) must lie in [0, 1)", p.beta1, p.beta2);
+    check_adamw_args(master, grad, m, v, p);
     if (!grad_scale.empty()) check_one(ex, grad_scale, op, "grad_scale");
     if (!value.empty()) {
         check_tensor(ex, value, DType::bf16, op, "value");

@@ -150,6 +150,9 @@ class CudaBackend final : public Backend {
     void scale_inplace(const Tensor& y, float alpha) override {
         run(cuda::scale_inplace, y, alpha);
     }
+    void add_row_bias(const Tensor& y, const Tensor& bias) override {
+        run(cuda::add_row_bias, y, bias);
+    }
     void lm_head_ce(const Tensor& h, const Tensor& w, const Tensor& labels, const Tensor& weights,
                     float grad_scale, int64_t chunk, const LmHeadCeOut& out) override {
         run(cuda::lm_head_ce, h, w, labels, weights, grad_scale, chunk, out);
@@ -174,6 +177,10 @@ class CudaBackend final : public Backend {
     }
     void argmax_rows(const Tensor& x, const Tensor& out) override {
         run(cuda::argmax_rows, x, out);
+    }
+    void sample_rows(const Tensor& logits, const SampleParams& p, const Tensor& uniforms,
+                     const Tensor& out) override {
+        run(cuda::sample_rows, logits, p, uniforms, out);
     }
 
     void release() {

@@ -13,7 +13,7 @@
 namespace dflash::cuda {
 
 struct CudaBackendOptions {
-    size_t op_workspace_bytes = size_t{256} << 20;  // op temporaries (OpWorkspace)
+    size_t op_workspace_bytes = size_t{256} << 20;   // op temporaries (OpWorkspace)
     size_t gemm_workspace_bytes = size_t{32} << 20;  // cuBLASLt
 };
 

@@ -1,7 +1,7 @@
 // The CUDA ops at the Tensor level: the same semantics and shapes as the Backend interface
 // (backend/backend.h) and the CPU reference (backend/cpu/cpu_ops.h), checked here, launched on
-// ex.stream. Storage: activations and weights bf16, parameter gradients / masters / moments / rstd /
-// lse / loss rows f32, ids and positions i32 (see each op). Each family has a `<family>.cpp` here
+// ex.stream. Storage: activations and weights bf16, parameter gradients / masters / moments / rstd
+// / lse / loss rows f32, ids and positions i32 (see each op). Each family has a `<family>.cpp` here
 // (checks, dispatch) and `kernels/<family>.cu` + `kernels/<family>.h` (kernels and raw launchers;
 // see Note [No fmt in .cu files] in cuda_check.h). Nothing here allocates or synchronises: op
 // temporaries come from ex.scratch. No floating-point atomics in training kernels.
@@ -71,6 +71,8 @@ void swiglu_bwd(const Exec& ex, const Tensor& dout, const Tensor& gate, const Te
 // elementwise.cpp: y (bf16 or f32) += alpha * x (bf16 or f32); y *= alpha.
 void add_inplace(const Exec& ex, const Tensor& y, const Tensor& x, float alpha);
 void scale_inplace(const Exec& ex, const Tensor& y, float alpha);
+// y (bf16 or f32) [R, C] += bias (bf16 or f32) [C].
+void add_row_bias(const Exec& ex, const Tensor& y, const Tensor& bias);
 
 // lm_head_ce.cpp: h bf16 [R, D], w bf16 [V, D], labels i32, weights f32, loss_rows f32,
 // argmax i32, dh bf16, dw f32 (+=), workspace f32 [lm_head_ce_workspace(R, D, V, chunk)].
@@ -79,9 +81,12 @@ void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& 
 int64_t lm_head_ce_workspace(int64_t rows, int64_t dim, int64_t vocab, int64_t chunk);
 
 // loss_stats.cpp: see Backend::loss_stats and argmax_rows (x f32 [R, V]).
-void loss_stats(const Exec& ex, const Tensor& loss_rows, const Tensor& argmax,
-                const Tensor& labels, const Tensor& weights, int64_t period, const Tensor& stats);
+void loss_stats(const Exec& ex, const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,
+                const Tensor& weights, int64_t period, const Tensor& stats);
 void argmax_rows(const Exec& ex, const Tensor& x, const Tensor& out);
+// sampling.cpp: see Backend::sample_rows (logits f32 [R, V], uniforms f32 [R], out i32 [R]).
+void sample_rows(const Exec& ex, const Tensor& logits, const SampleParams& p,
+                 const Tensor& uniforms, const Tensor& out);
 
 // adamw.cpp: master, grad, m, v f32 (flat); grad_scale f32 [1] or empty; value bf16 or empty.
 void adamw_step(const Exec& ex, const Tensor& master, const Tensor& grad, const Tensor& m,

@@ -26,6 +26,17 @@ void add_inplace(const Exec& ex, const Tensor& y, const Tensor& x, float alpha) 
                          alpha, y.numel(), ex.stream);
 }
 
+void add_row_bias(const Exec& ex, const Tensor& y, const Tensor& bias) {
+    check_float(ex, y, "add_row_bias", "y");
+    check_float(ex, bias, "add_row_bias", "bias");
+    const int64_t c = bias.numel();
+    DF_CHECK(c > 0 && y.numel() % c == 0 && y.dim(-1) == c,
+             "add_row_bias: y is {} but bias is {}; expected y [R, C] and bias [C]", y.describe(),
+             bias.describe());
+    kernels::add_row_bias(y.data(), y.dtype() == DType::bf16, bias.data(),
+                          bias.dtype() == DType::bf16, c, y.numel(), ex.stream);
+}
+
 void scale_inplace(const Exec& ex, const Tensor& y, float alpha) {
     check_float(ex, y, "scale_inplace", "y");
     if (y.empty()) return;

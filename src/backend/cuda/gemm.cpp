@@ -4,6 +4,8 @@
 // bench/gemm_bench.cpp.
 #include "backend/cuda/gemm.h"
 
+#include "backend/op_shapes.h"
+
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -30,21 +32,11 @@ cublasLtHandle_t lt(void* handle) {
 }
 
 // A matrix operand: tensors of rank >= 2 are viewed as [numel / last, last] (as the CPU gemm).
-struct Mat {
-    int64_t rows = 0;
-    int64_t cols = 0;
-};
-
-Mat as_matrix(const Exec& ex, const Tensor& t, const char* name, bool allow_f32) {
+void check_operand(const Exec& ex, const Tensor& t, const char* name, bool allow_f32) {
     check_device(ex, t, "gemm", name);
     DF_CHECK(t.dtype() == DType::bf16 || (allow_f32 && t.dtype() == DType::f32),
              "gemm: {} is {} but the CUDA gemm takes {}", name, t.describe(),
              allow_f32 ? "bf16 or f32" : "bf16");
-    DF_CHECK(t.rank() >= 2, "gemm: {} has shape {}; expected a matrix (rank >= 2)", name,
-             t.shape().to_string());
-    int64_t rows = 1;
-    for (int i = 0; i + 1 < t.rank(); ++i) rows *= t.dim(i);
-    return {rows, t.dim(-1)};
 }
 
 }  // namespace
@@ -175,22 +167,10 @@ void GemmEngine::run(CUstream_st* stream, const Tensor& a, bool trans_a, const T
 
 void gemm(const Exec& ex, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
           const Tensor& c, float alpha, float beta) {
-    const Mat ma = as_matrix(ex, a, "A", false);
-    const Mat mb = as_matrix(ex, b, "B", false);
-    const Mat mc = as_matrix(ex, c, "C", true);
-    const int64_t m = trans_a ? ma.cols : ma.rows;
-    const int64_t k = trans_a ? ma.rows : ma.cols;
-    const int64_t kb = trans_b ? mb.cols : mb.rows;
-    const int64_t n = trans_b ? mb.rows : mb.cols;
-    DF_CHECK(k == kb,
-             "gemm: inner dimensions differ: op(A) is [{}, {}] (A {}{}) but op(B) is [{}, {}] "
-             "(B {}{}); a linear layer with weight W [out, in] is gemm(x, false, W, true, y)",
-             m, k, a.shape().to_string(), trans_a ? "ᵀ" : "", kb, n, b.shape().to_string(),
-             trans_b ? "ᵀ" : "");
-    DF_CHECK(mc.rows == m && mc.cols == n,
-             "gemm: C has shape {} (as [{}, {}]) but op(A)·op(B) is [{}, {}] (A {}{}, B {}{})",
-             c.shape().to_string(), mc.rows, mc.cols, m, n, a.shape().to_string(),
-             trans_a ? "ᵀ" : "", b.shape().to_string(), trans_b ? "ᵀ" : "");
+    check_operand(ex, a, "A", false);
+    check_operand(ex, b, "B", false);
+    check_operand(ex, c, "C", true);
+    const auto [m, n, k] = check_gemm_shapes(a, trans_a, b, trans_b, c);
     DF_CHECK(ex.gemm != nullptr, "gemm: this CUDA backend has no GemmEngine");
     if (m == 0 || n == 0) return;
     if (k == 0) {

@@ -131,8 +131,9 @@ void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& 
                              ? base + lay.total
                              : ex.scratch->take_n<float>(static_cast<size_t>(r * d),
                                                          "lm_head_ce dh accumulator f32 [R, D]");
-        acc = out.dh.dtype() == DType::f32 ? out.dh
-                                           : Tensor(acc_mem, DType::f32, Shape{r, d}, out.dh.device());
+        acc = out.dh.dtype() == DType::f32
+                  ? out.dh
+                  : Tensor(acc_mem, DType::f32, Shape{r, d}, out.dh.device());
     }
 
     for (int64_t c = 0; c < chunks; ++c) {  // pass 1: statistics (and dh)

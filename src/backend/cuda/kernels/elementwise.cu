@@ -33,6 +33,24 @@ __global__ void scale_kernel(T* __restrict__ y, float alpha, int64_t n) {
     });
 }
 
+template <class TY, class TB>
+__global__ void row_bias_kernel(TY* y, const TB* b, int64_t cols, int64_t n) {
+    grid_stride_vec<1>(n, [&]<int N>(int64_t i) {
+        float a[1], c[1];
+        load_vec<1>(y + i, a);
+        load_vec<1>(b + i % cols, c);
+        a[0] = __fadd_rn(a[0], c[0]);
+        store_vec<1>(y + i, a);
+    });
+}
+
+template <class TY, class TB>
+void row_bias(void* y, const void* b, int64_t cols, int64_t n, cudaStream_t stream) {
+    row_bias_kernel<<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<TY*>(y),
+                                                             static_cast<const TB*>(b), cols, n);
+    DF_CUDA_CHECK_LAUNCH(row_bias_kernel);
+}
+
 template <class TY, class TX>
 void add(void* yv, const void* xv, float alpha, int64_t n, cudaStream_t stream) {
     auto* y = static_cast<TY*>(yv);
@@ -67,6 +85,15 @@ void add_inplace(void* y, bool y_bf16, const void* x, bool x_bf16, float alpha, 
     if (y_bf16 && !x_bf16) add<uint16_t, float>(y, x, alpha, n, stream);
     if (!y_bf16 && x_bf16) add<float, uint16_t>(y, x, alpha, n, stream);
     if (!y_bf16 && !x_bf16) add<float, float>(y, x, alpha, n, stream);
+}
+
+void add_row_bias(void* y, bool y_bf16, const void* bias, bool bias_bf16, int64_t cols, int64_t n,
+                  CUstream_st* stream) {
+    if (n <= 0) return;
+    if (y_bf16 && bias_bf16) row_bias<uint16_t, uint16_t>(y, bias, cols, n, stream);
+    if (y_bf16 && !bias_bf16) row_bias<uint16_t, float>(y, bias, cols, n, stream);
+    if (!y_bf16 && bias_bf16) row_bias<float, uint16_t>(y, bias, cols, n, stream);
+    if (!y_bf16 && !bias_bf16) row_bias<float, float>(y, bias, cols, n, stream);
 }
 
 void scale_inplace(void* y, bool y_bf16, float alpha, int64_t n, CUstream_st* stream) {

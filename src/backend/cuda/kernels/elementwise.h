@@ -12,6 +12,9 @@ namespace dflash::cuda::kernels {
 // rounded as the CPU reference rounds (alpha * x, then the add).
 void add_inplace(void* y, bool y_bf16, const void* x, bool x_bf16, float alpha, int64_t n,
                  CUstream_st* stream);
+// y[i] += bias[i % cols] over n elements (a bias on every row), each f32 or bf16.
+void add_row_bias(void* y, bool y_bf16, const void* bias, bool bias_bf16, int64_t cols, int64_t n,
+                  CUstream_st* stream);
 // y *= alpha over n elements, y f32 or bf16.
 void scale_inplace(void* y, bool y_bf16, float alpha, int64_t n, CUstream_st* stream);
 

@@ -1,5 +1,5 @@
-// Worker threads with first-failure reporting. Tested by tests/train/worker_pool_test.cpp.
-#include "train/worker_pool.h"
+// Worker threads with first-failure reporting. Tested by tests/core/worker_pool_test.cpp.
+#include "core/worker_pool.h"
 
 #include <exception>
 #include <memory>
@@ -37,8 +37,17 @@ bool WorkerContext::stop_requested() const {
     return pool_.stop_requested();
 }
 
-WorkerPool::WorkerPool(int workers, std::vector<std::string> devices, Logger log)
-    : workers_(workers), devices_(std::move(devices)), log_(std::move(log)) {
+void StopSource::request(int signal) {
+    int none = 0;
+    if (signal != 0) signal_.compare_exchange_strong(none, signal, std::memory_order_acq_rel);
+    requested_.store(true, std::memory_order_release);
+}
+
+WorkerPool::WorkerPool(int workers, std::vector<std::string> devices, Logger log, StopSource* stop)
+    : workers_(workers),
+      devices_(std::move(devices)),
+      log_(std::move(log)),
+      stop_(stop != nullptr ? stop : &own_stop_) {
     DF_CHECK(workers >= 1, "WorkerPool needs at least 1 worker, got workers={}", workers);
     DF_CHECK(devices_.size() == static_cast<size_t>(workers),
              "WorkerPool got {} device names for {} workers; give one device per worker",
@@ -48,10 +57,6 @@ WorkerPool::WorkerPool(int workers, std::vector<std::string> devices, Logger log
 void WorkerPool::add_abort_hook(std::function<void(const std::string& reason)> hook) {
     std::lock_guard lock(mutex_);
     hooks_.push_back(std::move(hook));
-}
-
-void WorkerPool::request_stop() {
-    stop_.store(true, std::memory_order_release);
 }
 
 std::optional<WorkerFailure> WorkerPool::failure() const {
@@ -73,7 +78,7 @@ void WorkerPool::record_failure(WorkerFailure f) {
         hooks = hooks_;
     }
     log_.error("{}", reason);
-    stop_.store(true, std::memory_order_release);
+    failed_.store(true, std::memory_order_release);
     // Hooks run outside the lock: they may block briefly (e.g. take a communicator's lock).
     for (const auto& hook : hooks) {
         try {
@@ -102,7 +107,9 @@ void WorkerPool::run(const std::function<void(WorkerContext&)>& fn) {
         std::lock_guard lock(mutex_);
         failure_.reset();
     }
-    stop_.store(false, std::memory_order_release);
+    // Only this pool's failure is cleared: a stop requested before the run (a Ctrl-C during
+    // start-up) must still stop it.
+    failed_.store(false, std::memory_order_release);
 
     std::vector<std::unique_ptr<WorkerContext>> contexts;
     for (int i = 0; i < workers_; ++i) {

@@ -206,16 +206,23 @@ void run() {
 }  // namespace dflash::cuda
 
 int main() {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches the log, even on a crash
     if (dflash::cuda::device_count() == 0) {
         std::printf("attention_bench: no CUDA device, skipped\n");
         return 0;
     }
-    dflash::cuda::run();
+    try {
+        dflash::cuda::run();
+    } catch (const std::exception& e) {
+        std::printf("attention_bench: %s\n", e.what());
+        return 1;
+    }
     return 0;
 }
 
 #else
 int main() {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches the log, even on a crash
     std::printf("attention_bench: built without CUDA, skipped\n");
     return 0;
 }

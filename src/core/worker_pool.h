@@ -1,7 +1,9 @@
 // WorkerPool: runs one function on N fresh threads (one per device) and makes a failing worker say
 // why (design §2): the first exception is recorded with worker id, device, phase and message, the
 // other workers are told to stop (abort hooks wake any blocked in a collective), and after all have
-// joined run() rethrows that first cause. Tested by tests/train/worker_pool_test.cpp.
+// joined run() rethrows that first cause. A StopSource carries a request to stop (Ctrl-C) that may
+// come before the workers start: it is never cleared by run(). Tested by
+// tests/core/worker_pool_test.cpp.
 #pragma once
 
 #include <atomic>
@@ -14,6 +16,21 @@
 #include "core/logging.h"
 
 namespace dflash {
+
+// A request to stop, shared by whoever asks (a signal watcher, a test) and the pools that honour
+// it. It lives outside any one run, so a request made while a command is still starting up (before
+// the workers exist) is seen by the workers' first check. Thread-safe; a request is never undone.
+class StopSource {
+  public:
+    // `signal`: the signal that asked (SIGINT, SIGTERM), or 0. The first request's signal stays.
+    void request(int signal = 0);
+    bool requested() const { return requested_.load(std::memory_order_acquire); }
+    int signal() const { return signal_.load(std::memory_order_acquire); }
+
+  private:
+    std::atomic<bool> requested_{false};
+    std::atomic<int> signal_{0};
+};
 
 struct WorkerFailure {
     int worker = -1;
@@ -37,8 +54,8 @@ class WorkerContext {
     // error if it fails. Starts as "startup".
     void set_phase(std::string phase);
     std::string phase() const;
-    // True once another worker failed or request_stop() was called: finish the current unit of
-    // work and return.
+    // True once another worker failed or a stop was requested (request_stop() or the pool's
+    // StopSource): finish the current unit of work and return.
     bool stop_requested() const;
     const Logger& log() const { return log_; }
 
@@ -57,8 +74,10 @@ class WorkerContext {
 
 class WorkerPool {
   public:
-    // devices[i] names worker i's device ("cpu:0", "cuda:1"); one per worker.
-    WorkerPool(int workers, std::vector<std::string> devices, Logger log);
+    // devices[i] names worker i's device ("cpu:0", "cuda:1"); one per worker. `stop` (may be null:
+    // the pool then owns one) is where stop requests are made and read; it must outlive the pool.
+    WorkerPool(int workers, std::vector<std::string> devices, Logger log,
+               StopSource* stop = nullptr);
     WorkerPool(const WorkerPool&) = delete;
     WorkerPool& operator=(const WorkerPool&) = delete;
 
@@ -68,7 +87,7 @@ class WorkerPool {
     // Runs fn on `workers` fresh std::threads and joins them all. If any throws, the first failure
     // is recorded, stop is requested for the others and every abort hook is called with the
     // failure's description; after all have joined, run() throws dflash::Error carrying that
-    // description. Each run starts with a clear failure and stop flag.
+    // description. Each run starts with a clear failure; a stop request stays (see StopSource).
     void run(const std::function<void(WorkerContext&)>& fn);
 
     // Called (from the failing worker's thread) when a worker fails, e.g. to abort a communicator
@@ -77,8 +96,11 @@ class WorkerPool {
 
     // Asks workers to stop (e.g. on Ctrl-C); they see stop_requested() and return at a point where
     // they agree with their peers. Abort hooks are not called: that is for failures only.
-    void request_stop();
-    bool stop_requested() const { return stop_.load(std::memory_order_acquire); }
+    void request_stop() { stop_->request(); }
+    // A stop was requested, or a worker of the current run failed.
+    bool stop_requested() const {
+        return failed_.load(std::memory_order_acquire) || stop_->requested();
+    }
 
     std::optional<WorkerFailure> failure() const;
 
@@ -89,8 +111,10 @@ class WorkerPool {
     int workers_;
     std::vector<std::string> devices_;
     Logger log_;
-    std::atomic<bool> stop_{false};
-    mutable std::mutex mutex_;  // guards failure_ and hooks_
+    StopSource own_stop_;
+    StopSource* stop_;                 // own_stop_ or the caller's
+    std::atomic<bool> failed_{false};  // a worker of this run failed: the others stop too
+    mutable std::mutex mutex_;         // guards failure_ and hooks_
     std::optional<WorkerFailure> failure_;
     std::vector<std::function<void(const std::string&)>> hooks_;
 };

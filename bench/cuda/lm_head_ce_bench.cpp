@@ -189,6 +189,7 @@ int run(int64_t r, int64_t d, int64_t v, int64_t chunk) {
 }  // namespace dflash
 
 int main(int argc, char** argv) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches the log, even on a crash
     if (dflash::cuda_device_count() == 0) {
         std::printf("lm_head_ce_bench: no CUDA device, skipping\n");
         return 0;

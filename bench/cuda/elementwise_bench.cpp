@@ -245,6 +245,7 @@ int run(bool adamw) {
 }  // namespace dflash
 
 int main(int argc, char** argv) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches the log, even on a crash
     const bool adamw = !(argc > 1 && std::strcmp(argv[1], "--no-adamw") == 0);
     try {
         return dflash::run(adamw);
@@ -257,6 +258,7 @@ int main(int argc, char** argv) {
 #else
 
 int main() {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches the log, even on a crash
     std::printf("elementwise_bench: built without CUDA, skipped\n");
     return 0;
 }

@@ -1,7 +1,9 @@
 // WorkerPool: a failing worker's cause (id, device, phase, message) reaches the coordinator; peers
 // blocked in an in-process collective are woken and do not mask it; clean runs return normally;
-// stop requests reach every worker.
-#include "train/worker_pool.h"
+// stop requests reach every worker, including one made before the run starts.
+#include "core/worker_pool.h"
+
+#include <signal.h>
 
 #include <atomic>
 #include <set>
@@ -158,6 +160,25 @@ TEST(WorkerPool, RequestStopReachesEveryWorker) {
     EXPECT_EQ(err, "");
     EXPECT_TRUE(pool.stop_requested());
     EXPECT_FALSE(pool.failure().has_value());
+}
+
+TEST(WorkerPool, AStopRequestedBeforeTheRunIsNotLost) {
+    // As a Ctrl-C that arrives while the command is still starting up: the watcher has already
+    // asked the StopSource to stop when run() begins.
+    StopSource stop;
+    WorkerPool pool(2, cpu_devices(2), Logger(), &stop);
+    stop.request(SIGINT);
+    stop.request(SIGTERM);  // the first signal is the one reported
+    std::atomic<int> saw_stop{0};
+    EXPECT_EQ(run_pool(pool,
+                       [&](WorkerContext& ctx) {
+                           if (ctx.stop_requested()) saw_stop.fetch_add(1);
+                       }),
+              "");
+    EXPECT_EQ(saw_stop.load(), 2);
+    EXPECT_EQ(stop.signal(), SIGINT);
+    // A failure's stop belongs to its run; a requested stop stays.
+    EXPECT_TRUE(pool.stop_requested());
 }
 
 TEST(WorkerPool, PoolIsReusableAfterAFailure) {

@@ -200,6 +200,7 @@ int run(int64_t tokens) {
 }  // namespace dflash
 
 int main(int argc, char** argv) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches the log, even on a crash
     if (dflash::cuda_device_count() == 0) {
         std::printf("gemm_bench: no CUDA device, skipping\n");
         return 0;

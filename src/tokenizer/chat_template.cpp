@@ -1,0 +1,219 @@
+// Qwen3 and Llama-3 chat templates as code (chat_template.h). Each mirrors the public Jinja
+// template of its model family step by step; the Jinja each is checked against lives in
+// tools/reference/chat_templates/. Tested by tests/tokenizer/chat_template_test.cpp.
+#include "tokenizer/chat_template.h"
+
+#include "core/error.h"
+
+namespace dflash {
+
+namespace {
+
+// Python's str.isspace() for one code point.
+bool python_space(char32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+           c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// Decodes the code point at s[i] (valid UTF-8 assumed; a stray byte decodes as itself).
+char32_t code_point_at(std::string_view s, size_t i, size_t& len) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    len = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+    if (len == 1 || i + len > s.size()) {
+        len = 1;
+        return b;
+    }
+    char32_t c = b & (0x7F >> len);
+    for (size_t k = 1; k < len; ++k) c = (c << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    return c;
+}
+
+std::string_view strip_newlines(std::string_view s, bool left, bool right) {
+    while (left && !s.empty() && s.front() == '\n') s.remove_prefix(1);
+    while (right && !s.empty() && s.back() == '\n') s.remove_suffix(1);
+    return s;
+}
+
+// Python's s.split(sep)[0] and s.split(sep)[-1].
+std::string_view before_first(std::string_view s, std::string_view sep) {
+    return s.substr(0, s.find(sep));
+}
+std::string_view after_last(std::string_view s, std::string_view sep) {
+    const size_t p = s.rfind(sep);
+    return p == std::string_view::npos ? s : s.substr(p + sep.size());
+}
+
+void emit(std::vector<ChatSegment>& out, std::string text, uint8_t mask) {
+    if (!text.empty()) out.push_back({std::move(text), mask});
+}
+
+// Qwen3 (Qwen3-0.6B ... Qwen3-235B-A22B). Tool calls and tool roles are not supported.
+class Qwen3Template final : public ChatTemplate {
+  public:
+    explicit Qwen3Template(bool enable_thinking) : thinking_(enable_thinking) {}
+    std::string name() const override { return "qwen3"; }
+    std::string end_of_turn() const override { return "<|im_end|>"; }
+
+    std::vector<ChatSegment> render(const std::vector<ChatMessage>& msgs,
+                                    bool add_generation_prompt) const override {
+        std::vector<ChatSegment> out;
+        // The last user message: assistant turns after it show their reasoning block.
+        size_t last_query = msgs.empty() ? 0 : msgs.size() - 1;
+        for (size_t k = msgs.size(); k-- > 0;) {
+            const std::string& c = msgs[k].content;
+            const bool tool_response =
+                c.starts_with("<tool_response>") && c.ends_with("</tool_response>");
+            if (msgs[k].role == "user" && !tool_response) {
+                last_query = k;
+                break;
+            }
+        }
+        for (size_t i = 0; i < msgs.size(); ++i) {
+            const ChatMessage& m = msgs[i];
+            if (m.role == "user" || m.role == "system") {
+                emit(out, "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n", 0);
+            } else if (m.role == "assistant") {
+                assistant_turn(out, m.content, i > last_query, i + 1 == msgs.size());
+            } else {
+                DF_FAIL("the qwen3 chat template has no role '{}'", m.role);
+            }
+        }
+        if (add_generation_prompt) emit(out, generation_prompt(), 0);
+        return out;
+    }
+
+  private:
+    std::string generation_prompt() const {
+        return thinking_ ? "<|im_start|>assistant\n"
+                         : "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+    }
+
+    void assistant_turn(std::vector<ChatSegment>& out, std::string_view content, bool after_query,
+                        bool last) const {
+        std::string_view reasoning;
+        if (content.find("</think>") != std::string_view::npos) {
+            reasoning = strip_newlines(
+                after_last(strip_newlines(before_first(content, "</think>"), false, true),
+                           "<think>"),
+                true, false);
+            content = strip_newlines(after_last(content, "</think>"), true, false);
+        }
+        std::string body(content);
+        if (after_query && (last || !reasoning.empty())) {
+            body = "<think>\n" + std::string(strip_newlines(reasoning, true, true)) +
+                   "\n</think>\n\n" + std::string(strip_newlines(content, true, false));
+        }
+        // What the generation prompt supplies is not the model's to predict.
+        const std::string head = "<|im_start|>assistant\n";
+        const std::string prompt_part = generation_prompt().substr(head.size());
+        emit(out, head, 0);
+        if (!prompt_part.empty() && body.starts_with(prompt_part)) {
+            emit(out, prompt_part, 0);
+            body.erase(0, prompt_part.size());
+        }
+        emit(out, body + "<|im_end|>", 1);
+        emit(out, "\n", 0);
+    }
+
+    bool thinking_;
+};
+
+// Llama-3 (Meta-Llama-3-8B-Instruct) and Llama-3.1 (Llama-3.1-8B-Instruct; a system turn with the
+// knowledge cutoff and date always comes first). Tool calls and ipython roles are not supported.
+class Llama3Template final : public ChatTemplate {
+  public:
+    Llama3Template(bool v31, std::string date, std::string bos)
+        : v31_(v31), date_(std::move(date)), bos_(std::move(bos)) {}
+    std::string name() const override { return v31_ ? "llama3.1" : "llama3"; }
+    std::string end_of_turn() const override { return "<|eot_id|>"; }
+
+    std::vector<ChatSegment> render(const std::vector<ChatMessage>& msgs,
+                                    bool add_generation_prompt) const override {
+        std::vector<ChatSegment> out;
+        size_t first = 0;
+        if (v31_) {
+            std::string_view system;
+            if (!msgs.empty() && msgs[0].role == "system") {
+                system = python_strip(msgs[0].content);
+                first = 1;
+            }
+            emit(out,
+                 bos_ + "<|start_header_id|>system<|end_header_id|>\n\n" +
+                     "Cutting Knowledge Date: December 2023\nToday Date: " + date_ + "\n\n" +
+                     std::string(system) + "<|eot_id|>",
+                 0);
+        }
+        for (size_t i = first; i < msgs.size(); ++i) {
+            const ChatMessage& m = msgs[i];
+            DF_CHECK(m.role == "system" || m.role == "user" || m.role == "assistant",
+                     "the {} chat template has no role '{}'", name(), m.role);
+            const std::string lead = !v31_ && i == 0 ? bos_ : std::string();
+            const uint8_t mask = m.role == "assistant" ? 1 : 0;
+            emit(out, lead + header(m.role), 0);
+            emit(out, std::string(python_strip(m.content)) + "<|eot_id|>", mask);
+        }
+        if (add_generation_prompt) emit(out, header("assistant"), 0);
+        return out;
+    }
+
+  private:
+    static std::string header(const std::string& role) {
+        return "<|start_header_id|>" + role + "<|end_header_id|>\n\n";
+    }
+
+    bool v31_;
+    std::string date_, bos_;
+};
+
+}  // namespace
+
+std::string_view python_strip(std::string_view s) {
+    size_t b = 0, e = s.size();
+    while (b < e) {
+        size_t len = 0;
+        if (!python_space(code_point_at(s, b, len))) break;
+        b += len;
+    }
+    while (e > b) {
+        size_t start = e - 1;  // back up to the first byte of the last character
+        while (start > b && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+        size_t len = 0;
+        if (!python_space(code_point_at(s, start, len))) break;
+        e = start;
+    }
+    return s.substr(b, e - b);
+}
+
+std::string chat_text(const std::vector<ChatSegment>& segments) {
+    std::string out;
+    for (const auto& s : segments) out += s.text;
+    return out;
+}
+
+std::unique_ptr<ChatTemplate> make_chat_template(std::string_view name, const ChatOptions& opt,
+                                                 std::string bos_token) {
+    if (name == "qwen3") return std::make_unique<Qwen3Template>(opt.enable_thinking);
+    if (name == "llama3" || name == "llama3.1") {
+        DF_CHECK(!bos_token.empty(),
+                 "the {} chat template starts with the bos token, but the tokenizer has none "
+                 "(tokenizer_config.json bos_token)",
+                 name);
+        return std::make_unique<Llama3Template>(name == "llama3.1", opt.date_string,
+                                                std::move(bos_token));
+    }
+    DF_FAIL("unknown chat template '{}'; dflash has: {}", name, kChatTemplateNames);
+}
+
+std::string detect_chat_template(std::string_view jinja) {
+    auto has = [&](std::string_view mark) { return jinja.find(mark) != std::string_view::npos; };
+    if (has("<|im_start|>") && has("<think>") && has("enable_thinking") && has("last_query_index"))
+        return "qwen3";
+    if (has("<|start_header_id|>") && has("<|eot_id|>")) {
+        if (!has("Cutting Knowledge Date")) return "llama3";
+        if (!has("strftime_now")) return "llama3.1";  // Llama-3.2 dates the prompt with today
+    }
+    return "";
+}
+
+}  // namespace dflash

@@ -1,0 +1,64 @@
+// Chat templates of HF models, written as code: each renders a conversation into the text that
+// transformers' apply_chat_template produces with the model's Jinja template, cut into segments
+// that carry the loss mask. Qwen3 (thinking on and off), Llama-3 and Llama-3.1.
+//
+// Loss mask: 1 on what the model says in an assistant turn, i.e. everything after the text that
+// add_generation_prompt would have emitted for it, through the turn's end token; 0 on system and
+// user turns, role headers and the newline between turns. (With Qwen3 thinking off, the empty
+// "<think>\n\n</think>\n\n" that the generation prompt supplies is therefore 0.)
+// Tested by tests/tokenizer/chat_template_test.cpp (fixtures from transformers/Jinja).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tokenizer/tokenizer.h"
+
+namespace dflash {
+
+// How to pick and parametrise a model's template (the chat.* settings).
+struct ChatOptions {
+    // "auto": recognise the template in tokenizer_config.json; or qwen3 | llama3 | llama3.1.
+    std::string template_name = "auto";
+    bool enable_thinking = true;  // Qwen3: the template's enable_thinking (its default is on)
+    std::string date_string = "26 Jul 2024";  // Llama-3.1: the template's default date_string
+};
+
+// A piece of rendered chat text and the loss mask of the tokens that come from it.
+struct ChatSegment {
+    std::string text;
+    uint8_t mask = 0;
+};
+
+class ChatTemplate {
+  public:
+    virtual ~ChatTemplate() = default;
+    virtual std::string name() const = 0;
+    // The conversation as text (special tokens written out), in segments.
+    virtual std::vector<ChatSegment> render(const std::vector<ChatMessage>& msgs,
+                                            bool add_generation_prompt) const = 0;
+    // The special token that ends a turn (what generation stops at).
+    virtual std::string end_of_turn() const = 0;
+};
+
+// The names make_chat_template accepts.
+inline constexpr std::string_view kChatTemplateNames = "qwen3, llama3, llama3.1";
+
+// `bos_token` is the tokenizer's bos text (Llama templates start with it).
+std::unique_ptr<ChatTemplate> make_chat_template(std::string_view name, const ChatOptions& opt,
+                                                 std::string bos_token);
+
+// The template whose output a Jinja chat template (tokenizer_config.json "chat_template") gives,
+// recognised by its marks; "" when it is none of those dflash has written as code.
+std::string detect_chat_template(std::string_view jinja);
+
+// All segments' text joined: what apply_chat_template(tokenize=False) returns.
+std::string chat_text(const std::vector<ChatSegment>& segments);
+
+// Python's str.strip() with no argument (Unicode whitespace), which Jinja's `trim` filter calls.
+std::string_view python_strip(std::string_view s);
+
+}  // namespace dflash

@@ -1,0 +1,56 @@
+// The pre-tokenizer split of HF byte-level BPE tokenizers: a regular expression (Qwen2/Qwen3's,
+// Llama-3's, GPT-2's) cuts text into pieces that BPE then encodes one by one. The patterns are
+// written for Oniguruma (what the `tokenizers` library uses); they are compiled here with PCRE2 in
+// UTF mode with Unicode properties (\p{L}, \p{N}, and \s / case folding by Unicode rules,
+// PCRE2_UCP), which reads these patterns the same way. Tested by
+// tests/tokenizer/regex_split_test.cpp.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+struct pcre2_real_code_8;
+
+namespace dflash {
+
+// A piece of the text: bytes [begin, end) of the string that was split.
+struct TextPiece {
+    size_t begin = 0, end = 0;
+};
+
+// The split patterns of the tokenizers dflash reads, as their tokenizer.json files spell them.
+inline constexpr std::string_view kQwen2SplitPattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+inline constexpr std::string_view kLlama3SplitPattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// The pattern of the ByteLevel pre-tokenizer with use_regex = true (GPT-2).
+inline constexpr std::string_view kGpt2SplitPattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+// A compiled split pattern. Immutable after construction, so one object serves many threads
+// (each split() call has its own match state).
+class RegexSplitter {
+  public:
+    // Throws dflash::Error naming the pattern, the offset and PCRE2's reason if it does not
+    // compile.
+    explicit RegexSplitter(std::string pattern);
+    ~RegexSplitter();
+    RegexSplitter(RegexSplitter&& other) noexcept;
+    RegexSplitter& operator=(RegexSplitter&& other) noexcept;
+    RegexSplitter(const RegexSplitter&) = delete;
+    RegexSplitter& operator=(const RegexSplitter&) = delete;
+
+    // Appends the pieces of `text` (valid UTF-8) to `out`, in order and covering it: every match,
+    // and every stretch between matches (HF's "Isolated" behaviour). Offsets are relative to
+    // `text` plus `base`. Lookarounds see only `text`, as HF splits each piece on its own.
+    void split(std::string_view text, size_t base, std::vector<TextPiece>& out) const;
+    const std::string& pattern() const { return pattern_; }
+
+  private:
+    std::string pattern_;
+    pcre2_real_code_8* code_ = nullptr;
+};
+
+}  // namespace dflash

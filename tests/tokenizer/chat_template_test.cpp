@@ -1,0 +1,122 @@
+// The chat templates as code: exact text of Qwen3 (thinking on and off, reasoning in content,
+// multi-turn) and Llama-3/3.1 conversations, which segments carry the loss mask, recognition of
+// the Jinja templates, and Python's strip. The comparison with transformers/Jinja output is in
+// hf_fixtures_test.cpp.
+#include "tokenizer/chat_template.h"
+#include "support/test_util.h"
+
+namespace dflash {
+namespace {
+
+std::string masked(const std::vector<ChatSegment>& segs) {
+    std::string out;
+    for (const auto& s : segs)
+        if (s.mask) out += s.text;
+    return out;
+}
+
+std::unique_ptr<ChatTemplate> qwen3(bool thinking) {
+    ChatOptions o;
+    o.enable_thinking = thinking;
+    return make_chat_template("qwen3", o, "");
+}
+
+TEST(ChatTemplate, Qwen3TrainingTurn) {
+    const std::vector<ChatMessage> chat = {{"user", "Hi"}, {"assistant", "Hello"}};
+    const auto on = qwen3(true)->render(chat, false);
+    EXPECT_EQ(chat_text(on),
+              "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+              "Hello<|im_end|>\n");
+    EXPECT_EQ(masked(on), "<think>\n\n</think>\n\nHello<|im_end|>");
+    // Thinking off: the same text, but the empty think block is the generation prompt's.
+    const auto off = qwen3(false)->render(chat, false);
+    EXPECT_EQ(chat_text(off), chat_text(on));
+    EXPECT_EQ(masked(off), "Hello<|im_end|>");
+}
+
+TEST(ChatTemplate, Qwen3GenerationPrompt) {
+    const std::vector<ChatMessage> chat = {{"system", "S"}, {"user", "Q"}};
+    EXPECT_EQ(chat_text(qwen3(true)->render(chat, true)),
+              "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n"
+              "<|im_start|>assistant\n");
+    EXPECT_EQ(chat_text(qwen3(false)->render(chat, true)),
+              "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n"
+              "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    EXPECT_EQ(masked(qwen3(false)->render(chat, true)), "");
+}
+
+TEST(ChatTemplate, Qwen3ReasoningAndHistory) {
+    const std::vector<ChatMessage> chat = {{"user", "A"},
+                                           {"assistant", "<think>\nr1\n</think>\n\nB"},
+                                           {"user", "C"},
+                                           {"assistant", "<think>\n\nr2\n\n</think>\n\n\nD"}};
+    // Turns before the last user message drop their reasoning; the last keeps it.
+    EXPECT_EQ(chat_text(qwen3(true)->render(chat, false)),
+              "<|im_start|>user\nA<|im_end|>\n<|im_start|>assistant\nB<|im_end|>\n"
+              "<|im_start|>user\nC<|im_end|>\n<|im_start|>assistant\n<think>\nr2\n</think>\n\n"
+              "D<|im_end|>\n");
+    EXPECT_EQ(masked(qwen3(false)->render(chat, false)),
+              "B<|im_end|><think>\nr2\n</think>\n\nD<|im_end|>");
+    // Newlines around the answer: only newlines are stripped, spaces stay.
+    EXPECT_EQ(chat_text(qwen3(true)->render({{"user", "x"}, {"assistant", "\n\n  y\n"}}, false)),
+              "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+              "  y\n<|im_end|>\n");
+    // A later system message is an ordinary turn.
+    EXPECT_EQ(chat_text(qwen3(true)->render({{"user", "x"}, {"system", "s"}}, false)),
+              "<|im_start|>user\nx<|im_end|>\n<|im_start|>system\ns<|im_end|>\n");
+}
+
+TEST(ChatTemplate, Llama31) {
+    const auto t = make_chat_template("llama3.1", ChatOptions{}, "<|begin_of_text|>");
+    const std::vector<ChatMessage> chat = {
+        {"system", "  Be kind.\n"}, {"user", " Hi \n"}, {"assistant", "Hello!  "}};
+    const auto segs = t->render(chat, false);
+    EXPECT_EQ(chat_text(segs),
+              "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+              "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\nBe kind.<|eot_id|>"
+              "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+              "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>");
+    EXPECT_EQ(masked(segs), "Hello!<|eot_id|>");
+    ChatOptions o;
+    o.date_string = "01 Jan 2026";
+    EXPECT_TRUE(test::has(
+        chat_text(make_chat_template("llama3.1", o, "<s>")->render({{"user", "x"}}, true)),
+        "Today Date: 01 Jan "
+        "2026\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nx<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"));
+}
+
+TEST(ChatTemplate, Llama3) {
+    const auto t = make_chat_template("llama3", ChatOptions{}, "<|begin_of_text|>");
+    EXPECT_EQ(chat_text(t->render({{"system", "S"}, {"user", "\tU\n"}}, true)),
+              "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>"
+              "<|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|>"
+              "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    EXPECT_EQ(t->end_of_turn(), "<|eot_id|>");
+    EXPECT_TRUE(test::has(test::error_of([] { make_chat_template("llama3", {}, ""); }), "bos"));
+    EXPECT_TRUE(test::has(test::error_of([] { make_chat_template("chatml", {}, ""); }), "qwen3"));
+}
+
+TEST(ChatTemplate, RecognisesTheJinjaTemplates) {
+    const std::string dir = DFLASH_SOURCE_DIR "/tools/reference/chat_templates/";
+    EXPECT_EQ(detect_chat_template(test::read_file(dir + "qwen3.jinja")), "qwen3");
+    EXPECT_EQ(detect_chat_template(test::read_file(dir + "llama3.jinja")), "llama3");
+    EXPECT_EQ(detect_chat_template(test::read_file(dir + "llama3.1.jinja")), "llama3.1");
+    // Qwen2.5's ChatML (no think blocks) and Llama-3.2 (today's date) are not these templates.
+    EXPECT_EQ(detect_chat_template("{{'<|im_start|>' + message['role']}}"), "");
+    EXPECT_EQ(detect_chat_template("<|start_header_id|><|eot_id|>Cutting Knowledge Date "
+                                   "strftime_now"),
+              "");
+    EXPECT_EQ(detect_chat_template(""), "");
+}
+
+TEST(ChatTemplate, PythonStrip) {
+    EXPECT_EQ(python_strip("  a b \t\n"), "a b");
+    EXPECT_EQ(python_strip("\u3000\u00a0x\u2028\u0085\x1f"), "x");
+    EXPECT_EQ(python_strip("\ufeffx"), "\ufeffx");  // BOM is not whitespace to Python
+    EXPECT_EQ(python_strip("   "), "");
+    EXPECT_EQ(python_strip("\u4e2d"), "\u4e2d");
+}
+
+}  // namespace
+}  // namespace dflash

@@ -1,0 +1,87 @@
+// The Qwen2/Qwen3 and Llama-3 split patterns under PCRE2: pieces as HF `tokenizers` cuts them
+// (digits one by one vs. up to three, whitespace runs, case-insensitive contractions, Unicode
+// letters/digits/spaces), lookarounds confined to the piece, long inputs, and compile errors.
+#include "tokenizer/regex_split.h"
+#include "support/test_util.h"
+
+namespace dflash {
+namespace {
+
+std::vector<std::string> pieces(std::string_view pattern, std::string_view text) {
+    const RegexSplitter s{std::string(pattern)};
+    std::vector<TextPiece> out;
+    s.split(text, 0, out);
+    std::vector<std::string> strs;
+    size_t at = 0;
+    for (const auto& p : out) {
+        EXPECT_EQ(p.begin, at) << "pieces must cover the text in order";
+        strs.emplace_back(text.substr(p.begin, p.end - p.begin));
+        at = p.end;
+    }
+    EXPECT_EQ(at, text.size());
+    return strs;
+}
+
+using V = std::vector<std::string>;
+
+TEST(RegexSplit, WordsSpacesAndPunctuation) {
+    for (auto pat : {kQwen2SplitPattern, kLlama3SplitPattern}) {
+        EXPECT_EQ(pieces(pat, "Hello world!"), (V{"Hello", " world", "!"}));
+        EXPECT_EQ(pieces(pat, "a   b"), (V{"a", "  ", " b"}));
+        EXPECT_EQ(pieces(pat, "x  \n\n  y"), (V{"x", "  \n\n", " ", " y"}));
+        EXPECT_EQ(pieces(pat, "end   "), (V{"end", "   "}));
+        EXPECT_EQ(pieces(pat, "f(x);\n}"), (V{"f", "(x", ");\n", "}"}));
+        EXPECT_EQ(pieces(pat, "I'M you'Re"), (V{"I", "'M", " you", "'Re"}));
+        EXPECT_EQ(pieces(pat, ""), V{});
+    }
+}
+
+TEST(RegexSplit, DigitsDiffer) {
+    EXPECT_EQ(pieces(kQwen2SplitPattern, "12345"), (V{"1", "2", "3", "4", "5"}));
+    EXPECT_EQ(pieces(kLlama3SplitPattern, "12345"), (V{"123", "45"}));
+    // \p{N} covers other scripts' digits and numerals too.
+    EXPECT_EQ(pieces(kLlama3SplitPattern, "\u0663\u0664\u2460x"), (V{"\u0663\u0664\u2460", "x"}));
+}
+
+TEST(RegexSplit, UnicodeClasses) {
+    // Letters of any script; an ideographic space or NBSP leads a word like a space does.
+    EXPECT_EQ(pieces(kQwen2SplitPattern, "\u4f60\u597d\u3000\u4e16\u754c"),
+              (V{"\u4f60\u597d", "\u3000\u4e16\u754c"}));
+    EXPECT_EQ(pieces(kQwen2SplitPattern, "a\u00a0b"), (V{"a", "\u00a0b"}));
+    // \s with Unicode rules: a run of ideographic spaces before a letter keeps the last one.
+    EXPECT_EQ(pieces(kQwen2SplitPattern, "a\u3000\u3000\u3000b"),
+              (V{"a", "\u3000\u3000", "\u3000b"}));
+    // Emoji are neither letters nor digits.
+    EXPECT_EQ(pieces(kQwen2SplitPattern, "hi \U0001F600\U0001F603!"),
+              (V{"hi", " \U0001F600\U0001F603!"}));
+}
+
+TEST(RegexSplit, LookaheadSeesOnlyThePiece) {
+    // "\s+(?!\S)" at the end of the text takes the whole run; the same run before a letter
+    // leaves one space for the word.
+    EXPECT_EQ(pieces(kQwen2SplitPattern, "a   "), (V{"a", "   "}));
+    EXPECT_EQ(pieces(kQwen2SplitPattern, "a   b"), (V{"a", "  ", " b"}));
+}
+
+TEST(RegexSplit, LongInputsAndOffsets) {
+    const std::string spaces(100000, ' ');
+    const auto p = pieces(kQwen2SplitPattern, spaces + "x");
+    ASSERT_EQ(p.size(), 2u);
+    EXPECT_EQ(p[0].size(), spaces.size() - 1);
+    EXPECT_EQ(p[1], " x");
+    const RegexSplitter s{std::string(kGpt2SplitPattern)};
+    std::vector<TextPiece> out;
+    s.split("ab cd", 10, out);
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(out[1].begin, 12u);
+    EXPECT_EQ(out[1].end, 15u);
+}
+
+TEST(RegexSplit, BadPatternNamesTheProblem) {
+    const std::string msg = test::error_of([] { RegexSplitter s("(ab"); });
+    EXPECT_TRUE(test::has(msg, "does not compile")) << msg;
+    EXPECT_TRUE(test::has(msg, "(ab")) << msg;
+}
+
+}  // namespace
+}  // namespace dflash

@@ -1,0 +1,172 @@
+// Resuming and run directories (src/train/trainer.h): `--resume` alone continues the checkpoint's
+// own run (its settings, bit for bit the same result); a model-shape change is refused naming the
+// keys; a refused resume changes nothing in the run directory (metrics.jsonl included); a fresh
+// run into a directory with checkpoints (with or without `latest`) is refused; a second writer is
+// refused naming the holder; a damaged training_state.json is a named error.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+
+#include "core/dir_lock.h"
+#include "support/test_util.h"
+#include "train/drafter_training.h"
+#include "train_fixtures.h"
+
+namespace dflash {
+namespace {
+
+namespace fs = std::filesystem;
+using test::error_of;
+using test::has;
+
+class Resume : public test::SharedInputsTest<Resume> {
+  public:
+    static constexpr const char* kTag = "dflash-resume";
+    static void write_inputs(const fs::path& dir) {
+        test::write_pattern_dataset(dir / "data", 24, 5);
+        test::write_tiny_target(dir / "target");
+    }
+
+  protected:
+    static train::DrafterTrainJob job(const std::string& out) {
+        return test::drafter_job(dir_->path(), out);
+    }
+    // A finished 6-step run with checkpoints at 3 and 6, non-default settings throughout.
+    static train::TrainSummary run6(const std::string& out) {
+        return train::run_drafter_training(job(out), settings6(), Logger());
+    }
+    static config::Settings settings6() {
+        return test::drafter_settings({{"train.checkpoint_every", "3"},
+                                       {"train.max_steps", "6"},
+                                       {"train.max_length", "48"},
+                                       {"train.lr", "2e-3"}});
+    }
+    // What the user types: nothing but --resume (and the thread count of this machine).
+    static config::Settings given(std::vector<std::pair<std::string, std::string>> kv = {}) {
+        return config::Settings(test::registry()).with_overrides(kv);
+    }
+};
+
+// Every file of a directory tree with its content, for "nothing changed" checks.
+std::map<std::string, std::string> snapshot(const fs::path& dir) {
+    std::map<std::string, std::string> out;
+    for (const auto& e : fs::recursive_directory_iterator(dir))
+        if (e.is_regular_file() && e.path().filename() != kDirLockFile)
+            out[fs::relative(e.path(), dir).string()] = test::read_file(e.path());
+    return out;
+}
+
+TEST_F(Resume, ResumeAloneContinuesTheCheckpointsRun) {
+    const train::TrainSummary straight = run6("straight");
+    auto j = job("continued");
+    j.resume = *dir_ / "straight" / train::checkpoint_name(3);
+    const train::TrainSummary resumed = train::run_drafter_training(j, given(), Logger());
+    EXPECT_EQ(resumed.first_step, 4);
+    EXPECT_EQ(resumed.total_steps, 6);  // not the default's epochs
+    const auto a = test::read_state_tensors(straight.model_dir);
+    const auto b = test::read_state_tensors(resumed.model_dir);
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& [name, va] : a)
+        EXPECT_EQ(std::memcmp(va.data(), b.at(name).data(), va.size() * sizeof(float)), 0) << name;
+    EXPECT_TRUE(has(test::read_file(*dir_ / "continued" / "settings.toml"), "max_length = 48"));
+}
+
+TEST_F(Resume, AnExplicitSettingWinsAndIsLogged) {
+    run6("override");
+    auto j = job("");
+    j.output_dir.clear();
+    j.resume = *dir_ / "override" / train::checkpoint_name(3);
+    auto sink = LogSink::capturing(LogLevel::info);
+    const train::TrainSummary r =
+        train::run_drafter_training(j, given({{"train.max_steps", "8"}}), Logger(sink, ""));
+    EXPECT_EQ(r.total_steps, 8);
+    std::string log;
+    for (const auto& l : sink->captured()) log += l + "\n";
+    EXPECT_TRUE(has(log, "train.max_steps=8 (override; the checkpoint has 6) overrides")) << log;
+}
+
+TEST_F(Resume, AShapeChangeIsRefusedNamingTheKeysAndChangesNothing) {
+    run6("shape");
+    const fs::path run = *dir_ / "shape";
+    const auto before = snapshot(run);
+    auto j = job("shape");
+    j.resume = run;
+    const std::string e = error_of([&] {
+        train::run_drafter_training(
+            j, given({{"drafter.block_size", "8"}, {"drafter.num_layers", "2"}}), Logger());
+    });
+    EXPECT_TRUE(has(e, "the model's shape is fixed by the checkpoint")) << e;
+    EXPECT_TRUE(has(e, "drafter.block_size=8 (override; the checkpoint has 4)")) << e;
+    EXPECT_TRUE(has(e, "drafter.num_layers=2 (override; the checkpoint has 1)")) << e;
+    EXPECT_EQ(snapshot(run), before);
+    // The same values as the checkpoint's are no change.
+    EXPECT_NO_THROW(train::settings_for_resume(given({{"drafter.block_size", "4"}}),
+                                               run / train::checkpoint_name(6), {"drafter."},
+                                               Logger()));
+}
+
+TEST_F(Resume, ARefusedResumeLeavesTheRunDirectoryAsItWas) {
+    run6("refused");
+    const fs::path run = *dir_ / "refused";
+    const fs::path ck3 = run / train::checkpoint_name(3);
+    // metrics.jsonl holds steps 4..6 after checkpoint 3: a resume from 3 that went ahead would
+    // drop them. First the training state is damaged, then the worker count differs.
+    test::write_file(ck3 / train::kTrainingStateTensors, "not a safetensors file");
+    const auto before = snapshot(run);
+    auto j = job("refused");
+    j.resume = ck3;
+    EXPECT_TRUE(has(error_of([&] { train::run_drafter_training(j, given(), Logger()); }),
+                    "training_state.safetensors"));
+    EXPECT_EQ(snapshot(run), before);
+    j.resume = run;  // checkpoint 6, sound, but for one worker
+    const std::string e = error_of([&] {
+        train::run_drafter_training(j, given({{"runtime.devices", "2"}, {"train.max_steps", "9"}}),
+                                    Logger());
+    });
+    EXPECT_TRUE(has(e, "written by 1 workers")) << e;
+    EXPECT_EQ(snapshot(run), before);
+}
+
+TEST_F(Resume, AFreshRunIntoCheckpointsIsRefusedWithOrWithoutLatest) {
+    run6("fresh");
+    const fs::path run = *dir_ / "fresh";
+    EXPECT_TRUE(has(error_of([&] { run6("fresh"); }), "already holds checkpoints"));
+    fs::remove(run / train::kLatestFile);
+    const auto before = snapshot(run);
+    EXPECT_TRUE(has(error_of([&] { run6("fresh"); }), "already holds checkpoints"));
+    EXPECT_EQ(snapshot(run), before);
+}
+
+TEST_F(Resume, ASecondWriterIsRefusedNamingTheHolder) {
+    const DirLock held = DirLock::acquire(*dir_ / "held", "run directory", "another run");
+    const std::string e = error_of([&] { run6("held"); });
+    EXPECT_TRUE(has(e, "is in use by pid " + std::to_string(::getpid()) + " (another run)")) << e;
+    EXPECT_FALSE(fs::exists(*dir_ / "held" / "settings.toml"));
+}
+
+TEST(TrainingState, DamagedFieldsAreNamedErrors) {
+    train::TrainingState s;
+    s.kind = "drafter";
+    s.step = 3;
+    s.total_steps = 6;
+    s.loaders = {{0, 3}};
+    const auto good = train::training_state_to_json(s);
+    EXPECT_NO_THROW(train::training_state_from_json(good));
+    auto j = good;
+    j["step"] = -3;
+    EXPECT_TRUE(has(error_of([&] { train::training_state_from_json(j); }), "\"step\" is -3"));
+    j = good;
+    j["total_steps"] = 2;
+    EXPECT_TRUE(has(error_of([&] { train::training_state_from_json(j); }), "\"total_steps\" is 2"));
+    j = good;
+    j["kind"] = "teapot";
+    EXPECT_TRUE(has(error_of([&] { train::training_state_from_json(j); }), "\"teapot\""));
+    j = good;
+    j["loaders"][0]["cursor"] = -1;
+    EXPECT_FALSE(error_of([&] { train::training_state_from_json(j); }).empty());
+}
+
+}  // namespace
+}  // namespace dflash

@@ -1,0 +1,235 @@
+"""A drafter written by `dflash train`, served by other code (run on the GPU machine).
+
+The target runs in HF transformers (AutoModelForCausalLM, float32); the drafter runs in the
+straightforward PyTorch re-implementation of the DFlash drafter forward below, written from
+dflash-spec §1-§2 (not from dflash's code): per draft layer, queries from the block only, keys and
+values from [context features ; block], non-causal attention over both, Qwen3-style layer, the
+target's frozen embedding and lm_head. Greedy speculative decoding follows spec §2.2 with the
+options `dflash bench --json` reports (block size, max new tokens, stop tokens, the prompts' ids),
+and each prompt's acceptance histogram is compared with dflash's.
+
+A target layer id l is the output of target decoder layer l, i.e. transformers' hidden_states[l+1].
+The last layer is refused: transformers' last hidden_states entry is taken after the final norm
+(dflash-spec §1.2), which is why dflash never lets a drafter read it.
+
+usage (repo root, with the demo's pair or any trained pair):
+  python3 tools/reference/drafter_roundtrip.py --dflash build/dflash --demo DEMO_DIR --out OUT_DIR
+  python3 tools/reference/drafter_roundtrip.py --dflash build/dflash --target TARGET_DIR \
+      --drafter DRAFTER_DIR --prompts PROMPTS.jsonl --out OUT_DIR [--max-new-tokens 128] [--limit 16]
+(--demo DIR takes DIR/target/<latest>, DIR/drafter/<latest> and DIR/corpus/heldout_prompts.jsonl.)
+writes OUT_DIR/bench.json (dflash bench --json) and OUT_DIR/roundtrip.json (per prompt: both
+histograms, token counts, identical or not); prints a table; exits 1 unless every histogram is
+identical.
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def inv_freq(cfg, head_dim):
+    """RoPE frequencies with the scalings dflash supports (default, linear, llama3)."""
+    params = cfg.get("rope_parameters") or {}
+    theta = cfg.get("rope_theta", params.get("rope_theta", 10000.0))
+    f = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    s = cfg.get("rope_scaling") or (params if "rope_type" in params else None)
+    kind = (s or {}).get("rope_type", (s or {}).get("type", "default"))
+    if kind == "linear":
+        f = f / s["factor"]
+    elif kind == "llama3":
+        lo = s["original_max_position_embeddings"] / s["low_freq_factor"]
+        hi = s["original_max_position_embeddings"] / s["high_freq_factor"]
+        wavelen = 2 * math.pi / f
+        smooth = (s["original_max_position_embeddings"] / wavelen - s["low_freq_factor"]) / (
+            s["high_freq_factor"] - s["low_freq_factor"])
+        scaled = torch.where(wavelen > lo, f / s["factor"], f)
+        mid = (wavelen <= lo) & (wavelen >= hi)
+        f = torch.where(mid, (1 - smooth) * f / s["factor"] + smooth * f, scaled)
+    elif kind != "default":
+        sys.exit(f"rope scaling {kind} is not implemented here")
+    return f.float()
+
+
+def rope(x, positions, freq):
+    """x [T, heads, hd]; rotate-half (NeoX) rotary embedding at absolute positions."""
+    ang = positions.float()[:, None] * freq[None, :]
+    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :]
+    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :]
+    half = x.shape[-1] // 2
+    rot = torch.cat([-x[..., half:], x[..., :half]], -1)
+    return x * cos + rot * sin
+
+
+class Drafter:
+    def __init__(self, path, embed, lm_head):
+        with open(os.path.join(path, "config.json")) as f:
+            self.cfg = json.load(f)
+        files = sorted(p for p in os.listdir(path) if p.endswith(".safetensors"))
+        self.w = {}
+        for p in files:
+            self.w.update({k: v.float() for k, v in load_file(os.path.join(path, p)).items()})
+        c = self.cfg
+        dc = c.get("dflash_config", {})
+        self.block = c.get("block_size", dc.get("block_size"))
+        self.mask = dc["mask_token_id"]
+        self.layer_ids = dc["target_layer_ids"]
+        self.L = c["num_hidden_layers"]
+        self.H, self.Hkv = c["num_attention_heads"], c["num_key_value_heads"]
+        self.hd = c.get("head_dim", c["hidden_size"] // self.H)
+        self.eps = c["rms_norm_eps"]
+        self.freq = inv_freq(c, self.hd)
+        self.embed, self.lm_head = embed, lm_head
+
+    def lin(self, name, x):
+        return x @ self.w[name].T
+
+    def draft(self, features, anchor, start):
+        """features [start, K*D] of positions 0..start-1; returns the B-1 greedy draft tokens."""
+        B, H, Hkv, hd = self.block, self.H, self.Hkv, self.hd
+        ctx = rms_norm(self.lin("fc.weight", features), self.w["hidden_norm.weight"], self.eps)
+        ids = torch.tensor([anchor] + [self.mask] * (B - 1))
+        x = self.embed[ids]
+        ctx_pos = torch.arange(0, start)
+        blk_pos = torch.arange(start, start + B)
+        for i in range(self.L):
+            p = f"layers.{i}."
+            h = rms_norm(x, self.w[p + "input_layernorm.weight"], self.eps)
+            q = self.lin(p + "self_attn.q_proj.weight", h).view(B, H, hd)
+            q = rope(rms_norm(q, self.w[p + "self_attn.q_norm.weight"], self.eps), blk_pos, self.freq)
+            kv_in = torch.cat([ctx, h], 0)  # context rows skip input_layernorm
+            k = self.lin(p + "self_attn.k_proj.weight", kv_in).view(-1, Hkv, hd)
+            v = self.lin(p + "self_attn.v_proj.weight", kv_in).view(-1, Hkv, hd)
+            k = rope(rms_norm(k, self.w[p + "self_attn.k_norm.weight"], self.eps),
+                     torch.cat([ctx_pos, blk_pos]), self.freq)
+            rep = H // Hkv
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+            att = torch.einsum("qhd,khd->hqk", q, k) * hd ** -0.5  # no mask: non-causal
+            o = torch.einsum("hqk,khd->qhd", att.softmax(-1), v).reshape(B, H * hd)
+            x = x + self.lin(p + "self_attn.o_proj.weight", o)
+            h = rms_norm(x, self.w[p + "post_attention_layernorm.weight"], self.eps)
+            gate = torch.nn.functional.silu(self.lin(p + "mlp.gate_proj.weight", h))
+            x = x + self.lin(p + "mlp.down_proj.weight", gate * self.lin(p + "mlp.up_proj.weight", h))
+        logits = rms_norm(x, self.w["norm.weight"], self.eps)[1:] @ self.lm_head.T
+        return logits.argmax(-1).tolist()
+
+
+def target_pass(model, ids, layer_ids):
+    """Logits [T, V] and features [T, K*D] (outputs of the decoder layers `layer_ids`)."""
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), output_hidden_states=True, use_cache=False)
+    hs = out.hidden_states  # hs[0] = embeddings, hs[l+1] = output of layer l (the last: normed)
+    feats = torch.cat([hs[l + 1][0] for l in layer_ids], -1)
+    return out.logits[0].float(), feats.float()
+
+
+def speculative_greedy(model, drafter, prompt, max_new, stops):
+    """dflash-spec §2.2, greedy. Returns (new tokens, histogram [B+1] of tokens per step)."""
+    B = drafter.block
+    hist = [0] * (B + 1)
+    logits, feats = target_pass(model, prompt, drafter.layer_ids)
+    new = [int(logits[-1].argmax())]
+    seq = list(prompt)
+
+    def done():
+        return len(new) >= max_new or new[-1] in stops
+
+    while not done():
+        start = len(seq)  # position of the anchor new[-1]
+        drafts = drafter.draft(feats[:start], new[-1], start)
+        logits, feats = target_pass(model, seq + [new[-1]] + drafts, drafter.layer_ids)
+        target = logits[start:start + B].argmax(-1).tolist()
+        a = 0
+        while a < B - 1 and drafts[a] == target[a]:
+            a += 1
+        hist[a + 1] += 1
+        seq += [new[-1]] + drafts[:a]  # positions start..start+a; the next anchor is target[a]
+        for t in drafts[:a] + [target[a]]:  # commit, honouring the budget and stop tokens
+            if len(new) >= max_new:
+                break
+            new.append(t)
+            if t in stops:
+                break
+    return new, hist
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dflash", required=True)
+    ap.add_argument("--demo", help="a `dflash demo` output directory: its pair and prompts")
+    ap.add_argument("--target")
+    ap.add_argument("--drafter")
+    ap.add_argument("--prompts")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--limit", type=int, default=16)
+    args = ap.parse_args()
+    if args.demo:
+        latest = lambda run: os.path.join(run, open(os.path.join(run, "latest")).read().strip())  # noqa: E731
+        args.target = args.target or latest(os.path.join(args.demo, "target"))
+        args.drafter = args.drafter or latest(os.path.join(args.demo, "drafter"))
+        args.prompts = args.prompts or os.path.join(args.demo, "corpus", "heldout_prompts.jsonl")
+    if not (args.target and args.drafter and args.prompts):
+        sys.exit("give --demo DIR, or --target, --drafter and --prompts")
+    os.makedirs(args.out, exist_ok=True)
+    bench_json = os.path.join(args.out, "bench.json")
+    cmd = [args.dflash, "bench", "--target", args.target, "--drafter", args.drafter, "--prompts",
+           args.prompts, "--json", bench_json, "--limit", str(args.limit),
+           "--infer.max_new_tokens", str(args.max_new_tokens)]
+    print("$", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+    with open(bench_json) as f:
+        bench = json.load(f)
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
+    n_layers = model.config.num_hidden_layers
+    embed = model.get_input_embeddings().weight.detach().float()
+    lm_head = model.get_output_embeddings().weight.detach().float()
+    drafter = Drafter(args.drafter, embed, lm_head)
+    if any(l == n_layers - 1 for l in drafter.layer_ids):
+        sys.exit(f"target_layer_ids {drafter.layer_ids} name the last layer ({n_layers - 1}); "
+                 "transformers only has its normed output, so no comparison is meaningful")
+    if bench["block_size"] != drafter.block:
+        sys.exit(f"bench ran with block size {bench['block_size']}, the drafter has {drafter.block}")
+    stops = set(bench["stop_tokens"])
+    rows, same = [], 0
+    for i, r in enumerate(bench["requests"]):
+        toks, hist = speculative_greedy(model, drafter, r["prompt_ids"], bench["max_new_tokens"],
+                                        stops)
+        ours = r["speculative"]["accept_hist"]
+        identical = hist == ours
+        same += identical
+        rows.append({"prompt": i, "label": r["label"], "dflash_hist": ours, "reference_hist": hist,
+                     "dflash_tokens": r["output_tokens"], "reference_tokens": toks,
+                     "tokens_identical": toks == r["output_tokens"], "identical": identical})
+        tau = lambda h: sum(n * c for n, c in enumerate(h)) / max(1, sum(h))  # noqa: E731
+        print(f"{i:3d} {r['label'][:30]:30s} dflash tau {tau(ours):5.2f} {ours}  "
+              f"reference tau {tau(hist):5.2f} {hist}  {'identical' if identical else 'DIFFERENT'}")
+    tot = lambda key: [sum(x) for x in zip(*[row[key] for row in rows])]  # noqa: E731
+    summary = {"prompts": len(rows), "identical": same, "dflash_total_hist": tot("dflash_hist"),
+               "reference_total_hist": tot("reference_hist"), "rows": rows,
+               "target": args.target, "drafter": args.drafter,
+               "target_layer_ids": drafter.layer_ids, "block_size": drafter.block,
+               "max_new_tokens": bench["max_new_tokens"], "torch": torch.__version__}
+    with open(os.path.join(args.out, "roundtrip.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    print(f"identical acceptance histograms on {same} of {len(rows)} prompts")
+    sys.exit(0 if same == len(rows) else 1)
+
+
+if __name__ == "__main__":
+    main()
