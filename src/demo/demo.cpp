@@ -31,7 +31,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// How much work each stage does. Full: about 4 minutes on 2 cores; quick: under one.
+// How much work each stage does. Full: about 5 minutes on 2 cores; quick: under one.
 struct Plan {
     size_t corpus_bytes;
     int64_t pretrain_steps;
