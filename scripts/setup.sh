@@ -6,7 +6,7 @@ packages=(
     build-essential cmake ninja-build pkg-config
     libgtest-dev libbenchmark-dev
     nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libfmt-dev
-    libopenblas-dev libpcre2-dev libutf8proc-dev
+    libpcre2-dev libutf8proc-dev
     clang-format
 )
 missing=()

@@ -17,9 +17,9 @@ mkdir -p "$dest"
 out=$(mktemp -d)
 run=$(mktemp -d)
 tar -C "$run" -xJf gpu-bundle/bundle.tar.xz
-# cuBLASLt comes with the CUDA toolkit or the Python environment; libgomp with the bundle.
+# cuBLASLt comes with the CUDA toolkit or the Python environment.
 pylibs=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null || true)
-export LD_LIBRARY_PATH="$run/lib:/usr/local/cuda/lib64:${pylibs}:${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${pylibs}:${LD_LIBRARY_PATH:-}"
 export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
 

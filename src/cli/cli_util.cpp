@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "backend/backend_factory.h"
-#include "backend/cpu/cpu_ops.h"
 #include "config/settings.h"
 #include "core/error.h"
 
@@ -47,7 +46,6 @@ int train_exit_status(const train::TrainSummary& s) {
 }
 
 std::unique_ptr<Backend> make_backend_from_settings(const CommandContext& ctx) {
-    cpu::set_blas_threads(1);
     const int64_t threads = ctx.settings.get<int64_t>("runtime.threads");
     const DeviceKind kind = resolve_backend(ctx.settings.get<std::string>("runtime.backend"));
     auto be = make_backend(kind, 0,

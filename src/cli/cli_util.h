@@ -33,8 +33,7 @@ std::string shell_quote(const std::filesystem::path& path);
 int train_exit_status(const train::TrainSummary& s);
 
 // The backend runtime.backend names (auto: the first GPU when one is visible, else the CPU with
-// runtime.threads threads, 0 = every core), logged at debug level. OpenBLAS is kept
-// single-threaded because the CPU ops parallelise themselves (see backend/cpu/gemm.cpp).
+// runtime.threads threads, 0 = every core: the CPU backend's own pool), logged at debug level.
 std::unique_ptr<Backend> make_backend_from_settings(const CommandContext& ctx);
 
 }  // namespace dflash::cli

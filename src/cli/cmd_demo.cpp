@@ -14,7 +14,7 @@ namespace dflash::cli {
 int cmd_demo(CommandContext& ctx) {
     CLI::App app{
         "Build a small target on a local corpus (the project's own sources and docs), train a "
-        "DFlash drafter for it, and measure speculative decoding. CPU; about 4 minutes on 2 cores "
+        "DFlash drafter for it, and measure speculative decoding. CPU; about 5 minutes on 2 cores "
         "(--quick: under one).",
         "dflash demo"};
     bool quick = ctx.settings.get<bool>("demo.quick");

@@ -23,7 +23,7 @@ void add_runtime(Registry& r) {
                        "trainer's workers"));
     r.add(D::integer("runtime.threads", 0, "CPU threads per worker; 0 = all cores / workers")
               .range(0, 4096)
-              .read_by("cpu backend (OpenMP/OpenBLAS thread count)"));
+              .read_by("cpu backend (its thread pool, backend/cpu/thread_pool.h)"));
     r.add(D::integer("runtime.seed", 42, "seed of every random stream (init, data order, anchors)")
               .range(0, kMaxI64)
               .read_by("train::Trainer, data loader, pretrain"));

@@ -9,7 +9,6 @@
 
 #include "backend/backend.h"
 #include "backend/backend_factory.h"
-#include "backend/cpu/cpu_ops.h"
 #include "config/registry.h"
 #include "core/atomic_file.h"
 #include "core/dir_lock.h"
@@ -32,7 +31,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// How much work each stage does. Full: about 4 minutes on 2 cores; quick: under one.
+// How much work each stage does. Full: about 5 minutes on 2 cores; quick: under one.
 struct Plan {
     size_t corpus_bytes;
     int64_t pretrain_steps;
@@ -164,7 +163,6 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
     refuse_foreign_dir(dir);
     const DirLock lock = DirLock::acquire(dir, "demo output directory", "dflash demo");
     prepare_output_dir(dir);
-    cpu::set_blas_threads(1);
     const uint64_t seed = static_cast<uint64_t>(user_settings.get<int64_t>("runtime.seed"));
     auto tok = make_byte_tokenizer();
 
@@ -198,9 +196,8 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
                  roots.front().parent_path().string().c_str(),
                  roots.size() > 1 ? " (docs, src, tests)" : "", split.heldout.size());
 
-    // On a GPU: one worker. On the CPU: data-parallel workers of one thread each: on a busy
-    // machine this degrades far more gracefully than one worker whose OpenMP team spins at every
-    // barrier (docs/performance.md).
+    // On a GPU: one worker. On the CPU: data-parallel workers of one thread each: they never wait
+    // for each other inside a step, which matters on a busy machine (docs/performance.md).
     const DeviceKind kind = resolve_backend(user_settings.get<std::string>("runtime.backend"));
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int n_workers = kind == DeviceKind::cuda ? 1 : std::min(cores, 4);

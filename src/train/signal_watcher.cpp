@@ -7,14 +7,11 @@
 #include <cstdlib>
 #include <ctime>
 
-#include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 
-// OpenBLAS (linked statically, see CMakeLists.txt) starts its server threads in a library
-// constructor, before main(), with SIGINT unblocked. The kernel hands a process-directed signal to
-// any thread that does not block it, so one of those threads would take Ctrl-C and its default
-// action would kill the process. Shutting the server down after blocking the signals makes
-// OpenBLAS start new threads (if it ever needs them) from a thread that blocks them.
+// The kernel hands a process-directed signal to any thread that does not block it. Threads
+// started after this constructor inherit its mask; the CPU backend's pool threads block every
+// signal themselves (backend/cpu/thread_pool.cpp), whenever they were started.
 
 namespace dflash::train {
 
@@ -25,7 +22,6 @@ SignalWatcher::SignalWatcher(std::function<void(int)> on_signal)
     sigaddset(&set_, SIGTERM);
     const int rc = pthread_sigmask(SIG_BLOCK, &set_, &old_mask_);
     DF_ASSERT(rc == 0, "pthread_sigmask failed ({})", rc);
-    cpu::stop_blas_threads();
     thread_ = std::thread([this] { wait_loop(); });
 }
 

@@ -2,8 +2,9 @@
 // are blocked in the thread that creates the watcher (and so in every thread started after it,
 // which inherit the mask), and one thread waits for them with sigwait() and calls a callback
 // (the trainer's pool.request_stop()). A second signal ends the process at once. Threads that
-// existed before the watcher and do not block the signals could still take them (see the
-// OpenBLAS note in signal_watcher.cpp), so the watcher is made before any worker starts.
+// existed before the watcher and do not block the signals could still take them, so the watcher
+// is made before any worker starts (the CPU backend's pool threads block every signal
+// themselves).
 // Tested by tests/train/signal_test.cpp.
 #pragma once
 

@@ -11,7 +11,6 @@
 #include <cstdio>
 
 #include "backend/backend_factory.h"
-#include "backend/cpu/cpu_ops.h"
 #include "comm/in_process.h"
 #include "config/dump.h"
 #include "config/toml_file.h"
@@ -620,8 +619,6 @@ void prepare_run_dir(const fs::path& run_dir, const config::Settings& settings, 
 TrainSummary run_trainer(const TrainerSpec& spec, const config::Settings& settings,
                          const Logger& log) {
     DF_ASSERT(spec.train_data && spec.make_task);
-    // Results must not depend on thread counts: parallelism comes from our ops' OpenMP.
-    cpu::set_blas_threads(1);
     const LoopOptions o = read_options(settings);
     const char* device_kind = o.backend == DeviceKind::cuda ? "cuda" : "cpu";
     Shared sh(spec, settings, log, o);

@@ -47,7 +47,7 @@ TEST(AdamW, MatchesScalarReferenceOverSeveralSteps) {
     for (int step = 1; step <= 6; ++step) {
         HostTensor g = random_tensor({n}, rng, step == 3 ? 1e-3f : 1.0f);  // one tiny-grad step
         a.step = step;
-        cpu::adamw_step(cpu::Exec{2}, p, g, m, v, a, Tensor(), Tensor());
+        cpu::adamw_step(cpu::PooledExec{2}, p, g, m, v, a, Tensor(), Tensor());
         ref_step(ref, {g.f32(), g.f32() + n}, a);
         for (int64_t i = 0; i < n; ++i) {
             // Float rounding of a handful of operations per step, accumulated over 6 steps:
@@ -70,7 +70,7 @@ TEST(AdamW, FirstStepIsSignedLearningRate) {
     AdamWParams a;
     a.lr = 0.1f;
     a.weight_decay = 0.5f;
-    cpu::adamw_step(cpu::Exec{1}, p, g, m, v, a, Tensor(), Tensor());
+    cpu::adamw_step(cpu::PooledExec{1}, p, g, m, v, a, Tensor(), Tensor());
     EXPECT_NEAR(p.f32()[0], 1.0 * 0.95 - 0.1, 1e-6);
     EXPECT_NEAR(p.f32()[1], -2.0 * 0.95 + 0.1, 1e-6);
     EXPECT_NEAR(p.f32()[2], 0.5 * 0.95, 1e-7);  // zero gradient: decay only
@@ -80,7 +80,7 @@ TEST(AdamW, FirstStepIsSignedLearningRate) {
 }
 
 TEST(AdamW, BadArgumentsThrow) {
-    const cpu::Exec ex{1};
+    const cpu::PooledExec ex{1};
     HostTensor p({4}), g({4}), m({4}), v({4}), g5({5});
     AdamWParams a;
     EXPECT_THROW(cpu::adamw_step(ex, p, g5, m, v, a, Tensor(), Tensor()), Error);
@@ -100,7 +100,7 @@ TEST(SumSquares, MatchesDoubleSumAcrossChunks) {
         double ref = 0;
         for (int64_t i = 0; i < n; ++i) ref += double(t.f32()[i]) * t.f32()[i];
         // Accumulated in double, stored as f32: float rounding of the result only.
-        EXPECT_NEAR(sum_squares(cpu::Exec{2}, t), ref, 1e-7 * (ref + 1)) << n;
+        EXPECT_NEAR(sum_squares(cpu::PooledExec{2}, t), ref, 1e-7 * (ref + 1)) << n;
     }
 }
 
@@ -113,13 +113,13 @@ TEST(AdamW, ThreadCountDoesNotChangeBits) {
     a.weight_decay = 0.01f;
     for (int step = 1; step <= 2; ++step) {
         a.step = step;
-        cpu::adamw_step(cpu::Exec{1}, p1, g, m1, v1, a, Tensor(), Tensor());
-        cpu::adamw_step(cpu::Exec{3}, p3, g, m3, v3, a, Tensor(), Tensor());
+        cpu::adamw_step(cpu::PooledExec{1}, p1, g, m1, v1, a, Tensor(), Tensor());
+        cpu::adamw_step(cpu::PooledExec{3}, p3, g, m3, v3, a, Tensor(), Tensor());
     }
     EXPECT_EQ(std::memcmp(p1.f32(), p3.f32(), p1.nbytes()), 0);
     EXPECT_EQ(std::memcmp(m1.f32(), m3.f32(), m1.nbytes()), 0);
     EXPECT_EQ(std::memcmp(v1.f32(), v3.f32(), v1.nbytes()), 0);
-    const float s1 = sum_squares(cpu::Exec{1}, g), s3 = sum_squares(cpu::Exec{3}, g);
+    const float s1 = sum_squares(cpu::PooledExec{1}, g), s3 = sum_squares(cpu::PooledExec{3}, g);
     EXPECT_EQ(std::memcmp(&s1, &s3, sizeof(float)), 0);
 }
 
@@ -135,8 +135,8 @@ TEST(AdamW, GradScaleAndValueCopy) {
     AdamWParams a;
     a.step = 1;
     const HostTensor scale = test::vec_tensor({factor});
-    cpu::adamw_step(cpu::Exec{1}, p1, g, m1, v1, a, scale, copy);
-    cpu::adamw_step(cpu::Exec{1}, p2, g2, m2, v2, a, Tensor(), Tensor());
+    cpu::adamw_step(cpu::PooledExec{1}, p1, g, m1, v1, a, scale, copy);
+    cpu::adamw_step(cpu::PooledExec{1}, p2, g2, m2, v2, a, Tensor(), Tensor());
     EXPECT_EQ(std::memcmp(p1.f32(), p2.f32(), p1.nbytes()), 0);
     EXPECT_EQ(std::memcmp(p1.f32(), copy.f32(), p1.nbytes()), 0);
 }
@@ -144,11 +144,11 @@ TEST(AdamW, GradScaleAndValueCopy) {
 // torch.nn.utils.clip_grad_norm_: max / (norm + 1e-6) above the limit, 1 at or below it or off.
 TEST(ClipScale, FollowsTheTorchRule) {
     HostTensor norm_sq = test::vec_tensor({16.0f}), scale({1});
-    cpu::clip_scale(cpu::Exec{1}, norm_sq, 2.0f, scale);
+    cpu::clip_scale(cpu::PooledExec{1}, norm_sq, 2.0f, scale);
     EXPECT_FLOAT_EQ(scale.f32()[0], static_cast<float>(2.0 / (4.0 + 1e-6)));
-    cpu::clip_scale(cpu::Exec{1}, norm_sq, 4.0f, scale);
+    cpu::clip_scale(cpu::PooledExec{1}, norm_sq, 4.0f, scale);
     EXPECT_EQ(scale.f32()[0], 1.0f);
-    cpu::clip_scale(cpu::Exec{1}, norm_sq, 0.0f, scale);
+    cpu::clip_scale(cpu::PooledExec{1}, norm_sq, 0.0f, scale);
     EXPECT_EQ(scale.f32()[0], 1.0f);
 }
 

@@ -25,7 +25,7 @@ TEST(Embedding, ForwardGathersRowsExactly) {
         HostTensor table = random_tensor({v, d}, rng);
         HostTensor ids = random_ids(s, v, rng);
         HostTensor out({s, d});
-        cpu::embedding_fwd(cpu::Exec{2}, table, ids, out);
+        cpu::embedding_fwd(cpu::PooledExec{2}, table, ids, out);
         for (int64_t i = 0; i < s; ++i)
             ASSERT_EQ(std::memcmp(out.f32() + i * d, table.f32() + ids.i32()[i] * d, 4 * d), 0)
                 << "row " << i;
@@ -42,7 +42,7 @@ TEST(Embedding, BackwardScatterAddsRepeatedIdsAndAccumulates) {
     std::vector<double> ref(dtable.f32(), dtable.f32() + dtable.numel());
     for (int64_t i = 0; i < s; ++i)
         for (int64_t c = 0; c < d; ++c) ref[ids.i32()[i] * d + c] += dout.f32()[i * d + c];
-    cpu::embedding_bwd(cpu::Exec{2}, ids, dout, dtable);
+    cpu::embedding_bwd(cpu::PooledExec{2}, ids, dout, dtable);
     double worst = 0;
     for (int64_t i = 0; i < dtable.numel(); ++i)
         worst = std::max(worst, std::fabs(dtable.f32()[i] - ref[i]));
@@ -58,7 +58,7 @@ TEST(Embedding, BackwardMatchesFiniteDifferences) {
     HostTensor ids = random_ids(s, v, rng);
     HostTensor dout = random_tensor({s, d}, rng);
     HostTensor dtable({v, d});
-    cpu::embedding_bwd(cpu::Exec{1}, ids, dout, dtable);
+    cpu::embedding_bwd(cpu::PooledExec{1}, ids, dout, dtable);
     auto loss = [&](const std::vector<double>& t) {
         double l = 0;
         for (int64_t i = 0; i < s; ++i)
@@ -77,7 +77,7 @@ TEST(Embedding, OutOfRangeIdNamesIdPositionAndVocab) {
     HostTensor ids = HostTensor::from_i32({3}, {1, 12, 3});
     HostTensor out({3, 4});
     try {
-        cpu::embedding_fwd(cpu::Exec{1}, table, ids, out);
+        cpu::embedding_fwd(cpu::PooledExec{1}, table, ids, out);
         FAIL() << "id 12 >= vocab 10 not detected";
     } catch (const Error& e) {
         const std::string msg = e.what();
@@ -85,18 +85,18 @@ TEST(Embedding, OutOfRangeIdNamesIdPositionAndVocab) {
         EXPECT_NE(msg.find("10"), std::string::npos) << msg;
     }
     HostTensor neg = HostTensor::from_i32({3}, {1, 2, -1});
-    EXPECT_THROW(cpu::embedding_fwd(cpu::Exec{1}, table, neg, out), Error);
-    EXPECT_THROW(cpu::embedding_bwd(cpu::Exec{1}, neg, out, table), Error);
+    EXPECT_THROW(cpu::embedding_fwd(cpu::PooledExec{1}, table, neg, out), Error);
+    EXPECT_THROW(cpu::embedding_bwd(cpu::PooledExec{1}, neg, out, table), Error);
 }
 
 TEST(Embedding, ShapeErrors) {
     HostTensor table({10, 4}), ids({3}, DType::i32), out({3, 4});
     HostTensor bad_out({3, 5}), short_out({2, 4}), ids_f32({3}), table1({40});
-    EXPECT_THROW(cpu::embedding_fwd(cpu::Exec{1}, table, ids, bad_out), Error);
-    EXPECT_THROW(cpu::embedding_fwd(cpu::Exec{1}, table, ids, short_out), Error);
-    EXPECT_THROW(cpu::embedding_fwd(cpu::Exec{1}, table, ids_f32, out), Error);
-    EXPECT_THROW(cpu::embedding_fwd(cpu::Exec{1}, table1, ids, out), Error);
-    EXPECT_THROW(cpu::embedding_bwd(cpu::Exec{1}, ids, bad_out, table), Error);
+    EXPECT_THROW(cpu::embedding_fwd(cpu::PooledExec{1}, table, ids, bad_out), Error);
+    EXPECT_THROW(cpu::embedding_fwd(cpu::PooledExec{1}, table, ids, short_out), Error);
+    EXPECT_THROW(cpu::embedding_fwd(cpu::PooledExec{1}, table, ids_f32, out), Error);
+    EXPECT_THROW(cpu::embedding_fwd(cpu::PooledExec{1}, table1, ids, out), Error);
+    EXPECT_THROW(cpu::embedding_bwd(cpu::PooledExec{1}, ids, bad_out, table), Error);
 }
 
 // 301 x 515 crosses the size above which the loops run in parallel.
@@ -107,10 +107,10 @@ TEST(Embedding, ThreadCountDoesNotChangeBits) {
     HostTensor ids = random_ids(s, v, rng);
     HostTensor dout = random_tensor({s, d}, rng);
     HostTensor o1({s, d}), o3({s, d}), dt1({v, d}), dt3({v, d});
-    cpu::embedding_fwd(cpu::Exec{1}, table, ids, o1);
-    cpu::embedding_fwd(cpu::Exec{3}, table, ids, o3);
-    cpu::embedding_bwd(cpu::Exec{1}, ids, dout, dt1);
-    cpu::embedding_bwd(cpu::Exec{3}, ids, dout, dt3);
+    cpu::embedding_fwd(cpu::PooledExec{1}, table, ids, o1);
+    cpu::embedding_fwd(cpu::PooledExec{3}, table, ids, o3);
+    cpu::embedding_bwd(cpu::PooledExec{1}, ids, dout, dt1);
+    cpu::embedding_bwd(cpu::PooledExec{3}, ids, dout, dt3);
     EXPECT_EQ(std::memcmp(o1.f32(), o3.f32(), o1.nbytes()), 0);
     EXPECT_EQ(std::memcmp(dt1.f32(), dt3.f32(), dt1.nbytes()), 0);
 }

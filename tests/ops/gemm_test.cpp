@@ -1,4 +1,4 @@
-// cpu::gemm (BLAS): all four transpose combinations with alpha/beta against a naive double
+// cpu::gemm: all four transpose combinations with alpha/beta against a naive double
 // product, edge cases (K = 0, beta = 0 over NaN, rank-3 operands), shape errors, the linear-layer
 // backward built from gemm against finite differences, and thread-count independence.
 #include <cmath>
@@ -40,19 +40,13 @@ struct Dims {
     int64_t m, k, n;
 };
 
-// fp32 BLAS against double: rounding grows like sqrt(K) * 6e-8 relative to the largest output;
+// fp32 against double: rounding grows like sqrt(K) * 6e-8 relative to the largest output;
 // 1e-5 (design §8's fp32 bound) leaves a wide margin for K <= 65.
 constexpr double kFwdTol = 1e-5;
 
-// gemm parallelises over its own tiles and expects OpenBLAS single-threaded.
-class Gemm : public ::testing::Test {
-  protected:
-    void SetUp() override { cpu::set_blas_threads(1); }
-};
-
-TEST_F(Gemm, AllTransposesMatchNaiveWithAlphaBeta) {
+TEST(Gemm, AllTransposesMatchNaiveWithAlphaBeta) {
     Rng rng(1);
-    const cpu::Exec ex{1};
+    const cpu::PooledExec ex{1};
     for (const Dims d :
          {Dims{1, 1, 1}, Dims{7, 13, 5}, Dims{17, 3, 31}, Dims{33, 65, 9}, Dims{260, 33, 530}}) {
         for (int combo = 0; combo < 4; ++combo) {
@@ -68,9 +62,9 @@ TEST_F(Gemm, AllTransposesMatchNaiveWithAlphaBeta) {
     }
 }
 
-TEST_F(Gemm, BetaZeroOverwritesNaNAndKZeroScalesC) {
+TEST(Gemm, BetaZeroOverwritesNaNAndKZeroScalesC) {
     Rng rng(2);
-    const cpu::Exec ex{1};
+    const cpu::PooledExec ex{1};
     HostTensor a = random_tensor({3, 4}, rng), b = random_tensor({4, 5}, rng);
     HostTensor c({3, 5});
     fill_f32(c, std::numeric_limits<float>::quiet_NaN());
@@ -85,18 +79,18 @@ TEST_F(Gemm, BetaZeroOverwritesNaNAndKZeroScalesC) {
     EXPECT_EQ(max_rel_diff(c1, expect), 0.0);
 }
 
-TEST_F(Gemm, Rank3OperandIsFlattenedToRows) {
+TEST(Gemm, Rank3OperandIsFlattenedToRows) {
     // A linear layer on x [S, H, Dh] viewed as [S*H, Dh]: y = x · Wᵀ with W [out, Dh].
     Rng rng(3);
     HostTensor x = random_tensor({2, 3, 4}, rng), w = random_tensor({5, 4}, rng);
     HostTensor y({2, 3, 5}), y0({2, 3, 5});
-    cpu::gemm(cpu::Exec{1}, x, false, w, true, y, 1.0f, 0.0f);
+    cpu::gemm(cpu::PooledExec{1}, x, false, w, true, y, 1.0f, 0.0f);
     HostTensor ref = naive_gemm(x, false, w, true, y0, 6, 4, 5, 1.0, 0.0);
     EXPECT_LT(max_rel_diff(y, ref), kFwdTol);
 }
 
-TEST_F(Gemm, ShapeErrorsNameTheShapes) {
-    const cpu::Exec ex{1};
+TEST(Gemm, ShapeErrorsNameTheShapes) {
+    const cpu::PooledExec ex{1};
     HostTensor a({3, 4}), b({5, 6}), c({3, 6}), v({4});
     try {
         cpu::gemm(ex, a, false, b, false, c, 1.0f, 0.0f);
@@ -117,15 +111,15 @@ TEST_F(Gemm, ShapeErrorsNameTheShapes) {
 // The model's linear-layer backward is two gemms: dx = dy · W and dW += dyᵀ · x. Checked against
 // finite differences of L = sum(dy * (x · Wᵀ)) evaluated in double (exactly linear, so the 4-point
 // formula has no truncation error; the only error is the float gemm, ~1e-7 relative).
-TEST_F(Gemm, LinearLayerBackwardMatchesFiniteDifferences) {
+TEST(Gemm, LinearLayerBackwardMatchesFiniteDifferences) {
     Rng rng(4);
     const int64_t m = 5, in = 7, out = 3;
     HostTensor x = random_tensor({m, in}, rng), w = random_tensor({out, in}, rng);
     HostTensor dy = random_tensor({m, out}, rng);
     HostTensor dx({m, in}), dw({out, in});
     fill_f32(dw, 0.25f);  // dW accumulates: start from a non-zero value
-    cpu::gemm(cpu::Exec{1}, dy, false, w, false, dx, 1.0f, 0.0f);
-    cpu::gemm(cpu::Exec{1}, dy, true, x, false, dw, 1.0f, 1.0f);
+    cpu::gemm(cpu::PooledExec{1}, dy, false, w, false, dx, 1.0f, 0.0f);
+    cpu::gemm(cpu::PooledExec{1}, dy, true, x, false, dw, 1.0f, 1.0f);
 
     auto loss = [&](const std::vector<double>& xv, const std::vector<double>& wv) {
         double l = 0;
@@ -149,29 +143,36 @@ TEST_F(Gemm, LinearLayerBackwardMatchesFiniteDifferences) {
     EXPECT_LT(rw.max_rel_err, 1e-5) << rw.to_string();
 }
 
-// Tiles of C (128 x 512) are fixed by the shape, so 1 and 3 threads run the same sgemm calls.
-// 300 x 1100 is 3 x 3 tiles, with ragged edges in both dims.
-TEST_F(Gemm, ThreadCountDoesNotChangeBits) {
+// gemm splits C over its threads (by rows when M is large, else by columns); every element is
+// computed alike whoever computes it (Note [sgemm]), so 1, 2 and 3 threads give the same bits.
+// 300 x 1100 is split by rows, 8 x 1100 (a verify) by columns, with ragged edges.
+TEST(Gemm, ThreadCountDoesNotChangeBits) {
     Rng rng(5);
-    for (int combo = 0; combo < 4; ++combo) {
-        const bool ta = combo & 1, tb = combo & 2;
-        HostTensor a = random_tensor(ta ? Shape{97, 300} : Shape{300, 97}, rng);
-        HostTensor b = random_tensor(tb ? Shape{1100, 97} : Shape{97, 1100}, rng);
-        HostTensor c0 = random_tensor({300, 1100}, rng);
-        HostTensor c1 = c0.clone(), c3 = c0.clone();
-        cpu::gemm(cpu::Exec{1}, a, ta, b, tb, c1, 1.5f, 0.5f);
-        cpu::gemm(cpu::Exec{3}, a, ta, b, tb, c3, 1.5f, 0.5f);
-        EXPECT_EQ(std::memcmp(c1.f32(), c3.f32(), c1.nbytes()), 0) << "ta=" << ta << " tb=" << tb;
+    for (const int64_t m : {300, 8}) {
+        for (int combo = 0; combo < 4; ++combo) {
+            const bool ta = combo & 1, tb = combo & 2;
+            HostTensor a = random_tensor(ta ? Shape{97, m} : Shape{m, 97}, rng);
+            HostTensor b = random_tensor(tb ? Shape{1100, 97} : Shape{97, 1100}, rng);
+            HostTensor c0 = random_tensor({m, 1100}, rng);
+            HostTensor c1 = c0.clone();
+            cpu::gemm(cpu::PooledExec{1}, a, ta, b, tb, c1, 1.5f, 0.5f);
+            for (int threads : {2, 3}) {
+                HostTensor ct = c0.clone();
+                cpu::gemm(cpu::PooledExec{threads}, a, ta, b, tb, ct, 1.5f, 0.5f);
+                EXPECT_EQ(std::memcmp(c1.f32(), ct.f32(), c1.nbytes()), 0)
+                    << "m=" << m << " ta=" << ta << " tb=" << tb << " threads=" << threads;
+            }
+        }
     }
 }
 
-TEST_F(Gemm, CpuBackendForwardsToTheReference) {
+TEST(Gemm, CpuBackendForwardsToTheReference) {
     Rng rng(6);
     auto be = make_cpu_backend(2);
     HostTensor a = random_tensor({4, 6}, rng), b = random_tensor({6, 3}, rng);
     HostTensor c({4, 3}), ref({4, 3});
     be->gemm(a, false, b, false, c);
-    cpu::gemm(cpu::Exec{1}, a, false, b, false, ref, 1.0f, 0.0f);
+    cpu::gemm(cpu::PooledExec{1}, a, false, b, false, ref, 1.0f, 0.0f);
     EXPECT_EQ(std::memcmp(c.f32(), ref.f32(), c.nbytes()), 0);
 }
 

@@ -41,7 +41,7 @@ TEST(RmsNorm, ForwardMatchesDoubleFormula) {
         const int64_t c = xs[-1];
         HostTensor x = random_tensor(xs, rng, 2.0f), w = random_tensor({c}, rng);
         HostTensor y(xs), rstd({x.numel() / c});
-        cpu::rmsnorm_fwd(cpu::Exec{2}, x, w, eps, y, rstd);
+        cpu::rmsnorm_fwd(cpu::PooledExec{2}, x, w, eps, y, rstd);
         const auto ref = rms_ref(to_f64(x), to_f64(w), eps);
         HostTensor ref_t(xs);
         for (size_t i = 0; i < ref.size(); ++i) ref_t.f32()[i] = static_cast<float>(ref[i]);
@@ -60,8 +60,8 @@ TEST(RmsNorm, ForwardAcceptsEmptyRstd) {
     Rng rng(2);
     HostTensor x = random_tensor({3, 8}, rng), w = random_tensor({8}, rng);
     HostTensor y1({3, 8}), y2({3, 8}), rstd({3});
-    cpu::rmsnorm_fwd(cpu::Exec{1}, x, w, 1e-5f, y1, rstd);
-    cpu::rmsnorm_fwd(cpu::Exec{1}, x, w, 1e-5f, y2, Tensor());
+    cpu::rmsnorm_fwd(cpu::PooledExec{1}, x, w, 1e-5f, y1, rstd);
+    cpu::rmsnorm_fwd(cpu::PooledExec{1}, x, w, 1e-5f, y2, Tensor());
     EXPECT_EQ(std::memcmp(y1.f32(), y2.f32(), y1.nbytes()), 0);
 }
 
@@ -77,8 +77,8 @@ void check_backward(const Shape& xs, uint64_t seed, double floor = 1e-6) {
     HostTensor dy = random_tensor(xs, rng);
     HostTensor y(xs), rstd({x.numel() / c}), dx(xs), dw({c});
     fill_f32(dw, 0.75f);  // dw accumulates
-    cpu::rmsnorm_fwd(cpu::Exec{1}, x, w, eps, y, rstd);
-    cpu::rmsnorm_bwd(cpu::Exec{1}, dy, x, w, rstd, dx, dw);
+    cpu::rmsnorm_fwd(cpu::PooledExec{1}, x, w, eps, y, rstd);
+    cpu::rmsnorm_bwd(cpu::PooledExec{1}, dy, x, w, rstd, dx, dw);
 
     const auto xv = to_f64(x), wv = to_f64(w), dyv = to_f64(dy);
     auto loss = [&](const std::vector<double>& xa, const std::vector<double>& wa) {
@@ -109,7 +109,7 @@ TEST(RmsNorm, BackwardMatchesFiniteDifferences) {
 }
 
 TEST(RmsNorm, ShapeErrors) {
-    const cpu::Exec ex{1};
+    const cpu::PooledExec ex{1};
     HostTensor x({4, 8}), w({8}), y({4, 8}), rstd({4}), w7({7}), y2({4, 7}), r3({3});
     EXPECT_THROW(cpu::rmsnorm_fwd(ex, x, w7, 1e-6f, y, rstd), Error);
     EXPECT_THROW(cpu::rmsnorm_fwd(ex, x, w, 1e-6f, y2, rstd), Error);
@@ -129,10 +129,10 @@ TEST(RmsNorm, ThreadCountDoesNotChangeBits) {
         HostTensor x = random_tensor(xs, rng), w = random_tensor({c}, rng);
         HostTensor dy = random_tensor(xs, rng);
         HostTensor y1(xs), y3(xs), r1({rows}), r3({rows}), dx1(xs), dx3(xs), dw1({c}), dw3({c});
-        cpu::rmsnorm_fwd(cpu::Exec{1}, x, w, 1e-6f, y1, r1);
-        cpu::rmsnorm_fwd(cpu::Exec{3}, x, w, 1e-6f, y3, r3);
-        cpu::rmsnorm_bwd(cpu::Exec{1}, dy, x, w, r1, dx1, dw1);
-        cpu::rmsnorm_bwd(cpu::Exec{3}, dy, x, w, r3, dx3, dw3);
+        cpu::rmsnorm_fwd(cpu::PooledExec{1}, x, w, 1e-6f, y1, r1);
+        cpu::rmsnorm_fwd(cpu::PooledExec{3}, x, w, 1e-6f, y3, r3);
+        cpu::rmsnorm_bwd(cpu::PooledExec{1}, dy, x, w, r1, dx1, dw1);
+        cpu::rmsnorm_bwd(cpu::PooledExec{3}, dy, x, w, r3, dx3, dw3);
         EXPECT_EQ(std::memcmp(y1.f32(), y3.f32(), y1.nbytes()), 0);
         EXPECT_EQ(std::memcmp(r1.f32(), r3.f32(), r1.nbytes()), 0);
         EXPECT_EQ(std::memcmp(dx1.f32(), dx3.f32(), dx1.nbytes()), 0);

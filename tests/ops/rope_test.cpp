@@ -145,7 +145,7 @@ TEST(Rope, ForwardMatchesNaiveRotation) {
         HostTensor positions = HostTensor::from_i32({xs[0]}, pos);
         HostTensor x = random_tensor(xs, rng);
         HostTensor ref = rope_ref(x, pos, inv);
-        cpu::rope_fwd(cpu::Exec{2}, x, positions, test::vec_tensor(inv));
+        cpu::rope_fwd(cpu::PooledExec{2}, x, positions, test::vec_tensor(inv));
         // float cos/sin (<1 ulp) and two float products: 1e-6 of the largest value.
         EXPECT_LT(test::max_rel_diff(x, ref), 1e-6) << xs.to_string();
     }
@@ -155,7 +155,8 @@ TEST(Rope, HandCheckedRotationAndIdentityAtPositionZero) {
     // Dh 2: inv_freq [1], so position 1 rotates (1, 0) by 1 rad to (cos 1, sin 1).
     HostTensor x = HostTensor::from_f32({2, 1, 2}, {1.0f, 0.0f, 0.3f, -0.7f});
     HostTensor positions = HostTensor::from_i32({2}, {1, 0});
-    cpu::rope_fwd(cpu::Exec{1}, x, positions, test::vec_tensor(rope_inv_freq(RopeConfig{}, 2)));
+    cpu::rope_fwd(cpu::PooledExec{1}, x, positions,
+                  test::vec_tensor(rope_inv_freq(RopeConfig{}, 2)));
     EXPECT_NEAR(x.f32()[0], 0.5403023, 1e-7);
     EXPECT_NEAR(x.f32()[1], 0.8414710, 1e-7);
     EXPECT_EQ(x.f32()[2], 0.3f);  // position 0: cos 1, sin 0 exactly
@@ -173,7 +174,7 @@ TEST(Rope, BackwardMatchesFiniteDifferencesAndInvertsForward) {
     HostTensor positions = HostTensor::from_i32({5}, pos);
     HostTensor x = random_tensor(xs, rng), dy = random_tensor(xs, rng);
     HostTensor dx = dy.clone();
-    cpu::rope_bwd(cpu::Exec{1}, dx, positions, test::vec_tensor(inv));
+    cpu::rope_bwd(cpu::PooledExec{1}, dx, positions, test::vec_tensor(inv));
 
     auto loss = [&](const std::vector<double>& xv) {
         double l = 0;
@@ -195,13 +196,13 @@ TEST(Rope, BackwardMatchesFiniteDifferencesAndInvertsForward) {
     EXPECT_LT(r.max_rel_err, 1e-6) << r.to_string();
 
     HostTensor y = x.clone();
-    cpu::rope_fwd(cpu::Exec{1}, y, positions, test::vec_tensor(inv));
-    cpu::rope_bwd(cpu::Exec{1}, y, positions, test::vec_tensor(inv));
+    cpu::rope_fwd(cpu::PooledExec{1}, y, positions, test::vec_tensor(inv));
+    cpu::rope_bwd(cpu::PooledExec{1}, y, positions, test::vec_tensor(inv));
     EXPECT_LT(test::max_rel_diff(y, x), 1e-6);
 }
 
 TEST(Rope, ShapeErrors) {
-    const cpu::Exec ex{1};
+    const cpu::PooledExec ex{1};
     const auto inv = rope_inv_freq(RopeConfig{}, 8);
     HostTensor x({3, 2, 8}), pos({3}, DType::i32), pos2({2}, DType::i32), posf({3});
     HostTensor odd({3, 2, 7}), flat({3, 16});
@@ -221,11 +222,11 @@ TEST(Rope, ThreadCountDoesNotChangeBits) {
     HostTensor positions = HostTensor::from_i32({101}, random_positions(101, rng));
     HostTensor x1 = random_tensor(xs, rng);
     HostTensor x3 = x1.clone();
-    cpu::rope_fwd(cpu::Exec{1}, x1, positions, test::vec_tensor(inv));
-    cpu::rope_fwd(cpu::Exec{3}, x3, positions, test::vec_tensor(inv));
+    cpu::rope_fwd(cpu::PooledExec{1}, x1, positions, test::vec_tensor(inv));
+    cpu::rope_fwd(cpu::PooledExec{3}, x3, positions, test::vec_tensor(inv));
     EXPECT_EQ(std::memcmp(x1.f32(), x3.f32(), x1.nbytes()), 0);
-    cpu::rope_bwd(cpu::Exec{1}, x1, positions, test::vec_tensor(inv));
-    cpu::rope_bwd(cpu::Exec{3}, x3, positions, test::vec_tensor(inv));
+    cpu::rope_bwd(cpu::PooledExec{1}, x1, positions, test::vec_tensor(inv));
+    cpu::rope_bwd(cpu::PooledExec{3}, x3, positions, test::vec_tensor(inv));
     EXPECT_EQ(std::memcmp(x1.f32(), x3.f32(), x1.nbytes()), 0);
 }
 

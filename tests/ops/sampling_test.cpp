@@ -1,6 +1,7 @@
 // Backend::sample_rows on the CPU (backend/cpu/sampling.cpp): it picks exactly what the shared
-// distribution (backend/sampling.h) and pick_from give for the same uniform; top-k keeps the most
-// likely tokens with index order on ties; top-p the smallest nucleus; bad arguments are errors.
+// distribution (backend/sampling.h) and pick_from give for the same uniform, on any number of
+// threads; top-k keeps the most likely tokens with index order on ties; top-p the smallest
+// nucleus; bad arguments are errors.
 #include <gtest/gtest.h>
 
 #include "backend/backend.h"
@@ -20,7 +21,7 @@ TEST(SampleRows, PicksWhatTheDistributionAndTheUniformSay) {
         for (int trial = 0; trial < 20; ++trial) {
             HostTensor u({R}), out({R}, DType::i32);
             for (int64_t r = 0; r < R; ++r) u.f32()[r] = static_cast<float>(rng.uniform_f64());
-            cpu::sample_rows(cpu::Exec{1}, logits, p, u, out);
+            cpu::sample_rows(cpu::PooledExec{1}, logits, p, u, out);
             for (int64_t r = 0; r < R; ++r) {
                 const std::span<const float> row(logits.f32() + r * V, V);
                 const auto probs = sampling_distribution(row, p.temperature, p.top_k, p.top_p);
@@ -28,6 +29,24 @@ TEST(SampleRows, PicksWhatTheDistributionAndTheUniformSay) {
                 EXPECT_GT(probs[out.i32()[r]], 0.0);
             }
         }
+    }
+}
+
+TEST(SampleRows, ThePoolsThreadCountDoesNotChangeThePicks) {
+    // 11 rows of 4099 tokens: enough work for the rows to be shared between threads.
+    Rng rng(4);
+    const int64_t R = 11, V = 4099;
+    const HostTensor logits = test::random_tensor({R, V}, rng, 3.0f);
+    HostTensor u({R}), one({R}, DType::i32), three({R}, DType::i32);
+    for (int64_t r = 0; r < R; ++r) u.f32()[r] = static_cast<float>(rng.uniform_f64());
+    const SampleParams p{0.8f, 50, 0.9f};
+    cpu::sample_rows(cpu::PooledExec{1}, logits, p, u, one);
+    cpu::sample_rows(cpu::PooledExec{3}, logits, p, u, three);
+    for (int64_t r = 0; r < R; ++r) {
+        const std::span<const float> row(logits.f32() + r * V, V);
+        const auto probs = sampling_distribution(row, p.temperature, p.top_k, p.top_p);
+        EXPECT_EQ(one.i32()[r], pick_from(probs, u.f32()[r])) << r;
+        EXPECT_EQ(three.i32()[r], one.i32()[r]) << r;
     }
 }
 
@@ -47,10 +66,10 @@ TEST(SampleRows, TopKKeepsIndexOrderOnTiesAndTopPTheSmallestNucleus) {
 
 TEST(SampleRows, BadArgumentsAreErrors) {
     HostTensor logits({2, 4}), u({2}), out({2}, DType::i32), out3({3}, DType::i32);
-    EXPECT_THROW(cpu::sample_rows(cpu::Exec{1}, logits, {0.0f, 0, 1.0f}, u, out), Error);
-    EXPECT_THROW(cpu::sample_rows(cpu::Exec{1}, logits, {1.0f, -1, 1.0f}, u, out), Error);
-    EXPECT_THROW(cpu::sample_rows(cpu::Exec{1}, logits, {1.0f, 0, 1.5f}, u, out), Error);
-    EXPECT_THROW(cpu::sample_rows(cpu::Exec{1}, logits, {1.0f, 0, 1.0f}, u, out3), Error);
+    EXPECT_THROW(cpu::sample_rows(cpu::PooledExec{1}, logits, {0.0f, 0, 1.0f}, u, out), Error);
+    EXPECT_THROW(cpu::sample_rows(cpu::PooledExec{1}, logits, {1.0f, -1, 1.0f}, u, out), Error);
+    EXPECT_THROW(cpu::sample_rows(cpu::PooledExec{1}, logits, {1.0f, 0, 1.5f}, u, out), Error);
+    EXPECT_THROW(cpu::sample_rows(cpu::PooledExec{1}, logits, {1.0f, 0, 1.0f}, u, out3), Error);
 }
 
 }  // namespace

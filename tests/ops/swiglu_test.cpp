@@ -23,7 +23,7 @@ TEST(SwiGlu, ForwardMatchesDoubleFormula) {
         HostTensor g = random_tensor(s, rng, 3.0f), u = random_tensor(s, rng), out(s), ref(s);
         for (int64_t i = 0; i < g.numel(); ++i)
             ref.f32()[i] = static_cast<float>(silu(g.f32()[i]) * u.f32()[i]);
-        cpu::swiglu_fwd(cpu::Exec{2}, g, u, out);
+        cpu::swiglu_fwd(cpu::PooledExec{2}, g, u, out);
         // exp and three float operations: 1e-6 of the largest output.
         EXPECT_LT(test::max_rel_diff(out, ref), 1e-6) << s.to_string();
     }
@@ -35,8 +35,8 @@ TEST(SwiGlu, SaturatedGatesStayFinite) {
     HostTensor g = HostTensor::from_f32({n}, gv), u({n}), out({n}), dout({n}), dg({n}), du({n});
     fill_f32(u, 2.0f);
     fill_f32(dout, 1.0f);
-    cpu::swiglu_fwd(cpu::Exec{1}, g, u, out);
-    cpu::swiglu_bwd(cpu::Exec{1}, dout, g, u, dg, du);
+    cpu::swiglu_fwd(cpu::PooledExec{1}, g, u, out);
+    cpu::swiglu_bwd(cpu::PooledExec{1}, dout, g, u, dg, du);
     for (int64_t i = 0; i < n; ++i) {
         ASSERT_TRUE(std::isfinite(out.f32()[i]) && std::isfinite(dg.f32()[i])) << gv[i];
         EXPECT_NEAR(out.f32()[i], gv[i] > 0 ? 2.0f * gv[i] : 0.0f, 1e-6f * std::fabs(gv[i]));
@@ -53,7 +53,7 @@ TEST(SwiGlu, BackwardMatchesFiniteDifferences) {
     const Shape s{3, 7};
     HostTensor g = random_tensor(s, rng, 3.0f), u = random_tensor(s, rng);
     HostTensor dout = random_tensor(s, rng), dg(s), du(s);
-    cpu::swiglu_bwd(cpu::Exec{1}, dout, g, u, dg, du);
+    cpu::swiglu_bwd(cpu::PooledExec{1}, dout, g, u, dg, du);
     const std::vector<double> gv(g.f32(), g.f32() + g.numel()), uv(u.f32(), u.f32() + u.numel());
     auto loss = [&](const std::vector<double>& ga, const std::vector<double>& ua) {
         double l = 0;
@@ -69,7 +69,7 @@ TEST(SwiGlu, BackwardMatchesFiniteDifferences) {
 }
 
 TEST(SwiGlu, ShapeErrors) {
-    const cpu::Exec ex{1};
+    const cpu::PooledExec ex{1};
     HostTensor g({4, 6}), u({4, 6}), out({4, 6}), bad({4, 5}), flat({24});
     EXPECT_THROW(cpu::swiglu_fwd(ex, g, bad, out), Error);
     EXPECT_THROW(cpu::swiglu_fwd(ex, g, u, flat), Error);
@@ -84,10 +84,10 @@ TEST(SwiGlu, ThreadCountDoesNotChangeBits) {
     HostTensor g = random_tensor(s, rng, 3.0f), u = random_tensor(s, rng);
     HostTensor dout = random_tensor(s, rng);
     HostTensor o1(s), o3(s), dg1(s), dg3(s), du1(s), du3(s);
-    cpu::swiglu_fwd(cpu::Exec{1}, g, u, o1);
-    cpu::swiglu_fwd(cpu::Exec{3}, g, u, o3);
-    cpu::swiglu_bwd(cpu::Exec{1}, dout, g, u, dg1, du1);
-    cpu::swiglu_bwd(cpu::Exec{3}, dout, g, u, dg3, du3);
+    cpu::swiglu_fwd(cpu::PooledExec{1}, g, u, o1);
+    cpu::swiglu_fwd(cpu::PooledExec{3}, g, u, o3);
+    cpu::swiglu_bwd(cpu::PooledExec{1}, dout, g, u, dg1, du1);
+    cpu::swiglu_bwd(cpu::PooledExec{3}, dout, g, u, dg3, du3);
     EXPECT_EQ(std::memcmp(o1.f32(), o3.f32(), o1.nbytes()), 0);
     EXPECT_EQ(std::memcmp(dg1.f32(), dg3.f32(), dg1.nbytes()), 0);
     EXPECT_EQ(std::memcmp(du1.f32(), du3.f32(), du1.nbytes()), 0);

@@ -55,17 +55,18 @@ void adamw_step(const Exec& ex, const Tensor& master, const Tensor& grad, const 
     float* pm = m.f32();
     float* pv = v.f32();
     float* out = value.empty() ? nullptr : value.f32();
-#pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 16384)
-    for (int64_t i = 0; i < n; ++i) {
-        const float g = scaled ? pg[i] * gs : pg[i];
-        const float mi = b1 * pm[i] + one_m_b1 * g;
-        const float vi = b2 * pv[i] + one_m_b2 * g * g;
-        pm[i] = mi;
-        pv[i] = vi;
-        const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-        pp[i] = pp[i] * decay - step_size * (mi / denom);
-        if (out) out[i] = pp[i];
-    }
+    parallel_for(ex, n, n > 16384, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+            const float g = scaled ? pg[i] * gs : pg[i];
+            const float mi = b1 * pm[i] + one_m_b1 * g;
+            const float vi = b2 * pv[i] + one_m_b2 * g * g;
+            pm[i] = mi;
+            pv[i] = vi;
+            const float denom = std::sqrt(vi) / bc2_sqrt + eps;
+            pp[i] = pp[i] * decay - step_size * (mi / denom);
+            if (out) out[i] = pp[i];
+        }
+    });
 }
 
 void sum_squares(const Exec& ex, const Tensor& t, const Tensor& out) {
@@ -76,13 +77,14 @@ void sum_squares(const Exec& ex, const Tensor& t, const Tensor& out) {
     const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
     const float* p = t.f32();
     std::vector<double> partial(chunks, 0.0);
-#pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 65536)
-    for (int64_t c = 0; c < chunks; ++c) {
-        const int64_t end = std::min(n, (c + 1) * kSumChunk);
-        double acc = 0;
-        for (int64_t i = c * kSumChunk; i < end; ++i) acc += static_cast<double>(p[i]) * p[i];
-        partial[c] = acc;
-    }
+    parallel_for(ex, chunks, n > 65536, [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c) {
+            const int64_t end = std::min(n, (c + 1) * kSumChunk);
+            double acc = 0;
+            for (int64_t i = c * kSumChunk; i < end; ++i) acc += static_cast<double>(p[i]) * p[i];
+            partial[c] = acc;
+        }
+    });
     double total = 0;
     for (double s : partial) total += s;
     out.f32()[0] = static_cast<float>(total);

@@ -9,23 +9,20 @@
 // rows, so work is O(N*B*(anchor + chunk)), never O((N*B)^2); training anchors are sorted, so the
 // blocks of a chunk have similar anchors and little is computed only to be masked.
 //
-// Threads: OpenBLAS has one process-wide thread count (set_blas_threads). When it runs threads of
-// its own, concurrent calls from several OpenMP threads serialise on its pool and oversubscribe
-// the cores (about 40x slower on a busy 2-core machine), so the products run one at a time on
-// BLAS's threads and OpenMP only parallelises the per-row softmax loops. When BLAS is
-// single-threaded, OpenMP spreads whole (head, chunk) units instead (kv groups in the backward).
+// Threads: the backend's pool spreads whole (head, chunk) units (kv groups in the backward), each
+// running single-threaded products (sgemm.h).
 //
 // Determinism: every (head, chunk) unit does the same arithmetic whichever thread runs it, and
 // dk/dv of a kv group accumulate its heads and chunks in one fixed order, so the bits do not
 // depend on the thread count.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/sgemm.h"
+#include "backend/cpu/vexp.h"
 
 namespace dflash::cpu {
 namespace {
@@ -197,10 +194,6 @@ void check_lse(const Tensor& lse, const Geometry& g) {
              "attention: lse is {}, expected f32[{}, {}] ([H, Sq])", lse.describe(), g.h, g.sq);
 }
 
-int to_int(int64_t x) {
-    return static_cast<int>(x);
-}
-
 // Row 0 of one head in an [S, heads, Dh] tensor; rows are `ld` floats apart.
 struct HeadView {
     float* p;
@@ -223,9 +216,8 @@ void times_keys_t(const Geometry& g, const Chunk& ch, float alpha, const float* 
     for (int r = 0; r < ch.num_ranges; ++r) {
         const KeyRange kr = ch.ranges[r];
         if (kr.size() == 0) continue;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, to_int(ch.rows()), to_int(kr.size()),
-                    to_int(g.dh), alpha, a, to_int(lda), x.row(kr.begin), to_int(x.ld), 0.0f,
-                    c + col, to_int(nk));
+        sgemm(ch.rows(), kr.size(), g.dh, alpha, {a, lda, false}, {x.row(kr.begin), x.ld, true},
+              0.0f, c + col, nk);
         col += kr.size();
     }
 }
@@ -238,9 +230,8 @@ void times_keys(const Geometry& g, const Chunk& ch, float alpha, const float* a,
     for (int r = 0; r < ch.num_ranges; ++r) {
         const KeyRange kr = ch.ranges[r];
         if (kr.size() == 0) continue;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, to_int(ch.rows()), to_int(g.dh),
-                    to_int(kr.size()), alpha, a + col, to_int(nk), x.row(kr.begin), to_int(x.ld),
-                    col == 0 ? 0.0f : 1.0f, c.row(ch.i0), to_int(c.ld));
+        sgemm(ch.rows(), g.dh, kr.size(), alpha, {a + col, nk, false},
+              {x.row(kr.begin), x.ld, false}, col == 0 ? 0.0f : 1.0f, c.row(ch.i0), c.ld);
         col += kr.size();
     }
     if (nk == 0) {
@@ -256,9 +247,8 @@ void accumulate_keys(const Geometry& g, const Chunk& ch, float alpha, const floa
     for (int r = 0; r < ch.num_ranges; ++r) {
         const KeyRange kr = ch.ranges[r];
         if (kr.size() == 0) continue;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, to_int(kr.size()), to_int(g.dh),
-                    to_int(ch.rows()), alpha, a + col, to_int(nk), b.row(ch.i0), to_int(b.ld), 1.0f,
-                    x.row(kr.begin), to_int(x.ld));
+        sgemm(kr.size(), g.dh, ch.rows(), alpha, {a + col, nk, true}, {b.row(ch.i0), b.ld, false},
+              1.0f, x.row(kr.begin), x.ld);
         col += kr.size();
     }
 }
@@ -288,10 +278,9 @@ float softmax_row(const Geometry& g, const Chunk& ch, int64_t i, float* row, int
     int64_t done = 0;  // columns before `done` are final
     for_each_span(g, ch, i, [&](int64_t c0, KeyRange s) {
         std::fill(row + done, row + c0, 0.0f);
-        for (int64_t c = c0; c < c0 + s.size(); ++c) {
-            row[c] = std::exp(row[c] - m);
-            sum += row[c];
-        }
+        for (int64_t c = c0; c < c0 + s.size(); ++c) row[c] -= m;
+        exp_inplace(row + c0, s.size());
+        for (int64_t c = c0; c < c0 + s.size(); ++c) sum += row[c];
         done = c0 + s.size();
     });
     std::fill(row + done, row + nk, 0.0f);
@@ -305,8 +294,11 @@ void probs_row(const Geometry& g, const Chunk& ch, int64_t i, float lse, float* 
     int64_t done = 0;
     for_each_span(g, ch, i, [&](int64_t c0, KeyRange s) {
         std::fill(row + done, row + c0, 0.0f);
-        for (int64_t c = c0; c < c0 + s.size(); ++c) {
-            row[c] = lse == kNegInf ? 0.0f : std::exp(row[c] - lse);
+        if (lse == kNegInf) {
+            std::fill(row + c0, row + c0 + s.size(), 0.0f);
+        } else {
+            for (int64_t c = c0; c < c0 + s.size(); ++c) row[c] -= lse;
+            exp_inplace(row + c0, s.size());
         }
         done = c0 + s.size();
     });
@@ -323,8 +315,8 @@ struct Args {
     const Tensor& lse;
 };
 
-// Forward of one (head, chunk); `row_threads` parallelises its per-row softmax.
-void fwd_chunk(const Args& a, int64_t head, int64_t c, int row_threads, std::vector<float>& p) {
+// Forward of one (head, chunk).
+void fwd_chunk(const Args& a, int64_t head, int64_t c, std::vector<float>& p) {
     const Geometry& g = a.g;
     const HeadView qh = q_head(g, a.q, head), oh = q_head(g, a.out, head);
     const HeadView kh = kv_head(g, a.k, head), vh = kv_head(g, a.v, head);
@@ -333,7 +325,6 @@ void fwd_chunk(const Args& a, int64_t head, int64_t c, int row_threads, std::vec
     const int64_t nk = ch.total_keys();
     p.resize(static_cast<size_t>(ch.rows() * nk));  // [chunk rows, chunk keys]
     times_keys_t(g, ch, g.scale, qh.row(ch.i0), qh.ld, kh, p.data());
-#pragma omp parallel for num_threads(row_threads) schedule(static) if (row_threads > 1)
     for (int64_t i = ch.i0; i < ch.i1; ++i) {
         const float l = softmax_row(g, ch, i, p.data() + (i - ch.i0) * nk, nk);
         if (lse_h != nullptr) lse_h[i] = l;
@@ -343,7 +334,7 @@ void fwd_chunk(const Args& a, int64_t head, int64_t c, int row_threads, std::vec
 
 // Backward of one (head, chunk): dq rows of the chunk (=), dk/dv rows of its keys (+=).
 void bwd_chunk(const Args& a, const Tensor& dout, const Tensor& dq, const Tensor& dk,
-               const Tensor& dv, int64_t head, int64_t c, int row_threads, std::vector<float>& p,
+               const Tensor& dv, int64_t head, int64_t c, std::vector<float>& p,
                std::vector<float>& ds) {
     const Geometry& g = a.g;
     const HeadView qh = q_head(g, a.q, head), oh = q_head(g, a.out, head);
@@ -357,7 +348,6 @@ void bwd_chunk(const Args& a, const Tensor& dout, const Tensor& dq, const Tensor
     ds.resize(p.size());                            // then dp, then score gradients
     times_keys_t(g, ch, g.scale, qh.row(ch.i0), qh.ld, kh, p.data());
     times_keys_t(g, ch, 1.0f, doh.row(ch.i0), doh.ld, vh, ds.data());  // dp = dout · vᵀ
-#pragma omp parallel for num_threads(row_threads) schedule(static) if (row_threads > 1)
     for (int64_t i = ch.i0; i < ch.i1; ++i) {
         float* prow = p.data() + (i - ch.i0) * nk;
         float* dsrow = ds.data() + (i - ch.i0) * nk;
@@ -372,13 +362,6 @@ void bwd_chunk(const Args& a, const Tensor& dout, const Tensor& dq, const Tensor
     accumulate_keys(g, ch, 1.0f, p.data(), doh, dvh);
 }
 
-// Where OpenBLAS runs its own threads the products go to it one at a time (see the note at the
-// top); otherwise OpenMP spreads whole (head, chunk) units, each calling single-threaded BLAS.
-// Both orders do the same arithmetic per unit, so the bits agree.
-bool outer_parallel(const Exec& ex) {
-    return ex.threads > 1 && openblas_get_num_threads() <= 1;
-}
-
 }  // namespace
 
 void attention_fwd(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -388,18 +371,10 @@ void attention_fwd(const Exec& ex, const Tensor& q, const Tensor& k, const Tenso
     if (!lse.empty()) check_lse(lse, g);
     const Args a{g, q, k, v, out, lse};
     const int64_t units = g.h * g.num_chunks;
-    if (!outer_parallel(ex)) {
+    parallel_for(ex, units, units > 1, [&](int64_t u0, int64_t u1) {
         std::vector<float> p;
-        for (int64_t u = 0; u < units; ++u)
-            fwd_chunk(a, u / g.num_chunks, u % g.num_chunks, ex.threads, p);
-        return;
-    }
-#pragma omp parallel num_threads(ex.threads)
-    {
-        std::vector<float> p;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t u = 0; u < units; ++u) fwd_chunk(a, u / g.num_chunks, u % g.num_chunks, 1, p);
-    }
+        for (int64_t u = u0; u < u1; ++u) fwd_chunk(a, u / g.num_chunks, u % g.num_chunks, p);
+    });
 }
 
 void attention_bwd(const Exec& ex, const Tensor& dout, const Tensor& q, const Tensor& k,
@@ -419,16 +394,15 @@ void attention_bwd(const Exec& ex, const Tensor& dout, const Tensor& q, const Te
     const Args a{g, q, k, v, out, lse};
     // The heads of one kv group accumulate into the same dk/dv rows, so a kv group is the unit
     // of outer parallelism and its heads and chunks always run in the same order.
-    const bool outer = outer_parallel(ex);
-#pragma omp parallel for num_threads(outer ? ex.threads : 1) schedule(dynamic, 1) if (outer)
-    for (int64_t hk = 0; hk < g.hkv; ++hk) {
+    parallel_for(ex, g.hkv, g.hkv > 1, [&](int64_t hk0, int64_t hk1) {
         std::vector<float> p, ds;
-        for (int64_t head = hk * g.group; head < (hk + 1) * g.group; ++head) {
-            for (int64_t c = 0; c < g.num_chunks; ++c) {
-                bwd_chunk(a, dout, dq, dk, dv, head, c, outer ? 1 : ex.threads, p, ds);
+        for (int64_t hk = hk0; hk < hk1; ++hk) {
+            for (int64_t head = hk * g.group; head < (hk + 1) * g.group; ++head) {
+                for (int64_t c = 0; c < g.num_chunks; ++c)
+                    bwd_chunk(a, dout, dq, dk, dv, head, c, p, ds);
             }
         }
-    }
+    });
 }
 
 }  // namespace dflash::cpu

@@ -27,13 +27,19 @@ void copy(const Exec& ex, const Tensor& dst, const Tensor& src) {
     } else if (dst.dtype() == DType::bf16 && src.dtype() == DType::f32) {
         const float* s = src.f32();
         uint16_t* d = dst.bf16();
-#pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 65536)
-        for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
+        parallel_for(ex, n, n > 65536, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) {
+                d[i] = f32_to_bf16(s[i]);
+            }
+        });
     } else if (dst.dtype() == DType::f32 && src.dtype() == DType::bf16) {
         const uint16_t* s = src.bf16();
         float* d = dst.f32();
-#pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 65536)
-        for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
+        parallel_for(ex, n, n > 65536, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) {
+                d[i] = bf16_to_f32(s[i]);
+            }
+        });
     } else {
         DF_FAIL("copy: cannot convert {} to {}", src.describe(), dst.describe());
     }
@@ -54,18 +60,28 @@ void copy_columns(const Exec&, const Tensor& dst, int64_t col, const Tensor& src
         std::memcpy(d + (r * dst.dim(1) + col) * es, s + r * row_bytes, row_bytes);
 }
 
-void fill(const Exec&, const Tensor& t, float value) {
+void fill(const Exec& ex, const Tensor& t, float value) {
     check_cpu(t, "fill", "t");
     const int64_t n = t.numel();
+    // Zeroing a model's gradients is the large case; below that a wake-up costs more than it saves.
+    const bool parallel = n > 65536;
     switch (t.dtype()) {
         case DType::f32:
-            std::fill(t.f32(), t.f32() + n, value);
+            parallel_for(ex, n, parallel, [&](int64_t i0, int64_t i1) {
+                std::fill(t.f32() + i0, t.f32() + i1, value);
+            });
             break;
-        case DType::bf16:
-            std::fill(t.bf16(), t.bf16() + n, f32_to_bf16(value));
+        case DType::bf16: {
+            const uint16_t b = f32_to_bf16(value);
+            parallel_for(ex, n, parallel, [&](int64_t i0, int64_t i1) {
+                std::fill(t.bf16() + i0, t.bf16() + i1, b);
+            });
             break;
+        }
         case DType::i32:
-            std::fill(t.i32(), t.i32() + n, static_cast<int32_t>(value));
+            parallel_for(ex, n, parallel, [&](int64_t i0, int64_t i1) {
+                std::fill(t.i32() + i0, t.i32() + i1, static_cast<int32_t>(value));
+            });
             break;
     }
 }

@@ -1,5 +1,6 @@
 // CpuBackend: the Backend interface over the cpu:: reference ops. The CPU "device" is host memory,
-// so allocation is aligned host memory, transfers are copies and everything runs immediately.
+// so allocation is aligned host memory, transfers are copies and everything runs immediately, on
+// the backend's own thread pool (Note [CPU threads] in cpu/thread_pool.h).
 // Tested by tests/ops/*_test.cpp, tests/model/*_test.cpp and tests/infer/*_test.cpp.
 #include <cstdlib>
 #include <cstring>
@@ -12,7 +13,7 @@ namespace {
 
 class CpuBackend final : public Backend {
   public:
-    explicit CpuBackend(int threads) : ex_{threads < 1 ? 1 : threads} {}
+    explicit CpuBackend(int threads) : pool_(threads < 1 ? 1 : threads), ex_{&pool_} {}
     std::string name() const override { return "cpu"; }
     DeviceRef device() const override { return {}; }
     DType compute_dtype() const override { return DType::f32; }
@@ -122,6 +123,7 @@ class CpuBackend final : public Backend {
                  dst.describe(), src.describe());
     }
 
+    cpu::ThreadPool pool_;
     cpu::Exec ex_;
 };
 

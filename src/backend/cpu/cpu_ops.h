@@ -1,21 +1,53 @@
-// The CPU reference ops: fp32, plain loops (OpenMP over rows) plus BLAS for GEMM. These are the
+// The CPU reference ops: fp32, plain loops over rows on the backend's thread pool, and GEMM kernels
+// of our own (sgemm.h) with runtime CPU dispatch. These are the
 // oracle every other backend is checked against. Semantics and shapes are documented once, on the
 // Backend interface (backend/backend.h); each family lives in its own file here and is tested in
 // tests/ops/<family>_test.cpp (forward against a naive formula, backward against finite
 // differences).
 #pragma once
 
+#include <algorithm>
+#include <memory>
 #include <vector>
 
+#include "backend/cpu/thread_pool.h"
 #include "backend/ops.h"
 #include "core/tensor.h"
 
 namespace dflash::cpu {
 
-// How many threads an op may use. Passed explicitly: no op reads a global setting.
+// The threads an op may use: the pool of the backend that runs it (Note [CPU threads]). Passed
+// explicitly: no op reads a global setting.
 struct Exec {
-    int threads = 1;
+    ThreadPool* pool = nullptr;  // null: one thread
+    int threads() const { return pool == nullptr ? 1 : pool->threads(); }
 };
+
+// An Exec with a pool of its own, for tests and benchmarks that call the cpu:: ops directly:
+// `cpu::gemm(cpu::PooledExec{3}, ...)`.
+class PooledExec {
+  public:
+    explicit PooledExec(int threads) : pool_(std::make_unique<ThreadPool>(threads)) {}
+    operator const Exec&() const { return ex_; }  // NOLINT(google-explicit-constructor)
+    const Exec& exec() const { return ex_; }
+
+  private:
+    std::unique_ptr<ThreadPool> pool_;
+    Exec ex_{pool_.get()};
+};
+
+// Calls fn(begin, end) on near-equal contiguous ranges of [0, n), one per thread of ex (like
+// OpenMP's schedule(static)), or once on [0, n) when `parallel` is false or there is one thread.
+// A range's bounds depend only on n and the thread count.
+template <typename Fn>
+void parallel_for(const Exec& ex, int64_t n, bool parallel, Fn&& fn) {
+    const int64_t parts = parallel ? std::min<int64_t>(ex.threads(), n) : 1;
+    if (parts <= 1) {
+        if (n > 0) fn(int64_t{0}, n);
+        return;
+    }
+    ex.pool->run(parts, [&](int64_t p) { fn(p * n / parts, (p + 1) * n / parts); });
+}
 
 // checks.cpp: the input check every op family shares. Throws a dflash::Error naming op, name and
 // the tensor when `t` is not an f32 tensor on the CPU.
@@ -24,11 +56,6 @@ void check_cpu_f32(const Tensor& t, const char* op, const char* name);
 // gemm.cpp
 void gemm(const Exec& ex, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
           const Tensor& c, float alpha, float beta);
-// OpenBLAS keeps one process-wide thread count; the command sets it once at start-up.
-void set_blas_threads(int threads);
-// Ends OpenBLAS's server threads; it starts new ones, from the calling thread, if it needs them
-// again (so they inherit that thread's signal mask: see train/signal_watcher.cpp).
-void stop_blas_threads();
 
 // embedding.cpp
 void embedding_fwd(const Exec& ex, const Tensor& table, const Tensor& ids, const Tensor& out);

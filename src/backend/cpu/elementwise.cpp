@@ -16,11 +16,17 @@ void add_inplace(const Exec& ex, const Tensor& y, const Tensor& x, float alpha) 
     float* py = y.f32();
     const float* px = x.f32();
     if (alpha == 1.0f) {
-#pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 32768)
-        for (int64_t i = 0; i < n; ++i) py[i] += px[i];
+        parallel_for(ex, n, n > 32768, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) {
+                py[i] += px[i];
+            }
+        });
     } else {
-#pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 32768)
-        for (int64_t i = 0; i < n; ++i) py[i] += alpha * px[i];
+        parallel_for(ex, n, n > 32768, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) {
+                py[i] += alpha * px[i];
+            }
+        });
     }
 }
 
@@ -34,17 +40,22 @@ void add_row_bias(const Exec& ex, const Tensor& y, const Tensor& bias) {
     const int64_t rows = y.numel() / c;
     float* py = y.f32();
     const float* pb = bias.f32();
-#pragma omp parallel for schedule(static) num_threads(ex.threads) if (y.numel() > 32768)
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t i = 0; i < c; ++i) py[r * c + i] += pb[i];
+    parallel_for(ex, rows, y.numel() > 32768, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            for (int64_t i = 0; i < c; ++i) py[r * c + i] += pb[i];
+        }
+    });
 }
 
 void scale_inplace(const Exec& ex, const Tensor& y, float alpha) {
     check_cpu_f32(y, "scale_inplace", "y");
     const int64_t n = y.numel();
     float* py = y.f32();
-#pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) py[i] *= alpha;
+    parallel_for(ex, n, n > 32768, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+            py[i] *= alpha;
+        }
+    });
 }
 
 }  // namespace dflash::cpu

@@ -11,8 +11,8 @@ namespace {
 // Columns per work item of the backward: wide enough to stream rows, narrow enough to share.
 constexpr int64_t kColBlock = 64;
 
-// Validates ids against the table before any thread starts (an exception cannot leave an OpenMP
-// region) and names the first bad id by position.
+// Validates ids against the table before any thread starts (a bad id is reported once, from
+// the calling thread) and names the first bad id by position.
 void check_ids(const Tensor& ids, int64_t vocab, const char* op) {
     DF_CHECK(ids.dtype() == DType::i32 && ids.device().kind == DeviceKind::cpu,
              "{}: ids is {}, expected CPU i32 token ids", op, ids.describe());
@@ -49,10 +49,11 @@ void embedding_fwd(const Exec& ex, const Tensor& table, const Tensor& ids, const
     const float* tab = table.f32();
     const int32_t* id = ids.i32();
     float* o = out.f32();
-#pragma omp parallel for schedule(static) num_threads(ex.threads) if (s_len * d > 16384)
-    for (int64_t s = 0; s < s_len; ++s) {
-        std::memcpy(o + s * d, tab + static_cast<int64_t>(id[s]) * d, sizeof(float) * d);
-    }
+    parallel_for(ex, s_len, s_len * d > 16384, [&](int64_t s0, int64_t s1) {
+        for (int64_t s = s0; s < s1; ++s) {
+            std::memcpy(o + s * d, tab + static_cast<int64_t>(id[s]) * d, sizeof(float) * d);
+        }
+    });
 }
 
 // Several positions may share an id, so rows of dtable are not independent. Each thread owns a
@@ -67,16 +68,17 @@ void embedding_bwd(const Exec& ex, const Tensor& ids, const Tensor& dout, const 
     const float* g = dout.f32();
     const int32_t* id = ids.i32();
     float* dt = dtable.f32();
-#pragma omp parallel for schedule(static) num_threads(ex.threads) if (s_len * d > 16384)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-        const int64_t c0 = blk * kColBlock;
-        const int64_t c1 = std::min(d, c0 + kColBlock);
-        for (int64_t s = 0; s < s_len; ++s) {
-            float* dst = dt + static_cast<int64_t>(id[s]) * d;
-            const float* src = g + s * d;
-            for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
+    parallel_for(ex, blocks, s_len * d > 16384, [&](int64_t blk0, int64_t blk1) {
+        for (int64_t blk = blk0; blk < blk1; ++blk) {
+            const int64_t c0 = blk * kColBlock;
+            const int64_t c1 = std::min(d, c0 + kColBlock);
+            for (int64_t s = 0; s < s_len; ++s) {
+                float* dst = dt + static_cast<int64_t>(id[s]) * d;
+                const float* src = g + s * d;
+                for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
+            }
         }
-    }
+    });
 }
 
 }  // namespace dflash::cpu

@@ -1,26 +1,22 @@
-// GEMM through BLAS (OpenBLAS cblas_sgemm): C = alpha * op(A) · op(B) + beta * C on row-major fp32.
-// Tested by tests/ops/gemm_test.cpp.
-#include <cblas.h>
-
+// GEMM: C = alpha * op(A) · op(B) + beta * C on row-major fp32, with the kernels of sgemm.h split
+// over the backend's threads. Tested by tests/ops/gemm_test.cpp.
 #include <algorithm>
 
 #include "backend/cpu/cpu_ops.h"
-
-// OpenBLAS's own entry point (not in cblas.h): stops its thread server.
-extern "C" int blas_thread_shutdown_(void);
+#include "backend/cpu/sgemm.h"
 
 namespace dflash::cpu {
 namespace {
 
 // Note [gemm determinism]
-// OpenBLAS's own threading changes the bits of the result with its thread count (measured with
-// 0.3.21: 131x97x113 differs between 1 and 3 threads in ~3500 of 14803 outputs: how the threads
-// partition C changes how an element is computed). So OpenBLAS should run
-// single-threaded (set_blas_threads(1) at start-up) and gemm parallelises itself over fixed tiles
-// of C with OpenMP: results are then bitwise identical for any ex.threads. Tiles are large enough
-// that re-packing the shared operand per tile costs < 1% of the multiply.
-constexpr int64_t kTileM = 128;
-constexpr int64_t kTileN = 512;
+// Every element of C is computed by the same instructions whichever tile or thread computes it
+// (Note [sgemm]), so C can be split over threads in any way: results are bitwise identical for
+// any thread count. (OpenBLAS, used before, changed the bits of a 131x97x113 product between 1
+// and 3 threads in ~3500 of 14803 outputs.) Splits are aligned to the kernels' tiles so no thread
+// gets a ragged edge it need not have.
+constexpr int64_t kRowAlign = 24;  // a multiple of every kernel's row tile (8, 6, 4)
+constexpr int64_t kColAlign = 64;  // a multiple of every kernel's column tile (3 rows: any; 64)
+constexpr double kParallelFlops = 1 << 18;  // below this a wake-up costs more than it saves
 
 // A matrix operand: tensors of rank >= 2 are viewed as [numel / last, last], so activations such as
 // [S, H, Dh] can be passed without a reshape.
@@ -41,8 +37,13 @@ Mat as_matrix(const Tensor& t, const char* name) {
     return {rows, t.dim(-1)};
 }
 
-}  // namespace
+// Part p of `parts` of [0, n), aligned to `align`.
+int64_t split(int64_t n, int64_t parts, int64_t p, int64_t align) {
+    const int64_t units = (n + align - 1) / align;
+    return std::min(n, units * p / parts * align);
+}
 
+}  // namespace
 void gemm(const Exec& ex, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
           const Tensor& c, float alpha, float beta) {
     const Mat ma = as_matrix(a, "A");
@@ -61,47 +62,35 @@ void gemm(const Exec& ex, const Tensor& a, bool trans_a, const Tensor& b, bool t
              "gemm: C has shape {} (as [{}, {}]) but op(A)·op(B) is [{}, {}] (A {}{}, B {}{})",
              c.shape().to_string(), mc.rows, mc.cols, m, n, a.shape().to_string(),
              trans_a ? "ᵀ" : "", b.shape().to_string(), trans_b ? "ᵀ" : "");
-    DF_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX,
-             "gemm: [{}, {}] x [{}, {}] exceeds the 32-bit BLAS interface", m, k, k, n);
     if (m == 0 || n == 0) return;
     if (k == 0) {
-        // BLAS rejects a zero leading dimension; op(A)·op(B) is the zero matrix.
+        // op(A)·op(B) is the zero matrix.
         float* pc = c.f32();
         for (int64_t i = 0; i < m * n; ++i) pc[i] = beta == 0.0f ? 0.0f : beta * pc[i];
         return;
     }
-    // Fixed tiles of C, each one single-threaded sgemm call: the tiling depends only on the shape,
-    // so every element is computed by the same call whatever ex.threads is (see Note [gemm
-    // determinism]).
-    const int64_t tiles_m = (m + kTileM - 1) / kTileM;
-    const int64_t tiles_n = (n + kTileN - 1) / kTileN;
-    const int64_t tiles = tiles_m * tiles_n;
-    const float* pa = a.f32();
-    const float* pb = b.f32();
+    const MatrixRef ra{a.f32(), ma.cols, trans_a}, rb{b.f32(), mb.cols, trans_b};
     float* pc = c.f32();
-    const int64_t lda = ma.cols, ldb = mb.cols;
-#pragma omp parallel for schedule(static) num_threads(ex.threads) if (tiles > 1 && ex.threads > 1)
-    for (int64_t t = 0; t < tiles; ++t) {
-        const int64_t i0 = (t / tiles_n) * kTileM, j0 = (t % tiles_n) * kTileN;
-        const int64_t mt = std::min(kTileM, m - i0), nt = std::min(kTileN, n - j0);
-        // op(A) rows i0.. are stored rows (no transpose) or stored columns (transpose).
-        const float* at = trans_a ? pa + i0 : pa + i0 * lda;
-        const float* bt = trans_b ? pb + j0 * ldb : pb + j0;
-        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                    trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(mt), static_cast<int>(nt),
-                    static_cast<int>(k), alpha, at, static_cast<int>(lda), bt,
-                    static_cast<int>(ldb), beta, pc + i0 * n + j0, static_cast<int>(n));
-    }
-}
-
-// Threads OpenBLAS may use inside one sgemm call. 1 is what gemm expects (see Note [gemm
-// determinism]); more makes results depend on this count and oversubscribes ex.threads.
-void set_blas_threads(int threads) {
-    openblas_set_num_threads(threads < 1 ? 1 : threads);
-}
-
-void stop_blas_threads() {
-    blas_thread_shutdown_();
+    const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * k;
+    const int threads = flops >= kParallelFlops ? ex.threads() : 1;
+    const bool by_rows = m >= threads * kRowAlign;
+    const int64_t parts = by_rows ? std::min<int64_t>(threads, (m + kRowAlign - 1) / kRowAlign)
+                                  : std::min<int64_t>(threads, (n + kColAlign - 1) / kColAlign);
+    parallel_for(ex, parts, parts > 1, [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p) {
+            if (by_rows) {
+                const int64_t i0 = split(m, parts, p, kRowAlign),
+                              i1 = split(m, parts, p + 1, kRowAlign);
+                const MatrixRef at{trans_a ? ra.p + i0 : ra.p + i0 * ra.ld, ra.ld, trans_a};
+                sgemm(i1 - i0, n, k, alpha, at, rb, beta, pc + i0 * n, n, m);
+            } else {
+                const int64_t j0 = split(n, parts, p, kColAlign),
+                              j1 = split(n, parts, p + 1, kColAlign);
+                const MatrixRef bt{trans_b ? rb.p + j0 * rb.ld : rb.p + j0, rb.ld, trans_b};
+                sgemm(m, j1 - j0, k, alpha, ra, bt, beta, pc + j0, n);
+            }
+        }
+    });
 }
 
 }  // namespace dflash::cpu

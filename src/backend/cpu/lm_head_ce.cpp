@@ -1,19 +1,18 @@
 // Chunked LM head + cross-entropy, fp32 reference. Tested by tests/ops/lm_head_ce_test.cpp.
 //
-// The logits h · Wᵀ are never held whole: each step computes [R, chunk] of them with BLAS. Pass 1
+// The logits h · Wᵀ are never held whole: each step computes [R, chunk] of them (sgemm.h). Pass 1
 // keeps, per row, a running max and a sum of exp(logit - max) rescaled whenever the max grows
 // (online log-sum-exp, sum in double), the label's logit and the argmax. Pass 2 (only when a
 // gradient is asked for) recomputes each chunk's logits and turns them into
 // g = grad_scale * weight_r * (softmax - onehot(label)) before the two gradient products.
 // Rows are independent, so the per-row loops are parallel and deterministic for any thread count.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/sgemm.h"
 
 namespace dflash::cpu {
 namespace {
@@ -73,33 +72,78 @@ void check_inputs(const Tensor& h, const Tensor& w, const Tensor& labels, const 
     }
 }
 
-// logits[R, n] = h[R, D] · w[v0 : v0+n, D]ᵀ
-void chunk_logits(const Tensor& h, const Tensor& w, int64_t v0, int64_t n, float* logits) {
+// logits[R, n] = h[R, D] · w[v0 : v0+n, D]ᵀ, the vocabulary rows split over the threads.
+void chunk_logits(const Exec& ex, const Tensor& h, const Tensor& w, int64_t v0, int64_t n,
+                  float* logits) {
     const int64_t r = h.dim(0), d = h.dim(1);
     if (r == 0) return;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(r), static_cast<int>(n),
-                static_cast<int>(d), 1.0f, h.f32(), static_cast<int>(d), w.f32() + v0 * d,
-                static_cast<int>(d), 0.0f, logits, static_cast<int>(n));
+    parallel_for(ex, n, r * n * d > (1 << 17), [&](int64_t j0, int64_t j1) {
+        sgemm(r, j1 - j0, d, 1.0f, {h.f32(), d, false}, {w.f32() + (v0 + j0) * d, d, true}, 0.0f,
+              logits + j0, n);
+    });
+}
+
+// Folds one row of chunk logits into the row's running statistics.
+void update_row(const float* row, int64_t i, int64_t v0, int64_t n, const int32_t* labels,
+                RowStats& st) {
+    float cmax = st.max[i];
+    int32_t arg = st.argmax[i];
+    for (int64_t c = 0; c < n; ++c) {
+        if (row[c] > cmax) cmax = row[c], arg = static_cast<int32_t>(v0 + c);
+    }
+    // Rescale the running sum to the new max so no exp overflows.
+    double sum = st.sum[i] == 0.0 ? 0.0 : st.sum[i] * std::exp(double(st.max[i]) - cmax);
+    for (int64_t c = 0; c < n; ++c) sum += std::exp(double(row[c]) - cmax);
+    st.max[i] = cmax;
+    st.sum[i] = sum;
+    st.argmax[i] = arg;
+    const int64_t lab = labels[i];
+    if (lab >= v0 && lab < v0 + n) st.label_logit[i] = row[lab - v0];
 }
 
 void update_stats(const Exec& ex, const float* logits, int64_t r, int64_t v0, int64_t n,
                   const int32_t* labels, RowStats& st) {
-#pragma omp parallel for num_threads(ex.threads) schedule(static)
-    for (int64_t i = 0; i < r; ++i) {
-        const float* row = logits + i * n;
-        float cmax = st.max[i];
-        int32_t arg = st.argmax[i];
-        for (int64_t c = 0; c < n; ++c) {
-            if (row[c] > cmax) cmax = row[c], arg = static_cast<int32_t>(v0 + c);
+    parallel_for(ex, r, r > 1, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) update_row(logits + i * n, i, v0, n, labels, st);
+    });
+}
+
+// g[R, n] (in place over the chunk's logits) = grad_scale * weight_r * (softmax - onehot).
+void softmax_grad(const Exec& ex, float* logits, int64_t r, int64_t v0, int64_t n,
+                  const int32_t* lab, const float* wt, float grad_scale,
+                  const std::vector<double>& lse) {
+    parallel_for(ex, r, r > 1, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+            float* row = logits + i * n;
+            const double coef = double(grad_scale) * wt[i];
+            for (int64_t c = 0; c < n; ++c) {
+                const double onehot = (lab[i] == v0 + c) ? 1.0 : 0.0;
+                row[c] =
+                    coef == 0.0
+                        ? 0.0f
+                        : static_cast<float>(coef * (std::exp(double(row[c]) - lse[i]) - onehot));
+            }
         }
-        // Rescale the running sum to the new max so no exp overflows.
-        double sum = st.sum[i] == 0.0 ? 0.0 : st.sum[i] * std::exp(double(st.max[i]) - cmax);
-        for (int64_t c = 0; c < n; ++c) sum += std::exp(double(row[c]) - cmax);
-        st.max[i] = cmax;
-        st.sum[i] = sum;
-        st.argmax[i] = arg;
-        const int64_t lab = labels[i];
-        if (lab >= v0 && lab < v0 + n) st.label_logit[i] = row[lab - v0];
+    });
+}
+
+// dh (=, then +=) g[R, n] · w[v0 : v0+n, D] and dw[v0 : v0+n] += gᵀ · h, split over the
+// columns of dh and the rows of dw.
+void chunk_grads(const Exec& ex, const float* g, const Tensor& h, const Tensor& w, int64_t v0,
+                 int64_t n, const LmHeadCeOut& out) {
+    const int64_t r = h.dim(0), d = h.dim(1);
+    const bool parallel = r * n * d > (1 << 17);
+    if (!out.dh.empty()) {
+        parallel_for(ex, d, parallel, [&](int64_t c0, int64_t c1) {
+            sgemm(r, c1 - c0, n, 1.0f, {g, n, false}, {w.f32() + v0 * d + c0, d, false},
+                  v0 == 0 ? 0.0f : 1.0f, out.dh.f32() + c0, d);
+        });
+    }
+    if (!out.dw.empty()) {
+        parallel_for(ex, n, parallel, [&](int64_t j0, int64_t j1) {
+            sgemm(j1 - j0, d, r, 1.0f, {g + j0, n, true}, {h.f32(), d, false}, 1.0f,
+                  out.dw.f32() + (v0 + j0) * d, d);
+        });
     }
 }
 
@@ -108,7 +152,7 @@ void update_stats(const Exec& ex, const float* logits, int64_t r, int64_t v0, in
 void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& labels,
                 const Tensor& weights, float grad_scale, int64_t chunk, const LmHeadCeOut& out) {
     check_inputs(h, w, labels, weights, chunk, out);
-    const int64_t r = h.dim(0), d = h.dim(1), v = w.dim(0);
+    const int64_t r = h.dim(0), v = w.dim(0);
     const int64_t step = std::min(chunk, v);
     const int32_t* lab = labels.i32();
     const float* wt = weights.f32();
@@ -133,7 +177,7 @@ void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& 
     st.argmax.assign(r, 0);
     for (int64_t v0 = 0; v0 < v; v0 += step) {
         const int64_t n = std::min(step, v - v0);
-        chunk_logits(h, w, v0, n, logits);
+        chunk_logits(ex, h, w, v0, n, logits);
         update_stats(ex, logits, r, v0, n, lab, st);
     }
     std::vector<double> lse(r);  // [R]
@@ -149,32 +193,9 @@ void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& 
 
     for (int64_t v0 = 0; v0 < v; v0 += step) {
         const int64_t n = std::min(step, v - v0);
-        chunk_logits(h, w, v0, n, logits);
-#pragma omp parallel for num_threads(ex.threads) schedule(static)
-        for (int64_t i = 0; i < r; ++i) {
-            float* row = logits + i * n;
-            const double coef = double(grad_scale) * wt[i];
-            for (int64_t c = 0; c < n; ++c) {
-                const double onehot = (lab[i] == v0 + c) ? 1.0 : 0.0;
-                row[c] =
-                    coef == 0.0
-                        ? 0.0f
-                        : static_cast<float>(coef * (std::exp(double(row[c]) - lse[i]) - onehot));
-            }
-        }
-        if (r == 0) continue;
-        if (!out.dh.empty()) {  // dh (=, then +=) g[R, n] · w[v0 : v0+n, D]
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(r),
-                        static_cast<int>(d), static_cast<int>(n), 1.0f, logits, static_cast<int>(n),
-                        w.f32() + v0 * d, static_cast<int>(d), v0 == 0 ? 0.0f : 1.0f, out.dh.f32(),
-                        static_cast<int>(d));
-        }
-        if (!out.dw.empty()) {  // dw[v0 : v0+n] += gᵀ · h
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(n),
-                        static_cast<int>(d), static_cast<int>(r), 1.0f, logits, static_cast<int>(n),
-                        h.f32(), static_cast<int>(d), 1.0f, out.dw.f32() + v0 * d,
-                        static_cast<int>(d));
-        }
+        chunk_logits(ex, h, w, v0, n, logits);
+        softmax_grad(ex, logits, r, v0, n, lab, wt, grad_scale, lse);
+        if (r > 0) chunk_grads(ex, logits, h, w, v0, n, out);
     }
 }
 

@@ -44,14 +44,15 @@ void argmax_rows(const Exec& ex, const Tensor& x, const Tensor& out) {
              "argmax_rows: x {} and out {}; expected x [R, V] and out i32 [R]", x.describe(),
              out.describe());
     const int64_t rows = x.dim(0), v = x.dim(1);
-#pragma omp parallel for schedule(static) num_threads(ex.threads) if (rows > 4)
-    for (int64_t i = 0; i < rows; ++i) {
-        const float* row = x.f32() + i * v;
-        int64_t best = 0;
-        for (int64_t c = 1; c < v; ++c)
-            if (row[c] > row[best]) best = c;
-        out.i32()[i] = static_cast<int32_t>(best);
-    }
+    parallel_for(ex, rows, rows > 4, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+            const float* row = x.f32() + i * v;
+            int64_t best = 0;
+            for (int64_t c = 1; c < v; ++c)
+                if (row[c] > row[best]) best = c;
+            out.i32()[i] = static_cast<int32_t>(best);
+        }
+    });
 }
 
 }  // namespace dflash::cpu

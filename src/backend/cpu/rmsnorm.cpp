@@ -56,15 +56,16 @@ void rmsnorm_fwd(const Exec& ex, const Tensor& x, const Tensor& w, float eps, co
     const float* pw = w.f32();
     float* py = y.f32();
     float* pr = rstd.empty() ? nullptr : rstd.f32();
-#pragma omp parallel for schedule(static) num_threads(ex.threads) if (rows * c > 16384)
-    for (int64_t r = 0; r < rows; ++r) {
-        const float* xr = px + r * c;
-        float* yr = py + r * c;
-        const float s = row_rstd(xr, c, eps);
-        // HF order: normalise first, then scale by the weight.
-        for (int64_t i = 0; i < c; ++i) yr[i] = pw[i] * (xr[i] * s);
-        if (pr) pr[r] = s;
-    }
+    parallel_for(ex, rows, rows * c > 16384, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const float* xr = px + r * c;
+            float* yr = py + r * c;
+            const float s = row_rstd(xr, c, eps);
+            // HF order: normalise first, then scale by the weight.
+            for (int64_t i = 0; i < c; ++i) yr[i] = pw[i] * (xr[i] * s);
+            if (pr) pr[r] = s;
+        }
+    });
 }
 
 // With r = rstd and y_i = w_i x_i r:  dx_j = r * (w_j dy_j - x_j r^2 / C * sum_i dy_i w_i x_i),
@@ -90,10 +91,9 @@ void rmsnorm_bwd(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor
     float* pdx = dx.f32();
     float* pdw = dw.f32();
     const double inv_c = 1.0 / static_cast<double>(c);
-#pragma omp parallel num_threads(ex.threads) if (rows * c > 16384)
-    {
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; ++r) {
+    const bool parallel = rows * c > 16384;
+    parallel_for(ex, rows, parallel, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
             const float* dyr = pdy + r * c;
             const float* xr = px + r * c;
             float* dxr = pdx + r * c;
@@ -104,10 +104,11 @@ void rmsnorm_bwd(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor
             const float sf = pr[r];
             for (int64_t i = 0; i < c; ++i) dxr[i] = sf * (pw[i] * dyr[i] - xr[i] * coef);
         }
-        // dw sums over rows: each column block is owned by one thread and summed in row order.
-        const int64_t blocks = (c + kColBlock - 1) / kColBlock;
-#pragma omp for schedule(static)
-        for (int64_t blk = 0; blk < blocks; ++blk) {
+    });
+    // dw sums over rows: each column block is owned by one thread and summed in row order.
+    const int64_t blocks = (c + kColBlock - 1) / kColBlock;
+    parallel_for(ex, blocks, parallel, [&](int64_t b0, int64_t b1) {
+        for (int64_t blk = b0; blk < b1; ++blk) {
             const int64_t c0 = blk * kColBlock;
             const int64_t c1 = std::min(c, c0 + kColBlock);
             double acc[kColBlock] = {};
@@ -120,7 +121,7 @@ void rmsnorm_bwd(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor
             }
             for (int64_t i = c0; i < c1; ++i) pdw[i] += static_cast<float>(acc[i - c0]);
         }
-    }
+    });
 }
 
 }  // namespace dflash::cpu

@@ -32,11 +32,9 @@ void rotate(const Exec& ex, const Tensor& x, const Tensor& positions, const Tens
     const int32_t* pos = positions.i32();
     const float* freq = inv_freq.f32();
     float* px = x.f32();
-#pragma omp parallel num_threads(ex.threads) if (x.numel() > 16384)
-    {
+    parallel_for(ex, s_len, x.numel() > 16384, [&](int64_t s0, int64_t s1) {
         std::vector<float> cs(half), sn(half);
-#pragma omp for schedule(static)
-        for (int64_t s = 0; s < s_len; ++s) {
+        for (int64_t s = s0; s < s1; ++s) {
             // float32 angle, cos and sin, as the HF reference computes them.
             const float p = static_cast<float>(pos[s]);
             for (int64_t i = 0; i < half; ++i) {
@@ -54,7 +52,7 @@ void rotate(const Exec& ex, const Tensor& x, const Tensor& positions, const Tens
                 }
             }
         }
-    }
+    });
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // SwiGLU: out = silu(gate) * up over [R, I], and its backward. Tested by tests/ops/swiglu_test.cpp.
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/vexp.h"
 
 namespace dflash::cpu {
 namespace {
@@ -12,11 +14,26 @@ void check_like(const Tensor& t, const Tensor& gate, const char* op, const char*
              name, t.shape().to_string(), gate.shape().to_string());
 }
 
-// Never evaluates exp of a large positive number, so it cannot overflow to inf/inf.
-inline float sigmoid(float g) {
-    if (g >= 0.0f) return 1.0f / (1.0f + std::exp(-g));
-    const float e = std::exp(g);
-    return e / (1.0f + e);
+constexpr int64_t kBlock = 256;  // elements whose exponentials are taken at once (vexp.h)
+
+// s[0, n) = sigmoid(g[0, n)), n <= kBlock. Never takes exp of a large positive number, so it
+// cannot overflow to inf/inf: e = exp(-|g|), s = 1/(1+e) for g >= 0, e/(1+e) below.
+void sigmoid_block(const float* g, int64_t n, float* s) {
+    for (int64_t i = 0; i < n; ++i) s[i] = -std::fabs(g[i]);
+    exp_inplace(s, n);
+    // Branch-free so the compiler vectorises it.
+    for (int64_t i = 0; i < n; ++i) s[i] = (g[i] >= 0.0f ? 1.0f : s[i]) / (1.0f + s[i]);
+}
+
+// Calls fn(i, sigmoid(g[i])) for every i in [i0, i1), a block of exponentials at a time.
+template <typename Fn>
+void for_each_sigmoid(const float* g, int64_t i0, int64_t i1, Fn&& fn) {
+    float s[kBlock];
+    for (int64_t b = i0; b < i1; b += kBlock) {
+        const int64_t n = std::min(kBlock, i1 - b);
+        sigmoid_block(g + b, n, s);
+        for (int64_t i = 0; i < n; ++i) fn(b + i, s[i]);
+    }
 }
 
 }  // namespace
@@ -29,8 +46,9 @@ void swiglu_fwd(const Exec& ex, const Tensor& gate, const Tensor& up, const Tens
     const float* g = gate.f32();
     const float* u = up.f32();
     float* o = out.f32();
-#pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 16384)
-    for (int64_t i = 0; i < n; ++i) o[i] = g[i] * sigmoid(g[i]) * u[i];
+    parallel_for(ex, n, n > 16384, [&](int64_t i0, int64_t i1) {
+        for_each_sigmoid(g, i0, i1, [&](int64_t i, float si) { o[i] = g[i] * si * u[i]; });
+    });
 }
 
 // d silu(g)/dg = s + g s (1 - s), s = sigmoid(g).
@@ -47,16 +65,16 @@ void swiglu_bwd(const Exec& ex, const Tensor& dout, const Tensor& gate, const Te
     const float* u = up.f32();
     float* dg = dgate.f32();
     float* du = dup.f32();
-#pragma omp parallel for schedule(static) num_threads(ex.threads) if (n > 16384)
-    for (int64_t i = 0; i < n; ++i) {
-        const float s = sigmoid(g[i]);
-        const float gi = g[i];
-        // Read everything before writing: dgate/dup may alias dout.
-        const float di = d[i];
-        const float ui = u[i];
-        du[i] = di * gi * s;
-        dg[i] = di * ui * (s + gi * s * (1.0f - s));
-    }
+    parallel_for(ex, n, n > 16384, [&](int64_t i0, int64_t i1) {
+        for_each_sigmoid(g, i0, i1, [&](int64_t i, float s) {
+            const float gi = g[i];
+            // Read everything before writing: dgate/dup may alias dout.
+            const float di = d[i];
+            const float ui = u[i];
+            du[i] = di * gi * s;
+            dg[i] = di * ui * (s + gi * s * (1.0f - s));
+        });
+    });
 }
 
 }  // namespace dflash::cpu

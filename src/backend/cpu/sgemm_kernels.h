@@ -1,0 +1,217 @@
+// The sgemm kernels, written once over a vector type V (Note [sgemm] in sgemm.h). Included only
+// by sgemm_avx512.cpp and sgemm_avx2.cpp, after their `#pragma GCC target`, so each includes a
+// copy compiled for its instruction set; everything here has internal linkage so the two copies
+// never meet at link time. V provides: W (lanes), kDotRows/kDotCols and kAxpyRows/kAxpyVecs
+// (tile sizes), zero, load, load_n (lanes >= n read as 0), store_n, set1, fma, mul, add, sum
+// (fixed order) and, where kSum4, store_sums4 (C[0..3] = alpha * the sums of four accumulators,
+// each by the tree of sum, + beta * C). Tested by tests/ops/sgemm_test.cpp.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "backend/cpu/sgemm.h"
+
+namespace dflash::cpu {
+namespace {
+
+// Bytes of the operand kept in L2 across tiles (rows of B for NT, rows of A for NN/TN).
+constexpr int64_t kBlockBytes = 256 * 1024;
+
+// ---- NT: C[i, j] = alpha * dot(A row i, B row j) + beta * C[i, j]
+// --------------------------------
+
+template <typename V, int MR, int NR, bool Tail>
+__attribute__((always_inline)) inline void dot_step(const float* a, int64_t lda, const float* b,
+                                                    int64_t ldb, int n,
+                                                    typename V::T (&acc)[MR][NR]) {
+    typename V::T bv[NR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+        bv[j] = Tail ? V::load_n(b + j * ldb, n) : V::load(b + j * ldb);
+        // The rows of B two tiles on (a prefetch never faults, past the end of B included).
+        __builtin_prefetch(b + (2 * NR + j) * ldb, 0, 3);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+        const typename V::T av = Tail ? V::load_n(a + i * lda, n) : V::load(a + i * lda);
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j) acc[i][j] = V::fma(av, bv[j], acc[i][j]);
+    }
+}
+
+template <typename V, int MR, int NR>
+void dot_tile(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float alpha,
+              float beta, float* c, int64_t ldc) {
+    typename V::T acc[MR][NR];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j) acc[i][j] = V::zero();
+    int64_t kk = 0;
+    for (; kk + V::W <= k; kk += V::W) dot_step<V, MR, NR, false>(a + kk, lda, b + kk, ldb, 0, acc);
+    if (kk < k) dot_step<V, MR, NR, true>(a + kk, lda, b + kk, ldb, static_cast<int>(k - kk), acc);
+    for (int i = 0; i < MR; ++i) {
+        if constexpr (NR == 4 && V::kSum4) {  // four sums at once, the same tree as V::sum
+            V::store_sums4(acc[i], alpha, beta, c + i * ldc);
+            continue;
+        }
+        for (int j = 0; j < NR; ++j) {
+            float r = alpha * V::sum(acc[i][j]);
+            if (beta != 0.0f) r = r + beta * c[i * ldc + j];
+            c[i * ldc + j] = r;
+        }
+    }
+}
+
+// A tile of mr <= MR rows and nr <= NR columns.
+template <typename V, int MR, int NR>
+void dot_tile_any(int mr, int nr, int64_t k, const float* a, int64_t lda, const float* b,
+                  int64_t ldb, float alpha, float beta, float* c, int64_t ldc) {
+    if constexpr (MR > 1) {
+        if (mr < MR)
+            return dot_tile_any<V, MR - 1, NR>(mr, nr, k, a, lda, b, ldb, alpha, beta, c, ldc);
+    }
+    if constexpr (NR > 1) {
+        if (nr < NR)
+            return dot_tile_any<V, MR, NR - 1>(mr, nr, k, a, lda, b, ldb, alpha, beta, c, ldc);
+    }
+    dot_tile<V, MR, NR>(k, a, lda, b, ldb, alpha, beta, c, ldc);
+}
+
+// Each tile of B rows is used by every row tile of A while it is in L1 (this path has fewer
+// than kSgemmPackRows rows, so A stays in L1/L2 throughout).
+template <typename V>
+void dot_gemm(int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a, MatrixRef b, float beta,
+              float* c, int64_t ldc) {
+    constexpr int MR = V::kDotRows, NR = V::kDotCols;
+    for (int64_t j = 0; j < n; j += NR) {
+        const int nr = static_cast<int>(std::min<int64_t>(NR, n - j));
+        for (int64_t i = 0; i < m; i += MR) {
+            dot_tile_any<V, MR, NR>(static_cast<int>(std::min<int64_t>(MR, m - i)), nr, k,
+                                    a.p + i * a.ld, a.ld, b.p + j * b.ld, b.ld, alpha, beta,
+                                    c + i * ldc + j, ldc);
+        }
+    }
+}
+
+// ---- NN / TN: C[i, j:j+W] = alpha * sum_k A(i, k) * B[k, j:j+W] + beta * C ---------------------
+
+// A(i, k) = a[i * a_row + k * a_col].
+struct AxpyA {
+    const float* a;
+    int64_t a_row, a_col;
+};
+
+template <typename V, int MR, int NV, bool Partial>
+void axpy_tile(int64_t k, AxpyA a, const float* b, int64_t ldb, int last, float alpha, float beta,
+               float* c, int64_t ldc) {
+    typename V::T acc[MR][NV];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) acc[i][v] = V::zero();
+    for (int64_t kk = 0; kk < k; ++kk) {
+        const float* bk = b + kk * ldb;
+        typename V::T bv[NV];
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) {
+            bv[v] =
+                (Partial && v == NV - 1) ? V::load_n(bk + v * V::W, last) : V::load(bk + v * V::W);
+        }
+        const float* ak = a.a + kk * a.a_col;
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+            const typename V::T av = V::set1(ak[i * a.a_row]);
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v) acc[i][v] = V::fma(av, bv[v], acc[i][v]);
+        }
+    }
+    const typename V::T va = V::set1(alpha), vb = V::set1(beta);
+    for (int i = 0; i < MR; ++i) {
+        for (int v = 0; v < NV; ++v) {
+            float* cp = c + i * ldc + v * V::W;
+            const int n = (Partial && v == NV - 1) ? last : V::W;
+            typename V::T r = V::mul(va, acc[i][v]);
+            if (beta != 0.0f) r = V::add(r, V::mul(vb, V::load_n(cp, n)));
+            V::store_n(cp, r, n);
+        }
+    }
+}
+
+// A tile of mr <= MR rows and nv <= NV vectors, the last holding `last` columns.
+template <typename V, int MR, int NV>
+void axpy_tile_any(int mr, int nv, int last, int64_t k, AxpyA a, const float* b, int64_t ldb,
+                   float alpha, float beta, float* c, int64_t ldc) {
+    if constexpr (MR > 1) {
+        if (mr < MR)
+            return axpy_tile_any<V, MR - 1, NV>(mr, nv, last, k, a, b, ldb, alpha, beta, c, ldc);
+    }
+    if constexpr (NV > 1) {
+        if (nv < NV)
+            return axpy_tile_any<V, MR, NV - 1>(mr, nv, last, k, a, b, ldb, alpha, beta, c, ldc);
+    }
+    if (last == V::W) return axpy_tile<V, MR, NV, false>(k, a, b, ldb, last, alpha, beta, c, ldc);
+    axpy_tile<V, MR, NV, true>(k, a, b, ldb, last, alpha, beta, c, ldc);
+}
+
+template <typename V>
+void axpy_gemm(int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a, MatrixRef b, float beta,
+               float* c, int64_t ldc) {
+    constexpr int MR = V::kAxpyRows, NV = V::kAxpyVecs;
+    constexpr int64_t NC = int64_t{NV} * V::W;
+    const int64_t a_row = a.trans ? 1 : a.ld, a_col = a.trans ? a.ld : 1;
+    const int64_t mb = std::max<int64_t>(MR, kBlockBytes / (4 * k) / MR * MR);  // rows of A
+    for (int64_t i0 = 0; i0 < m; i0 += mb) {
+        const int64_t i1 = std::min(m, i0 + mb);
+        for (int64_t j = 0; j < n; j += NC) {
+            const int64_t cols = std::min(NC, n - j);
+            const int nv = static_cast<int>((cols + V::W - 1) / V::W);
+            const int last = static_cast<int>(cols - int64_t{nv - 1} * V::W);
+            for (int64_t i = i0; i < i1; i += MR) {
+                axpy_tile_any<V, MR, NV>(static_cast<int>(std::min<int64_t>(MR, i1 - i)), nv, last,
+                                         k, AxpyA{a.p + i * a_row, a_row, a_col}, b.p + j, b.ld,
+                                         alpha, beta, c + i * ldc + j, ldc);
+            }
+        }
+    }
+}
+
+// NT with many rows: B's rows are transposed, NC at a time, into a [K, NC] panel, and the NN
+// kernels run on it (the dot kernels' per-element lane reduction costs more than the copy).
+template <typename V>
+void packed_nt_gemm(int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a, MatrixRef b,
+                    float beta, float* c, int64_t ldc) {
+    constexpr int64_t NC = int64_t{V::kAxpyVecs} * V::W;
+    std::vector<float> panel(static_cast<size_t>(k * NC));
+    for (int64_t j = 0; j < n; j += NC) {
+        const int64_t cols = std::min(NC, n - j);
+        // 16 x 16 blocks: reads and writes both stay within a few cache lines.
+        for (int64_t k0 = 0; k0 < k; k0 += 16) {
+            const int64_t k1 = std::min(k, k0 + 16);
+            for (int64_t jj = 0; jj < cols; ++jj) {
+                const float* row = b.p + (j + jj) * b.ld;
+                for (int64_t kk = k0; kk < k1; ++kk) panel[kk * NC + jj] = row[kk];
+            }
+        }
+        axpy_gemm<V>(m, cols, k, alpha, a, MatrixRef{panel.data(), NC, false}, beta, c + j, ldc);
+    }
+}
+
+template <typename V>
+void sgemm_impl(int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a, MatrixRef b, float beta,
+                float* c, int64_t ldc, bool packed) {
+    if (m <= 0 || n <= 0 || k <= 0 || (a.trans && b.trans)) {
+        sgemm_portable(m, n, k, alpha, a, b, beta, c, ldc);  // edge cases and TT (unused)
+    } else if (b.trans && packed) {
+        packed_nt_gemm<V>(m, n, k, alpha, a, b, beta, c, ldc);
+    } else if (b.trans) {
+        dot_gemm<V>(m, n, k, alpha, a, b, beta, c, ldc);
+    } else {
+        axpy_gemm<V>(m, n, k, alpha, a, b, beta, c, ldc);
+    }
+}
+
+}  // namespace
+}  // namespace dflash::cpu
