@@ -2,7 +2,7 @@
 // view). Both are made at setup time through Backend::allocate (never inside a step: on CUDA an
 // allocation can synchronise the device, which would break an open graph capture) and freed by the
 // backend that made them, which must outlive them. Move-only; copies are explicit (Backend::copy).
-// Tested by tests/backend/workspace_test.cpp and, on CUDA, tests/cuda/cuda_memory_test.cpp.
+// Tested by tests/backend/workspace_test.cpp and, on CUDA, tests/cuda/cuda_backend_test.cpp.
 #pragma once
 
 #include <cstddef>

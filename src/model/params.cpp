@@ -1,4 +1,4 @@
-// Named parameter storage in flat device buffers. Tested by tests/model/params_test.cpp,
+// Named parameter storage in flat device buffers. Tested by tests/train/optimizer_test.cpp,
 // tests/model/target_test.cpp and tests/model/drafter_test.cpp.
 #include "model/params.h"
 

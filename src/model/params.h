@@ -6,7 +6,7 @@
 //                    the values are the masters);
 //   grads   [numel]  f32 gradients, only when training.
 // Flat buffers make the gradient all-reduce, the norm and AdamW one call each over the whole model.
-// Tested by tests/model/params_test.cpp, tests/model/target_test.cpp and drafter_test.cpp.
+// Tested by tests/train/optimizer_test.cpp, tests/model/target_test.cpp and drafter_test.cpp.
 #pragma once
 
 #include <filesystem>

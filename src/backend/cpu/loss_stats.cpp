@@ -1,6 +1,7 @@
 // Loss and accuracy sums of one micro-batch, accumulated into a stats vector on the device (the
 // step downloads it once), and the row-wise argmax that greedy decoding reads.
-// Tested by tests/ops/loss_stats_test.cpp.
+// Tested by tests/ops/loss_stats_test.cpp (and as the oracle of
+// tests/cuda/loss_stats_cuda_test.cpp).
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
 

@@ -1,4 +1,4 @@
-// Op temporaries. Tested by tests/cuda/cuda_memory_test.cpp.
+// Op temporaries. Tested by tests/cuda/cuda_backend_test.cpp.
 #include "backend/cuda/op_workspace.h"
 
 #include <algorithm>

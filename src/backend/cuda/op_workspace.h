@@ -2,7 +2,7 @@
 // results, sort buffers), carved from one allocation made when the backend is created and given
 // back by stack discipline (mark/release around each op). Ops never allocate: a request larger
 // than the workspace is an error naming it and the setting that sizes it.
-// Tested by tests/cuda/cuda_memory_test.cpp.
+// Tested by tests/cuda/cuda_backend_test.cpp.
 #pragma once
 
 #include <cstddef>
