@@ -4,6 +4,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/sgemm.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cpu {
 namespace {
@@ -18,25 +19,6 @@ constexpr int64_t kRowAlign = 24;  // a multiple of every kernel's row tile (8, 
 constexpr int64_t kColAlign = 64;  // a multiple of every kernel's column tile (3 rows: any; 64)
 constexpr double kParallelFlops = 1 << 18;  // below this a wake-up costs more than it saves
 
-// A matrix operand: tensors of rank >= 2 are viewed as [numel / last, last], so activations such as
-// [S, H, Dh] can be passed without a reshape.
-struct Mat {
-    int64_t rows = 0;
-    int64_t cols = 0;
-};
-
-Mat as_matrix(const Tensor& t, const char* name) {
-    DF_CHECK(t.dtype() == DType::f32, "gemm: {} is {} but the CPU gemm takes f32", name,
-             t.describe());
-    DF_CHECK(t.device().kind == DeviceKind::cpu, "gemm: {} is {}, expected a CPU tensor", name,
-             t.describe());
-    DF_CHECK(t.rank() >= 2, "gemm: {} has shape {}; expected a matrix (rank >= 2)", name,
-             t.shape().to_string());
-    int64_t rows = 1;
-    for (int i = 0; i + 1 < t.rank(); ++i) rows *= t.dim(i);
-    return {rows, t.dim(-1)};
-}
-
 // Part p of `parts` of [0, n), aligned to `align`.
 int64_t split(int64_t n, int64_t parts, int64_t p, int64_t align) {
     const int64_t units = (n + align - 1) / align;
@@ -46,22 +28,10 @@ int64_t split(int64_t n, int64_t parts, int64_t p, int64_t align) {
 }  // namespace
 void gemm(const Exec& ex, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
           const Tensor& c, float alpha, float beta) {
-    const Mat ma = as_matrix(a, "A");
-    const Mat mb = as_matrix(b, "B");
-    const Mat mc = as_matrix(c, "C");
-    const int64_t m = trans_a ? ma.cols : ma.rows;
-    const int64_t k = trans_a ? ma.rows : ma.cols;
-    const int64_t kb = trans_b ? mb.cols : mb.rows;
-    const int64_t n = trans_b ? mb.rows : mb.cols;
-    DF_CHECK(k == kb,
-             "gemm: inner dimensions differ: op(A) is [{}, {}] (A {}{}) but op(B) is [{}, {}] "
-             "(B {}{}); a linear layer with weight W [out, in] is gemm(x, false, W, true, y)",
-             m, k, a.shape().to_string(), trans_a ? "ᵀ" : "", kb, n, b.shape().to_string(),
-             trans_b ? "ᵀ" : "");
-    DF_CHECK(mc.rows == m && mc.cols == n,
-             "gemm: C has shape {} (as [{}, {}]) but op(A)·op(B) is [{}, {}] (A {}{}, B {}{})",
-             c.shape().to_string(), mc.rows, mc.cols, m, n, a.shape().to_string(),
-             trans_a ? "ᵀ" : "", b.shape().to_string(), trans_b ? "ᵀ" : "");
+    check_cpu_f32(a, "gemm", "A");
+    check_cpu_f32(b, "gemm", "B");
+    check_cpu_f32(c, "gemm", "C");
+    const auto [m, n, k] = check_gemm_shapes(a, trans_a, b, trans_b, c);
     if (m == 0 || n == 0) return;
     if (k == 0) {
         // op(A)·op(B) is the zero matrix.
@@ -69,7 +39,7 @@ void gemm(const Exec& ex, const Tensor& a, bool trans_a, const Tensor& b, bool t
         for (int64_t i = 0; i < m * n; ++i) pc[i] = beta == 0.0f ? 0.0f : beta * pc[i];
         return;
     }
-    const MatrixRef ra{a.f32(), ma.cols, trans_a}, rb{b.f32(), mb.cols, trans_b};
+    const MatrixRef ra{a.f32(), a.dim(-1), trans_a}, rb{b.f32(), b.dim(-1), trans_b};
     float* pc = c.f32();
     const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * k;
     const int threads = flops >= kParallelFlops ? ex.threads() : 1;
