@@ -1,4 +1,4 @@
-// Shared op argument checks. Tested by tests/ops/gemm_test.cpp and tests/ops/adamw_test.cpp.
+// Shared op argument checks. Tested by tests/ops/{gemm,adamw,lm_head_ce,embedding}_test.cpp.
 #include "backend/op_shapes.h"
 
 namespace dflash {
@@ -59,6 +59,42 @@ void check_sample_rows_args(const Tensor& logits, const SampleParams& p, const T
     DF_CHECK(p.temperature > 0 && p.top_k >= 0 && p.top_p > 0 && p.top_p <= 1,
              "sample_rows: temperature {} (> 0), top_k {} (>= 0), top_p {} (in (0, 1])",
              p.temperature, p.top_k, p.top_p);
+}
+
+void check_lm_head_ce_shapes(const Tensor& h, const Tensor& w, const Tensor& labels,
+                             const Tensor& weights, int64_t chunk, const LmHeadCeOut& out) {
+    DF_CHECK(h.rank() == 2, "lm_head_ce: h is {}, expected [R, D]", h.describe());
+    const int64_t r = h.dim(0), d = h.dim(1);
+    DF_CHECK(w.rank() == 2 && w.dim(1) == d && w.dim(0) >= 1,
+             "lm_head_ce: w is {}, expected [V, D={}] with V >= 1 (h is {})", w.describe(), d,
+             h.describe());
+    DF_CHECK(labels.dtype() == DType::i32 && labels.shape() == Shape({r}),
+             "lm_head_ce: labels is {}, expected i32 [R={}]", labels.describe(), r);
+    DF_CHECK(weights.dtype() == DType::f32 && weights.shape() == Shape({r}),
+             "lm_head_ce: weights is {}, expected f32 [R={}]", weights.describe(), r);
+    DF_CHECK(chunk >= 1, "lm_head_ce: chunk={}, expected >= 1 rows of w per step", chunk);
+    DF_CHECK(out.loss_rows.empty() ||
+                 (out.loss_rows.dtype() == DType::f32 && out.loss_rows.shape() == Shape({r})),
+             "lm_head_ce: loss_rows is {}, expected f32 [R={}]", out.loss_rows.describe(), r);
+    DF_CHECK(out.argmax.empty() ||
+                 (out.argmax.dtype() == DType::i32 && out.argmax.shape() == Shape({r})),
+             "lm_head_ce: argmax is {}, expected i32 [R={}]", out.argmax.describe(), r);
+    DF_CHECK(out.dh.empty() || out.dh.shape() == h.shape(),
+             "lm_head_ce: dh is {}, expected {} like h", out.dh.describe(), h.shape().to_string());
+    DF_CHECK(out.dw.empty() || (out.dw.dtype() == DType::f32 && out.dw.shape() == w.shape()),
+             "lm_head_ce: dw is {}, expected f32 {} like w", out.dw.describe(),
+             w.shape().to_string());
+}
+
+void check_embedding_shapes(const Tensor& table, const Tensor& ids, const Tensor& rows,
+                            const char* op, const char* table_name, const char* rows_name) {
+    DF_CHECK(table.rank() == 2, "{}: {} has shape {}; expected [V, D]", op, table_name,
+             table.shape().to_string());
+    const int64_t d = table.dim(1);
+    DF_CHECK(rows.rank() >= 1 && rows.dim(-1) == d && rows.numel() == ids.numel() * d,
+             "{}: {} has shape {} but ids has {} entries and {} is {}; expected [{}, {}]", op,
+             rows_name, rows.shape().to_string(), ids.numel(), table_name,
+             table.shape().to_string(), ids.numel(), d);
 }
 
 }  // namespace dflash

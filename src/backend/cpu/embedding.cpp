@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cpu {
 namespace {
@@ -30,13 +31,7 @@ void check_shapes(const Tensor& table, const Tensor& ids, const Tensor& rows, co
                   const char* table_name, const char* rows_name) {
     check_cpu_f32(table, op, table_name);
     check_cpu_f32(rows, op, rows_name);
-    DF_CHECK(table.rank() == 2, "{}: {} has shape {}; expected [V, D]", op, table_name,
-             table.shape().to_string());
-    const int64_t d = table.dim(1);
-    DF_CHECK(rows.rank() >= 1 && rows.dim(-1) == d && rows.numel() == ids.numel() * d,
-             "{}: {} has shape {} but ids has {} entries and {} is {}; expected [{}, {}]", op,
-             rows_name, rows.shape().to_string(), ids.numel(), table_name,
-             table.shape().to_string(), ids.numel(), d);
+    check_embedding_shapes(table, ids, rows, op, table_name, rows_name);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/sgemm.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cpu {
 namespace {
@@ -27,39 +28,16 @@ struct RowStats {
 
 void check_inputs(const Tensor& h, const Tensor& w, const Tensor& labels, const Tensor& weights,
                   int64_t chunk, const LmHeadCeOut& out) {
-    DF_CHECK(h.dtype() == DType::f32 && h.rank() == 2, "lm_head_ce: h is {}, expected f32 [R, D]",
-             h.describe());
-    const int64_t r = h.dim(0), d = h.dim(1);
-    DF_CHECK(w.dtype() == DType::f32 && w.rank() == 2 && w.dim(1) == d && w.dim(0) >= 1,
-             "lm_head_ce: w is {}, expected f32 [V, D={}] with V >= 1 (h is {})", w.describe(), d,
-             h.describe());
-    DF_CHECK(labels.dtype() == DType::i32 && labels.shape() == Shape({r}),
-             "lm_head_ce: labels is {}, expected i32 [R={}]", labels.describe(), r);
-    DF_CHECK(weights.dtype() == DType::f32 && weights.shape() == Shape({r}),
-             "lm_head_ce: weights is {}, expected f32 [R={}]", weights.describe(), r);
-    DF_CHECK(chunk >= 1, "lm_head_ce: chunk={}, expected >= 1 rows of w per step", chunk);
+    DF_CHECK(h.dtype() == DType::f32 && w.dtype() == DType::f32 &&
+                 (out.dh.empty() || out.dh.dtype() == DType::f32),
+             "lm_head_ce: h {}, w {}, dh {}; the CPU op takes f32", h.describe(), w.describe(),
+             out.dh.describe());
+    check_lm_head_ce_shapes(h, w, labels, weights, chunk, out);
+    const int64_t r = h.dim(0);
     for (const Tensor* t :
          {&h, &w, &labels, &weights, &out.loss_rows, &out.argmax, &out.dh, &out.dw}) {
         DF_CHECK(t->empty() || t->device().kind == DeviceKind::cpu,
                  "lm_head_ce: {} is not a CPU tensor", t->describe());
-    }
-    if (!out.loss_rows.empty()) {
-        DF_CHECK(out.loss_rows.dtype() == DType::f32 && out.loss_rows.shape() == Shape({r}),
-                 "lm_head_ce: loss_rows is {}, expected f32 [R={}]", out.loss_rows.describe(), r);
-    }
-    if (!out.argmax.empty()) {
-        DF_CHECK(out.argmax.dtype() == DType::i32 && out.argmax.shape() == Shape({r}),
-                 "lm_head_ce: argmax is {}, expected i32 [R={}]", out.argmax.describe(), r);
-    }
-    if (!out.dh.empty()) {
-        DF_CHECK(out.dh.dtype() == DType::f32 && out.dh.shape() == h.shape(),
-                 "lm_head_ce: dh is {}, expected f32 {} like h", out.dh.describe(),
-                 h.shape().to_string());
-    }
-    if (!out.dw.empty()) {
-        DF_CHECK(out.dw.dtype() == DType::f32 && out.dw.shape() == w.shape(),
-                 "lm_head_ce: dw is {}, expected f32 {} like w", out.dw.describe(),
-                 w.shape().to_string());
     }
     const int64_t v = w.dim(0);
     const int32_t* lab = labels.i32();

@@ -9,6 +9,7 @@
 #include "backend/cuda/kernels/embedding.h"
 #include "backend/cuda/op_checks.h"
 #include "backend/cuda/op_workspace.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cuda {
 namespace {
@@ -19,13 +20,7 @@ void check_shapes(const Exec& ex, const Tensor& table, const Tensor& ids, const 
     check_tensor(ex, table, table_dtype, op, table_name);
     check_tensor(ex, ids, DType::i32, op, "ids");
     check_tensor(ex, rows, DType::bf16, op, rows_name);
-    DF_CHECK(table.rank() == 2, "{}: {} has shape {}; expected [V, D]", op, table_name,
-             table.shape().to_string());
-    const int64_t d = table.dim(1);
-    DF_CHECK(rows.rank() >= 1 && rows.dim(-1) == d && rows.numel() == ids.numel() * d,
-             "{}: {} has shape {} but ids has {} entries and {} is {}; expected [{}, {}]", op,
-             rows_name, rows.shape().to_string(), ids.numel(), table_name,
-             table.shape().to_string(), ids.numel(), d);
+    check_embedding_shapes(table, ids, rows, op, table_name, rows_name);
     DF_CHECK(table.dim(0) < std::numeric_limits<int32_t>::max() &&
                  ids.numel() < std::numeric_limits<int32_t>::max(),
              "{}: {} rows and {} ids; both must stay below 2^31 - 1", op, table.dim(0),

@@ -22,6 +22,7 @@
 #include "backend/cuda/kernels/lm_head_ce.h"
 #include "backend/cuda/kernels/row_stats.h"
 #include "backend/cuda/op_workspace.h"
+#include "backend/op_shapes.h"
 #include "core/error.h"
 
 namespace dflash::cuda {
@@ -36,38 +37,14 @@ void check_inputs(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor
           std::pair{&out.workspace, "workspace"}}) {
         check_device(ex, *t, "lm_head_ce", name);
     }
-    DF_CHECK(h.dtype() == DType::bf16 && h.rank() == 2, "lm_head_ce: h is {}, expected bf16 [R, D]",
-             h.describe());
+    DF_CHECK(h.dtype() == DType::bf16 && w.dtype() == DType::bf16 &&
+                 (out.dh.empty() || out.dh.dtype() == DType::bf16 || out.dh.dtype() == DType::f32),
+             "lm_head_ce: h {}, w {}, dh {}; the CUDA op takes bf16 h and w, bf16 or f32 dh",
+             h.describe(), w.describe(), out.dh.describe());
+    check_lm_head_ce_shapes(h, w, labels, weights, chunk, out);
     const int64_t r = h.dim(0), d = h.dim(1);
-    DF_CHECK(w.dtype() == DType::bf16 && w.rank() == 2 && w.dim(1) == d && w.dim(0) >= 1,
-             "lm_head_ce: w is {}, expected bf16 [V, D={}] with V >= 1 (h is {})", w.describe(), d,
-             h.describe());
     DF_CHECK(w.dim(0) <= INT32_MAX, "lm_head_ce: vocabulary {} does not fit the i32 argmax",
              w.dim(0));
-    DF_CHECK(labels.dtype() == DType::i32 && labels.shape() == Shape({r}),
-             "lm_head_ce: labels is {}, expected i32 [R={}]", labels.describe(), r);
-    DF_CHECK(weights.dtype() == DType::f32 && weights.shape() == Shape({r}),
-             "lm_head_ce: weights is {}, expected f32 [R={}]", weights.describe(), r);
-    DF_CHECK(chunk >= 1, "lm_head_ce: chunk={}, expected >= 1 rows of w per step", chunk);
-    if (!out.loss_rows.empty()) {
-        DF_CHECK(out.loss_rows.dtype() == DType::f32 && out.loss_rows.shape() == Shape({r}),
-                 "lm_head_ce: loss_rows is {}, expected f32 [R={}]", out.loss_rows.describe(), r);
-    }
-    if (!out.argmax.empty()) {
-        DF_CHECK(out.argmax.dtype() == DType::i32 && out.argmax.shape() == Shape({r}),
-                 "lm_head_ce: argmax is {}, expected i32 [R={}]", out.argmax.describe(), r);
-    }
-    if (!out.dh.empty()) {
-        DF_CHECK((out.dh.dtype() == DType::bf16 || out.dh.dtype() == DType::f32) &&
-                     out.dh.shape() == h.shape(),
-                 "lm_head_ce: dh is {}, expected bf16 or f32 {} like h", out.dh.describe(),
-                 h.shape().to_string());
-    }
-    if (!out.dw.empty()) {
-        DF_CHECK(out.dw.dtype() == DType::f32 && out.dw.shape() == w.shape(),
-                 "lm_head_ce: dw is {}, expected f32 {} like w", out.dw.describe(),
-                 w.shape().to_string());
-    }
     const int64_t need = lm_head_ce_workspace(r, d, w.dim(0), chunk);
     DF_CHECK(out.workspace.empty() ||
                  (out.workspace.dtype() == DType::f32 && out.workspace.numel() >= need),
