@@ -326,10 +326,13 @@ DF_ATTN_HD int decode_full_end(const MaskGeom& g) {
     return g.kind == kCausal ? iclamp(g.q_offset + 1, 0, g.sk) : g.sk;
 }
 // Keys per split for a cache of sk_capacity keys: an even share over at most kMaxDecodeSplits
-// splits, at least kMinDecodeChunk (so that a split's partial output, written and read back per
-// row, stays small against the keys it reads), a multiple of kBlockN.
+// splits, at least kMinDecodeChunk, a multiple of kBlockN. One tile per split at short contexts:
+// a decode step has one query row per head, so the splits are all the parallelism there is (256
+// keys per split left a 1K-token cache of 8 kv heads with 40 blocks for 132 SMs: 28 us a layer on
+// the H200, docs/performance.md); a split's partial output (a row of D floats per query row) stays
+// small against the 64 keys of K and V it reads.
 constexpr int kMaxDecodeSplits = 256;
-constexpr int kMinDecodeChunk = 256;
+constexpr int kMinDecodeChunk = kBlockN;
 DF_ATTN_HD int decode_chunk(int sk_capacity) {
     const int share = cdiv(imax(sk_capacity, 1), kMaxDecodeSplits);
     return imax(kMinDecodeChunk, cdiv(share, kBlockN) * kBlockN);
