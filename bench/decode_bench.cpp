@@ -2,9 +2,10 @@
 // as SpeculativeEngine runs it) and a 16-token DFlash verify step, over a KV cache already holding
 // `ctx` tokens, against the weight-read floor (every weight byte read once at 4.24 TB/s).
 // Random weights of the Qwen3-0.6B and Qwen3-8B shapes. The same workload as
-// tools/reference/torch_bench.py `decode`. Usage: decode_bench [--backend cpu|cuda]
-// [--preset qwen3_0_6b|qwen3_8b|tiny|all] [--ctx N] [--steps N]. A table on stderr, one JSON
-// object per case on stdout.
+// tools/reference/torch_bench.py `decode`. On CUDA each case runs with the steps replayed from
+// CUDA graphs and eagerly (--graphs on|off|both, default both). Usage: decode_bench
+// [--backend cpu|cuda] [--preset qwen3_0_6b|qwen3_8b|tiny|all] [--ctx N] [--steps N]
+// [--graphs on|off|both]. A table on stderr, one JSON object per case on stdout.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -63,14 +64,17 @@ nlohmann::json run_case(Backend& be, const Preset& p, int64_t ctx, int steps) {
     const double weight_bytes = static_cast<double>(model.params().numel()) *
                                 static_cast<double>(dtype_size(be.compute_dtype()));
     const double floor = weight_bytes / kHbmBytesPerS;
+    const GraphStats gs = be.graph_stats();
     std::fprintf(stderr,
-                 "%-10s ctx %5lld  decode %7.3f ms (floor %.3f ms, %.2fx)  verify16 %7.3f ms "
+                 "%-10s ctx %5lld %-6s decode %7.3f ms (floor %.3f ms, %.2fx)  verify16 %7.3f ms "
                  "(%.2fx decode)\n",
-                 p.name.c_str(), static_cast<long long>(ctx), decode * 1e3, floor * 1e3,
-                 decode / floor, verify * 1e3, verify / decode);
+                 p.name.c_str(), static_cast<long long>(ctx), gs.enabled ? "graphs" : "eager",
+                 decode * 1e3, floor * 1e3, decode / floor, verify * 1e3, verify / decode);
+    if (gs.enabled) std::fprintf(stderr, "  %s\n", gs.summary().c_str());
     return {{"bench", "target_decode"},
             {"impl", "dflash"},
             {"backend", be.name()},
+            {"graphs", gs.to_json()},
             {"preset", p.name},
             {"ctx", ctx},
             {"decode_ms", decode * 1e3},
@@ -86,7 +90,7 @@ nlohmann::json run_case(Backend& be, const Preset& p, int64_t ctx, int steps) {
 int main(int argc, char** argv) {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches the log, even on a crash
     using namespace dflash;
-    std::string backend = "auto", preset = "all";
+    std::string backend = "auto", preset = "all", graphs = "both";
     int64_t ctx = 1024;
     int steps = 30;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -94,14 +98,23 @@ int main(int argc, char** argv) {
         if (!std::strcmp(argv[i], "--preset")) preset = argv[i + 1];
         if (!std::strcmp(argv[i], "--ctx")) ctx = std::atoll(argv[i + 1]);
         if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
+        if (!std::strcmp(argv[i], "--graphs")) graphs = argv[i + 1];
     }
     try {
-        auto be = make_backend(resolve_backend(backend), 0, 2);
-        std::fprintf(stderr, "target decode step on %s (median of %d steps)\n", be->name().c_str(),
-                     steps);
+        const DeviceKind kind = resolve_backend(backend);
+        std::vector<bool> modes;
+        if (kind == DeviceKind::cuda && graphs != "off") modes.push_back(true);
+        if (kind != DeviceKind::cuda || graphs != "on") modes.push_back(false);
+        std::fprintf(stderr, "target decode step (median of %d steps)\n", steps);
         for (const auto& p : bench::kPresets) {
             const bool pick = preset == p.name || (preset == "all" && p.name != "tiny");
-            if (pick) bench::emit(bench::run_case(*be, p, ctx, steps));
+            if (!pick) continue;
+            for (const bool on : modes) {
+                GraphOptions g;
+                g.enabled = on;
+                auto be = make_backend(kind, 0, 2, g);
+                bench::emit(bench::run_case(*be, p, ctx, steps));
+            }
         }
     } catch (const std::exception& e) {
         std::fprintf(stderr, "decode_bench: %s\n", e.what());

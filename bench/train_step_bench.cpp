@@ -95,15 +95,22 @@ nlohmann::json run_case(Backend& be, const Preset& p, int steps) {
     };
     Workspace ws(be, plan_workspace(be, step_body));
     HostTensor host({lay.size() + 2});
+    const StepOwner owner(be);
+    // As the trainer runs it: a recorded micro-batch and a recorded update (CUDA graphs when
+    // cuda_graphs are on), then the step's one download.
     auto step = [&] {
         drafter.params().zero_grads();
         be.fill(out, 0.0f);
         ws.reset();
-        step_body(be, ws);
-        train::grad_norm_sq(be, drafter.params(), norm_sq);
-        be.clip_scale(norm_sq, 1.0f, clip);
-        opt.step(be, drafter.params(), 1e-4, clip);
-        be.download(host.view(), out);  // the step's one download, as the trainer does
+        ws.settle_inputs();
+        opt.begin_step(be, 1e-4);
+        be.run_step(StepKey{owner.id(), "train.microbatch", {}}, [&] { step_body(be, ws); });
+        be.run_step(StepKey{owner.id(), "train.update", {}}, [&] {
+            train::grad_norm_sq(be, drafter.params(), norm_sq);
+            be.clip_scale(norm_sq, 1.0f, clip);
+            opt.apply(be, drafter.params(), clip);
+        });
+        be.download(host.view(), out);
     };
     const double secs = median_seconds(be, 3, steps, step);
     const double flops = step_flops(p, anchors);
@@ -121,6 +128,7 @@ nlohmann::json run_case(Backend& be, const Preset& p, int steps) {
                         {"flops_per_step", flops},
                         {"loss", loss},
                         {"workspace_bytes", ws.capacity().device_bytes},
+                        {"graphs", be.graph_stats().to_json()},
                         {"params", drafter.params().numel()}};
     std::fprintf(stderr,
                  "%-9s %9.2f ms  %8.1fK draft pos/s  %7.1f TFLOP/s  MFU %5.1f%%  loss %.3f\n",

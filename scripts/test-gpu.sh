@@ -2,8 +2,11 @@
 # The GPU machine's whole round in one call (design §9): unpacks gpu-bundle/bundle.tar.xz
 # (scripts/gpu-bundle.sh), runs every CUDA test binary, then (unless --tests-only) the benchmarks
 # and the PyTorch reference of the same workloads (tools/reference/run_gpu_bench.sh), and a quick
-# demo on the GPU. Logs and JSON go to $OUT (the device tool's output folder) or ./gpu-out.
-# Flags: --tests-only (tests, nothing else), --no-tests, --no-bench (skip the C++ benchmarks), --no-reference
+# demo on the GPU, and `dflash bench` end to end on a Qwen3-0.6B-shaped random target (with a
+# random 1-layer drafter: the point is measured vs predicted speed-up, not tau). Logs and JSON go
+# to $OUT (the device tool's output folder) or ./gpu-out.
+# Flags: --tests-only (tests, nothing else), --no-tests, --no-bench (skip the C++ benchmarks),
+# --no-e2e (skip the end-to-end bench), --no-reference
 # (skip the PyTorch reference), --no-demo, --crosscheck (the ecosystem cross-checks of
 # tools/reference: tokenizers fixtures, transformers greedy decoding, the drafter round trip;
 # dflash runs on the CPU there, against float32 transformers).
@@ -46,6 +49,27 @@ flags=" $* "
     cat "$out/$name.txt"
     grep -v '^{' "$out/$name.jsonl" || true
 done
+if [[ $flags != *" --no-e2e "* ]]; then
+    echo "== dflash bench end to end: Qwen3-0.6B-shaped random target, random 1-layer drafter"
+    e2e="$run/e2e"
+    bin="$run/bin/dflash"
+    "$bin" init target -o "$e2e/target" --vocab 151936 --pretrain.hidden_size 1024 \
+        --pretrain.num_layers 28 --pretrain.num_heads 16 --pretrain.num_kv_heads 8 \
+        --pretrain.head_dim 128 --pretrain.intermediate_size 3072 \
+        --pretrain.tie_word_embeddings true --pretrain.rope_theta 1000000 > "$out/e2e.txt" 2>&1
+    "$bin" init drafter --target "$e2e/target" -o "$e2e/drafter" --drafter.num_layers 1 \
+        --drafter.block_size 16 >> "$out/e2e.txt" 2>&1
+    python3 -c 'import json, random
+r = random.Random(3)
+for i in range(8):
+    print(json.dumps({"prompt_ids": [r.randrange(256) for _ in range(64 + 16 * i)]}))' \
+        > "$e2e/prompts.jsonl"
+    timeout 300 "$bin" bench --target "$e2e/target" --drafter "$e2e/drafter" \
+        --prompts "$e2e/prompts.jsonl" --infer.max_new_tokens 128 --json "$out/e2e_bench.json" \
+        >> "$out/e2e.txt" 2>&1
+    echo "exit status $?" >> "$out/e2e.txt"
+    tail -n 30 "$out/e2e.txt"
+fi
 if [[ $flags != *" --no-reference "* && -x tools/reference/run_gpu_bench.sh ]]; then
     echo "== PyTorch reference"
     OUT="$out" TORCH_BENCH_BUDGET=${TORCH_BENCH_BUDGET:-360} \

@@ -9,12 +9,14 @@
 // against the CPU one by tests/cuda/*_test.cpp.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/device_tensor.h"
 #include "backend/ops.h"
+#include "backend/step_graph.h"
 #include "core/tensor.h"
 
 namespace dflash {
@@ -47,8 +49,32 @@ class Backend {
     virtual void copy_columns(const Tensor& dst, int64_t col, const Tensor& src) = 0;
     // Every element = value (f32, bf16; i32 takes the value as an integer).
     virtual void fill(const Tensor& t, float value) = 0;
+    // dst[row0[0] + i] = src[i] for every row i of src (rows: the first dimension; the rest of the
+    // shape and the dtype equal). row0 i32 [1] lives on the device, so the step that writes a KV
+    // cache row is the same step at every position (one captured graph serves them all). Rows
+    // that would land past dst's end are not written: callers check the capacity on the host.
+    virtual void write_rows(const Tensor& dst, const Tensor& row0, const Tensor& src) = 0;
     // Waits until every operation queued on this backend has finished.
     virtual void synchronize() = 0;
+
+    // ---- replayable steps (design §6, backend/step_graph.h) -------------------------------------
+    // Runs `record` as the step `key`. The CUDA backend runs it eagerly GraphOptions::warmup_runs
+    // times, then records it into a CUDA graph and from then on replays the graph: `record` is
+    // still called every time (its host code stages inputs into pinned memory), but its ops are
+    // not queued, the graph's are. So within `record`: no allocate, download or synchronize; an
+    // upload only from pinned memory (Workspace inputs), each input in its own place for the whole
+    // step; and every host value an op takes (shapes, addresses, scalars) either fixed for the
+    // key or read from device memory. A capture that fails leaves the device usable and runs
+    // `record` eagerly (counted, told once; see GraphCache). Other backends call `record`.
+    virtual void run_step(const StepKey& key, const std::function<void()>& record) { record(); }
+    // True inside run_step while a graph is being captured or replayed (Workspace refuses to reuse
+    // staging memory then).
+    virtual bool recording_step() const { return false; }
+    // A fresh owner for step keys (StepOwner) and the end of one: its graphs are dropped.
+    virtual uint64_t new_step_owner() { return 0; }
+    virtual void release_steps(uint64_t owner) { (void)owner; }
+    // This device's graph-cache counters (enabled false where there is no graph cache).
+    virtual GraphStats graph_stats() const { return {}; }
 
     // ---- the op set -----------------------------------------------------------------------------
     // C = alpha * op(A) · op(B) + beta * C, op(X) = X or Xᵀ. A linear layer with an HF weight
@@ -134,6 +160,31 @@ class Backend {
     virtual void sample_rows(const Tensor& logits, const SampleParams& p, const Tensor& uniforms,
                              const Tensor& out) = 0;
 };
+
+// An owner of step keys for as long as it lives: a session or worker whose buffers stay put holds
+// one, keys its steps with id(), and its graphs are dropped when it goes (their addresses may be
+// reused by the next allocation).
+class StepOwner {
+  public:
+    explicit StepOwner(Backend& be) : be_(&be), id_(be.new_step_owner()) {}
+    ~StepOwner() {
+        if (be_) be_->release_steps(id_);
+    }
+    StepOwner(StepOwner&& o) noexcept : be_(o.be_), id_(o.id_) { o.be_ = nullptr; }
+    StepOwner& operator=(StepOwner&&) = delete;
+    StepOwner(const StepOwner&) = delete;
+    StepOwner& operator=(const StepOwner&) = delete;
+    uint64_t id() const { return id_; }
+
+  private:
+    Backend* be_;
+    uint64_t id_;
+};
+
+// A tensor's address as a StepKey dim (0 for an empty tensor).
+inline int64_t address_of(const Tensor& t) {
+    return static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.data()));
+}
 
 // Indices into the stats tensor of Backend::loss_stats for accuracy period P.
 struct LossStatsLayout {

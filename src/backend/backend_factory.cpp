@@ -1,6 +1,7 @@
 // Backend selection. Tested by tests/backend/factory_test.cpp.
 #include "backend/backend_factory.h"
 
+#include "config/settings.h"
 #include "core/error.h"
 
 #if DFLASH_HAVE_CUDA
@@ -39,13 +40,27 @@ DeviceKind resolve_backend(const std::string& setting, int devices) {
     return DeviceKind::cuda;
 }
 
-std::unique_ptr<Backend> make_backend(DeviceKind kind, int index, int cpu_threads) {
+std::unique_ptr<Backend> make_backend(DeviceKind kind, int index, int cpu_threads,
+                                      const GraphOptions& graphs) {
     if (kind == DeviceKind::cpu) return make_cpu_backend(cpu_threads);
 #if DFLASH_HAVE_CUDA
-    return cuda::make_cuda_backend(index);
+    cuda::CudaBackendOptions opt;
+    opt.graphs = graphs;
+    return cuda::make_cuda_backend(index, opt);
 #else
+    (void)graphs;
     DF_FAIL("the CUDA backend is not built into this dflash (device cuda:{})", index);
 #endif
+}
+
+GraphOptions graph_options_from_settings(const config::Settings& s) {
+    GraphOptions g;
+    g.enabled = s.get<bool>("cuda_graphs.enabled");
+    g.mode = parse_capture_mode(s.get<std::string>("cuda_graphs.capture_mode"));
+    g.warmup_runs = static_cast<int>(s.get<int64_t>("cuda_graphs.warmup_runs"));
+    g.max_rerecords = static_cast<int>(s.get<int64_t>("cuda_graphs.max_rerecords"));
+    g.max_graphs = static_cast<int>(s.get<int64_t>("cuda_graphs.max_graphs"));
+    return g;
 }
 
 }  // namespace dflash

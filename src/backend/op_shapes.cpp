@@ -1,6 +1,8 @@
 // Shared op argument checks. Tested by tests/ops/{gemm,adamw,lm_head_ce,embedding}_test.cpp.
 #include "backend/op_shapes.h"
 
+#include <cmath>
+
 namespace dflash {
 namespace {
 
@@ -95,6 +97,28 @@ void check_embedding_shapes(const Tensor& table, const Tensor& ids, const Tensor
              "{}: {} has shape {} but ids has {} entries and {} is {}; expected [{}, {}]", op,
              rows_name, rows.shape().to_string(), ids.numel(), table_name,
              table.shape().to_string(), ids.numel(), d);
+}
+
+size_t check_write_rows_args(const Tensor& dst, const Tensor& row0, const Tensor& src) {
+    bool rows_match = dst.rank() == src.rank() && dst.rank() >= 1;
+    for (int64_t d = 1; rows_match && d < dst.rank(); ++d) rows_match = dst.dim(d) == src.dim(d);
+    DF_CHECK(rows_match && dst.dtype() == src.dtype(),
+             "write_rows: src {} does not fit the rows of dst {} (same dtype and row shape)",
+             src.describe(), dst.describe());
+    DF_CHECK(row0.dtype() == DType::i32 && row0.numel() == 1, "write_rows: row0 {} must be i32 [1]",
+             row0.describe());
+    return dst.dim(0) > 0 ? dst.nbytes() / static_cast<size_t>(dst.dim(0)) : 0;
+}
+
+AdamWStepScalars adamw_step_scalars(const AdamWParams& p) {
+    const double t = static_cast<double>(p.step);
+    const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), t);
+    const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), t);
+    AdamWStepScalars s;
+    s.decay = static_cast<float>(1.0 - static_cast<double>(p.lr) * p.weight_decay);
+    s.step_size = static_cast<float>(static_cast<double>(p.lr) / bc1);
+    s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    return s;
 }
 
 }  // namespace dflash

@@ -33,6 +33,10 @@ void check_lm_head_ce_shapes(const Tensor& h, const Tensor& w, const Tensor& lab
 void check_embedding_shapes(const Tensor& table, const Tensor& ids, const Tensor& rows,
                             const char* op, const char* table_name, const char* rows_name);
 
+// write_rows: dst and src of one dtype with equal rows' shape (all but the first dimension);
+// row0 i32 [1]. Returns the bytes of one row.
+size_t check_write_rows_args(const Tensor& dst, const Tensor& row0, const Tensor& src);
+
 // logits f32 [R, V], uniforms f32 [R], out i32 [R]; temperature > 0, top_k >= 0, top_p in (0, 1].
 void check_sample_rows_args(const Tensor& logits, const SampleParams& p, const Tensor& uniforms,
                             const Tensor& out);

@@ -83,7 +83,17 @@ struct AdamWParams {
     float eps = 1e-8f;
     float weight_decay = 0.0f;
     int64_t step = 1;  // 1-based, for bias correction
+    // Optional f32 [3] on the op's device holding adamw_step_scalars() of this step: then lr and
+    // step are not read, so one recorded update (Backend::run_step) serves every step.
+    Tensor scalars;
 };
+
+// The per-step scalars of AdamW: decay = 1 - lr*wd, step_size = lr / (1 - b1^t) and
+// bc2_sqrt = sqrt(1 - b2^t), in double as torch computes them, then rounded to f32.
+struct AdamWStepScalars {
+    float decay = 1, step_size = 0, bc2_sqrt = 1;
+};
+AdamWStepScalars adamw_step_scalars(const AdamWParams& p);
 
 // ---- Sampling ---------------------------------------------------------------------------------
 // What Backend::sample_rows draws from (backend/sampling.h): softmax(logits / temperature), top_k

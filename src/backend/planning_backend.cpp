@@ -25,6 +25,7 @@ class PlanningBackend final : public Backend {
     void copy(const Tensor&, const Tensor&) override {}
     void copy_columns(const Tensor&, int64_t, const Tensor&) override {}
     void fill(const Tensor&, float) override {}
+    void write_rows(const Tensor&, const Tensor&, const Tensor&) override {}
     void synchronize() override {}
     void gemm(const Tensor&, bool, const Tensor&, bool, const Tensor&, float, float) override {}
     void embedding_fwd(const Tensor&, const Tensor&, const Tensor&) override {}

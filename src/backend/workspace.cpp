@@ -85,6 +85,11 @@ Tensor Workspace::take(Shape shape, DType dtype) {
 Workspace::Staged Workspace::input(Shape shape, DType dtype) {
     // Host staging memory already sent may still be in flight: wait before handing it out again.
     if (in_flight_end_ > inputs_.used) {
+        // In a recorded step the earlier copy is a graph node that reads this memory at replay,
+        // after the host has written the new values: refuse rather than send wrong inputs.
+        DF_CHECK(!be_->recording_step(),
+                 "a recorded step reuses staged input memory it has already sent (release "
+                 "device scratch only, with release_scratch, inside a step)");
         be_->synchronize();
         in_flight_end_ = 0;
     }
@@ -134,6 +139,17 @@ void Workspace::release(const Mark& m) {
     outputs_.used = m.output;
     inputs_sent_ = std::min(inputs_sent_, m.input);
     if (planning_ && m.input == 0 && m.output == 0) planning_host_.clear();
+}
+
+void Workspace::release_scratch(const Mark& m) {
+    DF_ASSERT(m.device <= scratch_.used, "workspace release to a mark above the current use");
+    scratch_.used = m.device;
+}
+
+void Workspace::settle_inputs() {
+    if (in_flight_end_ == 0 || planning_) return;
+    be_->synchronize();
+    in_flight_end_ = 0;
 }
 
 WorkspacePlan Workspace::high_water() const {

@@ -65,6 +65,12 @@ class Workspace {
     Mark mark() const;
     void release(const Mark& m);
     void reset() { release(Mark{}); }
+    // Gives back device scratch taken after m, keeping the inputs and outputs: what a recorded
+    // step (Backend::run_step) does, since its staged inputs must keep their own places.
+    void release_scratch(const Mark& m);
+    // Waits until inputs already sent have left the staging memory, so that the next step's
+    // inputs can be written there (before a recorded step, which may not synchronise).
+    void settle_inputs();
 
     bool is_planning() const { return planning_; }
     DeviceRef device() const { return device_; }

@@ -48,9 +48,13 @@ int train_exit_status(const train::TrainSummary& s) {
 std::unique_ptr<Backend> make_backend_from_settings(const CommandContext& ctx) {
     const int64_t threads = ctx.settings.get<int64_t>("runtime.threads");
     const DeviceKind kind = resolve_backend(ctx.settings.get<std::string>("runtime.backend"));
+    GraphOptions graphs = graph_options_from_settings(ctx.settings);
+    const Logger& log = ctx.log;
+    graphs.warn = [&log](const std::string& m) { log.warn("{}", m); };
     auto be = make_backend(kind, 0,
                            threads > 0 ? static_cast<int>(threads)
-                                       : static_cast<int>(std::thread::hardware_concurrency()));
+                                       : static_cast<int>(std::thread::hardware_concurrency()),
+                           graphs);
     ctx.log.debug("backend: {}", be->name());
     return be;
 }

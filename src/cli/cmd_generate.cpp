@@ -105,7 +105,7 @@ int cmd_generate(CommandContext& ctx) {
     }
     std::optional<DrafterModel> drafter;
     if (!a.drafter.empty()) drafter.emplace(DrafterModel::load(*be, a.drafter));
-    const SpeculativeEngine engine(target, drafter ? &*drafter : nullptr, *be);
+    SpeculativeEngine engine(target, drafter ? &*drafter : nullptr, *be);
     GenerateOptions opt = generate_options_from_settings(ctx.settings);
     opt.stop_tokens = default_stop_tokens(target.config(), tok.get());
     ctx.log.debug("prompt: {} tokens; {} decoding, max {} new tokens", prompt.size(),

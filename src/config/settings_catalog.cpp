@@ -33,20 +33,32 @@ void add_runtime(Registry& r) {
 }
 
 void add_cuda_graphs(Registry& r) {
+    const char* reader =
+        "CUDA graph cache (src/backend/cuda/graph_cache.h) of every CUDA backend a command makes: "
+        "target decode/verify, drafter draft and training steps (Backend::run_step)";
     r.add(D::boolean("cuda_graphs.enabled", true,
-                     "capture and replay CUDA graphs; false runs everything eagerly")
-              .read_by("nothing yet: the CUDA graph cache is still to come (steps run eagerly)"));
+                     "record steps into CUDA graphs and replay them; false runs every step "
+                     "eagerly, with bit-identical results")
+              .read_by(reader));
     r.add(D::enumeration("cuda_graphs.capture_mode", "thread_local",
                          {"thread_local", "global", "relaxed"},
-                         "cudaStreamCaptureMode used for capture (design §6)")
-              .read_by("nothing yet: the CUDA graph cache is still to come (steps run eagerly)"));
+                         "cudaStreamCaptureMode of a capture (design §6): thread_local lets other "
+                         "threads allocate and copy while one captures")
+              .read_by(reader));
     r.add(D::integer("cuda_graphs.max_rerecords", 3,
-                     "re-captures allowed per graph key before it falls back to eager")
+                     "failed captures of one step retried before that step stays eager (each "
+                     "failure is counted by reason; the first is logged)")
               .range(0, 1000)
-              .read_by("nothing yet: the CUDA graph cache is still to come (steps run eagerly)"));
-    r.add(D::integer("cuda_graphs.warmup_runs", 2, "eager runs of a shape before it is captured")
+              .read_by(reader));
+    r.add(D::integer("cuda_graphs.warmup_runs", 2,
+                     "eager runs of a step (shape) before it is captured")
               .range(0, 100)
-              .read_by("nothing yet: the CUDA graph cache is still to come (steps run eagerly)"));
+              .read_by(reader));
+    r.add(D::integer("cuda_graphs.max_graphs", 64,
+                     "live graphs per device; beyond it the least recently replayed one is "
+                     "dropped (and warmed up again if it returns)")
+              .range(1, 100000)
+              .read_by(reader));
 }
 
 void add_drafter(Registry& r) {

@@ -134,7 +134,7 @@ std::string acc_list(const std::vector<double>& acc) {
 void print_examples(std::FILE* out, const TargetModel& target, const DrafterModel& drafter,
                     Backend& be, const std::vector<Prompt>& prompts, const GenerateOptions& go,
                     const Tokenizer& tok) {
-    const SpeculativeEngine engine(target, &drafter, be);
+    SpeculativeEngine engine(target, &drafter, be);
     for (size_t i = 0; i < std::min<size_t>(2, prompts.size()); ++i) {
         const auto r = engine.generate(prompts[i].tokens, go);
         std::fprintf(
@@ -201,7 +201,8 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
     const DeviceKind kind = resolve_backend(user_settings.get<std::string>("runtime.backend"));
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int n_workers = kind == DeviceKind::cuda ? 1 : std::min(cores, 4);
-    const std::unique_ptr<Backend> be = make_backend(kind, 0, 1);
+    const std::unique_ptr<Backend> be =
+        make_backend(kind, 0, 1, graph_options_from_settings(user_settings));
     rep.backend = be->name();
     std::fprintf(out, "  backend: %s\n", rep.backend.c_str());
     const std::string workers = std::to_string(n_workers);

@@ -111,13 +111,12 @@ std::optional<BenchMismatch> first_difference(int64_t prompt, const std::vector<
 BenchReport run_bench(const TargetModel& target, const DrafterModel& drafter, Backend& be,
                       const std::vector<Prompt>& prompts, const GenerateOptions& opt,
                       const Logger& log) {
-    const SpeculativeEngine baseline(target, nullptr, be);
-    const SpeculativeEngine speculative(target, &drafter, be);
+    SpeculativeEngine baseline(target, nullptr, be);
+    SpeculativeEngine speculative(target, &drafter, be);
     return run_bench_engines(baseline, speculative, prompts, opt, log);
 }
 
-BenchReport run_bench_engines(const SpeculativeEngine& baseline,
-                              const SpeculativeEngine& speculative,
+BenchReport run_bench_engines(SpeculativeEngine& baseline, SpeculativeEngine& speculative,
                               const std::vector<Prompt>& prompts, const GenerateOptions& opt,
                               const Logger& log) {
     DF_CHECK(!prompts.empty(), "bench needs at least one prompt");
@@ -134,6 +133,7 @@ BenchReport run_bench_engines(const SpeculativeEngine& baseline,
         const auto w = speculative.generate(prompts.front().tokens, warm);
         rep.block_size = static_cast<int64_t>(w.stats.accept_hist.size()) - 1;
         DF_ASSERT(rep.block_size >= 2, "the speculative engine has no drafter");
+        // The engines keep their sessions: the warm-up also records their steps (CUDA graphs).
         baseline.generate(prompts.front().tokens, warm);
     }
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -162,6 +162,7 @@ BenchReport run_bench_engines(const SpeculativeEngine& baseline,
         add_stats(rep.total, r);
         rep.requests.push_back(std::move(r));
     }
+    rep.graphs = speculative.backend().graph_stats();
     return rep;
 }
 
@@ -268,6 +269,7 @@ std::string format_bench_table(const BenchReport& rep) {
             fmt::format("lossless: NO, {} of {} outputs differ; first: {}\n", rep.mismatches.size(),
                         rep.requests.size(), rep.mismatches.front().to_string());
     }
+    if (rep.graphs.enabled) out += rep.graphs.summary() + "\n";
     out += '\n';
     out += histogram_text(t.accept_hist);
     return out;
@@ -335,7 +337,8 @@ nlohmann::json bench_to_json(const BenchReport& rep) {
                 {"lossless", rep.lossless()},
                 {"mismatches", mismatches},
                 {"requests", requests},
-                {"total", total}};
+                {"total", total},
+                {"graphs", rep.graphs.to_json()}};
 }
 
 }  // namespace dflash

@@ -77,6 +77,7 @@ struct BenchReport {
     std::vector<BenchRequest> requests;
     BenchTotals total;
     std::vector<BenchMismatch> mismatches;  // empty when lossless (or not checked)
+    GraphStats graphs;                      // the device's graph cache after both engines ran
     // Mean over prompts of each prompt's tau (the §2.5 definition); prompts without steps skipped.
     double mean_request_tau() const;
     bool lossless() const { return mismatches.empty(); }
@@ -95,8 +96,7 @@ BenchReport run_bench(const TargetModel& target, const DrafterModel& drafter, Ba
 
 // The same with the two engines given: `baseline` must decode plainly and `speculative` with a
 // drafter. Lets tests pit a speculative engine against a baseline of a different target.
-BenchReport run_bench_engines(const SpeculativeEngine& baseline,
-                              const SpeculativeEngine& speculative,
+BenchReport run_bench_engines(SpeculativeEngine& baseline, SpeculativeEngine& speculative,
                               const std::vector<Prompt>& prompts, const GenerateOptions& opt,
                               const Logger& log);
 

@@ -22,7 +22,7 @@ std::vector<Encoded> regenerate_responses(const TargetModel& target,
     std::mutex progress_mutex;
     auto last_report = t0;
     // Prompt i goes to worker i % workers; its seed depends on i alone.
-    auto one = [&](const SpeculativeEngine& engine, size_t i) {
+    auto one = [&](SpeculativeEngine& engine, size_t i) {
         GenerateOptions g = opt.generate;
         g.seed = opt.generate.seed + i;
         const GenerateResult r = engine.generate(prompts[i], g);
@@ -44,7 +44,7 @@ std::vector<Encoded> regenerate_responses(const TargetModel& target,
     };
     if (target.backend().device().kind != DeviceKind::cpu) {
         // A GPU decodes one request at a time from the thread that drives it.
-        const SpeculativeEngine engine(target, nullptr, target.backend());
+        SpeculativeEngine engine(target, nullptr, target.backend());
         for (size_t i = 0; i < prompts.size(); ++i) one(engine, i);
     } else {
         std::vector<std::string> devices;
@@ -52,7 +52,7 @@ std::vector<Encoded> regenerate_responses(const TargetModel& target,
         WorkerPool pool(workers, devices, log);
         pool.run([&](WorkerContext& ctx) {
             auto be = make_cpu_backend(opt.threads_per_worker);
-            const SpeculativeEngine engine(target, nullptr, *be);
+            SpeculativeEngine engine(target, nullptr, *be);
             for (size_t i = ctx.id(); i < prompts.size(); i += workers) {
                 if (ctx.stop_requested()) return;
                 ctx.set_phase("prompt " + std::to_string(i));

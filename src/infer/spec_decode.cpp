@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "infer/acceptance.h"
 
@@ -70,6 +71,36 @@ class Picker {
     HostTensor u_host_;
 };
 
+}  // namespace
+
+// What decoding keeps between generate() calls: sessions and the step buffers whose addresses
+// the recorded steps bake in.
+struct SpeculativeEngine::Sessions {
+    Sessions(const TargetModel& target, const DrafterModel* drafter, Backend& be, int64_t capacity,
+             int64_t B, int64_t prefill_rows)
+        : capacity(capacity),
+          B(B),
+          tgt(target, be, capacity,
+              drafter ? drafter->config().target_layer_ids : std::vector<int64_t>{},
+              std::max(prefill_rows, B)),
+          pick(be, std::max<int64_t>(B, 1), target.config().vocab_size),
+          logits(be, {B, target.config().vocab_size}, DType::f32) {
+        if (!drafter) return;
+        dft.emplace(*drafter, be, target.embed(), target.lm_head(), capacity, B, prefill_rows);
+        draft_logits = DeviceTensor(be, {B - 1, target.config().vocab_size}, DType::f32);
+        verify_features = DeviceTensor(be, {B, drafter->feature_dim()}, be.compute_dtype());
+    }
+    int64_t capacity, B;
+    TargetSession tgt;
+    std::optional<DrafterSession> dft;
+    Picker pick;
+    DeviceTensor logits;           // f32 [B, V]: the target's (the first row in plain decoding)
+    DeviceTensor draft_logits;     // f32 [B-1, V]
+    DeviceTensor verify_features;  // [B, K*D]
+};
+
+namespace {
+
 // One generate() call's decoding state: what the loops read and the result they fill.
 struct Decode {
     const GenerateOptions& opt;       // as given: sampling, draft sampling, stop tokens
@@ -113,9 +144,8 @@ struct Decode {
 };
 
 // The baseline: one target forward per token.
-void decode_plain(Decode& run, int32_t anchor) {
+void decode_plain(Decode& run, const Tensor& logits, int32_t anchor) {
     GenerateStats& st = run.res.stats;
-    DeviceTensor logits(run.be, {1, run.V}, DType::f32);
     do {
         const auto t0 = Clock::now();
         run.tgt.forward(std::span(&anchor, 1), logits, Tensor());
@@ -147,14 +177,14 @@ void choose_drafts(Decode& run, const Tensor& draft_logits, std::vector<int32_t>
 // dflash-spec §2.2: draft B-1 tokens after the anchor in one drafter forward, verify the block in
 // one target forward, keep the accepted prefix and the target's next token, crop the target cache
 // and hand the kept rows' features to the drafter's context.
-void decode_speculative(Decode& run, DrafterSession& dft, const Tensor& prompt_features,
+void decode_speculative(Decode& run, SpeculativeEngine::Sessions& ss, const Tensor& prompt_features,
                         int32_t anchor) {
     const int64_t B = run.B;
     const GenerateOptions& opt = run.opt;
     GenerateStats& st = run.res.stats;
-    DeviceTensor logits(run.be, {B, run.V}, DType::f32);
-    DeviceTensor draft_logits(run.be, {B - 1, run.V}, DType::f32);
-    DeviceTensor verify_features(run.be, {B, prompt_features.dim(1)}, run.be.compute_dtype());
+    DrafterSession& dft = *ss.dft;
+    const Tensor logits = ss.logits.view(), draft_logits = ss.draft_logits.view();
+    const Tensor verify_features = ss.verify_features.view();
     Tensor pending = prompt_features;
     std::vector<int32_t> block(B);
     std::vector<int32_t> drafts(B - 1), target_argmax(B);
@@ -184,7 +214,7 @@ void decode_speculative(Decode& run, DrafterSession& dft, const Tensor& prompt_f
         st.verify_s += seconds_since(t1);
         const int64_t a = v.accepted;
         run.tgt.crop(start + a + 1);  // anchor + accepted drafts stay; the next anchor is `next`
-        pending = verify_features.view().rows(0, a + 1);
+        pending = verify_features.rows(0, a + 1);
         st.steps += 1;
         st.accept_hist[a + 1] += 1;
         std::vector<int32_t> committed(drafts.begin(), drafts.begin() + a);
@@ -212,6 +242,24 @@ double GenerateStats::tau() const {
     return steps > 0 ? static_cast<double>(new_tokens - 1) / static_cast<double>(steps) : 0.0;
 }
 
+SpeculativeEngine::~SpeculativeEngine() = default;
+SpeculativeEngine::SpeculativeEngine(SpeculativeEngine&&) noexcept = default;
+
+SpeculativeEngine::Sessions& SpeculativeEngine::sessions(int64_t capacity, int64_t B) {
+    // Prefills longer than this run in pieces (each piece's activations fit one workspace).
+    constexpr int64_t kPrefillRows = 512;
+    // Capacities grow in steps, so prompts of similar lengths share sessions (and graphs).
+    constexpr int64_t kCapacityStep = 256;
+    if (!kept_ || kept_->capacity < capacity || kept_->B != B) {
+        kept_.reset();  // its memory goes before the new sessions take theirs
+        const int64_t cap = (capacity + kCapacityStep - 1) / kCapacityStep * kCapacityStep;
+        kept_ = std::make_unique<Sessions>(target_, drafter_, be_, cap, B, kPrefillRows);
+    }
+    kept_->tgt.crop(0);
+    if (kept_->dft) kept_->dft->crop(0);
+    return *kept_;
+}
+
 SpeculativeEngine::SpeculativeEngine(const TargetModel& target, const DrafterModel* drafter,
                                      Backend& be)
     : target_(target), drafter_(drafter), be_(be) {
@@ -228,8 +276,7 @@ SpeculativeEngine::SpeculativeEngine(const TargetModel& target, const DrafterMod
 }
 
 GenerateResult SpeculativeEngine::generate(std::span<const int32_t> prompt,
-                                           const GenerateOptions& opt,
-                                           const TokenSink& sink) const {
+                                           const GenerateOptions& opt, const TokenSink& sink) {
     const int64_t P = static_cast<int64_t>(prompt.size());
     const int64_t V = target_.config().vocab_size;
     DF_CHECK(P > 0, "the prompt is empty: at least one token is needed to start decoding");
@@ -252,33 +299,25 @@ GenerateResult SpeculativeEngine::generate(std::span<const int32_t> prompt,
     const int64_t budget = std::min(opt.max_new_tokens, max_ctx - P);
     GenerateOptions budgeted = opt;
     budgeted.max_new_tokens = budget;
-    const int64_t capacity = P + budget + B;
-    const std::vector<int64_t> capture =
-        drafter_ ? drafter_->config().target_layer_ids : std::vector<int64_t>{};
-    // Prefills longer than this run in pieces (each piece's activations fit one workspace).
-    constexpr int64_t kPrefillRows = 512;
-    TargetSession tgt(target_, be_, capacity, capture, std::max(kPrefillRows, B));
+    Sessions& ss = sessions(P + budget + B, B);
+    TargetSession& tgt = ss.tgt;
     const int64_t KD = drafter_ ? drafter_->feature_dim() : 0;
     Rng rng(opt.seed);
-    Picker pick(be_, std::max<int64_t>(B, 1), V);
-    Decode run{opt, budgeted, sink, tgt, be_, pick, rng, res, B, V};
+    Decode run{opt, budgeted, sink, tgt, be_, ss.pick, rng, res, B, V};
 
     const auto t_prefill = Clock::now();
     DeviceTensor prompt_features;
     if (drafter_) prompt_features = DeviceTensor(be_, {P, KD}, be_.compute_dtype());
-    DeviceTensor prompt_last(be_, {1, V}, DType::f32);
-    tgt.forward(prompt, prompt_last, prompt_features);
-    const int32_t anchor = pick.sample(prompt_last, opt.sampling, rng);
+    const Tensor first_logits = ss.logits.view().rows(0, 1);
+    tgt.forward(prompt, first_logits, prompt_features);
+    const int32_t anchor = ss.pick.sample(first_logits, opt.sampling, rng);
     st.prefill_s = seconds_since(t_prefill);
     const auto t_decode = Clock::now();
     if (run.commit(std::span(&anchor, 1))) {
-        if (drafter_) {
-            DrafterSession dft(*drafter_, be_, target_.embed(), target_.lm_head(), capacity, B,
-                               kPrefillRows);
-            decode_speculative(run, dft, prompt_features, anchor);
-        } else {
-            decode_plain(run, anchor);
-        }
+        if (drafter_)
+            decode_speculative(run, ss, prompt_features, anchor);
+        else
+            decode_plain(run, first_logits, anchor);
     }
     st.decode_s = seconds_since(t_decode);
     st.new_tokens = static_cast<int64_t>(res.tokens.size());

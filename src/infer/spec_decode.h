@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -55,14 +56,25 @@ class SpeculativeEngine {
   public:
     // drafter == nullptr: plain decoding with the same engine.
     SpeculativeEngine(const TargetModel& target, const DrafterModel* drafter, Backend& be);
+    ~SpeculativeEngine();
+    SpeculativeEngine(SpeculativeEngine&&) noexcept;
+    // Not const: the engine keeps its sessions and step buffers between calls while they fit, so
+    // the steps a CUDA backend recorded for one prompt are replayed for the next.
     GenerateResult generate(std::span<const int32_t> prompt, const GenerateOptions& opt,
-                            const TokenSink& sink = {}) const;
+                            const TokenSink& sink = {});
     Backend& backend() const { return be_; }
 
+    struct Sessions;  // spec_decode.cpp
+
   private:
+    // Sessions for `capacity` positions and block size B (made anew when the kept ones are
+    // too small or differently shaped).
+    Sessions& sessions(int64_t capacity, int64_t B);
+
     const TargetModel& target_;
     const DrafterModel* drafter_;
     Backend& be_;
+    std::unique_ptr<Sessions> kept_;
 };
 
 }  // namespace dflash

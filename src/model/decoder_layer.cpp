@@ -216,33 +216,34 @@ void layer_backward(const LayerContext& lc, const LayerWeights& w, const LayerWe
 
 namespace {
 
-// K/V of rows `in` [n, D] (already normed for a layer's own tokens) into cache rows [row0, row0+n).
+// K/V of rows `in` [n, D] (already normed for a layer's own tokens) into cache rows
+// [row0[0], row0[0]+n): computed into temporaries, then placed at the device-held row.
 void write_kv(const LayerContext& lc, const LayerWeights& w, const Tensor& in, const Tensor& pos,
-              LayerKvCache& cache, int64_t row0) {
+              LayerKvCache& cache, const Tensor& row0) {
     const LayerDims& d = lc.dims;
     Backend& be = lc.be;
-    const int64_t n = in.dim(0), end = row0 + n;
-    DF_CHECK(end <= cache.k.dim(0),
-             "KV cache overflow: {} rows needed but the cache holds {} (raise the context size)",
-             end, cache.k.dim(0));
+    const int64_t n = in.dim(0);
     const Tensor k_lin = lc.ws.take({n, d.Hkv * d.Dh}, be.compute_dtype());
     linear(be, in, w.wk, w.bk, k_lin);
-    norm_and_rope(lc, k_lin, w.k_norm, lc.ws.take({n * d.Hkv}, DType::f32), pos,
-                  cache.k.view().rows(row0, end));
-    linear(be, in, w.wv, w.bv, cache.v.view().rows(row0, end).reshape({n, d.Hkv * d.Dh}));
+    const Tensor k = lc.ws.take({n, d.Hkv, d.Dh}, be.compute_dtype());
+    norm_and_rope(lc, k_lin, w.k_norm, lc.ws.take({n * d.Hkv}, DType::f32), pos, k);
+    be.write_rows(cache.k.view(), row0, k);
+    const Tensor v = lc.ws.take({n, d.Hkv, d.Dh}, be.compute_dtype());
+    linear(be, in, w.wv, w.bv, v.reshape({n, d.Hkv * d.Dh}));
+    be.write_rows(cache.v.view(), row0, v);
 }
 
 }  // namespace
 
 void layer_append_context(const LayerContext& lc, const LayerWeights& w, const Tensor& ctx,
-                          const Tensor& pos, LayerKvCache& cache, int64_t cache_len) {
+                          const Tensor& pos, LayerKvCache& cache, const Tensor& row0) {
     const Workspace::Mark mark = lc.ws.mark();
-    write_kv(lc, w, ctx, pos, cache, cache_len);
+    write_kv(lc, w, ctx, pos, cache, row0);
     lc.ws.release(mark);
 }
 
 void layer_forward_cached(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
-                          const Tensor& pos, LayerKvCache& cache, int64_t cache_len,
+                          const Tensor& pos, LayerKvCache& cache, const Tensor& row0,
                           const Tensor& kv_len, AttnMaskKind kind, const Tensor& out) {
     const LayerDims& d = lc.dims;
     Backend& be = lc.be;
@@ -257,7 +258,7 @@ void layer_forward_cached(const LayerContext& lc, const LayerWeights& w, const T
     Tensor q = buf({Sq, d.H, d.Dh});
     linear(be, h, w.wq, w.bq, q_lin);
     norm_and_rope(lc, q_lin, w.q_norm, f32({Sq * d.H}), pos, q);
-    write_kv(lc, w, h, pos, cache, cache_len);
+    write_kv(lc, w, h, pos, cache, row0);
     Tensor attn = buf({Sq, d.H * d.Dh});
     be.attention_fwd(q, cache.k.view(), cache.v.view(), AttnMask::over_cache(kind, kv_len),
                      attn.reshape({Sq, d.H, d.Dh}), Tensor());

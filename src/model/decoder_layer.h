@@ -95,18 +95,21 @@ struct LayerKvCache {
     DeviceTensor v;  // [capacity, Hkv, Dh]
 };
 
-// Drafter context ("KV injection" at inference): K/V of the context rows ctx [T, D] (k_proj,
-// k_norm, RoPE at positions pos i32 [T]; v_proj) written at cache rows cache_len..cache_len+T-1.
-void layer_append_context(const LayerContext& lc, const LayerWeights& w, const Tensor& ctx,
-                          const Tensor& pos, LayerKvCache& cache, int64_t cache_len);
+// Cache positions live in device memory (i32 [1] tensors), so a decode step is the same step at
+// every position and one captured graph serves them all; the caller checks the capacity.
 
-// Inference forward over a cache holding `cache_len` rows: K/V of norm(x) are written at rows
-// cache_len .. cache_len+Sq-1 (positions pos i32 [Sq]), then x's queries attend over the cache with
-// `kind` (causal: query i sits at row cache_len+i; full: every row). kv_len (i32 [1] on the
-// device) must hold cache_len+Sq: attention reads the length from there. The caller advances or
-// crops its length. out may alias x. Temporaries come from lc.ws and are given back.
+// Drafter context ("KV injection" at inference): K/V of the context rows ctx [T, D] (k_proj,
+// k_norm, RoPE at positions pos i32 [T]; v_proj) written at cache rows row0[0]..row0[0]+T-1.
+void layer_append_context(const LayerContext& lc, const LayerWeights& w, const Tensor& ctx,
+                          const Tensor& pos, LayerKvCache& cache, const Tensor& row0);
+
+// Inference forward over a cache: K/V of norm(x) are written at rows row0[0] .. row0[0]+Sq-1
+// (positions pos i32 [Sq]), then x's queries attend over the cache's first kv_len[0] rows with
+// `kind` (causal: query i sits at row kv_len[0]-Sq+i; full: every row). row0 and kv_len are i32
+// [1] on the device. The caller advances or crops its length. out may alias x. Temporaries come
+// from lc.ws and are given back.
 void layer_forward_cached(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
-                          const Tensor& pos, LayerKvCache& cache, int64_t cache_len,
+                          const Tensor& pos, LayerKvCache& cache, const Tensor& row0,
                           const Tensor& kv_len, AttnMaskKind kind, const Tensor& out);
 
 }  // namespace dflash

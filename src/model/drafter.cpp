@@ -171,15 +171,19 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const Tensor& embed,
     DF_ASSERT(loss_mask.size() == tokens.size());
     const int64_t S = static_cast<int64_t>(tokens.size()), D = dims_.D, B = cfg_.block_size;
     const int64_t N = static_cast<int64_t>(anchors.size()), R = N * B;
-    // Labels and weights are staged with the forward's inputs: one upload per micro-batch.
+    // Labels and weights are staged with the forward's inputs: one upload per micro-batch. The
+    // gradient's weights carry grad_scale, so the step's device work is the same every step
+    // (a recorded step replays it; Backend::run_step).
     Workspace::Staged labels = ws.input({R}, DType::i32);
     Workspace::Staged weights = ws.input({R}, DType::f32);
+    Workspace::Staged grad_weights = ws.input({R}, DType::f32);
     for (int64_t j = 0; j < N; ++j) {
         for (int64_t k = 0; k < B; ++k) {
             const int64_t r = j * B + k, p = anchors[j] + k;
             const float w = block_row_weight(anchors[j], k, loss_mask, gamma);
             labels.host.i32()[r] = w > 0.0f ? tokens[p] : -1;
             weights.host.f32()[r] = w;
+            grad_weights.host.f32()[r] = w * grad_scale;
         }
     }
     BlockForward f;
@@ -193,7 +197,9 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const Tensor& embed,
     out.argmax = ws.take({R}, DType::i32);
     out.workspace = ws.take({be.lm_head_ce_workspace(R, D, lm_head.dim(0), chunk)}, DType::f32);
     if (grads) out.dh = ws.take({R, D}, act);
-    be.lm_head_ce(f.hf, lm_head, labels.device, weights.device, grad_scale, chunk, out);
+    // Without gradients (evaluation) the rows' weights only select rows: the raw ones do.
+    be.lm_head_ce(f.hf, lm_head, labels.device, grads ? grad_weights.device : weights.device, 1.0f,
+                  chunk, out);
     be.loss_stats(out.loss_rows, out.argmax, labels.device, weights.device, B, stats);
     if (!grads) return;
 
@@ -226,6 +232,7 @@ DrafterSession::DrafterSession(const DrafterModel& model, Backend& be, const Ten
                                int64_t max_new_rows)
     : model_(model),
       be_(be),
+      owner_(be),
       embed_(embed),
       lm_head_(lm_head),
       capacity_(capacity),
@@ -274,35 +281,45 @@ void DrafterSession::run(Backend& be, Workspace& ws, const Tensor& new_features,
     Workspace::Staged ctx_pos = ws.input({std::max<int64_t>(T, 1)}, DType::i32);
     Workspace::Staged ids = ws.input({std::max<int64_t>(B, 1)}, DType::i32);
     Workspace::Staged q_pos = ws.input({std::max<int64_t>(B, 1)}, DType::i32);
-    Workspace::Staged kv_len = ws.input({1}, DType::i32);
+    // [first context row, first block row, cache length with the block]: read on the device.
+    Workspace::Staged rows = ws.input({3}, DType::i32);
     for (int64_t i = 0; i < T; ++i) ctx_pos.host.i32()[i] = static_cast<int32_t>(start + i);
     for (int64_t k = 0; k < B; ++k) {
         ids.host.i32()[k] = k == 0 ? anchor : static_cast<int32_t>(model_.config().mask_token_id);
         q_pos.host.i32()[k] = static_cast<int32_t>(start + T + k);
     }
-    kv_len.host.i32()[0] = static_cast<int32_t>(start + T + B);
+    rows.host.i32()[0] = static_cast<int32_t>(start);
+    rows.host.i32()[1] = static_cast<int32_t>(start + T);
+    rows.host.i32()[2] = static_cast<int32_t>(start + T + B);
     ws.send_inputs();
-    const LayerContext lc{be, ws, model_.dims(), model_.inv_freq()};
-    const DType act = be.compute_dtype();
-    if (T > 0) {
-        Tensor ctx = ws.take({T, D}, act);
-        model_.project_context(be, new_features, ctx, Tensor(), Tensor());
-        const Tensor pos = ctx_pos.device.rows(0, T);
+    const Tensor ctx_row0 = rows.device.rows(0, 1), block_row0 = rows.device.rows(1, 2),
+                 kv_len = rows.device.rows(2, 3);
+    const StepKey key{
+        owner_.id(), "drafter.draft", {T, B, address_of(new_features), address_of(logits)}};
+    be.run_step(key, [&] {
+        const LayerContext lc{be, ws, model_.dims(), model_.inv_freq()};
+        const DType act = be.compute_dtype();
+        if (T > 0) {
+            Tensor ctx = ws.take({T, D}, act);
+            model_.project_context(be, new_features, ctx, Tensor(), Tensor());
+            const Tensor pos = ctx_pos.device.rows(0, T);
+            for (size_t l = 0; l < cache_.size(); ++l)
+                layer_append_context(lc, model_.layer(static_cast<int64_t>(l)), ctx, pos, cache_[l],
+                                     ctx_row0);
+        }
+        if (B == 0) return;
+        Tensor x = ws.take({B, D}, act);
+        be.embedding_fwd(embed_, ids.device.rows(0, B), x);
+        // The block's K/V go after the context and are simply overwritten by the next draft.
         for (size_t l = 0; l < cache_.size(); ++l)
-            layer_append_context(lc, model_.layer(static_cast<int64_t>(l)), ctx, pos, cache_[l],
-                                 start);
-    }
-    if (B == 0) return;
-    Tensor x = ws.take({B, D}, act);
-    be.embedding_fwd(embed_, ids.device.rows(0, B), x);
-    // The block's K/V go after the context and are simply overwritten by the next draft.
-    for (size_t l = 0; l < cache_.size(); ++l)
-        layer_forward_cached(lc, model_.layer(static_cast<int64_t>(l)), x, q_pos.device.rows(0, B),
-                             cache_[l], start + T, kv_len.device, AttnMaskKind::full, x);
-    Tensor h = ws.take({B - 1, D}, act);
-    be.rmsnorm_fwd(x.rows(1, B), model_.params().value("norm.weight"), model_.dims().eps, h,
-                   Tensor());
-    be.gemm(h, false, lm_head_, true, logits);
+            layer_forward_cached(lc, model_.layer(static_cast<int64_t>(l)), x,
+                                 q_pos.device.rows(0, B), cache_[l], block_row0, kv_len,
+                                 AttnMaskKind::full, x);
+        Tensor h = ws.take({B - 1, D}, act);
+        be.rmsnorm_fwd(x.rows(1, B), model_.params().value("norm.weight"), model_.dims().eps, h,
+                       Tensor());
+        be.gemm(h, false, lm_head_, true, logits);
+    });
 }
 
 void DrafterSession::crop(int64_t len) {

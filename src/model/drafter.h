@@ -108,6 +108,7 @@ class DrafterSession {
 
     const DrafterModel& model_;
     Backend& be_;
+    StepOwner owner_;         // this session's recorded steps (its caches and workspace stay put)
     Tensor embed_, lm_head_;  // [V, D], [V, D]: the target's, frozen
     int64_t capacity_;
     int64_t max_block_;

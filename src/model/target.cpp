@@ -121,10 +121,13 @@ void TargetModel::train_step(Backend& be, Workspace& ws, std::span<const int32_t
     // Row t predicts token t+1; the last row has no label.
     Workspace::Staged labels = ws.input({S}, DType::i32);
     Workspace::Staged weights = ws.input({S}, DType::f32);
+    // The gradient's weights carry grad_scale: the device work is the same every step.
+    Workspace::Staged grad_weights = ws.input({S}, DType::f32);
     for (int64_t t = 0; t < S; ++t) {
         const bool valid = t + 1 < S && loss_mask[t + 1];
         labels.host.i32()[t] = valid ? tokens[t + 1] : -1;
         weights.host.f32()[t] = valid ? 1.0f : 0.0f;
+        grad_weights.host.f32()[t] = valid ? grad_scale : 0.0f;
     }
     ws.send_inputs();
     const DType act = be.compute_dtype();
@@ -153,7 +156,9 @@ void TargetModel::train_step(Backend& be, Workspace& ws, std::span<const int32_t
         out.dw = cfg_.tie_word_embeddings ? params_.grad("model.embed_tokens.weight")
                                           : params_.grad("lm_head.weight");
     }
-    be.lm_head_ce(hf, lm_head(), labels.device, weights.device, grad_scale, chunk, out);
+    // Without gradients (evaluation) the rows' weights only select rows: the raw ones do.
+    be.lm_head_ce(hf, lm_head(), labels.device, grads ? grad_weights.device : weights.device, 1.0f,
+                  chunk, out);
     be.loss_stats(out.loss_rows, out.argmax, labels.device, weights.device, 1, stats);
     if (!grads) return;
 
@@ -172,6 +177,7 @@ TargetSession::TargetSession(const TargetModel& model, Backend& be, int64_t capa
                              std::vector<int64_t> capture, int64_t max_rows)
     : model_(model),
       be_(be),
+      owner_(be),
       capacity_(capacity),
       capture_(std::move(capture)),
       max_rows_(std::max<int64_t>(1, std::min(max_rows, capacity))) {
@@ -222,26 +228,36 @@ void TargetSession::run_piece(Backend& be, Workspace& ws, std::span<const int32_
                               int64_t start, const Tensor& logits, const Tensor& features) {
     const int64_t n = static_cast<int64_t>(tokens.size()), D = model_.dims().D;
     const TokenInputs in = stage_tokens(ws, tokens, start);
-    Workspace::Staged kv_len = ws.input({1}, DType::i32);
-    kv_len.host.i32()[0] = static_cast<int32_t>(start + n);
+    // [first cache row written, cache length after the piece]: read on the device.
+    Workspace::Staged rows = ws.input({2}, DType::i32);
+    rows.host.i32()[0] = static_cast<int32_t>(start);
+    rows.host.i32()[1] = static_cast<int32_t>(start + n);
     ws.send_inputs();
-    Tensor x = ws.take({n, D}, be.compute_dtype());
-    be.embedding_fwd(model_.embed(), in.ids, x);
-    const LayerContext lc{be, ws, model_.dims(), model_.inv_freq()};
-    for (int64_t l = 0; l < model_.config().num_hidden_layers; ++l) {
-        layer_forward_cached(lc, model_.layer(l), x, in.pos, cache_[l], start, kv_len.device,
-                             AttnMaskKind::causal, x);
-        for (size_t c = 0; c < capture_.size(); ++c)
-            if (capture_[c] == l && !features.empty())
-                be.copy_columns(features, static_cast<int64_t>(c) * D, x);
-    }
-    if (!logits.empty()) {
-        const int64_t nl = logits.dim(0);
-        Tensor h = ws.take({nl, D}, be.compute_dtype());
-        be.rmsnorm_fwd(x.rows(n - nl, n), model_.params().value("model.norm.weight"),
-                       model_.dims().eps, h, Tensor());
-        be.gemm(h, false, model_.lm_head(), true, logits);
-    }
+    const Tensor row0 = rows.device.rows(0, 1), kv_len = rows.device.rows(1, 2);
+    // Everything below reads its positions from device memory: one step per piece shape.
+    const StepKey key{
+        owner_.id(),
+        "target.forward",
+        {n, logits.empty() ? 0 : logits.dim(0), address_of(logits), address_of(features)}};
+    be.run_step(key, [&] {
+        Tensor x = ws.take({n, D}, be.compute_dtype());
+        be.embedding_fwd(model_.embed(), in.ids, x);
+        const LayerContext lc{be, ws, model_.dims(), model_.inv_freq()};
+        for (int64_t l = 0; l < model_.config().num_hidden_layers; ++l) {
+            layer_forward_cached(lc, model_.layer(l), x, in.pos, cache_[l], row0, kv_len,
+                                 AttnMaskKind::causal, x);
+            for (size_t c = 0; c < capture_.size(); ++c)
+                if (capture_[c] == l && !features.empty())
+                    be.copy_columns(features, static_cast<int64_t>(c) * D, x);
+        }
+        if (!logits.empty()) {
+            const int64_t nl = logits.dim(0);
+            Tensor h = ws.take({nl, D}, be.compute_dtype());
+            be.rmsnorm_fwd(x.rows(n - nl, n), model_.params().value("model.norm.weight"),
+                           model_.dims().eps, h, Tensor());
+            be.gemm(h, false, model_.lm_head(), true, logits);
+        }
+    });
 }
 
 void TargetSession::crop(int64_t len) {

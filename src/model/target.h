@@ -86,6 +86,7 @@ class TargetSession {
 
     const TargetModel& model_;
     Backend& be_;
+    StepOwner owner_;  // this session's recorded steps (its caches and workspace stay put)
     int64_t capacity_;
     std::vector<int64_t> capture_;
     int64_t max_rows_;

@@ -82,12 +82,13 @@ class DrafterTask : public WorkerTask {
              const Tensor& stats) override {
         const auto S = static_cast<int64_t>(mb.seq.tokens.size());
         // The features stay while the drafter runs; the target's own activations are given back
-        // before the drafter takes its memory.
+        // before the drafter takes its memory (its staged inputs keep their place: the step may
+        // be recorded).
         Tensor features = ws.take({S, drafter_.feature_dim()}, be.compute_dtype());
         const Workspace::Mark m = ws.mark();
         target_->forward(be, ws, mb.seq.tokens, drafter_.config().target_layer_ids, features,
                          Tensor());
-        ws.release(m);
+        ws.release_scratch(m);
         drafter_.train_step(be, ws, target_->embed(), target_->lm_head(), features, mb.seq.tokens,
                             mb.seq.loss_mask, mb.anchors, opt_.gamma, grad_scale, opt_.ce_chunk,
                             stats);
@@ -105,7 +106,7 @@ class DrafterTask : public WorkerTask {
         // training state stays untouched whatever the engine does with its model.
         if (!eval_model_) eval_model_.emplace(be, drafter_.config());
         eval_model_->params().copy_from(drafter_.params());
-        const SpeculativeEngine engine(*target_, &*eval_model_, be);
+        SpeculativeEngine engine(*target_, &*eval_model_, be);
         DecodeEval d;
         d.accept_hist.assign(static_cast<size_t>(drafter_.block_size() + 1), 0);
         for (const Prompt& p : decode_->prompts) {

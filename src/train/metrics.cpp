@@ -50,6 +50,7 @@ nlohmann::json record_json(const StepRecord& r) {
     j["grad_norm"] = r.grad_norm;
     j["tokens_per_s"] = r.tokens_per_s;
     j["elapsed_s"] = r.elapsed_s;
+    if (r.graphs) j["graphs"] = r.graphs->to_json();
     return j;
 }
 

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/step_graph.h"
+
 namespace dflash::train {
 
 // Greedy speculative decoding of the held-out prompts with the weights of one evaluation: what
@@ -47,6 +49,8 @@ struct StepRecord {
     // mean nothing; decode is set when held-out prompts were decoded (worker 0 only).
     bool has_loss = true;
     std::optional<DecodeEval> decode;
+    // Training steps on a device with a graph cache: worker 0's counters so far.
+    std::optional<GraphStats> graphs;
 };
 
 // Expected acceptance length if block position k were accepted independently with probability

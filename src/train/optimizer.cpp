@@ -1,6 +1,8 @@
 // AdamW and the gradient norm. Tested by tests/train/optimizer_test.cpp.
 #include "train/optimizer.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace dflash::train {
@@ -12,20 +14,45 @@ AdamW::AdamW(const ParamSet& params, AdamWConfig cfg) : cfg_(cfg) {
     DF_ASSERT(params.training(), "AdamW needs a training ParamSet");
     m_ = DeviceTensor(params.backend(), {params.numel()}, DType::f32);
     v_ = DeviceTensor(params.backend(), {params.numel()}, DType::f32);
+    scalars_ = DeviceTensor(params.backend(), {3}, DType::f32);
+    scalars_host_ = params.backend().allocate_host(3 * sizeof(float));
 }
 
 void AdamW::step(Backend& be, ParamSet& params, double lr, const Tensor& grad_scale) {
-    DF_ASSERT(params.numel() == m_.numel(), "optimizer built for {} elements, got {}", m_.numel(),
-              params.numel());
-    DF_ASSERT(params.training(), "AdamW needs gradients");
+    begin_step(be, lr);
+    apply(be, params, grad_scale);
+}
+
+void AdamW::begin_step(Backend& be, double lr) {
     ++steps_;
     AdamWParams p;
     p.lr = static_cast<float>(lr);
     p.beta1 = static_cast<float>(cfg_.beta1);
     p.beta2 = static_cast<float>(cfg_.beta2);
-    p.eps = static_cast<float>(cfg_.eps);
     p.weight_decay = static_cast<float>(cfg_.weight_decay);
     p.step = steps_;
+    const AdamWStepScalars s = adamw_step_scalars(p);
+    // The previous step's scalars must have left the staging memory (free within a training
+    // step, which ends with a download of its statistics).
+    be.synchronize();
+    auto* host = static_cast<float*>(scalars_host_.data());
+    host[0] = s.decay;
+    host[1] = s.step_size;
+    host[2] = s.bc2_sqrt;
+    be.upload(scalars_, Tensor(host, DType::f32, {3}));
+}
+
+void AdamW::apply(Backend& be, ParamSet& params, const Tensor& grad_scale) {
+    DF_ASSERT(params.numel() == m_.numel(), "optimizer built for {} elements, got {}", m_.numel(),
+              params.numel());
+    DF_ASSERT(params.training(), "AdamW needs gradients");
+    AdamWParams p;
+    p.beta1 = static_cast<float>(cfg_.beta1);
+    p.beta2 = static_cast<float>(cfg_.beta2);
+    p.eps = static_cast<float>(cfg_.eps);
+    p.weight_decay = static_cast<float>(cfg_.weight_decay);
+    p.step = std::max<int64_t>(steps_, 1);
+    p.scalars = scalars_.view();
     const Tensor master = params.flat_master();
     const Tensor values = params.flat_values();
     // On an f32 backend the values are the masters: no second copy to write.

@@ -29,6 +29,12 @@ class AdamW {
     // advances by one. The compute copy of the weights is refreshed in the same pass.
     void step(Backend& be, ParamSet& params, double lr, const Tensor& grad_scale);
 
+    // The same in two halves, for a recorded step (Backend::run_step): begin_step advances the
+    // step count and sends this step's scalars (from lr) to the device, outside the recorded
+    // part; apply queues the update, which reads them there.
+    void begin_step(Backend& be, double lr);
+    void apply(Backend& be, ParamSet& params, const Tensor& grad_scale);
+
     int64_t steps_done() const { return steps_; }
     void set_steps_done(int64_t n) { steps_ = n; }
     const AdamWConfig& config() const { return cfg_; }
@@ -41,6 +47,8 @@ class AdamW {
     int64_t steps_ = 0;
     DeviceTensor m_;
     DeviceTensor v_;
+    DeviceTensor scalars_;  // f32 [3]: adamw_step_scalars of the current step
+    Buffer scalars_host_;   // their staging memory (pinned on CUDA)
 };
 
 // norm_sq (f32 [1] on the device) = sum of squares of every gradient; the global norm is its root.

@@ -37,6 +37,7 @@ struct LoopOptions {
     int workers = 1;
     DeviceKind backend = DeviceKind::cpu;
     int threads = 1;  // per worker (CPU backend)
+    GraphOptions graphs;
     int64_t batch = 1;
     int64_t accumulation = 1;
     double grad_clip = 0;
@@ -59,6 +60,7 @@ LoopOptions read_options(const config::Settings& s) {
     const auto cores = static_cast<int64_t>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
     o.threads = static_cast<int>(threads > 0 ? threads : std::max<int64_t>(1, cores / o.workers));
     o.backend = resolve_backend(s.get<std::string>("runtime.backend"), o.workers);
+    o.graphs = graph_options_from_settings(s);
     o.batch = s.get<int64_t>("train.batch_size");
     o.accumulation = s.get<int64_t>("train.accumulation");
     o.grad_clip = s.get<double>("train.grad_clip");
@@ -172,6 +174,7 @@ class Worker {
     Communicator& comm_;
     int rank_;
     std::unique_ptr<Backend> be_;
+    std::optional<StepOwner> step_owner_;  // the worker's recorded steps
     std::unique_ptr<WorkerTask> task_;
     std::unique_ptr<PackedLoader> loader_;
     std::unique_ptr<AdamW> opt_;
@@ -189,7 +192,10 @@ class Worker {
 };
 
 void Worker::setup() {
-    be_ = make_backend(sh_.opt.backend, rank_, sh_.opt.threads);
+    GraphOptions graphs = sh_.opt.graphs;
+    graphs.warn = [this](const std::string& m) { sh_.log.warn("{}", m); };
+    be_ = make_backend(sh_.opt.backend, rank_, sh_.opt.threads, graphs);
+    step_owner_.emplace(*be_);
     task_ = sh_.spec.make_task(rank_, *be_);
     DF_ASSERT(task_->params().training(), "a training replica needs gradients");
     loader_ = std::make_unique<PackedLoader>(*sh_.spec.train_data,
@@ -216,7 +222,15 @@ void Worker::setup() {
 
 void Worker::run_batch(const MicroBatch& mb, float grad_scale, const Tensor& stats) {
     ws_.reset();
-    task_->run(*be_, ws_, mb, grad_scale, stats);
+    ws_.settle_inputs();
+    // One recorded step per micro-batch shape: everything else it reads is staged (tokens,
+    // anchors, the gradient weights that carry grad_scale) or fixed for the run. Evaluation
+    // (no gradients) is a step of its own.
+    const StepKey key{step_owner_->id(),
+                      task_->params().has_grads() ? "train.microbatch" : "eval.microbatch",
+                      {static_cast<int64_t>(mb.seq.tokens.size()),
+                       static_cast<int64_t>(mb.anchors.size()), address_of(stats)}};
+    be_->run_step(key, [&] { task_->run(*be_, ws_, mb, grad_scale, stats); });
 }
 
 TaskStats Worker::stats_from(const float* s) const {
@@ -251,6 +265,8 @@ void Worker::run() {
         }
     }
     if (rank_ == 0 && sh_.tty && sh_.spec.hooks.progress) std::fputs("\n", stdout);
+    if (const GraphStats gs = be_->graph_stats(); gs.enabled)
+        sh_.log.info("{} {}", be_->name(), gs.summary());
 }
 
 bool Worker::train_step(int64_t step) {
@@ -278,16 +294,21 @@ bool Worker::train_step(int64_t step) {
                  clip = out.rows(S + 1, S + 2);
     be_->fill(out, 0.0f);
     const float scale = w > 0 ? static_cast<float>(1.0 / w) : 0.0f;
+    // The update's learning rate and bias corrections go to the device first (the previous step
+    // ended with a download, so this waits for nothing).
+    const double lr = sched_->lr(step);
+    if (w > 0) opt_->begin_step(*be_, lr);
     for (const MicroBatch& mb : mbs)
         if (mb.weight > 0) run_batch(mb, scale, stats);
     all_reduce_grads();
     // Norm, clipping factor and update stay on the device; the host learns them with the stats.
-    grad_norm_sq(*be_, params, norm_sq);
-    be_->clip_scale(norm_sq, static_cast<float>(o.grad_clip), clip);
-    const double lr = sched_->lr(step);
-    if (w > 0)
-        opt_->step(*be_, params, lr, clip);
-    else if (rank_ == 0)
+    // One recorded step: the learning rate and bias corrections are read from device memory.
+    be_->run_step(StepKey{step_owner_->id(), w > 0 ? "train.update" : "train.norm", {}}, [&] {
+        grad_norm_sq(*be_, params, norm_sq);
+        be_->clip_scale(norm_sq, static_cast<float>(o.grad_clip), clip);
+        if (w > 0) opt_->apply(*be_, params, clip);
+    });
+    if (w <= 0 && rank_ == 0)
         sh_.log.warn("step {}: no token carries loss weight; update skipped", step);
     be_->download(step_host_.view(), out);
 
@@ -324,6 +345,7 @@ bool Worker::train_step(int64_t step) {
     r.grad_norm = norm;
     r.tokens_per_s = secs > 0 ? g.tokens / secs : 0;
     r.elapsed_s = elapsed();
+    if (const GraphStats gs = be_->graph_stats(); gs.enabled) r.graphs = gs;
     r.eta_s = step_seconds_ / static_cast<double>(step - start_step_) *
               static_cast<double>(sh_.total_steps - step);
     report(r);

@@ -30,17 +30,7 @@ namespace {
         if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"; \
     } while (0)
 
-// The CUDA attention kernels take head dims 64 and 128: the smallest such Qwen3 target.
-TargetConfig gpu_target_config(int64_t vocab, int64_t layers = 3) {
-    TargetConfig c = test::tiny_target_config(true, layers);
-    c.hidden_size = 96;
-    c.intermediate_size = 160;
-    c.num_attention_heads = 2;
-    c.num_key_value_heads = 1;
-    c.head_dim = 64;
-    c.vocab_size = vocab;
-    return c;
-}
+using test::gpu_target_config;
 
 struct Pair {
     TargetModel target;

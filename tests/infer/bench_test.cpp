@@ -137,8 +137,8 @@ TEST(Bench, BaselineOfAnotherTargetIsCaughtAtTheFirstDifference) {
     const auto prompts = make_prompts(3, p.target.config().vocab_size);
     GenerateOptions opt;
     opt.max_new_tokens = 16;
-    const SpeculativeEngine wrong_baseline(other.target, nullptr, *be);
-    const SpeculativeEngine spec(p.target, &p.drafter, *be);
+    SpeculativeEngine wrong_baseline(other.target, nullptr, *be);
+    SpeculativeEngine spec(p.target, &p.drafter, *be);
     const BenchReport r = run_bench_engines(wrong_baseline, spec, prompts, opt, Logger());
     ASSERT_FALSE(r.lossless());
     ASSERT_EQ(r.mismatches.size(), 3u);  // two random targets agree on no whole output

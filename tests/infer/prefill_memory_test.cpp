@@ -28,7 +28,7 @@ TEST(PrefillMemory, LongPromptLargeVocabularyKeepsOnlyTheLastRowOfLogits) {
     std::vector<int32_t> prompt(kPrompt);
     Rng rng(4);
     for (auto& t : prompt) t = static_cast<int32_t>(rng.below(kVocab));
-    const SpeculativeEngine engine(target, nullptr, *be);
+    SpeculativeEngine engine(target, nullptr, *be);
     GenerateOptions o;
     o.max_new_tokens = 2;
     const double before = peak_rss_mb();

@@ -27,7 +27,7 @@ TEST(Regenerate, SamplesAreTargetContinuationsIndependentOfWorkers) {
     const auto three = regenerate_responses(t, prompts, o, Logger(), &st);
     ASSERT_EQ(one.size(), prompts.size());
     auto be = make_cpu_backend(1);
-    const SpeculativeEngine plain(t, nullptr, *be);
+    SpeculativeEngine plain(t, nullptr, *be);
     for (size_t i = 0; i < prompts.size(); ++i) {
         EXPECT_EQ(one[i].tokens, three[i].tokens);
         const auto r = plain.generate(prompts[i], o.generate);

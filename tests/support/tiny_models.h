@@ -41,6 +41,18 @@ inline TargetConfig tiny_target_config(bool qwen3 = true, int64_t layers = 3) {
     return c;
 }
 
+// The CUDA attention kernels take head dims 64 and 128: the smallest such Qwen3 target.
+inline TargetConfig gpu_target_config(int64_t vocab, int64_t layers = 3) {
+    TargetConfig c = tiny_target_config(true, layers);
+    c.hidden_size = 96;
+    c.intermediate_size = 160;
+    c.num_attention_heads = 2;
+    c.num_key_value_heads = 1;
+    c.head_dim = 64;
+    c.vocab_size = vocab;
+    return c;
+}
+
 inline DrafterConfig tiny_drafter_config(const TargetConfig& t, int64_t layers = 2,
                                          int64_t block = 4) {
     return make_drafter_config(t, layers, block, /*mask_token_id=*/t.vocab_size - 1,

@@ -122,7 +122,7 @@ TEST_F(EvalDecoding, RealTauReachesMetricsAndSummary) {
     const auto tok = load_tokenizer_for_model(*dir_ / "target");
     const auto prompts = read_prompts(*dir_ / "prompts.jsonl", tok.get(), 0);
     auto be = make_cpu_backend(1);
-    const SpeculativeEngine engine(target, &drafter, *be);
+    SpeculativeEngine engine(target, &drafter, *be);
     GenerateOptions opt;
     opt.max_new_tokens = 20;
     opt.stop_tokens = default_stop_tokens(target.config(), tok.get());

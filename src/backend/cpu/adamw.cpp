@@ -38,12 +38,14 @@ void adamw_step(const Exec& ex, const Tensor& master, const Tensor& grad, const 
         DF_CHECK(value.numel() == master.numel(), "adamw_step: value {} for master {}",
                  value.describe(), master.describe());
     }
-    const double t = static_cast<double>(p.step);
-    const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), t);
-    const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), t);
-    const float decay = static_cast<float>(1.0 - static_cast<double>(p.lr) * p.weight_decay);
-    const float step_size = static_cast<float>(static_cast<double>(p.lr) / bc1);
-    const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    AdamWStepScalars sc = adamw_step_scalars(p);
+    if (!p.scalars.empty()) {
+        check_cpu_f32(p.scalars, "adamw_step", "scalars");
+        DF_CHECK(p.scalars.numel() == 3, "adamw_step: scalars is {}, expected f32 [3]",
+                 p.scalars.describe());
+        sc = {p.scalars.f32()[0], p.scalars.f32()[1], p.scalars.f32()[2]};
+    }
+    const float decay = sc.decay, step_size = sc.step_size, bc2_sqrt = sc.bc2_sqrt;
     const float b1 = p.beta1, b2 = p.beta2, eps = p.eps;
     const float one_m_b1 = static_cast<float>(1.0 - p.beta1);
     const float one_m_b2 = static_cast<float>(1.0 - p.beta2);

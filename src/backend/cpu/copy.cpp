@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cpu {
 namespace {
@@ -84,6 +85,18 @@ void fill(const Exec& ex, const Tensor& t, float value) {
             });
             break;
     }
+}
+
+void write_rows(const Exec&, const Tensor& dst, const Tensor& row0, const Tensor& src) {
+    check_cpu(dst, "write_rows", "dst");
+    check_cpu(src, "write_rows", "src");
+    check_cpu(row0, "write_rows", "row0");
+    const size_t row_bytes = check_write_rows_args(dst, row0, src);
+    const int64_t r0 = row0.i32()[0];
+    const int64_t n = std::min(src.dim(0), std::max<int64_t>(0, dst.dim(0) - r0));
+    if (r0 < 0 || n <= 0) return;
+    std::memcpy(static_cast<char*>(dst.data()) + static_cast<size_t>(r0) * row_bytes, src.data(),
+                static_cast<size_t>(n) * row_bytes);
 }
 
 }  // namespace dflash::cpu

@@ -41,6 +41,9 @@ class CpuBackend final : public Backend {
         cpu::copy_columns(ex_, dst, col, src);
     }
     void fill(const Tensor& t, float value) override { cpu::fill(ex_, t, value); }
+    void write_rows(const Tensor& dst, const Tensor& row0, const Tensor& src) override {
+        cpu::write_rows(ex_, dst, row0, src);
+    }
     void synchronize() override {}
 
     void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, float alpha,

@@ -103,6 +103,7 @@ void clip_scale(const Exec& ex, const Tensor& norm_sq, float max_norm, const Ten
 void copy(const Exec& ex, const Tensor& dst, const Tensor& src);
 void copy_columns(const Exec& ex, const Tensor& dst, int64_t col, const Tensor& src);
 void fill(const Exec& ex, const Tensor& t, float value);
+void write_rows(const Exec& ex, const Tensor& dst, const Tensor& row0, const Tensor& src);
 
 // loss_stats.cpp
 void loss_stats(const Exec& ex, const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,

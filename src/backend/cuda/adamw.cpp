@@ -40,21 +40,24 @@ void adamw_step(const Exec& ex, const Tensor& master, const Tensor& grad, const 
         check_tensor(ex, value, DType::bf16, op, "value");
         check_numel(value, master, op, "value", "master");
     }
+    if (!p.scalars.empty()) {
+        check_tensor(ex, p.scalars, DType::f32, op, "scalars");
+        DF_CHECK(p.scalars.numel() == 3, "adamw_step: scalars is {}, expected f32 [3]",
+                 p.scalars.describe());
+    }
     if (master.numel() == 0) return;
-    const double t = static_cast<double>(p.step);
-    const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), t);
-    const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), t);
+    const AdamWStepScalars step = adamw_step_scalars(p);
     kernels::AdamWScalars sc{};
     sc.b1 = p.beta1;
     sc.b2 = p.beta2;
     sc.one_m_b1 = static_cast<float>(1.0 - p.beta1);
     sc.one_m_b2 = static_cast<float>(1.0 - p.beta2);
     sc.eps = p.eps;
-    sc.decay = static_cast<float>(1.0 - static_cast<double>(p.lr) * p.weight_decay);
-    sc.step_size = static_cast<float>(static_cast<double>(p.lr) / bc1);
-    sc.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    sc.decay = step.decay;
+    sc.step_size = step.step_size;
+    sc.bc2_sqrt = step.bc2_sqrt;
     kernels::adamw_step(fptr(master), fptr(grad), fptr(m), fptr(v), master.numel(), sc,
-                        fptr(grad_scale),
+                        fptr(p.scalars), fptr(grad_scale),
                         value.empty() ? nullptr : static_cast<uint16_t*>(value.data()), ex.stream);
 }
 

@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/kernels/copy.h"
 #include "backend/cuda/op_checks.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cuda {
 
@@ -62,6 +63,16 @@ void fill(const Exec& ex, const Tensor& t, float value) {
                               ex.stream);
             break;
     }
+}
+
+void write_rows(const Exec& ex, const Tensor& dst, const Tensor& row0, const Tensor& src) {
+    check_device(ex, dst, "write_rows", "dst");
+    check_device(ex, src, "write_rows", "src");
+    check_device(ex, row0, "write_rows", "row0");
+    const size_t row_bytes = check_write_rows_args(dst, row0, src);
+    if (src.numel() == 0) return;
+    kernels::write_rows(dst.data(), dst.dim(0), static_cast<const int32_t*>(row0.data()),
+                        src.data(), src.dim(0), row_bytes, ex.stream);
 }
 
 }  // namespace dflash::cuda

@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/graph_cache.h"
 #include "backend/cuda/op_workspace.h"
 
 namespace dflash::cuda {
@@ -30,12 +31,15 @@ class CudaBackend final : public Backend {
         ex_.scratch = &scratch_;
         gemm_ = std::make_unique<GemmEngine>(opt.gemm_workspace_bytes);
         ex_.gemm = gemm_.get();
+        graphs_ = std::make_unique<GraphCache>(opt.graphs, dev_.stream(), index, dev_.name(),
+                                               [this](StepMode m) { mode_ = m; });
     }
     ~CudaBackend() override {
         int previous = 0;
         if (cudaGetDevice(&previous) != cudaSuccess) previous = dev_.index();
         (void)cudaSetDevice(dev_.index());
         (void)cudaStreamSynchronize(dev_.stream());
+        graphs_.reset();
         gemm_.reset();
         if (op_mem_) (void)cudaFree(op_mem_);
         (void)cudaSetDevice(previous);
@@ -81,7 +85,7 @@ class CudaBackend final : public Backend {
         hold();
         check_transfer(dst, src, "upload");
         check_device(ex_, dst, "upload", "dst");
-        if (src.nbytes() == 0) return;
+        if (src.nbytes() == 0 || mode_ == StepMode::replaying) return;
         DF_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyHostToDevice,
                                       dev_.stream()));
     }
@@ -99,10 +103,25 @@ class CudaBackend final : public Backend {
         run(cuda::copy_columns, dst, col, src);
     }
     void fill(const Tensor& t, float value) override { run(cuda::fill, t, value); }
+    void write_rows(const Tensor& dst, const Tensor& row0, const Tensor& src) override {
+        run(cuda::write_rows, dst, row0, src);
+    }
     void synchronize() override {
         hold();
         DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream()));
     }
+
+    void run_step(const StepKey& key, const std::function<void()>& record) override {
+        hold();
+        graphs_->run(key, record);
+    }
+    uint64_t new_step_owner() override { return graphs_->new_owner(); }
+    void release_steps(uint64_t owner) override {
+        hold();
+        graphs_->release_owner(owner);
+    }
+    GraphStats graph_stats() const override { return graphs_->stats(); }
+    bool recording_step() const override { return mode_ != StepMode::eager; }
 
     void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, float alpha,
               float beta) override {
@@ -201,6 +220,7 @@ class CudaBackend final : public Backend {
     template <class Fn, class... Args>
     void run(Fn&& fn, Args&&... args) {
         hold();
+        if (mode_ == StepMode::replaying) return;  // the graph launched next holds this op
         const OpWorkspace::Scope scope(scratch_);
         fn(ex_, std::forward<Args>(args)...);
     }
@@ -216,6 +236,8 @@ class CudaBackend final : public Backend {
     void* op_mem_ = nullptr;
     OpWorkspace scratch_;
     std::unique_ptr<GemmEngine> gemm_;
+    std::unique_ptr<GraphCache> graphs_;
+    StepMode mode_ = StepMode::eager;
 };
 
 }  // namespace

@@ -1,8 +1,9 @@
 // The CUDA backend (design §5-§6): one GPU as a Backend. It owns the device's stream, the
-// cuBLASLt engine, the op workspace and nothing else; every op is queued on the stream and checked
-// at its launch. Any thread may drive it, one at a time: the first thread to use it becomes its
-// driver (the GPU is made current there); another thread using it while it is held is an error
-// naming both threads, until release_thread(). Tested by tests/cuda/*_test.cpp.
+// cuBLASLt engine, the op workspace and the graph cache (run_step) and nothing else; every op is
+// queued on the stream and checked at its launch. Any thread may drive it, one at a time: the first
+// thread to use it becomes its driver (the GPU is made current there); another thread using it
+// while it is held is an error naming both threads, until release_thread(). Tested by
+// tests/cuda/*_test.cpp.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +16,7 @@ namespace dflash::cuda {
 struct CudaBackendOptions {
     size_t op_workspace_bytes = size_t{256} << 20;   // op temporaries (OpWorkspace)
     size_t gemm_workspace_bytes = size_t{32} << 20;  // cuBLASLt
+    GraphOptions graphs;                             // the device's graph cache (run_step)
 };
 
 std::unique_ptr<Backend> make_cuda_backend(int index, const CudaBackendOptions& opt = {});

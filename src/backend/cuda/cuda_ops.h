@@ -36,6 +36,7 @@ void check_device(const Exec& ex, const Tensor& t, const char* op, const char* n
 void copy(const Exec& ex, const Tensor& dst, const Tensor& src);
 void copy_columns(const Exec& ex, const Tensor& dst, int64_t col, const Tensor& src);
 void fill(const Exec& ex, const Tensor& t, float value);
+void write_rows(const Exec& ex, const Tensor& dst, const Tensor& row0, const Tensor& src);
 
 // gemm.cpp (cuBLASLt): A, B bf16; C bf16 or f32; fp32 accumulation.
 void gemm(const Exec& ex, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,

@@ -16,9 +16,14 @@ constexpr int64_t kSumMaxBlocks = 1024;
 template <int VEC>
 __global__ void adamw_kernel(float* __restrict__ master, const float* __restrict__ grad,
                              float* __restrict__ m, float* __restrict__ v, int64_t n,
-                             AdamWScalars sc, const float* __restrict__ grad_scale,
-                             uint16_t* __restrict__ value) {
+                             AdamWScalars sc, const float* __restrict__ step_scalars,
+                             const float* __restrict__ grad_scale, uint16_t* __restrict__ value) {
     const float gs = grad_scale != nullptr ? *grad_scale : 1.0f;
+    if (step_scalars != nullptr) {
+        sc.decay = step_scalars[0];
+        sc.step_size = step_scalars[1];
+        sc.bc2_sqrt = step_scalars[2];
+    }
     grid_stride_vec<VEC>(n, [&]<int N>(int64_t i) {
         float p[N], g[N], mi[N], vi[N];
         load_vec<N>(master + i, p);
@@ -101,18 +106,18 @@ unsigned sum_blocks(int64_t n, int vec) {
 }  // namespace
 
 void adamw_step(float* master, const float* grad, float* m, float* v, int64_t n,
-                const AdamWScalars& sc, const float* grad_scale, uint16_t* value,
-                CUstream_st* stream) {
+                const AdamWScalars& sc, const float* step_scalars, const float* grad_scale,
+                uint16_t* value, CUstream_st* stream) {
     if (n <= 0) return;
     const bool vec = aligned16(master) && aligned16(grad) && aligned16(m) && aligned16(v) &&
                      (value == nullptr || (reinterpret_cast<uintptr_t>(value) & 7u) == 0);
     if (vec) {
-        adamw_kernel<4><<<grid_blocks(n / 4 + 1), kThreads, 0, stream>>>(master, grad, m, v, n, sc,
-                                                                         grad_scale, value);
+        adamw_kernel<4><<<grid_blocks(n / 4 + 1), kThreads, 0, stream>>>(
+            master, grad, m, v, n, sc, step_scalars, grad_scale, value);
         DF_CUDA_CHECK_LAUNCH(adamw_kernel_vec);
     } else {
-        adamw_kernel<1>
-            <<<grid_blocks(n), kThreads, 0, stream>>>(master, grad, m, v, n, sc, grad_scale, value);
+        adamw_kernel<1><<<grid_blocks(n), kThreads, 0, stream>>>(master, grad, m, v, n, sc,
+                                                                 step_scalars, grad_scale, value);
         DF_CUDA_CHECK_LAUNCH(adamw_kernel_scalar);
     }
 }

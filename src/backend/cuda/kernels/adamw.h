@@ -20,9 +20,10 @@ struct AdamWScalars {
 
 // g = grad * grad_scale[0] (grad_scale null: 1); m, v, master updated in place in the CPU
 // reference's operation order; value (null: none) receives bf16(master). n may exceed 2^31.
+// step_scalars (null: sc's) = {decay, step_size, bc2_sqrt} read on the device.
 void adamw_step(float* master, const float* grad, float* m, float* v, int64_t n,
-                const AdamWScalars& sc, const float* grad_scale, uint16_t* value,
-                CUstream_st* stream);
+                const AdamWScalars& sc, const float* step_scalars, const float* grad_scale,
+                uint16_t* value, CUstream_st* stream);
 
 // Device workspace bytes sum_squares needs for n elements.
 size_t sum_squares_workspace_bytes(int64_t n);

@@ -32,6 +32,17 @@ __global__ void fill_kernel(T* __restrict__ dst, int64_t n, T pattern) {
     });
 }
 
+// Word W (16 or 1 bytes) at a time: word i of the source goes to word row0*row_words + i of dst.
+template <class W>
+__global__ void write_rows_kernel(W* __restrict__ dst, int64_t dst_words, const int32_t* row0,
+                                  const W* __restrict__ src, int64_t words, int64_t row_words) {
+    const int64_t base = static_cast<int64_t>(*row0) * row_words;
+    if (base < 0) return;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < words;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        if (base + i < dst_words) dst[base + i] = src[i];
+}
+
 template <class TD, class TS>
 void convert(TD* dst, const TS* src, int64_t n, cudaStream_t stream) {
     if (n <= 0) return;
@@ -78,6 +89,25 @@ void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, siz
     if (width == 0 || rows == 0) return;
     DF_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows,
                                     cudaMemcpyDeviceToDevice, stream));
+}
+
+void write_rows(void* dst, int64_t dst_rows, const int32_t* row0, const void* src, int64_t rows,
+                size_t row_bytes, CUstream_st* stream) {
+    if (rows <= 0 || row_bytes == 0) return;
+    const auto total = static_cast<int64_t>(row_bytes) * rows;
+    if (row_bytes % 16 == 0 && aligned16(dst) && aligned16(src)) {
+        const auto rw = static_cast<int64_t>(row_bytes / 16);
+        write_rows_kernel<uint4><<<grid_blocks(total / 16), kThreads, 0, stream>>>(
+            static_cast<uint4*>(dst), dst_rows * rw, row0, static_cast<const uint4*>(src),
+            total / 16, rw);
+        DF_CUDA_CHECK_LAUNCH(write_rows_kernel_vec);
+    } else {
+        const auto rw = static_cast<int64_t>(row_bytes);
+        write_rows_kernel<unsigned char><<<grid_blocks(total), kThreads, 0, stream>>>(
+            static_cast<unsigned char*>(dst), dst_rows * rw, row0,
+            static_cast<const unsigned char*>(src), total, rw);
+        DF_CUDA_CHECK_LAUNCH(write_rows_kernel_bytes);
+    }
 }
 
 void fill_u32(void* dst, int64_t n, uint32_t pattern, CUstream_st* stream) {

@@ -18,6 +18,10 @@ void bf16_to_f32(float* dst, const uint16_t* src, int64_t n, CUstream_st* stream
 void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
              size_t rows, CUstream_st* stream);
 // Every one of n 32-bit (16-bit) elements at dst = pattern.
+// rows*row_bytes bytes from src to dst + row0[0]*row_bytes, row0 read on the device; rows that
+// would reach past dst_rows are not written.
+void write_rows(void* dst, int64_t dst_rows, const int32_t* row0, const void* src, int64_t rows,
+                size_t row_bytes, CUstream_st* stream);
 void fill_u32(void* dst, int64_t n, uint32_t pattern, CUstream_st* stream);
 void fill_u16(void* dst, int64_t n, uint16_t pattern, CUstream_st* stream);
 
