@@ -1,7 +1,7 @@
 // The op set (design §5): the plain data types every backend's ops share.
 // The CPU reference lives in backend/cpu/, one op family per file; backend.h is the interface.
-// Tested by tests/ops/attention_test.cpp (AttnMask) and tests/ops/lm_head_ce_test.cpp
-// (LmHeadCeOut).
+// Tested by tests/ops/attention_test.cpp (AttnMask), tests/ops/lm_head_ce_test.cpp
+// (LmHeadCeOut) and tests/ops/lm_head_kl_test.cpp (LmHeadKlOut).
 #pragma once
 
 #include <cstdint>
@@ -104,6 +104,21 @@ struct LmHeadCeOut {
     Tensor dw;  // f32 [V, D]: accumulated (+=) with grad_scale * d(sum_r w_r CE_r)/dW
     // f32 [Backend::lm_head_ce_workspace(R, D, V, chunk)]: per-chunk logits, row statistics and
     // (CUDA) the dh accumulator.
+    Tensor workspace;
+};
+
+// ---- LM head + KL distillation -----------------------------------------------------------------
+// Outputs of lm_head_kl. Tensors left empty are not computed.
+struct LmHeadKlOut {
+    Tensor loss_rows;  // f32 [R]: unweighted KL(p || q) per row (0 where weight == 0)
+    Tensor argmax;     // i32 [R]: argmax of the draft logits h · Wᵀ (lowest index on ties)
+    Tensor dh;  // [R, D] (f32 or the compute dtype): overwritten with grad_scale * d(sum_r w_r
+                // KL_r)/dh
+    // f32 [V, D]: accumulated (+=) with grad_scale * d(sum_r w_r KL_r)/dW through the draft logits
+    // only: the teacher's distribution is a constant (a frozen target), even when W is shared.
+    Tensor dw;
+    // f32 [Backend::lm_head_kl_workspace(R, D, V, chunk)]: per-chunk logits of both sides, row
+    // statistics and (CUDA) the dh accumulator.
     Tensor workspace;
 };
 
