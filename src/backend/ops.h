@@ -38,6 +38,8 @@ enum class AttnMaskKind {
 // rows, Sq = N * block_size. A query in block n sees context keys j < anchors[n] (strictly: the
 // anchor's own feature is not visible) and every key of its own block n (bidirectional). A block
 // with anchors[n] < 0 is padding: it sees nothing, its output and gradients are 0.
+// With ctx_start (i32 [N], may be empty = all 0) block n sees only context keys
+// ctx_start[n] <= j < anchors[n]: in a packed training sequence, its own document's rows.
 // Decoding over a KV cache passes the whole cache as k/v and its length in device memory
 // (`kv_len`, i32 [1]): only keys j < kv_len[0] exist, and a causal query i sits at position
 // kv_len[0] - Sq + i. One captured graph then serves every cache length.
@@ -47,6 +49,7 @@ struct AttnMask {
     int64_t ctx_len = 0;     // dflash_block
     int64_t block_size = 0;  // dflash_block
     Tensor anchors;          // dflash_block: i32 [N] on the op's device
+    Tensor ctx_start;        // dflash_block: i32 [N] on the op's device, or empty (all 0)
     Tensor kv_len;           // causal / full over a cache: i32 [1] on the op's device, or empty
 
     static AttnMask causal(int64_t q_offset = 0) {
@@ -65,12 +68,14 @@ struct AttnMask {
         m.kv_len = kv_len;
         return m;
     }
-    static AttnMask dflash_block(int64_t ctx_len, int64_t block_size, const Tensor& anchors) {
+    static AttnMask dflash_block(int64_t ctx_len, int64_t block_size, const Tensor& anchors,
+                                 const Tensor& ctx_start = Tensor()) {
         AttnMask m;
         m.kind = AttnMaskKind::dflash_block;
         m.ctx_len = ctx_len;
         m.block_size = block_size;
         m.anchors = anchors;
+        m.ctx_start = ctx_start;
         return m;
     }
 };

@@ -108,6 +108,17 @@ void add_train(Registry& r) {
                   "position decay of the block loss, exp(-(k-1)/gamma); 0 = no decay")
               .range(0, 1e6)
               .read_by("train loss (lm_head CE weights)"));
+    r.add(D::enumeration("train.loss", "ce", {"ce", "kl"},
+                         "block loss: ce = cross-entropy on the data's tokens; kl = forward "
+                         "KL(p_target || q_draft) at T=1 from the target's own next-token "
+                         "distribution (costs the target's final hidden states and a second "
+                         "chunked LM-head pass)")
+              .read_by("train loss (lm_head_ce / lm_head_kl), arena planning"));
+    r.add(D::enumeration("train.documents", "packed", {"packed", "separate"},
+                         "packed sequences: packed = one stream (anchors and context cross "
+                         "sample boundaries); separate = every block lies inside one sample and "
+                         "sees only that sample's context (CPU backend only for now)")
+              .read_by("data anchor sampling, drafter attention mask"));
     r.add(D::integer("train.accumulation", 1, "micro-steps accumulated per optimizer step")
               .range(1, 65536)
               .read_by("train::Trainer"));

@@ -109,6 +109,26 @@ void TargetModel::forward(Backend& be, Workspace& ws, std::span<const int32_t> t
         be.rmsnorm_fwd(x, params_.value("model.norm.weight"), dims_.eps, final_hidden, Tensor());
 }
 
+void TargetModel::forward_documents(Backend& be, Workspace& ws, std::span<const int32_t> tokens,
+                                    std::span<const int32_t> doc_starts,
+                                    std::span<const int64_t> capture, const Tensor& features,
+                                    const Tensor& final_hidden) const {
+    const auto S = static_cast<int64_t>(tokens.size());
+    const size_t n = std::max<size_t>(doc_starts.size(), 1);
+    for (size_t d = 0; d < n; ++d) {
+        const int64_t b = doc_starts.empty() ? 0 : doc_starts[d];
+        const int64_t e = d + 1 < doc_starts.size() ? doc_starts[d + 1] : S;
+        DF_CHECK(b <= e && e <= S, "document {} spans [{}, {}) of a {}-token sequence", d, b, e, S);
+        if (b == e) continue;
+        // Each document's activations are given back before the next one's.
+        const Workspace::Mark m = ws.mark();
+        forward(be, ws, tokens.subspan(b, e - b), capture,
+                features.empty() ? Tensor() : features.rows(b, e),
+                final_hidden.empty() ? Tensor() : final_hidden.rows(b, e));
+        ws.release(m);
+    }
+}
+
 void TargetModel::train_step(Backend& be, Workspace& ws, std::span<const int32_t> tokens,
                              std::span<const uint8_t> loss_mask, float grad_scale, int64_t chunk,
                              const Tensor& stats) {

@@ -318,6 +318,7 @@ bool Worker::train_step(int64_t step) {
     r.total_steps = sh_.total_steps;
     r.epoch = loader_->state().epoch;
     r.loss = loss;
+    r.loss_kind = task_->loss_kind();
     r.acc = accuracies(g);
     if (task_->reports_tau()) r.tau_implied = implied_tau(r.acc);
     r.lr = lr;
@@ -380,6 +381,7 @@ void Worker::evaluate(int64_t step) {
     r.total_steps = sh_.total_steps;
     r.epoch = loader_->state().epoch;
     r.has_loss = sh_.spec.eval_data != nullptr;
+    r.loss_kind = task_->loss_kind();
     if (r.has_loss) evaluate_heldout(r);
     // Decoding is sequential per prompt and cheap next to training, so worker 0 does it alone;
     // the others wait in the next step's first collective.

@@ -63,6 +63,8 @@ class WorkerTask {
     virtual int64_t stats_offset() const = 0;
     // Whether StepRecord::tau_implied means something (drafters).
     virtual bool reports_tau() const = 0;
+    // What StepRecord::loss is ("ce" or "kl", train.loss), written to metrics.jsonl.
+    virtual std::string loss_kind() const { return "ce"; }
     // Fills mb.anchors (drawing from rng) and mb.weight; runs before any forward.
     virtual void prepare(MicroBatch& mb, Rng& rng) const = 0;
     // The largest micro-batch a step can see (max_length tokens, every anchor): the trainer runs
