@@ -115,9 +115,10 @@ void add_train(Registry& r) {
                          "chunked LM-head pass)")
               .read_by("train loss (lm_head_ce / lm_head_kl), arena planning"));
     r.add(D::enumeration("train.documents", "packed", {"packed", "separate"},
-                         "packed sequences: packed = one stream (anchors and context cross "
-                         "sample boundaries); separate = every block lies inside one sample and "
-                         "sees only that sample's context (CPU backend only for now)")
+                         "samples packed into one training sequence: packed = one stream "
+                         "(the target, anchors and drafter context cross sample boundaries); "
+                         "separate = the target runs each sample alone from position 0, every "
+                         "block lies inside one sample and sees only that sample's context")
               .read_by("data anchor sampling, drafter attention mask"));
     r.add(D::integer("train.accumulation", 1, "micro-steps accumulated per optimizer step")
               .range(1, 65536)
