@@ -150,9 +150,9 @@ void add_train(Registry& r) {
     r.add(D::integer("train.eval_max_new_tokens", 64, "tokens generated per evaluation prompt")
               .range(1, 1 << 24)
               .read_by("dflash train evaluation"));
-    r.add(D::integer("train.lm_head_chunk", 8192, "vocabulary rows per chunk of the fused CE")
+    r.add(D::integer("train.lm_head_chunk", 8192, "vocabulary rows per chunk of the fused CE or KL")
               .range(1, 1 << 24)
-              .read_by("backend lm_head_ce op, arena planning"));
+              .read_by("backend lm_head_ce / lm_head_kl ops, arena planning"));
 }
 
 void add_pretrain(Registry& r) {
