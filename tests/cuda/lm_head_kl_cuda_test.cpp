@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "core/error.h"
 #include "cuda/gemm_family_util.h"
+#include "cuda/lm_head_test_util.h"
 #include "support/test_util.h"
 
 namespace dflash {
@@ -58,14 +59,8 @@ Problem make_problem(int64_t r, int64_t d, int64_t v, uint64_t seed) {
     return p;
 }
 
-struct Outputs {
-    HostTensor loss_rows, argmax, dh, dw;
-};
-
-struct Want {
-    bool loss = true, argmax = true, dh = true, dw = true;
-    DType dh_dtype = DType::bf16;
-};
+using Outputs = test::LmOutputs;
+using Want = test::LmWant;
 
 Outputs run_cpu(Backend& cpu, const Problem& p, int64_t chunk, const Want& want) {
     Outputs o{HostTensor({p.r}), HostTensor({p.r}, DType::i32), HostTensor({p.r, p.d}),
@@ -83,39 +78,10 @@ Outputs run_gpu(Backend& gpu, const Problem& p, int64_t chunk, const Want& want)
     const DeviceTensor h = to_device(gpu, p.h, DType::bf16), t = to_device(gpu, p.t, DType::bf16);
     const DeviceTensor w = to_device(gpu, p.w, DType::bf16);
     const DeviceTensor weights = to_device(gpu, p.weights, DType::f32);
-    const DeviceTensor loss = to_device(gpu, test::nan_tensor({p.r}), DType::f32);
-    const DeviceTensor argmax(gpu, {p.r}, DType::i32);
-    HostTensor poison_i({p.r}, DType::i32);
-    for (int64_t i = 0; i < p.r; ++i) poison_i.i32()[i] = -7;
-    gpu.upload(argmax, poison_i);
-    const DeviceTensor dh = to_device(gpu, test::nan_tensor({p.r, p.d}), want.dh_dtype);
-    const DeviceTensor dw = to_device(gpu, p.dw0, DType::f32);
-    const int64_t ws_n = gpu.lm_head_kl_workspace(p.r, p.d, p.v, chunk);
-    const DeviceTensor ws = to_device(gpu, test::nan_tensor({ws_n}), DType::f32);
-    LmHeadKlOut out;
-    if (want.loss) out.loss_rows = loss;
-    if (want.argmax) out.argmax = argmax;
-    if (want.dh) out.dh = dh;
-    if (want.dw) out.dw = dw;
-    out.workspace = ws;
-    gpu.lm_head_kl(h, t, w, weights, p.grad_scale, chunk, out);
-    Outputs o{to_host_f32(gpu, loss), HostTensor({p.r}, DType::i32), to_host_f32(gpu, dh),
-              to_host_f32(gpu, dw)};
-    gpu.download(o.argmax, argmax);
-    return o;
-}
-
-double logit(const Problem& p, int64_t row, int64_t col) {
-    double z = 0;
-    for (int64_t k = 0; k < p.d; ++k)
-        z += static_cast<double>(p.h.f32()[row * p.d + k]) * p.w.f32()[col * p.d + k];
-    return z;
-}
-
-HostTensor delta(const HostTensor& dw, const HostTensor& dw0) {
-    HostTensor d = dw.clone();
-    for (int64_t i = 0; i < d.numel(); ++i) d.f32()[i] -= dw0.f32()[i];
-    return d;
+    const test::LmGpuOut o(gpu, p.r, p.d, p.dw0, want.dh_dtype,
+                           gpu.lm_head_kl_workspace(p.r, p.d, p.v, chunk));
+    gpu.lm_head_kl(h, t, w, weights, p.grad_scale, chunk, o.out<LmHeadKlOut>(want));
+    return o.download(gpu);
 }
 
 void expect_matches(const Problem& p, const Outputs& got, const Outputs& ref, const Want& want,
@@ -134,17 +100,7 @@ void expect_matches(const Problem& p, const Outputs& got, const Outputs& ref, co
             }
         }
     }
-    if (want.argmax) {
-        for (int64_t i = 0; i < p.r; ++i) {
-            const int32_t g = got.argmax.i32()[i], c = ref.argmax.i32()[i];
-            if (g == c) continue;
-            ASSERT_TRUE(g >= 0 && g < p.v)
-                << "row " << i << " argmax " << g << " (cpu " << c << ")";
-            const double zg = logit(p, i, g), zc = logit(p, i, c);
-            EXPECT_LE(std::fabs(zg - zc), 1e-4 * (1 + std::fabs(zc)))
-                << "row " << i << ": argmax " << g << " vs cpu " << c;
-        }
-    }
+    if (want.argmax) test::expect_lm_argmax(p.h, p.w, got.argmax, ref.argmax);
     if (want.dh) {
         const double tol_abs = 3e-2 * compare(got.dh, ref.dh, 0).max_ref;
         const test::Diff d = compare(got.dh, ref.dh, tol_abs);
@@ -156,14 +112,7 @@ void expect_matches(const Problem& p, const Outputs& got, const Outputs& ref, co
                 ASSERT_EQ(got.dh.f32()[i * p.d + k], 0.0f) << "weight-0 row " << i;
         }
     }
-    if (want.dw) {
-        const HostTensor gd = delta(got.dw, p.dw0), rd = delta(ref.dw, p.dw0);
-        const double tol_abs = 3e-2 * compare(gd, rd, 0).max_ref;
-        const test::Diff d = compare(gd, rd, tol_abs);
-        EXPECT_TRUE(d.ok(6e-3, tol_abs)) << "dw delta: " << d.str();
-    } else {
-        EXPECT_EQ(std::memcmp(got.dw.f32(), p.dw0.f32(), p.dw0.nbytes()), 0) << "dw not asked";
-    }
+    test::expect_lm_dw(got.dw, ref.dw, p.dw0, want.dw);
 }
 
 class CudaLmHeadKl : public ::testing::Test {
@@ -177,47 +126,29 @@ class CudaLmHeadKl : public ::testing::Test {
         const Problem p = make_problem(r, d, v, seed);
         const Outputs ref = run_cpu(*cpu_, p, chunk, want);
         const Outputs got = run_gpu(*gpu_, p, chunk, want);
-        std::ostringstream what;
-        what << "R=" << r << " D=" << d << " V=" << v << " chunk=" << chunk << " loss=" << want.loss
-             << " argmax=" << want.argmax << " dh=" << want.dh << "(" << dtype_name(want.dh_dtype)
-             << ") dw=" << want.dw;
-        expect_matches(p, got, ref, want, what.str());
+        expect_matches(p, got, ref, want, test::lm_case_name(r, d, v, chunk, want));
     }
     std::unique_ptr<Backend> cpu_, gpu_;
 };
 
-TEST_F(CudaLmHeadKl, VocabNotAMultipleOfTheChunk) {
-    check(37, 64, 1000, 256, Want{}, 1);  // 3 chunks of 256 + 232
-}
-
-TEST_F(CudaLmHeadKl, ChunkLargerThanVocab) {
-    check(5, 128, 77, 8192, Want{}, 2);
-}
-
-TEST_F(CudaLmHeadKl, OddChunkWidths) {
-    check(3, 64, 10, 3, Want{}, 3);       // chunks 3, 3, 3, 1
-    check(33, 96, 1031, 129, Want{}, 4);  // odd widths everywhere
-}
-
-TEST_F(CudaLmHeadKl, DrafterShapeWithoutDw) {
-    Want want;
-    want.dw = false;
-    check(256, 256, 20000, 8192, want, 5);
-}
-
-TEST_F(CudaLmHeadKl, DhInF32) {
-    Want want;
-    want.dh_dtype = DType::f32;
-    check(21, 64, 700, 128, want, 7);
-}
-
-TEST_F(CudaLmHeadKl, LossOnlyAndDwOnly) {
-    Want loss_only;
+// Vocabularies not a multiple of the chunk (3 chunks of 256 + 232), a chunk larger than the
+// vocabulary (one chunk), odd chunk widths, the drafter's shape without dW, dh in f32, and calls
+// asking only for the loss or only for dW.
+TEST_F(CudaLmHeadKl, ShapesChunkingsAndOutputs) {
+    Want no_dw, dh_f32, loss_only, dw_only;
+    no_dw.dw = false;
+    dh_f32.dh_dtype = DType::f32;
     loss_only.dh = loss_only.dw = false;
-    check(20, 64, 500, 128, loss_only, 8);
-    Want dw_only;
     dw_only.dh = false;
-    check(20, 64, 500, 96, dw_only, 10);
+    const struct {
+        int64_t r, d, v, chunk;
+        Want want;
+    } cases[] = {{37, 64, 1000, 256, Want{}},    {5, 128, 77, 8192, Want{}},
+                 {3, 64, 10, 3, Want{}},         {33, 96, 1031, 129, Want{}},
+                 {256, 256, 20000, 8192, no_dw}, {21, 64, 700, 128, dh_f32},
+                 {20, 64, 500, 128, loss_only},  {20, 64, 500, 96, dw_only}};
+    uint64_t seed = 1;
+    for (const auto& c : cases) check(c.r, c.d, c.v, c.chunk, c.want, seed++);
 }
 
 TEST_F(CudaLmHeadKl, DraftEqualToTeacherGivesZero) {
@@ -226,7 +157,7 @@ TEST_F(CudaLmHeadKl, DraftEqualToTeacherGivesZero) {
     const Outputs got = run_gpu(*gpu_, p, 1024, Want{});
     for (int64_t i = 0; i < p.r; ++i) EXPECT_EQ(got.loss_rows.f32()[i], 0.0f) << "row " << i;
     for (int64_t i = 0; i < got.dh.numel(); ++i) ASSERT_EQ(got.dh.f32()[i], 0.0f) << i;
-    const HostTensor dd = delta(got.dw, p.dw0);
+    const HostTensor dd = test::lm_delta(got.dw, p.dw0);
     for (int64_t i = 0; i < dd.numel(); ++i) ASSERT_EQ(dd.f32()[i], 0.0f) << i;
 }
 

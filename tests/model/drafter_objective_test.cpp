@@ -17,23 +17,11 @@
 namespace dflash {
 namespace {
 
-struct Pair {
-    TargetModel target;
-    DrafterModel drafter;
-};
+using Pair = test::TinyPair;
+using test::random_tokens;
 
 Pair make_pair(Backend& be, uint64_t seed) {
-    auto tc = test::tiny_target_config(true, 4);
-    TargetModel t = TargetModel::random(be, tc, seed, 0.3f);
-    DrafterModel d = DrafterModel::random(be, test::tiny_drafter_config(tc, 2, 4), seed + 1, 0.3f);
-    return {std::move(t), std::move(d)};
-}
-
-std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
-    Rng rng(seed);
-    std::vector<int32_t> t(n);
-    for (auto& x : t) x = static_cast<int32_t>(rng.below(vocab - 1));  // never the mask id
-    return t;
+    return test::tiny_pair(be, true, seed);
 }
 
 // Features [S, K*D] and the target's final hidden states [S, D], per document when doc_starts
@@ -82,20 +70,7 @@ TEST(DrafterObjective, KlGradientMatchesFiniteDifferences) {
     p.drafter.params().zero_grads();
     const test::StepStats st = step(*be, p, t, toks, mask, anchors, obj);
     EXPECT_GT(st.loss_sum, 0.0);
-    std::map<std::string, HostTensor> snapshot;
-    for (const auto& prm : p.drafter.params().params())
-        snapshot.emplace(prm.name, to_host_f32(*be, prm.grad));
-    Rng rng(5);
-    for (const auto& prm : p.drafter.params().params()) {
-        Tensor w = prm.value;
-        const Tensor g = snapshot.at(prm.name).view();
-        const auto idx = test::fd_check_indices(g.f32(), g.numel(), 3, 2, rng);
-        EXPECT_GT(std::fabs(g.f32()[idx[0]]), 1e-5) << prm.name << " gets no gradient";
-        for (int64_t i : idx) {
-            const double fd = test::fd_derivative_in_place(w.f32()[i], loss, 1e-2f);
-            EXPECT_NEAR(g.f32()[i], fd, 2e-4 + 2e-2 * std::fabs(fd)) << prm.name << "[" << i << "]";
-        }
-    }
+    test::expect_param_grads_match_fd(*be, p.drafter.params(), loss, 3, 2, 1e-5, 2e-4, 2e-2);
 }
 
 // Three documents packed in 24 tokens; blocks in all three, only the middle one's rows weigh.

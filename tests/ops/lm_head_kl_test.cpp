@@ -4,11 +4,13 @@
 // relies on: KL >= 0, exactly 0 loss and gradient when the draft equals the teacher, chunk-size
 // independence. Tolerances as tests/ops/lm_head_ce_test.cpp: fp32 op vs double reference 1e-5
 // relative to max(1, |ref|); FD 1e-4.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "support/finite_diff.h"
 #include "support/test_util.h"
 
 namespace dflash {
@@ -164,39 +166,34 @@ TEST(LmHeadKl, ChunkSizeDoesNotChangeResults) {
     }
 }
 
-// Central differences of the double reference loss with respect to h (or w): the teacher is a
-// constant, so moving w moves only the draft side of the reference as well.
+// 4-point central differences (support/finite_diff.h) of the double reference loss with respect
+// to h (or w). The teacher is a constant: moving w moves only the draft side.
 std::vector<double> finite_diff(const Problem& p, bool wrt_h) {
-    std::vector<double> h = to_double(p.h), t = to_double(p.t), w = to_double(p.w);
-    std::vector<double>& x = wrt_h ? h : w;
-    const std::vector<double> tw = to_double(p.w);
-    std::vector<double> g(x.size());
-    const double eps = 1e-5;
-    // The teacher's side always reads the unperturbed copy tw.
-    const auto loss = [&]() {
-        const int64_t r = p.h.dim(0), d = p.h.dim(1), v = p.w.dim(0);
-        std::vector<double> dl(v), tl(v);
+    const std::vector<double> h = to_double(p.h), t = to_double(p.t), w = to_double(p.w);
+    const int64_t r = p.h.dim(0), d = p.h.dim(1), v = p.w.dim(0);
+    std::vector<double> lp_rows(static_cast<size_t>(r * v)), tl(v);
+    for (int64_t i = 0; i < r; ++i) {
+        const std::vector<double> lp = log_softmax(t, w, i, d, v, tl);
+        std::copy(lp.begin(), lp.end(), lp_rows.begin() + i * v);
+    }
+    const auto loss = [&](const std::vector<double>& x) {
+        const std::vector<double>& hh = wrt_h ? x : h;
+        const std::vector<double>& ww = wrt_h ? w : x;
+        std::vector<double> dl(v);
         double total = 0;
         for (int64_t i = 0; i < r; ++i) {
             if (p.weights.f32()[i] == 0.0f) continue;
-            const std::vector<double> lq = log_softmax(h, w, i, d, v, dl);
-            const std::vector<double> lp = log_softmax(t, tw, i, d, v, tl);
+            const std::vector<double> lq = log_softmax(hh, ww, i, d, v, dl);
             double kl = 0;
-            for (int64_t c = 0; c < v; ++c) kl += std::exp(lp[c]) * (lp[c] - lq[c]);
+            for (int64_t c = 0; c < v; ++c) {
+                const double lp = lp_rows[i * v + c];
+                kl += std::exp(lp) * (lp - lq[c]);
+            }
             total += p.grad_scale * p.weights.f32()[i] * kl;
         }
         return total;
     };
-    for (size_t i = 0; i < x.size(); ++i) {
-        const double x0 = x[i];
-        x[i] = x0 + eps;
-        const double up = loss();
-        x[i] = x0 - eps;
-        const double down = loss();
-        x[i] = x0;
-        g[i] = (up - down) / (2 * eps);
-    }
-    return g;
+    return test::fd_gradient(loss, wrt_h ? h : w, 1e-4);
 }
 
 TEST(LmHeadKl, GradientsMatchFiniteDifferences) {
