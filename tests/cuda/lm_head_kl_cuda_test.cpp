@@ -63,14 +63,9 @@ using Outputs = test::LmOutputs;
 using Want = test::LmWant;
 
 Outputs run_cpu(Backend& cpu, const Problem& p, int64_t chunk, const Want& want) {
-    Outputs o{HostTensor({p.r}), HostTensor({p.r}, DType::i32), HostTensor({p.r, p.d}),
-              p.dw0.clone()};
-    LmHeadKlOut out;
-    if (want.loss) out.loss_rows = o.loss_rows;
-    if (want.argmax) out.argmax = o.argmax;
-    if (want.dh) out.dh = o.dh;
-    if (want.dw) out.dw = o.dw;
-    cpu.lm_head_kl(p.h, p.t, p.w, p.weights, p.grad_scale, chunk, out);
+    Outputs o = test::lm_host_outputs(p.r, p.d, p.dw0);
+    cpu.lm_head_kl(p.h, p.t, p.w, p.weights, p.grad_scale, chunk,
+                   test::lm_out<LmHeadKlOut>(o, want));
     return o;
 }
 

@@ -77,6 +77,21 @@ inline void expect_lm_dw(const HostTensor& got, const HostTensor& ref, const Hos
     EXPECT_TRUE(d.ok(6e-3, tol_abs)) << "dw delta: " << d.str();
 }
 
+// Host outputs for the CPU reference (dw starts as dw0) and the op's out struct (LmHeadCeOut or
+// LmHeadKlOut) over those `want` asks for.
+inline LmOutputs lm_host_outputs(int64_t r, int64_t d, const HostTensor& dw0) {
+    return {HostTensor({r}), HostTensor({r}, DType::i32), HostTensor({r, d}), dw0.clone()};
+}
+template <class Out>
+Out lm_out(const LmOutputs& o, const LmWant& want) {
+    Out out;
+    if (want.loss) out.loss_rows = o.loss_rows;
+    if (want.argmax) out.argmax = o.argmax;
+    if (want.dh) out.dh = o.dh;
+    if (want.dw) out.dw = o.dw;
+    return out;
+}
+
 // The op's outputs on the device, poisoned (NaN floats, argmax -7) so that unwritten elements
 // fail; dw starts as dw0 (the op accumulates into it), the workspace holds ws_n NaN floats.
 struct LmGpuOut {
