@@ -58,6 +58,11 @@ class TargetModel {
                     const Tensor& stats);
 
   private:
+    // forward() on ids and positions already staged on the device (i32 [S] each).
+    void forward_staged(Backend& be, Workspace& ws, const Tensor& ids, const Tensor& pos,
+                        std::span<const int64_t> capture, const Tensor& features,
+                        const Tensor& final_hidden) const;
+
     TargetConfig cfg_;
     LayerDims dims_;
     ParamSet params_;

@@ -53,6 +53,32 @@ test::StepStats step(Backend& be, Pair& p, const TargetOut& t, const std::vector
     return test::to_step_stats(stats, p.drafter.block_size());
 }
 
+// forward_documents gives every document exactly what the target computes for it alone, and
+// fits the workspace planned for one forward over the whole sequence however many documents
+// there are (their inputs are staged together, not per document).
+TEST(DrafterObjective, TargetForwardDocumentsEqualsEachDocumentAlone) {
+    auto be = make_cpu_backend(1);
+    const Pair p = make_pair(*be, 81);
+    const int64_t S = 40, V = p.target.config().vocab_size, D = p.target.dims().D;
+    const auto toks = random_tokens(S, V, 6);
+    const std::vector<int32_t> starts = {0, 3, 4, 10, 11, 12, 20, 21, 33, 39};
+    const auto& ids = p.drafter.config().target_layer_ids;
+    HostTensor feats({S, p.drafter.feature_dim()}), hidden({S, D});
+    Workspace ws(*be, plan_workspace(*be, [&](Backend& pb, Workspace& pws) {
+        p.target.forward(pb, pws, toks, ids, feats, hidden);
+    }));
+    p.target.forward_documents(*be, ws, toks, starts, ids, feats, hidden);
+    for (size_t d = 0; d < starts.size(); ++d) {
+        const int64_t b = starts[d], e = d + 1 < starts.size() ? starts[d + 1] : S;
+        const std::vector<int32_t> doc(toks.begin() + b, toks.begin() + e);
+        HostTensor f({e - b, p.drafter.feature_dim()}), h({e - b, D});
+        Workspace alone = test::test_workspace(*be);
+        p.target.forward(*be, alone, doc, ids, f, h);
+        EXPECT_EQ(std::memcmp(f.f32(), feats.view().rows(b, e).f32(), f.nbytes()), 0) << d;
+        EXPECT_EQ(std::memcmp(h.f32(), hidden.view().rows(b, e).f32(), h.nbytes()), 0) << d;
+    }
+}
+
 TEST(DrafterObjective, KlGradientMatchesFiniteDifferences) {
     auto be = make_cpu_backend(1);
     Pair p = make_pair(*be, 61);
