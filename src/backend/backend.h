@@ -134,6 +134,18 @@ class Backend {
     virtual int64_t lm_head_ce_workspace(int64_t rows, int64_t dim, int64_t vocab,
                                          int64_t chunk) const = 0;
 
+    // Final projection + distillation over vocabulary chunks of `chunk` rows of w (never a whole
+    // [R, V] logits matrix): per row r, the teacher p = softmax(t_r · Wᵀ) (no gradient flows into
+    // it), the draft q = softmax(h_r · Wᵀ) and loss_r = KL(p || q) = sum_v p_v (log p_v - log q_v)
+    // at temperature 1. h, t [R, D], w [V, D], weights f32 [R]; rows with weight 0 are ignored.
+    // The gradient with respect to the draft logits is weight_r * (q - p). See LmHeadKlOut;
+    // out.workspace must hold lm_head_kl_workspace(R, D, V, chunk) f32 elements.
+    virtual void lm_head_kl(const Tensor& h, const Tensor& t, const Tensor& w,
+                            const Tensor& weights, float grad_scale, int64_t chunk,
+                            const LmHeadKlOut& out) = 0;
+    virtual int64_t lm_head_kl_workspace(int64_t rows, int64_t dim, int64_t vocab,
+                                         int64_t chunk) const = 0;
+
     // Adds one micro-batch's loss and accuracy sums into stats f32 [2 + 2P] (see LossStatsLayout):
     // rows r with weights[r] > 0 add weights[r] * loss_rows[r] to the loss sum, weights[r] to the
     // weight sum, and count at position r % P (correct when argmax[r] == labels[r]).

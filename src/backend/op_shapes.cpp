@@ -1,4 +1,5 @@
-// Shared op argument checks. Tested by tests/ops/{gemm,adamw,lm_head_ce,embedding}_test.cpp.
+// Shared op argument checks. Tested by
+// tests/ops/{gemm,adamw,lm_head_ce,lm_head_kl,embedding}_test.cpp.
 #include "backend/op_shapes.h"
 
 #include <cmath>
@@ -63,29 +64,49 @@ void check_sample_rows_args(const Tensor& logits, const SampleParams& p, const T
              p.temperature, p.top_k, p.top_p);
 }
 
-void check_lm_head_ce_shapes(const Tensor& h, const Tensor& w, const Tensor& labels,
-                             const Tensor& weights, int64_t chunk, const LmHeadCeOut& out) {
-    DF_CHECK(h.rank() == 2, "lm_head_ce: h is {}, expected [R, D]", h.describe());
+namespace {
+
+// What lm_head_ce and lm_head_kl share: h [R, D], w [V, D], weights f32 [R], chunk, and the
+// outputs asked for.
+void check_lm_head_common(const char* op, const Tensor& h, const Tensor& w, const Tensor& weights,
+                          int64_t chunk, const Tensor& loss_rows, const Tensor& argmax,
+                          const Tensor& dh, const Tensor& dw) {
+    DF_CHECK(h.rank() == 2, "{}: h is {}, expected [R, D]", op, h.describe());
     const int64_t r = h.dim(0), d = h.dim(1);
     DF_CHECK(w.rank() == 2 && w.dim(1) == d && w.dim(0) >= 1,
-             "lm_head_ce: w is {}, expected [V, D={}] with V >= 1 (h is {})", w.describe(), d,
+             "{}: w is {}, expected [V, D={}] with V >= 1 (h is {})", op, w.describe(), d,
              h.describe());
-    DF_CHECK(labels.dtype() == DType::i32 && labels.shape() == Shape({r}),
-             "lm_head_ce: labels is {}, expected i32 [R={}]", labels.describe(), r);
     DF_CHECK(weights.dtype() == DType::f32 && weights.shape() == Shape({r}),
-             "lm_head_ce: weights is {}, expected f32 [R={}]", weights.describe(), r);
-    DF_CHECK(chunk >= 1, "lm_head_ce: chunk={}, expected >= 1 rows of w per step", chunk);
-    DF_CHECK(out.loss_rows.empty() ||
-                 (out.loss_rows.dtype() == DType::f32 && out.loss_rows.shape() == Shape({r})),
-             "lm_head_ce: loss_rows is {}, expected f32 [R={}]", out.loss_rows.describe(), r);
-    DF_CHECK(out.argmax.empty() ||
-                 (out.argmax.dtype() == DType::i32 && out.argmax.shape() == Shape({r})),
-             "lm_head_ce: argmax is {}, expected i32 [R={}]", out.argmax.describe(), r);
-    DF_CHECK(out.dh.empty() || out.dh.shape() == h.shape(),
-             "lm_head_ce: dh is {}, expected {} like h", out.dh.describe(), h.shape().to_string());
-    DF_CHECK(out.dw.empty() || (out.dw.dtype() == DType::f32 && out.dw.shape() == w.shape()),
-             "lm_head_ce: dw is {}, expected f32 {} like w", out.dw.describe(),
-             w.shape().to_string());
+             "{}: weights is {}, expected f32 [R={}]", op, weights.describe(), r);
+    DF_CHECK(chunk >= 1, "{}: chunk={}, expected >= 1 rows of w per step", op, chunk);
+    DF_CHECK(
+        loss_rows.empty() || (loss_rows.dtype() == DType::f32 && loss_rows.shape() == Shape({r})),
+        "{}: loss_rows is {}, expected f32 [R={}]", op, loss_rows.describe(), r);
+    DF_CHECK(argmax.empty() || (argmax.dtype() == DType::i32 && argmax.shape() == Shape({r})),
+             "{}: argmax is {}, expected i32 [R={}]", op, argmax.describe(), r);
+    DF_CHECK(dh.empty() || dh.shape() == h.shape(), "{}: dh is {}, expected {} like h", op,
+             dh.describe(), h.shape().to_string());
+    DF_CHECK(dw.empty() || (dw.dtype() == DType::f32 && dw.shape() == w.shape()),
+             "{}: dw is {}, expected f32 {} like w", op, dw.describe(), w.shape().to_string());
+}
+
+}  // namespace
+
+void check_lm_head_ce_shapes(const Tensor& h, const Tensor& w, const Tensor& labels,
+                             const Tensor& weights, int64_t chunk, const LmHeadCeOut& out) {
+    check_lm_head_common("lm_head_ce", h, w, weights, chunk, out.loss_rows, out.argmax, out.dh,
+                         out.dw);
+    DF_CHECK(labels.dtype() == DType::i32 && labels.shape() == Shape({h.dim(0)}),
+             "lm_head_ce: labels is {}, expected i32 [R={}]", labels.describe(), h.dim(0));
+}
+
+void check_lm_head_kl_shapes(const Tensor& h, const Tensor& t, const Tensor& w,
+                             const Tensor& weights, int64_t chunk, const LmHeadKlOut& out) {
+    check_lm_head_common("lm_head_kl", h, w, weights, chunk, out.loss_rows, out.argmax, out.dh,
+                         out.dw);
+    DF_CHECK(t.dtype() == h.dtype() && t.shape() == h.shape(),
+             "lm_head_kl: the teacher's hidden states t are {}, expected {} like h", t.describe(),
+             h.describe());
 }
 
 void check_embedding_shapes(const Tensor& table, const Tensor& ids, const Tensor& rows,

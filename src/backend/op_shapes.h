@@ -2,7 +2,8 @@
 // business): GEMM, LM head + CE and embedding shapes, AdamW's element counts and
 // hyper-parameters, sampling's shapes and parameters. A violation is a
 // dflash::Error naming the op, the tensors and what was expected.
-// Tested by tests/ops/{gemm,adamw,lm_head_ce,embedding,sampling}_test.cpp and their CUDA twins.
+// Tested by tests/ops/{gemm,adamw,lm_head_ce,lm_head_kl,embedding,sampling}_test.cpp and their
+// CUDA twins.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,9 @@ void check_adamw_args(const Tensor& master, const Tensor& grad, const Tensor& m,
 // i32 [R], dh shaped like h, dw f32 shaped like w.
 void check_lm_head_ce_shapes(const Tensor& h, const Tensor& w, const Tensor& labels,
                              const Tensor& weights, int64_t chunk, const LmHeadCeOut& out);
+// lm_head_kl: as lm_head_ce without labels, and the teacher's t of h's dtype and shape.
+void check_lm_head_kl_shapes(const Tensor& h, const Tensor& t, const Tensor& w,
+                             const Tensor& weights, int64_t chunk, const LmHeadKlOut& out);
 
 // embedding: table [V, D]; rows (out or dout) holding ids.numel() rows of D.
 void check_embedding_shapes(const Tensor& table, const Tensor& ids, const Tensor& rows,

@@ -1,7 +1,7 @@
 // The op set (design §5): the plain data types every backend's ops share.
 // The CPU reference lives in backend/cpu/, one op family per file; backend.h is the interface.
-// Tested by tests/ops/attention_test.cpp (AttnMask) and tests/ops/lm_head_ce_test.cpp
-// (LmHeadCeOut).
+// Tested by tests/ops/attention_test.cpp (AttnMask), tests/ops/lm_head_ce_test.cpp
+// (LmHeadCeOut) and tests/ops/lm_head_kl_test.cpp (LmHeadKlOut).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +38,8 @@ enum class AttnMaskKind {
 // rows, Sq = N * block_size. A query in block n sees context keys j < anchors[n] (strictly: the
 // anchor's own feature is not visible) and every key of its own block n (bidirectional). A block
 // with anchors[n] < 0 is padding: it sees nothing, its output and gradients are 0.
+// With ctx_start (i32 [N], may be empty = all 0) block n sees only context keys
+// ctx_start[n] <= j < anchors[n]: in a packed training sequence, its own document's rows.
 // Decoding over a KV cache passes the whole cache as k/v and its length in device memory
 // (`kv_len`, i32 [1]): only keys j < kv_len[0] exist, and a causal query i sits at position
 // kv_len[0] - Sq + i. One captured graph then serves every cache length.
@@ -47,6 +49,7 @@ struct AttnMask {
     int64_t ctx_len = 0;     // dflash_block
     int64_t block_size = 0;  // dflash_block
     Tensor anchors;          // dflash_block: i32 [N] on the op's device
+    Tensor ctx_start;        // dflash_block: i32 [N] on the op's device, or empty (all 0)
     Tensor kv_len;           // causal / full over a cache: i32 [1] on the op's device, or empty
 
     static AttnMask causal(int64_t q_offset = 0) {
@@ -65,12 +68,14 @@ struct AttnMask {
         m.kv_len = kv_len;
         return m;
     }
-    static AttnMask dflash_block(int64_t ctx_len, int64_t block_size, const Tensor& anchors) {
+    static AttnMask dflash_block(int64_t ctx_len, int64_t block_size, const Tensor& anchors,
+                                 const Tensor& ctx_start = Tensor()) {
         AttnMask m;
         m.kind = AttnMaskKind::dflash_block;
         m.ctx_len = ctx_len;
         m.block_size = block_size;
         m.anchors = anchors;
+        m.ctx_start = ctx_start;
         return m;
     }
 };
@@ -114,6 +119,21 @@ struct LmHeadCeOut {
     Tensor dw;  // f32 [V, D]: accumulated (+=) with grad_scale * d(sum_r w_r CE_r)/dW
     // f32 [Backend::lm_head_ce_workspace(R, D, V, chunk)]: per-chunk logits, row statistics and
     // (CUDA) the dh accumulator.
+    Tensor workspace;
+};
+
+// ---- LM head + KL distillation -----------------------------------------------------------------
+// Outputs of lm_head_kl. Tensors left empty are not computed.
+struct LmHeadKlOut {
+    Tensor loss_rows;  // f32 [R]: unweighted KL(p || q) per row (0 where weight == 0)
+    Tensor argmax;     // i32 [R]: argmax of the draft logits h · Wᵀ (lowest index on ties)
+    Tensor dh;  // [R, D] (f32 or the compute dtype): overwritten with grad_scale * d(sum_r w_r
+                // KL_r)/dh
+    // f32 [V, D]: accumulated (+=) with grad_scale * d(sum_r w_r KL_r)/dW through the draft logits
+    // only: the teacher's distribution is a constant (a frozen target), even when W is shared.
+    Tensor dw;
+    // f32 [Backend::lm_head_kl_workspace(R, D, V, chunk)]: per-chunk logits of both sides, row
+    // statistics and (CUDA) the dh accumulator.
     Tensor workspace;
 };
 

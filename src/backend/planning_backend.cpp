@@ -52,6 +52,12 @@ class PlanningBackend final : public Backend {
                                  int64_t chunk) const override {
         return lm_head_real_.lm_head_ce_workspace(rows, dim, vocab, chunk);
     }
+    void lm_head_kl(const Tensor&, const Tensor&, const Tensor&, const Tensor&, float, int64_t,
+                    const LmHeadKlOut&) override {}
+    int64_t lm_head_kl_workspace(int64_t rows, int64_t dim, int64_t vocab,
+                                 int64_t chunk) const override {
+        return lm_head_real_.lm_head_kl_workspace(rows, dim, vocab, chunk);
+    }
     void loss_stats(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
                     const Tensor&) override {}
     void sum_squares(const Tensor&, const Tensor&) override {}

@@ -120,6 +120,18 @@ void add_train(Registry& r) {
                   "position decay of the block loss, exp(-(k-1)/gamma); 0 = no decay")
               .range(0, 1e6)
               .read_by("train loss (lm_head CE weights)"));
+    r.add(D::enumeration("train.loss", "ce", {"ce", "kl"},
+                         "block loss: ce = cross-entropy on the data's tokens; kl = forward "
+                         "KL(p_target || q_draft) at T=1 from the target's own next-token "
+                         "distribution (costs the target's final hidden states and a second "
+                         "chunked LM-head pass)")
+              .read_by("train loss (lm_head_ce / lm_head_kl), arena planning"));
+    r.add(D::enumeration("train.documents", "packed", {"packed", "separate"},
+                         "samples packed into one training sequence: packed = one stream "
+                         "(the target, anchors and drafter context cross sample boundaries); "
+                         "separate = the target runs each sample alone from position 0, every "
+                         "block lies inside one sample and sees only that sample's context")
+              .read_by("data anchor sampling, drafter attention mask"));
     r.add(D::integer("train.accumulation", 1, "micro-steps accumulated per optimizer step")
               .range(1, 65536)
               .read_by("train::Trainer"));
@@ -150,9 +162,9 @@ void add_train(Registry& r) {
     r.add(D::integer("train.eval_max_new_tokens", 64, "tokens generated per evaluation prompt")
               .range(1, 1 << 24)
               .read_by("dflash train evaluation"));
-    r.add(D::integer("train.lm_head_chunk", 8192, "vocabulary rows per chunk of the fused CE")
+    r.add(D::integer("train.lm_head_chunk", 8192, "vocabulary rows per chunk of the fused CE or KL")
               .range(1, 1 << 24)
-              .read_by("backend lm_head_ce op, arena planning"));
+              .read_by("backend lm_head_ce / lm_head_kl ops, arena planning"));
 }
 
 void add_pretrain(Registry& r) {

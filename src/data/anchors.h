@@ -1,5 +1,6 @@
 // Anchor sampling for DFlash training (dflash-spec.md §3.3, SpecForge HEAD rule): the positions
-// whose token starts a draft block. Tested by tests/data/anchors_test.cpp.
+// whose token starts a draft block, over the whole packed sequence or document by document
+// (train.documents). Tested by tests/data/anchors_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -19,5 +20,24 @@ std::vector<int32_t> sample_anchors(std::span<const uint8_t> loss_mask, int64_t 
 
 // The candidate positions themselves, ascending.
 std::vector<int32_t> anchor_candidates(std::span<const uint8_t> loss_mask);
+
+// Document-aware candidates of a packed sequence: those of anchor_candidates whose whole block
+// [p, p + block_size) lies inside p's document, so no block row sits in (or predicts a token of)
+// another document. doc_starts: the documents' offsets, ascending, the first 0; empty means one
+// document.
+std::vector<int32_t> document_anchor_candidates(std::span<const uint8_t> loss_mask,
+                                                std::span<const int32_t> doc_starts,
+                                                int64_t block_size);
+
+// sample_anchors over document_anchor_candidates (the same draw, so with one document whose
+// every block fits it picks what sample_anchors would).
+std::vector<int32_t> sample_document_anchors(std::span<const uint8_t> loss_mask,
+                                             std::span<const int32_t> doc_starts,
+                                             int64_t block_size, int64_t num_anchors, Rng& rng);
+
+// For each anchor, the offset of the document holding it (0 when doc_starts is empty): the first
+// context row its block may see.
+std::vector<int32_t> anchor_document_starts(std::span<const int32_t> anchors,
+                                            std::span<const int32_t> doc_starts);
 
 }  // namespace dflash

@@ -101,7 +101,8 @@ struct DrafterModel::BlockForward {
 
 void DrafterModel::forward_blocks(Backend& be, Workspace& ws, const Tensor& embed,
                                   const Tensor& features, std::span<const int32_t> tokens,
-                                  std::span<const int32_t> anchors, BlockForward& f) const {
+                                  std::span<const int32_t> anchors,
+                                  std::span<const int32_t> context_starts, BlockForward& f) const {
     const int64_t S = static_cast<int64_t>(tokens.size()), D = dims_.D, B = cfg_.block_size;
     const int64_t N = static_cast<int64_t>(anchors.size()), R = N * B;
     const int64_t L = cfg_.layer.num_hidden_layers;
@@ -120,6 +121,13 @@ void DrafterModel::forward_blocks(Backend& be, Workspace& ws, const Tensor& embe
     Workspace::Staged q_pos = ws.input({R}, DType::i32);
     Workspace::Staged kv_pos = ws.input({S + R}, DType::i32);
     Workspace::Staged anc = ws.input({N}, DType::i32);
+    DF_ASSERT(context_starts.empty() || static_cast<int64_t>(context_starts.size()) == N,
+              "{} context starts for {} anchors", context_starts.size(), N);
+    Workspace::Staged starts;
+    if (!context_starts.empty()) {
+        starts = ws.input({N}, DType::i32);
+        for (int64_t j = 0; j < N; ++j) starts.host.i32()[j] = context_starts[j];
+    }
     for (int64_t s = 0; s < S; ++s) kv_pos.host.i32()[s] = static_cast<int32_t>(s);
     for (int64_t j = 0; j < N; ++j) {
         anc.host.i32()[j] = anchors[j];
@@ -144,7 +152,8 @@ void DrafterModel::forward_blocks(Backend& be, Workspace& ws, const Tensor& embe
     f.xs.clear();
     for (int64_t l = 0; l <= L; ++l) f.xs.push_back(ws.take({R, D}, act));
     be.embedding_fwd(embed, f.ids, f.xs[0]);
-    f.mask = AttnMask::dflash_block(S, B, f.anchors);
+    f.mask =
+        AttnMask::dflash_block(S, B, f.anchors, context_starts.empty() ? Tensor() : starts.device);
     const LayerContext lc{be, ws, dims_, inv_freq_view_};
     f.acts.assign(L, LayerActs{});
     for (int64_t l = 0; l < L; ++l)
@@ -157,9 +166,10 @@ void DrafterModel::forward_blocks(Backend& be, Workspace& ws, const Tensor& embe
 
 void DrafterModel::block_hidden(Backend& be, Workspace& ws, const Tensor& embed,
                                 const Tensor& features, std::span<const int32_t> tokens,
-                                std::span<const int32_t> anchors, const Tensor& hf) const {
+                                std::span<const int32_t> anchors, const Tensor& hf,
+                                std::span<const int32_t> context_starts) const {
     BlockForward f;
-    forward_blocks(be, ws, embed, features, tokens, anchors, f);
+    forward_blocks(be, ws, embed, features, tokens, anchors, context_starts, f);
     be.copy(hf, f.hf);
 }
 
@@ -167,7 +177,7 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const Tensor& embed,
                               const Tensor& lm_head, const Tensor& features,
                               std::span<const int32_t> tokens, std::span<const uint8_t> loss_mask,
                               std::span<const int32_t> anchors, double gamma, float grad_scale,
-                              int64_t chunk, const Tensor& stats) {
+                              int64_t chunk, const Tensor& stats, const BlockObjective& objective) {
     DF_ASSERT(loss_mask.size() == tokens.size());
     const int64_t S = static_cast<int64_t>(tokens.size()), D = dims_.D, B = cfg_.block_size;
     const int64_t N = static_cast<int64_t>(anchors.size()), R = N * B;
@@ -186,21 +196,36 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const Tensor& embed,
             grad_weights.host.f32()[r] = w * grad_scale;
         }
     }
+    const bool kl = objective.loss == LossKind::kl;
+    Workspace::Staged teacher_rows;
+    if (kl) {
+        teacher_rows = ws.input({R}, DType::i32);
+        for (int64_t j = 0; j < N; ++j)
+            for (int64_t k = 0; k < B; ++k)
+                teacher_rows.host.i32()[j * B + k] = teacher_position(anchors[j], k, S);
+    }
     BlockForward f;
-    forward_blocks(be, ws, embed, features, tokens, anchors, f);
+    forward_blocks(be, ws, embed, features, tokens, anchors, objective.context_starts, f);
     const int64_t L = cfg_.layer.num_hidden_layers;
     const DType act = be.compute_dtype();
 
     const bool grads = params_.has_grads();
-    LmHeadCeOut out;
-    out.loss_rows = ws.take({R}, DType::f32);
-    out.argmax = ws.take({R}, DType::i32);
-    out.workspace = ws.take({be.lm_head_ce_workspace(R, D, lm_head.dim(0), chunk)}, DType::f32);
-    if (grads) out.dh = ws.take({R, D}, act);
-    // Without gradients (evaluation) the rows' weights only select rows: the raw ones do.
-    be.lm_head_ce(f.hf, lm_head, labels.device, grads ? grad_weights.device : weights.device, 1.0f,
-                  chunk, out);
-    be.loss_stats(out.loss_rows, out.argmax, labels.device, weights.device, B, stats);
+    BlockLossArgs la;
+    la.kind = objective.loss;
+    la.hf = f.hf;
+    la.lm_head = lm_head;
+    la.labels = labels.device;
+    la.weights = weights.device;
+    if (kl) {
+        la.teacher_hidden = objective.teacher_hidden;
+        la.teacher_rows = teacher_rows.device;
+    }
+    // The gradient scale travels in the staged gradient weights (a recorded step replays them).
+    if (grads) la.grad_weights = grad_weights.device;
+    la.chunk = chunk;
+    la.period = B;
+    const Tensor dh = grads ? ws.take({R, D}, act) : Tensor();
+    block_loss(be, ws, la, dh, stats);
     if (!grads) return;
 
     Tensor dx = ws.take({R, D}, act);
@@ -208,7 +233,7 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const Tensor& embed,
     // The context gradient sums over every layer: kept in f32.
     Tensor dctx = ws.take({S, D}, DType::f32);
     be.fill(dctx, 0.0f);
-    be.rmsnorm_bwd(out.dh, f.xs[L], params_.value("norm.weight"), f.rstd_f, dx,
+    be.rmsnorm_bwd(dh, f.xs[L], params_.value("norm.weight"), f.rstd_f, dx,
                    params_.grad("norm.weight"));
     const LayerContext lc{be, ws, dims_, inv_freq_view_};
     for (int64_t l = L - 1; l >= 0; --l) {

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/workspace.h"
+#include "model/block_loss.h"
 #include "model/decoder_layer.h"
 #include "model/hf_config.h"
 #include "model/params.h"
@@ -19,6 +20,18 @@ namespace dflash {
 
 // Decay weight of block position k >= 1: exp(-(k-1)/gamma); gamma <= 0 means uniform weights.
 float dflash_position_weight(int64_t k, double gamma);
+
+// What a training step optimises beyond the default (cross-entropy, the whole packed sequence as
+// context): train.loss and train.documents.
+struct BlockObjective {
+    LossKind loss = LossKind::ce;
+    // kl: the target's final-normed hidden states [S, D] of the sequence (device); block row k of
+    // the block anchored at a learns the target's distribution at position a + k - 1.
+    Tensor teacher_hidden;
+    // Per anchor, the first context row its block may see (its document's start in a packed
+    // sequence); empty: every block sees the context from row 0.
+    std::span<const int32_t> context_starts;
+};
 
 class DrafterModel {
   public:
@@ -53,22 +66,24 @@ class DrafterModel {
     // excluded) with weight loss_mask * exp(-(k-1)/gamma). Adds the loss and per-position
     // accuracy into stats (f32 [LossStatsLayout{B}.size()] on the device, position = k). When
     // params have gradients, accumulates grad_scale * d(sum w CE)/dparams. Memory from ws.
+    // `objective` picks KL distillation instead of CE and per-block context starts.
     void train_step(Backend& be, Workspace& ws, const Tensor& embed, const Tensor& lm_head,
                     const Tensor& features, std::span<const int32_t> tokens,
                     std::span<const uint8_t> loss_mask, std::span<const int32_t> anchors,
-                    double gamma, float grad_scale, int64_t ce_chunk, const Tensor& stats);
+                    double gamma, float grad_scale, int64_t ce_chunk, const Tensor& stats,
+                    const BlockObjective& objective = {});
 
     // The training-path forward alone: final-normed hidden states hf [N*B, D] of every block row
     // (logits = hf · lm_headᵀ). Ties the training and inference paths together in tests.
     void block_hidden(Backend& be, Workspace& ws, const Tensor& embed, const Tensor& features,
                       std::span<const int32_t> tokens, std::span<const int32_t> anchors,
-                      const Tensor& hf) const;
+                      const Tensor& hf, std::span<const int32_t> context_starts = {}) const;
 
   private:
     struct BlockForward;  // the activations of one training forward
     void forward_blocks(Backend& be, Workspace& ws, const Tensor& embed, const Tensor& features,
                         std::span<const int32_t> tokens, std::span<const int32_t> anchors,
-                        BlockForward& f) const;
+                        std::span<const int32_t> context_starts, BlockForward& f) const;
 
     DrafterConfig cfg_;
     LayerDims dims_;

@@ -84,21 +84,63 @@ void TargetModel::forward(Backend& be, Workspace& ws, std::span<const int32_t> t
                           std::span<const int64_t> capture, const Tensor& features,
                           const Tensor& final_hidden) const {
     check_capture(cfg_, capture);
-    const int64_t S = static_cast<int64_t>(tokens.size()), D = dims_.D;
     check_tokens(tokens, cfg_.vocab_size);
     const TokenInputs in = stage_tokens(ws, tokens, 0);
     ws.send_inputs();
+    forward_staged(be, ws, in.ids, in.pos, capture, features, final_hidden);
+}
+
+void TargetModel::forward_documents(Backend& be, Workspace& ws, std::span<const int32_t> tokens,
+                                    std::span<const int32_t> doc_starts,
+                                    std::span<const int64_t> capture, const Tensor& features,
+                                    const Tensor& final_hidden) const {
+    check_capture(cfg_, capture);
+    check_tokens(tokens, cfg_.vocab_size);
+    const auto S = static_cast<int64_t>(tokens.size());
+    const std::vector<int32_t> one = {0};
+    const std::span<const int32_t> starts = doc_starts.empty() ? one : doc_starts;
+    // Every document's ids and positions (from 0 in each) are staged at once, in what one forward
+    // over the whole sequence stages: no document waits for the previous one's upload.
+    Workspace::Staged ids = ws.input({S}, DType::i32);
+    Workspace::Staged pos = ws.input({S}, DType::i32);
+    for (size_t d = 0; d < starts.size(); ++d) {
+        const int64_t b = starts[d], e = d + 1 < starts.size() ? starts[d + 1] : S;
+        DF_CHECK(b >= 0 && b <= e && e <= S && (d > 0 || b == 0),
+                 "document {} spans [{}, {}) of a {}-token sequence; documents must start at 0 "
+                 "and ascend",
+                 d, b, e, S);
+        for (int64_t i = b; i < e; ++i) {
+            ids.host.i32()[i] = tokens[i];
+            pos.host.i32()[i] = static_cast<int32_t>(i - b);
+        }
+    }
+    ws.send_inputs();
+    for (size_t d = 0; d < starts.size(); ++d) {
+        const int64_t b = starts[d], e = d + 1 < starts.size() ? starts[d + 1] : S;
+        if (b == e) continue;
+        // Each document's activations are given back before the next one's.
+        const Workspace::Mark m = ws.mark();
+        forward_staged(be, ws, ids.device.rows(b, e), pos.device.rows(b, e), capture,
+                       features.empty() ? Tensor() : features.rows(b, e),
+                       final_hidden.empty() ? Tensor() : final_hidden.rows(b, e));
+        ws.release(m);
+    }
+}
+
+void TargetModel::forward_staged(Backend& be, Workspace& ws, const Tensor& ids, const Tensor& pos,
+                                 std::span<const int64_t> capture, const Tensor& features,
+                                 const Tensor& final_hidden) const {
+    const int64_t S = ids.numel(), D = dims_.D;
     const DType act = be.compute_dtype();
     Tensor x = ws.take({S, D}, act);
     Tensor y = ws.take({S, D}, act);
-    be.embedding_fwd(embed(), in.ids, x);
+    be.embedding_fwd(embed(), ids, x);
     const LayerContext lc{be, ws, dims_, inv_freq_view_};
     for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
         // Each layer's activations are dropped once its output exists (no backward here).
         const Workspace::Mark m = ws.mark();
         LayerActs acts;
-        layer_forward_train(lc, layer(l), x, Tensor(), in.pos, in.pos, AttnMask::causal(0), acts,
-                            y);
+        layer_forward_train(lc, layer(l), x, Tensor(), pos, pos, AttnMask::causal(0), acts, y);
         ws.release(m);
         std::swap(x, y);
         for (size_t c = 0; c < capture.size(); ++c)

@@ -43,6 +43,13 @@ class TargetModel {
                  std::span<const int64_t> capture, const Tensor& features,
                  const Tensor& final_hidden) const;
 
+    // forward() document by document: the packed sequence's documents start at doc_starts
+    // (ascending, the first 0; empty = one document) and each is run alone from position 0, as
+    // if it were the only one, so no document's features depend on another's tokens.
+    void forward_documents(Backend& be, Workspace& ws, std::span<const int32_t> tokens,
+                           std::span<const int32_t> doc_starts, std::span<const int64_t> capture,
+                           const Tensor& features, const Tensor& final_hidden) const;
+
     // Next-token loss of one sequence (row t predicts tokens[t+1], weight loss_mask[t+1]), added
     // into stats (f32 [LossStatsLayout{1}.size()] on the device: loss sum, weight sum, correct,
     // count); when params have gradients, accumulates grad_scale * d(sum w CE)/dparams.
@@ -51,6 +58,11 @@ class TargetModel {
                     const Tensor& stats);
 
   private:
+    // forward() on ids and positions already staged on the device (i32 [S] each).
+    void forward_staged(Backend& be, Workspace& ws, const Tensor& ids, const Tensor& pos,
+                        std::span<const int64_t> capture, const Tensor& features,
+                        const Tensor& final_hidden) const;
+
     TargetConfig cfg_;
     LayerDims dims_;
     ParamSet params_;

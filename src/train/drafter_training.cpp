@@ -30,6 +30,8 @@ struct DrafterLossOptions {
     int64_t num_anchors = 512;
     double gamma = 7.0;
     int64_t ce_chunk = 8192;
+    LossKind loss = LossKind::ce;  // train.loss
+    bool documents = false;        // train.documents = separate
 };
 
 // What an evaluation decodes: the first train.eval_prompt_count prompts, greedily.
@@ -60,8 +62,13 @@ class DrafterTask : public WorkerTask {
     int64_t stats_offset() const override { return 1; }
     bool reports_tau() const override { return true; }
 
+    std::string loss_kind() const override { return loss_kind_name(opt_.loss); }
+
     void prepare(MicroBatch& mb, Rng& rng) const override {
-        mb.anchors = sample_anchors(mb.seq.loss_mask, opt_.num_anchors, rng);
+        mb.anchors = opt_.documents
+                         ? sample_document_anchors(mb.seq.loss_mask, mb.seq.sample_starts,
+                                                   drafter_.block_size(), opt_.num_anchors, rng)
+                         : sample_anchors(mb.seq.loss_mask, opt_.num_anchors, rng);
         mb.weight = mb.anchors.empty()
                         ? 0.0
                         : drafter_.weight_sum(mb.seq.loss_mask, mb.anchors, opt_.gamma);
@@ -85,13 +92,28 @@ class DrafterTask : public WorkerTask {
         // before the drafter takes its memory (its staged inputs keep their place: the step may
         // be recorded).
         Tensor features = ws.take({S, drafter_.feature_dim()}, be.compute_dtype());
+        const BlockObjective objective = make_objective(be, ws, mb);
         const Workspace::Mark m = ws.mark();
-        target_->forward(be, ws, mb.seq.tokens, drafter_.config().target_layer_ids, features,
-                         Tensor());
+        if (opt_.documents) {
+            target_->forward_documents(be, ws, mb.seq.tokens, mb.seq.sample_starts,
+                                       drafter_.config().target_layer_ids, features,
+                                       objective.teacher_hidden);
+        } else {
+            target_->forward(be, ws, mb.seq.tokens, drafter_.config().target_layer_ids, features,
+                             objective.teacher_hidden);
+        }
         ws.release_scratch(m);
         drafter_.train_step(be, ws, target_->embed(), target_->lm_head(), features, mb.seq.tokens,
                             mb.seq.loss_mask, mb.anchors, opt_.gamma, grad_scale, opt_.ce_chunk,
-                            stats);
+                            stats, objective);
+    }
+
+    std::vector<int64_t> step_shape(const MicroBatch& mb) const override {
+        std::vector<int64_t> shape = WorkerTask::step_shape(mb);
+        // Separate documents: one target forward per document, so their lengths shape the step.
+        if (opt_.documents)
+            for (const auto start : mb.seq.sample_starts) shape.push_back(start);
+        return shape;
     }
 
     void save_model(const fs::path& dir) const override {
@@ -123,6 +145,23 @@ class DrafterTask : public WorkerTask {
     }
 
   private:
+    // What the step optimises beyond plain CE over the packed sequence: for kl, room for the
+    // target's final hidden states (kept with the features while the drafter runs; ce takes no
+    // memory for them); for separate documents, each anchor's document start.
+    BlockObjective make_objective(Backend& be, Workspace& ws, const MicroBatch& mb) {
+        BlockObjective o;
+        o.loss = opt_.loss;
+        if (opt_.loss == LossKind::kl) {
+            const auto S = static_cast<int64_t>(mb.seq.tokens.size());
+            o.teacher_hidden = ws.take({S, target_->dims().D}, be.compute_dtype());
+        }
+        if (opt_.documents) {
+            context_starts_ = anchor_document_starts(mb.anchors, mb.seq.sample_starts);
+            o.context_starts = context_starts_;
+        }
+        return o;
+    }
+
     const TargetModel* target_;
     std::optional<TargetModel> own_target_;
     DrafterModel drafter_;
@@ -130,6 +169,7 @@ class DrafterTask : public WorkerTask {
     DrafterLossOptions opt_;
     const DecodeEvalSetup* decode_;
     std::optional<DrafterModel> eval_model_;  // made at the first decoding evaluation
+    std::vector<int32_t> context_starts_;     // of the micro-batch being run
 };
 
 // The prompts of decoding evaluations (null when there are none to decode).
@@ -257,9 +297,12 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Sett
     spec.epochs = s.get<int64_t>("train.epochs");
     spec.max_steps = s.get<int64_t>("train.max_steps");
     spec.hooks = job.hooks;
-    const DrafterLossOptions lo{s.get<int64_t>("train.num_anchors"),
-                                s.get<double>("train.loss_decay_gamma"),
-                                s.get<int64_t>("train.lm_head_chunk")};
+    const DrafterLossOptions lo{
+        s.get<int64_t>("train.num_anchors"), s.get<double>("train.loss_decay_gamma"),
+        s.get<int64_t>("train.lm_head_chunk"), parse_loss_kind(s.get<std::string>("train.loss")),
+        s.get<std::string>("train.documents") == "separate"};
+    log.info("objective: train.loss={}, train.documents={}", loss_kind_name(lo.loss),
+             s.get<std::string>("train.documents"));
     spec.make_task = [&](int, Backend& be) {
         return std::make_unique<DrafterTask>(be, target, init, *tok, lo, decode.get());
     };

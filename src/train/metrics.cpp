@@ -31,6 +31,7 @@ nlohmann::json record_json(const StepRecord& r) {
     nlohmann::json j = {{"step", r.step}, {"epoch", r.epoch}};
     if (!r.eval || r.has_loss) {
         j["loss"] = r.loss;
+        if (!r.loss_kind.empty()) j["loss_kind"] = r.loss_kind;
         j["acc"] = r.acc;
     }
     if (r.eval) {

@@ -36,6 +36,7 @@ struct StepRecord {
     int64_t epoch = 0;
     bool eval = false;
     double loss = 0;
+    std::string loss_kind;  // "ce" or "kl" (train.loss); written next to loss when set
     // Drafter: acc[k-1] = accuracy at block position k = 1..B-1. Pretraining: one entry, the
     // next-token accuracy.
     std::vector<double> acc;

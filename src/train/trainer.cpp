@@ -226,10 +226,10 @@ void Worker::run_batch(const MicroBatch& mb, float grad_scale, const Tensor& sta
     // One recorded step per micro-batch shape: everything else it reads is staged (tokens,
     // anchors, the gradient weights that carry grad_scale) or fixed for the run. Evaluation
     // (no gradients) is a step of its own.
-    const StepKey key{step_owner_->id(),
-                      task_->params().has_grads() ? "train.microbatch" : "eval.microbatch",
-                      {static_cast<int64_t>(mb.seq.tokens.size()),
-                       static_cast<int64_t>(mb.anchors.size()), address_of(stats)}};
+    StepKey key{step_owner_->id(),
+                task_->params().has_grads() ? "train.microbatch" : "eval.microbatch",
+                task_->step_shape(mb)};
+    key.dims.push_back(address_of(stats));
     be_->run_step(key, [&] { task_->run(*be_, ws_, mb, grad_scale, stats); });
 }
 
@@ -339,6 +339,7 @@ bool Worker::train_step(int64_t step) {
     r.total_steps = sh_.total_steps;
     r.epoch = loader_->state().epoch;
     r.loss = loss;
+    r.loss_kind = task_->loss_kind();
     r.acc = accuracies(g);
     if (task_->reports_tau()) r.tau_implied = implied_tau(r.acc);
     r.lr = lr;
@@ -402,6 +403,7 @@ void Worker::evaluate(int64_t step) {
     r.total_steps = sh_.total_steps;
     r.epoch = loader_->state().epoch;
     r.has_loss = sh_.spec.eval_data != nullptr;
+    r.loss_kind = task_->loss_kind();
     if (r.has_loss) evaluate_heldout(r);
     // Decoding is sequential per prompt and cheap next to training, so worker 0 does it alone;
     // the others wait in the next step's first collective.

@@ -63,6 +63,8 @@ class WorkerTask {
     virtual int64_t stats_offset() const = 0;
     // Whether StepRecord::tau_implied means something (drafters).
     virtual bool reports_tau() const = 0;
+    // What StepRecord::loss is ("ce" or "kl", train.loss), written to metrics.jsonl.
+    virtual std::string loss_kind() const { return "ce"; }
     // Fills mb.anchors (drawing from rng) and mb.weight; runs before any forward.
     virtual void prepare(MicroBatch& mb, Rng& rng) const = 0;
     // The largest micro-batch a step can see (max_length tokens, every anchor): the trainer runs
@@ -71,6 +73,12 @@ class WorkerTask {
     // Forward (+ backward when params have gradients, accumulating grad_scale * d(sum w CE)),
     // adding loss and per-position accuracy into stats (f32 on the device; LossStatsLayout).
     // Memory from ws (reset by the caller between micro-batches).
+    // What, besides the run's fixed settings, decides the device work of run() for mb: the
+    // recorded step's key (Backend::run_step). By default the sequence length and anchor count.
+    virtual std::vector<int64_t> step_shape(const MicroBatch& mb) const {
+        return {static_cast<int64_t>(mb.seq.tokens.size()),
+                static_cast<int64_t>(mb.anchors.size())};
+    }
     virtual void run(Backend& be, Workspace& ws, const MicroBatch& mb, float grad_scale,
                      const Tensor& stats) = 0;
     // Writes the model in its HF layout (bf16) plus the tokenizer description into dir.

@@ -2,9 +2,10 @@
 // which runs in f32 on the same bf16-rounded inputs. Every mask kind forward (and backward for
 // causal, full and dflash_block) on awkward sizes: Sq/Sk not multiples of the 64-row tiles, head
 // dims 64 and 128, GQA groups 1/2/4/8, causal with q_offset, dflash with padding blocks, anchor 0,
-// duplicate anchors and ctx_len not a multiple of the tile, decoding over a KV cache with kv_len
-// below the capacity (rows past kv_len hold NaN: they must never be read) for Sq = 1 and 16, and
-// bitwise determinism of the backward (and forward) over two runs.
+// duplicate anchors, ctx_len not a multiple of the tile and per-block context starts (packed
+// documents), decoding over a KV cache with kv_len below the capacity (rows past kv_len hold NaN:
+// they must never be read) for Sq = 1 and 16, and bitwise determinism of the backward (and
+// forward) over two runs.
 // Outputs are poisoned with NaN first, so unwritten elements fail.
 // Tolerances: out (bf16) relative L2 error <= 1e-2 and every element within 3e-2 (1 + |ref|);
 // lse (f32) within 2e-3, exactly -inf where a row sees nothing; dq/dk/dv (bf16, from bf16 P and
@@ -47,7 +48,8 @@ struct Case {
     int64_t q_offset = 0;
     int64_t ctx = 0, block = 1;
     std::vector<int32_t> anchors;
-    int64_t kv_len = -1;  // -1: no kv_len
+    std::vector<int32_t> starts;  // dflash context starts (empty: none)
+    int64_t kv_len = -1;          // -1: no kv_len
     bool bwd = false;
 
     std::string describe() const {
@@ -56,6 +58,7 @@ struct Case {
         if (kind == AttnMaskKind::causal) os << " causal q_offset=" << q_offset;
         if (kind == AttnMaskKind::full) os << " full";
         if (kind == AttnMaskKind::dflash_block) os << " dflash ctx=" << ctx << " B=" << block;
+        if (!starts.empty()) os << " ctx_start";
         if (kv_len >= 0) os << " kv_len=" << kv_len;
         os << "]";
         return os.str();
@@ -173,7 +176,7 @@ struct Backends {
 };
 
 struct Problem {
-    HostTensor q, k, v, dout, anchors, kv_len;
+    HostTensor q, k, v, dout, anchors, starts, kv_len;
     HostTensor k_gpu, v_gpu;  // K/V with NaN past kv_len
 };
 
@@ -193,11 +196,14 @@ Problem make_problem(const Case& c) {
     }
     if (c.kind == AttnMaskKind::dflash_block) {
         p.anchors = HostTensor::from_i32({static_cast<int64_t>(c.anchors.size())}, c.anchors);
+        if (!c.starts.empty())
+            p.starts = HostTensor::from_i32({static_cast<int64_t>(c.starts.size())}, c.starts);
     }
     return p;
 }
 
-AttnMask mask_of(const Case& c, const Tensor& anchors, const Tensor& kv_len) {
+AttnMask mask_of(const Case& c, const Tensor& anchors, const Tensor& kv_len,
+                 const Tensor& starts = Tensor()) {
     switch (c.kind) {
         case AttnMaskKind::causal:
             return c.kv_len >= 0 ? AttnMask::over_cache(c.kind, kv_len)
@@ -207,7 +213,7 @@ AttnMask mask_of(const Case& c, const Tensor& anchors, const Tensor& kv_len) {
         case AttnMaskKind::dflash_block:
             break;
     }
-    return AttnMask::dflash_block(c.ctx, c.block, anchors);
+    return AttnMask::dflash_block(c.ctx, c.block, anchors, starts);
 }
 
 struct GpuRun {
@@ -215,7 +221,7 @@ struct GpuRun {
 };
 
 struct GpuInputs {
-    DeviceTensor q, k, v, dout, anchors, kv_len;
+    DeviceTensor q, k, v, dout, anchors, starts, kv_len;
     AttnMask mask;
 };
 
@@ -226,8 +232,9 @@ GpuInputs gpu_inputs(Backend& gpu, const Case& c, const Problem& p) {
     g.v = upload(gpu, p.v_gpu, DType::bf16);
     g.dout = upload(gpu, p.dout, DType::bf16);
     if (!p.anchors.empty()) g.anchors = upload_i32(gpu, p.anchors);
+    if (!p.starts.empty()) g.starts = upload_i32(gpu, p.starts);
     if (!p.kv_len.empty()) g.kv_len = upload_i32(gpu, p.kv_len);
-    g.mask = mask_of(c, g.anchors.view(), g.kv_len.view());
+    g.mask = mask_of(c, g.anchors.view(), g.kv_len.view(), g.starts.view());
     return g;
 }
 
@@ -256,7 +263,7 @@ bool same_bits(Backend& gpu, const Tensor& a, const Tensor& b) {
 void check_case(Backends& be, const Case& c, bool twice = false) {
     SCOPED_TRACE(c.describe());
     const Problem p = make_problem(c);
-    const AttnMask cmask = mask_of(c, p.anchors.view(), p.kv_len.view());
+    const AttnMask cmask = mask_of(c, p.anchors.view(), p.kv_len.view(), p.starts.view());
     HostTensor out({c.sq, c.h, c.d}), lse({c.h, c.sq});
     be.cpu->attention_fwd(p.q, p.k, p.v, cmask, out, lse);
 
@@ -349,6 +356,32 @@ TEST(AttentionCuda, DflashBlockForwardBackward) {
     check_case(be, dflash("dflash 128x16 split dK/dV", 128, 16, 500, many, 8, 2, 128));
     // Nothing visible at all.
     check_case(be, dflash("dflash all padding", 4, 16, 64, {-1, -1, -1, -1}, 2, 1, 128));
+}
+
+// Packed documents (AttnMask::ctx_start): block n sees context [starts[n], anchors[n]) only.
+// Starts on and off the 64-key tiles, at 0 and at the anchor, training-like sorted anchors with
+// documents of a few hundred rows, and enough query tiles to split the context's dK/dV.
+TEST(AttentionCuda, DflashBlockWithContextStartsForwardBackward) {
+    REQUIRE_CUDA_DEVICE();
+    Backends be;
+    Case edge = dflash("dflash starts edge", 5, 16, 161, {130, 0, 161, -1, 70}, 4, 2, 128);
+    edge.starts = {64, 0, 100, 0, 70};
+    check_case(be, edge);
+    // Four documents of 120 rows each; each block sees its own document's rows before it.
+    std::vector<int32_t> anchors(96), starts(96);
+    Rng rng(21);
+    for (size_t b = 0; b < anchors.size(); ++b) anchors[b] = static_cast<int32_t>(rng.below(480));
+    std::sort(anchors.begin(), anchors.end());
+    for (size_t b = 0; b < anchors.size(); ++b) starts[b] = anchors[b] / 120 * 120;
+    Case docs = dflash("dflash starts documents", 96, 16, 480, anchors, 8, 2, 128);
+    docs.starts = starts;
+    check_case(be, docs);
+    Case d64 = dflash("dflash starts d64 b10", 13, 10, 130, {}, 8, 1, 64);
+    for (int b = 0; b < 13; ++b) {
+        d64.anchors.push_back(static_cast<int32_t>(rng.below(132)) - 1);
+        d64.starts.push_back(static_cast<int32_t>(rng.below(std::max(d64.anchors.back(), 0) + 1)));
+    }
+    check_case(be, d64);
 }
 
 Case cache(std::string name, AttnMaskKind kind, int64_t sq, int64_t cap, int64_t kv_len, int64_t h,

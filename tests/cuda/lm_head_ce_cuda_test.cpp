@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "core/error.h"
 #include "cuda/gemm_family_util.h"
+#include "cuda/lm_head_test_util.h"
 #include "support/test_util.h"
 
 namespace dflash {
@@ -65,24 +66,13 @@ Problem make_problem(int64_t r, int64_t d, int64_t v, uint64_t seed) {
     return p;
 }
 
-struct Outputs {
-    HostTensor loss_rows, argmax, dh, dw;
-};
-
-struct Want {
-    bool loss = true, argmax = true, dh = true, dw = true;
-    DType dh_dtype = DType::bf16;
-};
+using Outputs = test::LmOutputs;
+using Want = test::LmWant;
 
 Outputs run_cpu(Backend& cpu, const Problem& p, int64_t chunk, const Want& want) {
-    Outputs o{HostTensor({p.r}), HostTensor({p.r}, DType::i32), HostTensor({p.r, p.d}),
-              p.dw0.clone()};
-    LmHeadCeOut out;
-    if (want.loss) out.loss_rows = o.loss_rows;
-    if (want.argmax) out.argmax = o.argmax;
-    if (want.dh) out.dh = o.dh;
-    if (want.dw) out.dw = o.dw;
-    cpu.lm_head_ce(p.h, p.w, p.labels, p.weights, p.grad_scale, chunk, out);
+    Outputs o = test::lm_host_outputs(p.r, p.d, p.dw0);
+    cpu.lm_head_ce(p.h, p.w, p.labels, p.weights, p.grad_scale, chunk,
+                   test::lm_out<LmHeadCeOut>(o, want));
     return o;
 }
 
@@ -91,39 +81,10 @@ Outputs run_gpu(Backend& gpu, const Problem& p, int64_t chunk, const Want& want)
     const DeviceTensor labels(gpu, {p.r}, DType::i32);
     gpu.upload(labels, p.labels);
     const DeviceTensor weights = to_device(gpu, p.weights, DType::f32);
-    const DeviceTensor loss = to_device(gpu, test::nan_tensor({p.r}), DType::f32);
-    const DeviceTensor argmax(gpu, {p.r}, DType::i32);
-    HostTensor poison_i({p.r}, DType::i32);
-    for (int64_t i = 0; i < p.r; ++i) poison_i.i32()[i] = -7;
-    gpu.upload(argmax, poison_i);
-    const DeviceTensor dh = to_device(gpu, test::nan_tensor({p.r, p.d}), want.dh_dtype);
-    const DeviceTensor dw = to_device(gpu, p.dw0, DType::f32);
-    const int64_t ws_n = gpu.lm_head_ce_workspace(p.r, p.d, p.v, chunk);
-    const DeviceTensor ws = to_device(gpu, test::nan_tensor({ws_n}), DType::f32);
-    LmHeadCeOut out;
-    if (want.loss) out.loss_rows = loss;
-    if (want.argmax) out.argmax = argmax;
-    if (want.dh) out.dh = dh;
-    if (want.dw) out.dw = dw;
-    out.workspace = ws;
-    gpu.lm_head_ce(h, w, labels, weights, p.grad_scale, chunk, out);
-    Outputs o{to_host_f32(gpu, loss), HostTensor({p.r}, DType::i32), to_host_f32(gpu, dh),
-              to_host_f32(gpu, dw)};
-    gpu.download(o.argmax, argmax);
-    return o;
-}
-
-double logit(const Problem& p, int64_t row, int64_t col) {
-    double z = 0;
-    for (int64_t k = 0; k < p.d; ++k)
-        z += static_cast<double>(p.h.f32()[row * p.d + k]) * p.w.f32()[col * p.d + k];
-    return z;
-}
-
-HostTensor delta(const HostTensor& dw, const HostTensor& dw0) {
-    HostTensor d = dw.clone();
-    for (int64_t i = 0; i < d.numel(); ++i) d.f32()[i] -= dw0.f32()[i];
-    return d;
+    const test::LmGpuOut o(gpu, p.r, p.d, p.dw0, want.dh_dtype,
+                           gpu.lm_head_ce_workspace(p.r, p.d, p.v, chunk));
+    gpu.lm_head_ce(h, w, labels, weights, p.grad_scale, chunk, o.out<LmHeadCeOut>(want));
+    return o.download(gpu);
 }
 
 void expect_matches(const Problem& p, const Outputs& got, const Outputs& ref, const Want& want,
@@ -141,18 +102,7 @@ void expect_matches(const Problem& p, const Outputs& got, const Outputs& ref, co
             }
         }
     }
-    if (want.argmax) {
-        for (int64_t i = 0; i < p.r; ++i) {
-            const int32_t g = got.argmax.i32()[i], c = ref.argmax.i32()[i];
-            if (g == c) continue;
-            ASSERT_TRUE(g >= 0 && g < p.v)
-                << "row " << i << " argmax " << g << " (cpu " << c << ")";
-            const double zg = logit(p, i, g), zc = logit(p, i, c);
-            EXPECT_LE(std::fabs(zg - zc), 1e-4 * (1 + std::fabs(zc)))
-                << "row " << i << ": argmax " << g << " (logit " << zg << ") vs cpu " << c
-                << " (logit " << zc << ")";
-        }
-    }
+    if (want.argmax) test::expect_lm_argmax(p.h, p.w, got.argmax, ref.argmax);
     if (want.dh) {
         const bool f32 = want.dh_dtype == DType::f32;
         const test::Diff d0 = compare(got.dh, ref.dh, 0);
@@ -174,14 +124,7 @@ void expect_matches(const Problem& p, const Outputs& got, const Outputs& ref, co
             }
         }
     }
-    if (want.dw) {
-        const HostTensor gd = delta(got.dw, p.dw0), rd = delta(ref.dw, p.dw0);
-        const test::Diff d0 = compare(gd, rd, 0);
-        const test::Diff d = compare(gd, rd, 3e-2 * d0.max_ref);
-        EXPECT_TRUE(d.ok(6e-3, 3e-2 * d0.max_ref)) << "dw delta: " << d.str();
-    } else {
-        EXPECT_EQ(std::memcmp(got.dw.f32(), p.dw0.f32(), p.dw0.nbytes()), 0) << "dw not asked";
-    }
+    test::expect_lm_dw(got.dw, ref.dw, p.dw0, want.dw);
 }
 
 class CudaLmHeadCe : public ::testing::Test {
@@ -195,11 +138,7 @@ class CudaLmHeadCe : public ::testing::Test {
         const Problem p = make_problem(r, d, v, seed);
         const Outputs ref = run_cpu(*cpu_, p, chunk, want);
         const Outputs got = run_gpu(*gpu_, p, chunk, want);
-        std::ostringstream what;
-        what << "R=" << r << " D=" << d << " V=" << v << " chunk=" << chunk << " loss=" << want.loss
-             << " argmax=" << want.argmax << " dh=" << want.dh << "(" << dtype_name(want.dh_dtype)
-             << ") dw=" << want.dw;
-        expect_matches(p, got, ref, want, what.str());
+        expect_matches(p, got, ref, want, test::lm_case_name(r, d, v, chunk, want));
     }
     std::unique_ptr<Backend> cpu_, gpu_;
 };

@@ -1,9 +1,10 @@
 // The models, the trainer and the decoding engine on the CUDA backend (issue: one engine on any
-// device): a drafter loss and its gradients against the CPU; a training step is bitwise
-// reproducible; 20 steps of `dflash train` track the CPU run's losses within bf16 tolerance;
-// greedy speculative decoding on CUDA equals greedy plain decoding on CUDA token for token, and the
-// sampled path follows the target's distribution; a drafter trained on CUDA loads on the CPU and
-// decodes losslessly there. Skips visibly without a GPU.
+// device): a drafter loss and its gradients against the CPU (also with KL distillation and with
+// separate packed documents); a training step is bitwise reproducible; 20 steps of `dflash train`
+// (10 with train.loss=kl and train.documents=separate) track the CPU run's losses within bf16
+// tolerance; greedy speculative decoding on CUDA equals greedy plain decoding on CUDA token for
+// token, and the sampled path follows the target's distribution; a drafter trained on CUDA loads
+// on the CPU and decodes losslessly there. Skips visibly without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 
 #include "backend/backend_factory.h"
 #include "backend/workspace.h"
+#include "data/anchors.h"
 #include "infer/spec_decode.h"
 #include "model/drafter.h"
 #include "model/target.h"
@@ -67,21 +69,50 @@ struct StepResult {
     double loss = 0;
     HostTensor grads;
 };
+// With doc_starts, the documents are separate (per-document target forward and context starts,
+// train.documents=separate); kl: KL distillation from the target (train.loss=kl).
 StepResult drafter_step(Backend& be, Pair& p, const std::vector<int32_t>& toks,
-                        const std::vector<uint8_t>& mask, const std::vector<int32_t>& anchors) {
+                        const std::vector<uint8_t>& mask, const std::vector<int32_t>& anchors,
+                        LossKind loss = LossKind::ce, const std::vector<int32_t>& doc_starts = {}) {
     const int64_t S = static_cast<int64_t>(toks.size());
     DeviceTensor feats(be, {S, p.drafter.feature_dim()}, be.compute_dtype());
+    DeviceTensor final_hidden(be, {S, p.target.dims().D}, be.compute_dtype());
     Workspace ws(be, WorkspacePlan{size_t{32} << 20, size_t{1} << 20, size_t{1} << 16});
-    p.target.forward(be, ws, toks, p.drafter.config().target_layer_ids, feats, Tensor());
+    const auto& ids = p.drafter.config().target_layer_ids;
+    const Tensor fh = loss == LossKind::kl ? final_hidden.view() : Tensor();
+    if (doc_starts.empty()) {
+        p.target.forward(be, ws, toks, ids, feats, fh);
+    } else {
+        p.target.forward_documents(be, ws, toks, doc_starts, ids, feats, fh);
+    }
     ws.reset();
     p.drafter.params().zero_grads();
     const LossStatsLayout lay{p.drafter.block_size()};
     DeviceTensor stats(be, {lay.size()}, DType::f32);
+    const std::vector<int32_t> ctx = anchor_document_starts(anchors, doc_starts);
+    BlockObjective obj;
+    obj.loss = loss;
+    obj.teacher_hidden = fh;
+    if (!doc_starts.empty()) obj.context_starts = ctx;
     p.drafter.train_step(be, ws, p.target.embed(), p.target.lm_head(), feats, toks, mask, anchors,
-                         4.0, 1.0f, 50, stats);
+                         4.0, 1.0f, 50, stats, obj);
     const HostTensor st = to_host_f32(be, stats);
     return {st.f32()[LossStatsLayout::kLossSum] / st.f32()[LossStatsLayout::kWeightSum],
             to_host_f32(be, p.drafter.params().flat_grads())};
+}
+
+// A CUDA step (b) against the CPU's (a): the loss within loss_rel, the gradient direction
+// (cosine) within 1%, its magnitude within 5%.
+void expect_step_matches(const StepResult& a, const StepResult& b, double loss_rel) {
+    EXPECT_NEAR(b.loss, a.loss, loss_rel * a.loss);
+    double dot = 0, na = 0, nb = 0;
+    for (int64_t i = 0; i < a.grads.numel(); ++i) {
+        dot += double(a.grads.f32()[i]) * b.grads.f32()[i];
+        na += double(a.grads.f32()[i]) * a.grads.f32()[i];
+        nb += double(b.grads.f32()[i]) * b.grads.f32()[i];
+    }
+    EXPECT_GT(dot / std::sqrt(na * nb), 0.99);
+    EXPECT_NEAR(std::sqrt(nb), std::sqrt(na), 0.05 * std::sqrt(na));
 }
 
 // bf16 weights and activations against the f32 reference: the loss within 2%, the gradient
@@ -100,15 +131,34 @@ TEST_F(CudaModels, DrafterLossAndGradientsMatchTheCpu) {
     const std::vector<int32_t> anchors = {2, 9, 30, 31, 60, 88, 95};
     const StepResult a = drafter_step(*cpu_, c, toks, mask, anchors);
     const StepResult b = drafter_step(*gpu_, g, toks, mask, anchors);
-    EXPECT_NEAR(b.loss, a.loss, 0.02 * a.loss);
-    double dot = 0, na = 0, nb = 0;
-    for (int64_t i = 0; i < a.grads.numel(); ++i) {
-        dot += double(a.grads.f32()[i]) * b.grads.f32()[i];
-        na += double(a.grads.f32()[i]) * a.grads.f32()[i];
-        nb += double(b.grads.f32()[i]) * b.grads.f32()[i];
+    expect_step_matches(a, b, 0.02);
+}
+
+// The same with the other objectives: KL distillation, and three packed documents kept apart
+// (context starts in the CUDA attention, a target forward per document), alone and together.
+TEST_F(CudaModels, DrafterKlAndSeparateDocumentsMatchTheCpu) {
+    Pair c = make_pair(*cpu_, 23, 8, 150);
+    Pair g = make_pair(*gpu_, 23, 8, 150);
+    c.target.params().copy_from(g.target.params());
+    c.drafter.params().copy_from(g.drafter.params());
+    c.drafter.params().enable_training();
+    g.drafter.params().enable_training();
+    const auto toks = random_tokens(150, 150, 4);
+    std::vector<uint8_t> mask(toks.size(), 1);
+    mask[0] = mask[1] = mask[70] = 0;
+    const std::vector<int32_t> docs = {0, 40, 111};
+    // Blocks of 8 inside their documents; the first two documents' last blocks end at 39, 110.
+    const std::vector<int32_t> anchors = {2, 9, 31, 41, 60, 100, 103, 112, 130, 142};
+    for (const auto& [loss, starts] :
+         {std::pair{LossKind::kl, std::vector<int32_t>{}}, std::pair{LossKind::ce, docs},
+          std::pair{LossKind::kl, docs}}) {
+        SCOPED_TRACE(std::string(loss_kind_name(loss)) + (starts.empty() ? "" : " separate"));
+        const StepResult a = drafter_step(*cpu_, c, toks, mask, anchors, loss, starts);
+        const StepResult b = drafter_step(*gpu_, g, toks, mask, anchors, loss, starts);
+        EXPECT_GT(a.loss, 0.0);
+        // KL is a difference of two cross-entropies: bf16 logits weigh more on it than on CE.
+        expect_step_matches(a, b, loss == LossKind::kl ? 0.05 : 0.03);
     }
-    EXPECT_GT(dot / std::sqrt(na * nb), 0.99);
-    EXPECT_NEAR(std::sqrt(nb), std::sqrt(na), 0.05 * std::sqrt(na));
 }
 
 // Qwen2 (q/k/v biases, no q/k norm): the cached forward on CUDA gives the CPU's logits, biases
@@ -328,6 +378,33 @@ TEST_F(CudaTraining, TwentyStepsTrackTheCpuAndTheResultDecodesOnTheCpu) {
     const DrafterModel drafter = DrafterModel::load(*cpu, model["cuda"]);
     std::vector<int64_t> hist(drafter.block_size() + 1, 0);
     expect_lossless(target, drafter, *cpu, 8, hist);
+}
+
+// train.loss=kl with train.documents=separate on CUDA and on the CPU from the same start: the
+// per-step KL losses agree within bf16 tolerance for 10 steps.
+TEST_F(CudaTraining, KlWithSeparateDocumentsTracksTheCpu) {
+    REQUIRE_GPU();
+    std::map<std::string, std::vector<double>> losses;
+    for (const std::string backend : {"cpu", "cuda"}) {
+        auto j = test::drafter_job(dir_->path(), "kl-" + backend);
+        j.hooks.on_record = [&](const train::StepRecord& r) {
+            if (!r.eval) losses[backend].push_back(r.loss);
+        };
+        const auto s = test::drafter_settings({{"runtime.backend", backend},
+                                               {"train.loss", "kl"},
+                                               {"train.documents", "separate"},
+                                               {"train.max_steps", "10"},
+                                               {"train.batch_size", "2"}});
+        train::run_drafter_training(j, s, Logger());
+    }
+    ASSERT_EQ(losses["cpu"].size(), 10u);
+    ASSERT_EQ(losses["cuda"].size(), 10u);
+    for (size_t i = 0; i < 10; ++i) {
+        EXPECT_GT(losses["cpu"][i], 0.0);
+        // As above, with room for KL's larger relative bf16 error (a difference of two CEs).
+        const double tol = 0.05 * losses["cpu"][i] + 0.01 + 0.002 * static_cast<double>(i);
+        EXPECT_NEAR(losses["cuda"][i], losses["cpu"][i], tol) << "step " << i + 1;
+    }
 }
 
 }  // namespace

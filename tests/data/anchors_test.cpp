@@ -1,6 +1,7 @@
 // Anchor sampling: the HEAD candidate rule, distinct sorted draws, determinism, and uniformity.
 #include "data/anchors.h"
 
+#include <algorithm>
 #include <set>
 
 #include "core/error.h"
@@ -88,6 +89,50 @@ TEST(Anchors, RoughlyUniformOverCandidates) {
             EXPECT_EQ(hits[p], 0);
         }
     }
+}
+
+// Document-aware anchors: every block [p, p + B) lies inside one document, for random packs of
+// random documents; and every candidate that does is kept (nothing else is dropped).
+TEST(DocumentAnchors, BlocksNeverStraddleADocumentBoundary) {
+    Rng rng(77);
+    for (int trial = 0; trial < 200; ++trial) {
+        const int64_t B = 2 + static_cast<int64_t>(rng.below(6));
+        std::vector<int32_t> starts;
+        std::vector<uint8_t> mask;
+        const int docs = 1 + static_cast<int>(rng.below(5));
+        for (int d = 0; d < docs; ++d) {
+            starts.push_back(static_cast<int32_t>(mask.size()));
+            const int64_t len = 1 + static_cast<int64_t>(rng.below(20));
+            for (int64_t i = 0; i < len; ++i) mask.push_back(rng.below(4) != 0);
+        }
+        const auto doc_of = [&](int64_t p) {
+            return std::upper_bound(starts.begin(), starts.end(), p) - starts.begin() - 1;
+        };
+        const auto cand = document_anchor_candidates(mask, starts, B);
+        for (int32_t p : anchor_candidates(mask)) {
+            const auto S = static_cast<int64_t>(mask.size());
+            const bool fits = p + B <= S && doc_of(p) == doc_of(p + B - 1);
+            EXPECT_EQ(std::count(cand.begin(), cand.end(), p), fits ? 1 : 0)
+                << "trial " << trial << " p=" << p << " B=" << B;
+        }
+        const auto picked = sample_document_anchors(mask, starts, B, 4, rng);
+        const auto ctx = anchor_document_starts(picked, starts);
+        ASSERT_EQ(ctx.size(), picked.size());
+        for (size_t j = 0; j < picked.size(); ++j) {
+            EXPECT_EQ(ctx[j], starts[doc_of(picked[j])]);
+            EXPECT_EQ(doc_of(picked[j]), doc_of(picked[j] + B - 1));
+        }
+    }
+}
+
+TEST(DocumentAnchors, OneDocumentWhereEveryBlockFitsDrawsLikeSampleAnchors) {
+    std::vector<uint8_t> mask(40, 1);
+    for (int i = 30; i < 40; ++i) mask[i] = 0;  // the last candidate, 28, still fits B = 4
+    Rng a(5), b(5);
+    EXPECT_EQ(sample_document_anchors(mask, {}, 4, 7, a), sample_anchors(mask, 7, b));
+    EXPECT_EQ(anchor_document_starts(std::vector<int32_t>{3, 9}, {}), (std::vector<int32_t>{0, 0}));
+    const std::vector<int32_t> bad = {1, 5};  // must start at 0
+    EXPECT_THROW(document_anchor_candidates(mask, bad, 4), Error);
 }
 
 }  // namespace

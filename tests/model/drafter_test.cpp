@@ -12,23 +12,11 @@
 namespace dflash {
 namespace {
 
-struct Pair {
-    TargetModel target;
-    DrafterModel drafter;
-};
+using Pair = test::TinyPair;
+using test::random_tokens;
 
 Pair make_pair(Backend& be, bool qwen3, uint64_t seed) {
-    auto tc = test::tiny_target_config(qwen3, 4);
-    TargetModel t = TargetModel::random(be, tc, seed, 0.3f);
-    DrafterModel d = DrafterModel::random(be, test::tiny_drafter_config(tc, 2, 4), seed + 1, 0.3f);
-    return {std::move(t), std::move(d)};
-}
-
-std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
-    Rng rng(seed);
-    std::vector<int32_t> t(n);
-    for (auto& x : t) x = static_cast<int32_t>(rng.below(vocab - 1));  // never the mask id
-    return t;
+    return test::tiny_pair(be, qwen3, seed);
 }
 
 HostTensor target_features(Backend& be, const Pair& p, const std::vector<int32_t>& toks) {
@@ -89,23 +77,7 @@ TEST_P(DrafterTest, GradientMatchesFiniteDifferences) {
     };
     p.drafter.params().zero_grads();
     test::drafter_step(*be, p.drafter, p.target, feats, toks, mask, anchors, gamma, 1.0f, 7);
-    // Every finite-difference evaluation runs the backward too: compare against a snapshot.
-    std::map<std::string, HostTensor> snapshot;
-    for (const auto& prm : p.drafter.params().params())
-        snapshot.emplace(prm.name, to_host_f32(*be, prm.grad));
-    // Every parameter tensor: its largest gradients (where a wrong one shows most) and a few
-    // random elements. Each tensor must receive a gradient at all.
-    Rng rng(5);
-    for (const auto& prm : p.drafter.params().params()) {
-        Tensor w = prm.value;
-        const Tensor g = snapshot.at(prm.name).view();
-        const auto idx = test::fd_check_indices(g.f32(), g.numel(), 3, 3, rng);
-        EXPECT_GT(std::fabs(g.f32()[idx[0]]), 1e-4) << prm.name << " gets no gradient";
-        for (int64_t i : idx) {
-            const double fd = test::fd_derivative_in_place(w.f32()[i], loss, 1e-2f);
-            EXPECT_NEAR(g.f32()[i], fd, 2e-3 + 2e-2 * std::fabs(fd)) << prm.name << "[" << i << "]";
-        }
-    }
+    test::expect_param_grads_match_fd(*be, p.drafter.params(), loss, 3, 3, 1e-4, 2e-3, 2e-2);
 }
 
 TEST_P(DrafterTest, LossIsDecayWeightedMeanAndStatsCountValidRows) {

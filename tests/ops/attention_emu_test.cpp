@@ -40,7 +40,8 @@ struct Case {
     int q_offset = 0;
     int ctx = 0, block = 1;
     std::vector<int32_t> anchors;
-    int kv_len = -1;  // -1: no kv_len
+    std::vector<int32_t> starts;  // dflash context starts (empty: all 0)
+    int kv_len = -1;              // -1: no kv_len
     bool bwd = false;
     int kv_splits = 0;  // dK/dV splits; 0: the rule of attention.cpp
 };
@@ -84,7 +85,8 @@ bool visible(const Case& c, int sk_eff, int i, int j) {
     }
     const int a = c.anchors[i / c.block];
     if (a < 0) return false;
-    return j < c.ctx ? j < a : (j - c.ctx) / c.block == i / c.block;
+    const int b = c.starts.empty() ? 0 : c.starts[i / c.block];
+    return j < c.ctx ? j >= b && j < a : (j - c.ctx) / c.block == i / c.block;
 }
 
 struct Ref {
@@ -181,7 +183,7 @@ void expect_close(const char* what, const Case& c, const Buf& got, const std::ve
 struct Run {
     Buf q, k, v, out, dout, dq, dk, dv;
     std::vector<float> lse, delta, part_o, part_ml, dkdv_part;
-    std::vector<int32_t> anchors, kv_len;
+    std::vector<int32_t> anchors, starts, kv_len;
     std::vector<QTileKeys> table;
     Device dev;
 
@@ -194,7 +196,8 @@ struct Run {
           dq(in.q.size(), kNanBf16),
           dk(in.k.size(), kNanBf16),
           dv(in.k.size(), kNanBf16),
-          anchors(c.anchors) {
+          anchors(c.anchors),
+          starts(c.starts) {
         auto put = [](Buf& b, const std::vector<float>& x) {
             for (size_t i = 0; i < x.size(); ++i) b.data()[i] = f32_to_bf16(x[i]);
         };
@@ -224,6 +227,7 @@ struct Run {
         m.ctx_len = c.ctx;
         m.block = c.block;
         m.anchors = anchors.empty() ? nullptr : anchors.data();
+        m.ctx_start = starts.empty() ? nullptr : starts.data();
         m.kv_len = kv_len.empty() ? nullptr : kv_len.data();
         return m;
     }
@@ -378,6 +382,24 @@ TEST(AttentionEmu, DflashBlockForwardBackward) {
     std::vector<int32_t> a(70);
     for (int b = 0; b < 70; ++b) a[b] = (b * 37) % 6 - 1;  // -1 .. 4, unsorted
     check_case(dflash("dflash b1 ctx5 g4", 70, 1, 5, a, 4, 1, 128));
+}
+
+// Packed documents: block n sees context keys [starts[n], anchors[n]) only. Starts on and off
+// the 64-key tiles, at 0 and at the anchor; tiles wholly inside every row's span take the
+// unmasked path; the shared context tiles split over query tiles.
+TEST(AttentionEmu, DflashBlockWithContextStartsForwardBackward) {
+    Case edge = dflash("dflash starts b16 ctx161", 5, 16, 161, {130, 0, 161, -1, 70}, 4, 2, 64);
+    edge.starts = {64, 0, 100, 5, 70};
+    check_case(edge);
+    Case docs = dflash("dflash starts b16 ctx200 unmasked", 8, 16, 200,
+                       {190, 192, 199, 200, 200, 197, 196, 200}, 2, 2, 128);
+    docs.starts = {64, 64, 64, 64, 64, 64, 60, 3};  // key tile [64, 128) is seen by every row
+    check_case(docs);
+    Case split = dflash("dflash starts b16 ctx130 3 splits", 12, 16, 130,
+                        {0, 20, 40, 60, 80, 100, 120, 130, 130, 129, -1, 7}, 4, 2, 64);
+    split.starts = {0, 0, 20, 20, 70, 70, 70, 100, 100, 129, 0, 7};
+    split.kv_splits = 3;
+    check_case(split);
 }
 
 Case cache(std::string name, int kind, int sq, int cap, int kv_len, int h, int hkv, int d) {

@@ -38,7 +38,9 @@ std::vector<char> dense_mask(const AttnMask& m, const Dims& d) {
                 const int64_t n = i / m.block_size;
                 const int64_t anchor = m.anchors.i32()[n];
                 if (anchor >= 0) {
-                    ok = j < m.ctx_len ? j < anchor : (j - m.ctx_len) / m.block_size == n;
+                    const int64_t start = m.ctx_start.empty() ? 0 : m.ctx_start.i32()[n];
+                    ok = j < m.ctx_len ? j >= start && j < anchor
+                                       : (j - m.ctx_len) / m.block_size == n;
                 }
             }
             vis[i * d.sk + j] = ok;
@@ -191,6 +193,33 @@ TEST(AttentionForward, DflashBlockMatchesDenseReference) {
                 make_problem(d, AttnMask::dflash_block(c.ctx, c.block, anchors_t), seed++),
                 fmt::format("n={} block={} ctx={} h={} hkv={} dh={} anchor0={}", c.n, c.block,
                             c.ctx, d.h, d.hkv, d.dh, anchors[0]));
+        }
+    }
+}
+
+// Document-aware blocks (ctx_start): block n sees context keys [ctx_start[n], anchors[n]) only.
+// Starts drawn in [0, anchor], including the edge cases start == 0 and start == anchor (no
+// context at all), across several query chunks.
+TEST(AttentionForward, DflashBlockWithContextStartsMatchesDenseReference) {
+    uint64_t seed = 600;
+    for (const Dims& hc : kHeadConfigs) {
+        for (int64_t n : {3, 40}) {
+            Rng rng(seed);
+            const int64_t ctx = 37, block = 4;
+            const std::vector<int32_t> anchors = make_anchors(n, ctx, rng);
+            std::vector<int32_t> starts(anchors.size());
+            for (size_t b = 0; b < anchors.size(); ++b) {
+                const int32_t a = std::max(anchors[b], 0);
+                starts[b] = b % 4 == 0   ? 0
+                            : b % 4 == 1 ? a
+                                         : static_cast<int32_t>(rng.below(a + 1));
+            }
+            const HostTensor anchors_t = test::ids_tensor(anchors),
+                             starts_t = test::ids_tensor(starts);
+            const Dims d{n * block, ctx + n * block, hc.h, hc.hkv, hc.dh};
+            expect_matches_reference(
+                make_problem(d, AttnMask::dflash_block(ctx, block, anchors_t, starts_t), seed++),
+                fmt::format("n={} h={} hkv={} dh={}", n, d.h, d.hkv, d.dh));
         }
     }
 }
@@ -387,6 +416,26 @@ TEST(AttentionBackward, DflashBlockGradientsMatchFiniteDifferences) {
     expect_gradients_match_fd(make_problem({4 * block, ctx + 4 * block, 3, 1, 12},
                                            AttnMask::dflash_block(ctx, block, anchors), 53),
                               54);
+}
+
+TEST(AttentionBackward, DflashBlockWithContextStartsGradientsMatchFiniteDifferences) {
+    const HostTensor anchors = test::ids_tensor({4, -1, 7, 9});
+    const HostTensor starts = test::ids_tensor({2, 0, 7, 5});
+    const int64_t ctx = 9, block = 3;
+    expect_gradients_match_fd(make_problem({4 * block, ctx + 4 * block, 4, 2, 8},
+                                           AttnMask::dflash_block(ctx, block, anchors, starts), 61),
+                              62);
+}
+
+TEST(AttentionValidation, ContextStartOutsideZeroToAnchorIsAnError) {
+    const HostTensor anchors = test::ids_tensor({4, -1});
+    const HostTensor good = test::ids_tensor({4, 9}), late = test::ids_tensor({5, 0});
+    // A padding block's start is not read.
+    EXPECT_NO_THROW(
+        run_fwd(make_problem({6, 12, 2, 1, 8}, AttnMask::dflash_block(6, 3, anchors, good), 63)));
+    EXPECT_THROW(
+        run_fwd(make_problem({6, 12, 2, 1, 8}, AttnMask::dflash_block(6, 3, anchors, late), 64)),
+        Error);
 }
 
 // Several query chunks (128 rows each, whole blocks for dflash_block): dk/dv accumulate across

@@ -28,6 +28,7 @@ struct Problem {
     MaskGeom g;
     int sk_capacity = 0;
     std::vector<int32_t> anchors;
+    std::vector<int32_t> starts;  // dflash context starts (empty: all 0)
     std::string name;
 };
 
@@ -40,21 +41,27 @@ bool visible(const Problem& p, int i, int j) {
     const int n = i / g.block;
     const int a = p.anchors[n];
     if (a < 0) return false;
-    if (j < g.ctx_len) return j < std::min(a, g.ctx_len);
+    if (j < g.ctx_len) {
+        const int b = p.starts.empty() ? 0 : p.starts[n];
+        return j >= b && j < std::min(a, g.ctx_len);
+    }
     return (j - g.ctx_len) / g.block == n;
 }
 
 const int32_t* anchors_of(const Problem& p) {
     return p.anchors.empty() ? nullptr : p.anchors.data();
 }
+const int32_t* starts_of(const Problem& p) {
+    return p.starts.empty() ? nullptr : p.starts.data();
+}
 
 void check_row_spans(const Problem& p) {
     for (int i = -1; i <= p.g.sq; ++i) {
-        const RowSpan s = row_span(p.g, i, anchors_of(p));
+        const RowSpan s = row_span(p.g, i, anchors_of(p), starts_of(p));
         for (int j = 0; j < p.sk_capacity; ++j) {
             ASSERT_EQ(span_has(s, j), visible(p, i, j))
-                << p.name << " row " << i << " key " << j << " span [0," << s.e0 << ")+[" << s.b1
-                << "," << s.e1 << ")";
+                << p.name << " row " << i << " key " << j << " span [" << s.b0 << "," << s.e0
+                << ")+[" << s.b1 << "," << s.e1 << ")";
         }
     }
 }
@@ -72,10 +79,10 @@ void check_forward_tiles(const Problem& p, VisitMap& visits) {
     std::vector<int> seen(static_cast<size_t>(g.sq) * std::max(g.sk, 1), 0);
     const int base1 = seg1_base(g);
     for (int qt = 0; qt < num_query_tiles(g.sq); ++qt) {
-        const QTileKeys q = qtile_keys(g, qt, anchors_of(p));
+        const QTileKeys q = qtile_keys(g, qt, anchors_of(p), starts_of(p));
         EXPECT_LE(q.full0, q.end0) << p.name << " qt " << qt;
         const int i0 = qt * kBlockM, i1 = std::min(i0 + kBlockM, g.sq);
-        const int n0 = cdiv(q.end0, kBlockN);
+        const int n0 = seg0_num_tiles(q);
         for (int t = 0; t < num_key_tiles(q, base1); ++t) {
             const KeyTile k = key_tile(q, base1, t);
             const std::string where = p.name + " qt " + std::to_string(qt) + " tile " +
@@ -130,7 +137,7 @@ void check_kv_tiles(const Problem& p, const VisitMap& forward) {
         for (int j = k.k0; j < k.write_end; ++j) ++written[j];
         const QTileRange cand = qtile_candidates(g, k);
         for (int qt = 0; qt < num_query_tiles(g.sq); ++qt) {
-            const int v = visit_kind(qtile_keys(g, qt, anchors_of(p)), k);
+            const int v = visit_kind(qtile_keys(g, qt, anchors_of(p), starts_of(p)), k);
             if (v == 0) continue;
             EXPECT_TRUE(qt >= cand.lo && qt < cand.hi)
                 << where << ": query tile " << qt << " visits but candidates are [" << cand.lo
@@ -174,7 +181,7 @@ void check_kv_splits(const Problem& p, const VisitMap& forward) {
             ++blocks[{b.kt, b.split}];
             for (int qt = 0; qt < num_query_tiles(g.sq); ++qt) {
                 if (!split_owns(k, splits, b.split, qt)) continue;
-                const int v = visit_kind(qtile_keys(g, qt, anchors_of(p)), k);
+                const int v = visit_kind(qtile_keys(g, qt, anchors_of(p), starts_of(p)), k);
                 if (v == 0) continue;
                 ASSERT_TRUE(seen.emplace(std::make_pair(qt, b.kt), v == 2).second)
                     << p.name << " splits " << splits << ": visit (" << qt << ", " << b.kt
@@ -357,6 +364,43 @@ TEST(AttentionTiles, DflashBlock) {
                 a[2] = s.ctx;
             }
             check_all(dflash_problem(s.n, s.block, s.ctx, a, pattern == 0 ? "random" : "pattern"));
+            if (HasFatalFailure()) return;
+        }
+    }
+}
+
+// Packed documents: block n sees context keys [starts[n], anchors[n]) only. Starts at 0, at the
+// anchor (no context), on and off tile boundaries, and random, with sorted training-like anchors
+// and with random ones (padding included).
+TEST(AttentionTiles, DflashBlockWithContextStarts) {
+    Rng rng(11);
+    struct Shape {
+        int n, block, ctx;
+    };
+    const Shape shapes[] = {{5, 1, 3},    {70, 1, 61},  {3, 3, 10},  {9, 16, 61},  {4, 16, 64},
+                            {9, 16, 130}, {13, 10, 33}, {2, 64, 65}, {33, 4, 200}, {40, 4, 300}};
+    for (const Shape& s : shapes) {
+        for (int pattern = 0; pattern < 6; ++pattern) {
+            std::vector<int32_t> a(s.n), b(s.n);
+            for (int k = 0; k < s.n; ++k) {
+                a[k] = pattern % 2 == 0 ? static_cast<int32_t>(rng.below(s.ctx + 2)) - 1
+                                        : (s.ctx * (k + 1)) / (s.n + 1);
+                const int32_t top = std::max(a[k], 0);
+                switch (pattern / 2) {
+                    case 0:  // random in [0, anchor]
+                        b[k] = static_cast<int32_t>(rng.below(top + 1));
+                        break;
+                    case 1:  // documents of 64-aligned and unaligned lengths: start <= anchor
+                        b[k] = std::min<int32_t>(top, (top / 50) * 50);
+                        break;
+                    default:  // the edges: 0, the anchor itself, a tile boundary
+                        b[k] = k % 3 == 0 ? 0 : k % 3 == 1 ? top : std::min<int32_t>(top, 64);
+                        break;
+                }
+            }
+            Problem p = dflash_problem(s.n, s.block, s.ctx, a, "starts");
+            p.starts = b;
+            check_all(p);
             if (HasFatalFailure()) return;
         }
     }

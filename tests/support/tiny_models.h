@@ -1,14 +1,23 @@
 // Tiny random targets and drafters for tests (awkward sizes on purpose).
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
 #include <memory>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/workspace.h"
 #include "model/drafter.h"
 #include "model/hf_config.h"
 #include "model/target.h"
+#include "support/finite_diff.h"
+#include "support/test_util.h"
 
 namespace dflash::test {
 
@@ -107,6 +116,50 @@ inline StepStats drafter_step(Backend& be, DrafterModel& d, const TargetModel& t
     d.train_step(be, ws, t.embed(), t.lm_head(), features, toks, mask, anchors, gamma, grad_scale,
                  chunk, stats);
     return to_step_stats(stats, d.block_size());
+}
+
+// A tiny random target and a drafter for it (2 layers, block 4), weights N(0, 0.3^2).
+struct TinyPair {
+    TargetModel target;
+    DrafterModel drafter;
+};
+inline TinyPair tiny_pair(Backend& be, bool qwen3, uint64_t seed) {
+    const TargetConfig tc = tiny_target_config(qwen3, 4);
+    TargetModel t = TargetModel::random(be, tc, seed, 0.3f);
+    DrafterModel d = DrafterModel::random(be, tiny_drafter_config(tc, 2, 4), seed + 1, 0.3f);
+    return {std::move(t), std::move(d)};
+}
+
+// n random token ids below vocab - 1 (never the tiny drafter's MASK id).
+inline std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+    Rng rng(seed);
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = static_cast<int32_t>(rng.below(vocab - 1));
+    return t;
+}
+
+// Whole-model gradient check: with the gradients of one step already in `params`, compares, in
+// every parameter tensor, its `top` largest gradients (where a wrong one shows most) and `random`
+// more elements with 4-point finite differences of loss() (which may run the backward again: a
+// snapshot is compared). Each tensor must receive a gradient above `min_grad` at all.
+inline void expect_param_grads_match_fd(Backend& be, ParamSet& params,
+                                        const std::function<double()>& loss, int top, int random,
+                                        double min_grad, double tol_abs, double tol_rel,
+                                        uint64_t seed = 5) {
+    std::map<std::string, HostTensor> snapshot;
+    for (const auto& prm : params.params()) snapshot.emplace(prm.name, to_host_f32(be, prm.grad));
+    Rng rng(seed);
+    for (const auto& prm : params.params()) {
+        Tensor w = prm.value;
+        const Tensor g = snapshot.at(prm.name).view();
+        const auto idx = fd_check_indices(g.f32(), g.numel(), top, random, rng);
+        EXPECT_GT(std::fabs(g.f32()[idx[0]]), min_grad) << prm.name << " gets no gradient";
+        for (int64_t i : idx) {
+            const double fd = fd_derivative_in_place(w.f32()[i], loss, 1e-2f);
+            EXPECT_NEAR(g.f32()[i], fd, tol_abs + tol_rel * std::fabs(fd))
+                << prm.name << "[" << i << "]";
+        }
+    }
 }
 
 }  // namespace dflash::test

@@ -70,14 +70,22 @@ struct Geometry {
             ch.ranges[ch.num_ranges++] = {0, mask.q_offset + ch.i1};
         } else {
             const int64_t b = mask.block_size, n0 = ch.i0 / b, n1 = ch.i1 / b;
-            int64_t max_anchor = -1;
-            for (int64_t n = n0; n < n1; ++n)
-                max_anchor = std::max<int64_t>(max_anchor, mask.anchors.i32()[n]);
+            int64_t max_anchor = -1, min_start = mask.ctx_len;
+            for (int64_t n = n0; n < n1; ++n) {
+                const int64_t a = mask.anchors.i32()[n];
+                max_anchor = std::max(max_anchor, a);
+                if (a >= 0) min_start = std::min(min_start, ctx_start(n));
+            }
             if (max_anchor < 0) return ch;  // only padding blocks: nothing is visible
-            if (max_anchor > 0) ch.ranges[ch.num_ranges++] = {0, max_anchor};
+            if (max_anchor > min_start) ch.ranges[ch.num_ranges++] = {min_start, max_anchor};
             ch.ranges[ch.num_ranges++] = {mask.ctx_len + n0 * b, mask.ctx_len + n1 * b};
         }
         return ch;
+    }
+
+    // dflash_block: the first context key block n sees.
+    int64_t ctx_start(int64_t n) const {
+        return mask.ctx_start.empty() ? 0 : mask.ctx_start.i32()[n];
     }
 
     // The part of key range `r` that query row i sees (empty: begin == end).
@@ -90,7 +98,7 @@ struct Geometry {
             if (anchor < 0) return {r.begin, r.begin};
             const KeyRange own = {mask.ctx_len + n * mask.block_size,
                                   mask.ctx_len + (n + 1) * mask.block_size};
-            const KeyRange vis = r.begin < mask.ctx_len ? KeyRange{0, anchor} : own;
+            const KeyRange vis = r.begin < mask.ctx_len ? KeyRange{ctx_start(n), anchor} : own;
             s = {std::max(r.begin, vis.begin), std::min(r.end, vis.end)};
         }
         s.begin = std::min(s.begin, r.end);
@@ -127,6 +135,18 @@ void check_dflash_mask(const AttnMask& m, int64_t sq, int64_t sk) {
                  "attention: anchors[{}]={} but there are only ctx_len={} context rows (a block "
                  "sees context keys j < anchor; use a negative anchor for a padding block)",
                  b, m.anchors.i32()[b], m.ctx_len);
+    }
+    if (m.ctx_start.empty()) return;
+    DF_CHECK(m.ctx_start.dtype() == DType::i32 && m.ctx_start.numel() >= n &&
+                 m.ctx_start.device().kind == DeviceKind::cpu,
+             "attention: dflash_block mask with {} blocks has ctx_start {}, expected CPU i32 [{}]",
+             n, m.ctx_start.describe(), n);
+    for (int64_t b = 0; b < n; ++b) {
+        const int32_t a = m.anchors.i32()[b], c = m.ctx_start.i32()[b];
+        DF_CHECK(a < 0 || (c >= 0 && c <= a),
+                 "attention: ctx_start[{}]={} is outside [0, anchors[{}]={}] (a block sees context "
+                 "keys ctx_start <= j < anchor)",
+                 b, c, b, a);
     }
 }
 

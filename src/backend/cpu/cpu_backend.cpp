@@ -101,6 +101,14 @@ class CpuBackend final : public Backend {
                                  int64_t chunk) const override {
         return rows * std::min(chunk, vocab);
     }
+    void lm_head_kl(const Tensor& h, const Tensor& t, const Tensor& w, const Tensor& weights,
+                    float grad_scale, int64_t chunk, const LmHeadKlOut& out) override {
+        cpu::lm_head_kl(ex_, h, t, w, weights, grad_scale, chunk, out);
+    }
+    int64_t lm_head_kl_workspace(int64_t rows, int64_t, int64_t vocab,
+                                 int64_t chunk) const override {
+        return cpu::lm_head_kl_workspace(rows, vocab, chunk);
+    }
     void loss_stats(const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,
                     const Tensor& weights, int64_t period, const Tensor& stats) override {
         cpu::loss_stats(ex_, loss_rows, argmax, labels, weights, period, stats);

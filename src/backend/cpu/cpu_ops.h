@@ -92,6 +92,11 @@ void add_row_bias(const Exec& ex, const Tensor& y, const Tensor& bias);
 void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& labels,
                 const Tensor& weights, float grad_scale, int64_t chunk, const LmHeadCeOut& out);
 
+// lm_head_kl.cpp
+void lm_head_kl(const Exec& ex, const Tensor& h, const Tensor& t, const Tensor& w,
+                const Tensor& weights, float grad_scale, int64_t chunk, const LmHeadKlOut& out);
+int64_t lm_head_kl_workspace(int64_t rows, int64_t vocab, int64_t chunk);
+
 // adamw.cpp
 void adamw_step(const Exec& ex, const Tensor& master, const Tensor& grad, const Tensor& m,
                 const Tensor& v, const AdamWParams& p, const Tensor& grad_scale,

@@ -1,6 +1,7 @@
 // Chunked LM head + cross-entropy, fp32 reference. Tested by tests/ops/lm_head_ce_test.cpp.
 //
-// The logits h · Wᵀ are never held whole: each step computes [R, chunk] of them (sgemm.h). Pass 1
+// The logits h · Wᵀ are never held whole: each step computes [R, chunk] of them
+// (lm_head_chunks.h). Pass 1
 // keeps, per row, a running max and a sum of exp(logit - max) rescaled whenever the max grows
 // (online log-sum-exp, sum in double), the label's logit and the argmax. Pass 2 (only when a
 // gradient is asked for) recomputes each chunk's logits and turns them into
@@ -12,7 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
-#include "backend/cpu/sgemm.h"
+#include "backend/cpu/lm_head_chunks.h"
 #include "backend/op_shapes.h"
 
 namespace dflash::cpu {
@@ -48,17 +49,6 @@ void check_inputs(const Tensor& h, const Tensor& w, const Tensor& labels, const 
                  "(rows that are not trained must have weight 0)",
                  i, lab[i], wt[i], v);
     }
-}
-
-// logits[R, n] = h[R, D] · w[v0 : v0+n, D]ᵀ, the vocabulary rows split over the threads.
-void chunk_logits(const Exec& ex, const Tensor& h, const Tensor& w, int64_t v0, int64_t n,
-                  float* logits) {
-    const int64_t r = h.dim(0), d = h.dim(1);
-    if (r == 0) return;
-    parallel_for(ex, n, r * n * d > (1 << 17), [&](int64_t j0, int64_t j1) {
-        sgemm(r, j1 - j0, d, 1.0f, {h.f32(), d, false}, {w.f32() + (v0 + j0) * d, d, true}, 0.0f,
-              logits + j0, n);
-    });
 }
 
 // Folds one row of chunk logits into the row's running statistics.
@@ -105,26 +95,6 @@ void softmax_grad(const Exec& ex, float* logits, int64_t r, int64_t v0, int64_t 
     });
 }
 
-// dh (=, then +=) g[R, n] · w[v0 : v0+n, D] and dw[v0 : v0+n] += gᵀ · h, split over the
-// columns of dh and the rows of dw.
-void chunk_grads(const Exec& ex, const float* g, const Tensor& h, const Tensor& w, int64_t v0,
-                 int64_t n, const LmHeadCeOut& out) {
-    const int64_t r = h.dim(0), d = h.dim(1);
-    const bool parallel = r * n * d > (1 << 17);
-    if (!out.dh.empty()) {
-        parallel_for(ex, d, parallel, [&](int64_t c0, int64_t c1) {
-            sgemm(r, c1 - c0, n, 1.0f, {g, n, false}, {w.f32() + v0 * d + c0, d, false},
-                  v0 == 0 ? 0.0f : 1.0f, out.dh.f32() + c0, d);
-        });
-    }
-    if (!out.dw.empty()) {
-        parallel_for(ex, n, parallel, [&](int64_t j0, int64_t j1) {
-            sgemm(j1 - j0, d, r, 1.0f, {g + j0, n, true}, {h.f32(), d, false}, 1.0f,
-                  out.dw.f32() + (v0 + j0) * d, d);
-        });
-    }
-}
-
 }  // namespace
 
 void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& labels,
@@ -155,7 +125,7 @@ void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& 
     st.argmax.assign(r, 0);
     for (int64_t v0 = 0; v0 < v; v0 += step) {
         const int64_t n = std::min(step, v - v0);
-        chunk_logits(ex, h, w, v0, n, logits);
+        lm_chunk_logits(ex, h, w, v0, n, logits);
         update_stats(ex, logits, r, v0, n, lab, st);
     }
     std::vector<double> lse(r);  // [R]
@@ -171,9 +141,9 @@ void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& 
 
     for (int64_t v0 = 0; v0 < v; v0 += step) {
         const int64_t n = std::min(step, v - v0);
-        chunk_logits(ex, h, w, v0, n, logits);
+        lm_chunk_logits(ex, h, w, v0, n, logits);
         softmax_grad(ex, logits, r, v0, n, lab, wt, grad_scale, lse);
-        if (r > 0) chunk_grads(ex, logits, h, w, v0, n, out);
+        lm_chunk_grads(ex, logits, h, w, v0, n, out.dh, out.dw);
     }
 }
 

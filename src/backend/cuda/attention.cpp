@@ -109,6 +109,14 @@ attn::MaskArgs check_mask(const Exec& ex, const AttnMask& m, const Dims& d, cons
             a.ctx_len = static_cast<int>(m.ctx_len);
             a.block = static_cast<int>(m.block_size);
             a.anchors = n > 0 ? m.anchors.i32() : nullptr;
+            if (!m.ctx_start.empty()) {
+                check_device(ex, m.ctx_start, op, "mask.ctx_start");
+                DF_CHECK(m.ctx_start.dtype() == DType::i32 && m.ctx_start.numel() == n,
+                         "{}: dflash_block mask with {} blocks has ctx_start {}, expected i32 [{}] "
+                         "on cuda:{}",
+                         op, n, m.ctx_start.describe(), n, ex.device);
+                a.ctx_start = n > 0 ? m.ctx_start.i32() : nullptr;
+            }
             break;
         }
     }

@@ -209,6 +209,15 @@ class CudaBackend final : public Backend {
         while (dev_.held_by_this_thread()) dev_.release();
     }
 
+    void lm_head_kl(const Tensor& h, const Tensor& t, const Tensor& w, const Tensor& weights,
+                    float grad_scale, int64_t chunk, const LmHeadKlOut& out) override {
+        run(cuda::lm_head_kl, h, t, w, weights, grad_scale, chunk, out);
+    }
+    int64_t lm_head_kl_workspace(int64_t rows, int64_t dim, int64_t vocab,
+                                 int64_t chunk) const override {
+        return cuda::lm_head_kl_workspace(rows, dim, vocab, chunk);
+    }
+
   private:
     // Makes the calling thread this device's driver (the GPU current on it), or fails naming the
     // thread that holds it.

@@ -81,6 +81,12 @@ void lm_head_ce(const Exec& ex, const Tensor& h, const Tensor& w, const Tensor& 
                 const Tensor& weights, float grad_scale, int64_t chunk, const LmHeadCeOut& out);
 int64_t lm_head_ce_workspace(int64_t rows, int64_t dim, int64_t vocab, int64_t chunk);
 
+// lm_head_kl.cpp: h, t bf16 [R, D], w bf16 [V, D], weights f32, loss_rows f32, argmax i32, dh bf16
+// or f32, dw f32 (+=), workspace f32 [lm_head_kl_workspace(R, D, V, chunk)].
+void lm_head_kl(const Exec& ex, const Tensor& h, const Tensor& t, const Tensor& w,
+                const Tensor& weights, float grad_scale, int64_t chunk, const LmHeadKlOut& out);
+int64_t lm_head_kl_workspace(int64_t rows, int64_t dim, int64_t vocab, int64_t chunk);
+
 // loss_stats.cpp: see Backend::loss_stats and argmax_rows (x f32 [R, V]).
 void loss_stats(const Exec& ex, const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,
                 const Tensor& weights, int64_t period, const Tensor& stats);

@@ -22,9 +22,10 @@ struct MaskArgs {
     int q_offset = 0;
     int ctx_len = 0;
     int block = 1;
-    const int32_t* anchors = nullptr;   // dflash: i32 [N] on the device
-    const int32_t* kv_len = nullptr;    // i32 [1] on the device, or null
-    const QTileKeys* qtiles = nullptr;  // dflash: [num_query_tiles(sq)], from dflash_plan()
+    const int32_t* anchors = nullptr;    // dflash: i32 [N] on the device
+    const int32_t* ctx_start = nullptr;  // dflash: i32 [N] on the device, or null (all 0)
+    const int32_t* kv_len = nullptr;     // i32 [1] on the device, or null
+    const QTileKeys* qtiles = nullptr;   // dflash: [num_query_tiles(sq)], from dflash_plan()
 };
 
 struct FwdArgs {

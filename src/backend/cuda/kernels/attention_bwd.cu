@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kThreads)
     DF_ATTN_UNROLL
     for (int r = 0; r < 2; ++r) {
         const int i = i0 + row + 8 * r;
-        span[r] = row_span(g, i, a.mask.anchors);
+        span[r] = row_span(g, i, a.mask.anchors, a.mask.ctx_start);
         const bool in = i < g.sq;
         nl[r] = in ? lse_log2(a.lse[static_cast<size_t>(h) * g.sq + i]) : INFINITY;
         dl[r] = in ? a.delta[static_cast<size_t>(h) * g.sq + i] : 0.0f;
@@ -249,7 +249,7 @@ __device__ __forceinline__ void load_visit(const BwdArgs& a, const MaskGeom& g, 
         cp_async4(base + L::kDelta + (buf * kBlockM + tid) * 4, a.delta + at, in);
         // Spans are plain stores: the buffer's previous reader finished before the last barrier.
         reinterpret_cast<RowSpan*>(smem + L::kSpan)[buf * kBlockM + tid] =
-            row_span(g, i, a.mask.anchors);
+            row_span(g, i, a.mask.anchors, a.mask.ctx_start);
     }
 }
 

@@ -24,7 +24,7 @@ __global__ void dflash_plan_kernel(const MaskArgs m, QTileKeys* table) {
     const int qt = blockIdx.x * blockDim.x + threadIdx.x;
     if (qt >= num_query_tiles(m.sq)) return;
     const MaskGeom g = resolve_mask(m.kind, m.sq, m.sk, 0, m.ctx_len, m.block, false, 0);
-    table[qt] = qtile_keys(g, qt, m.anchors);
+    table[qt] = qtile_keys(g, qt, m.anchors, m.ctx_start);
 }
 
 // Loads key tile kt's K and V rows [lo, hi) of kv head hk (zero elsewhere) into buffers.
@@ -78,8 +78,8 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const FwdArgs a, float sc
     cp_async_commit();
 
     const int row = warp * 16 + (lane >> 2);  // this thread's rows: row, row + 8 (of the tile)
-    const RowSpan span[2] = {row_span(g, i0 + row, a.mask.anchors),
-                             row_span(g, i0 + row + 8, a.mask.anchors)};
+    const RowSpan span[2] = {row_span(g, i0 + row, a.mask.anchors, a.mask.ctx_start),
+                             row_span(g, i0 + row + 8, a.mask.anchors, a.mask.ctx_start)};
     SoftmaxState<D> st;
     st.init();
     uint32_t qf[D / 16][4];

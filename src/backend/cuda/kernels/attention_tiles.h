@@ -9,9 +9,11 @@
 // [0, Sk). dflash_block: segment 0 is the context [0, ctx_len) and segment 1 the block rows
 // [ctx_len, ctx_len + Sq). Key tiles are kBlockN rows aligned to their segment's start, so a tile
 // never mixes context and block rows, and the forward, dQ and dK/dV kernels enumerate the same
-// (query tile, key tile) pairs: a query tile's visible keys are [0, end0) in segment 0 and
-// [begin1, end1) in segment 1 (QTileKeys); segment-0 tiles below `full0` are seen by every row of
-// the query tile and skip the element mask, every other visited tile applies each row's RowSpan.
+// (query tile, key tile) pairs: a query tile's visible keys are [begin0, end0) in segment 0 and
+// [begin1, end1) in segment 1 (QTileKeys); segment-0 tiles inside [fullb0, full0) are seen by
+// every row of the query tile and skip the element mask, every other visited tile applies each
+// row's RowSpan. begin0 and fullb0 are 0 except for dflash blocks with context starts (packed
+// documents: a block sees only its own document's context).
 #pragma once
 
 #include <cstdint>
@@ -71,19 +73,23 @@ DF_ATTN_HD MaskGeom resolve_mask(int kind, int sq, int sk_capacity, int q_offset
     return g;
 }
 
-// The keys query row i sees: [0, e0) ∪ [b1, e1). Rows outside [0, Sq) see nothing. A dflash
-// anchor above ctx_len is clamped to it (the CPU backend rejects it; the device cannot).
+// The keys query row i sees: [b0, e0) ∪ [b1, e1). Rows outside [0, Sq) see nothing. A dflash
+// anchor above ctx_len is clamped to it, and a context start to [0, e0] (the CPU backend rejects
+// both; the device cannot).
 struct RowSpan {
+    int b0 = 0;
     int e0 = 0;
     int b1 = 0;
     int e1 = 0;
 };
 
 DF_ATTN_HD bool span_has(const RowSpan& s, int j) {
-    return j < s.e0 || (j >= s.b1 && j < s.e1);
+    return (j >= s.b0 && j < s.e0) || (j >= s.b1 && j < s.e1);
 }
 
-DF_ATTN_HD RowSpan row_span(const MaskGeom& g, int i, const int32_t* anchors) {
+// starts: dflash context starts i32 [N] (AttnMask::ctx_start), or null for all 0.
+DF_ATTN_HD RowSpan row_span(const MaskGeom& g, int i, const int32_t* anchors,
+                            const int32_t* starts = nullptr) {
     RowSpan s;
     if (i < 0 || i >= g.sq) return s;
     if (g.kind == kCausal) {
@@ -95,6 +101,7 @@ DF_ATTN_HD RowSpan row_span(const MaskGeom& g, int i, const int32_t* anchors) {
         const int a = anchors[n];
         if (a < 0) return s;  // padding block
         s.e0 = imin(a, g.ctx_len);
+        s.b0 = starts ? iclamp(starts[n], 0, s.e0) : 0;
         s.b1 = g.ctx_len + n * g.block;
         s.e1 = s.b1 + g.block;
     }
@@ -102,10 +109,13 @@ DF_ATTN_HD RowSpan row_span(const MaskGeom& g, int i, const int32_t* anchors) {
 }
 
 // What the rows of query tile qt (rows [qt*kBlockM, min(+kBlockM, Sq))) may see, in key indices:
-// [0, end0) ∪ [begin1, end1). Every row of the tile sees every key < full0 (full0 <= end0); a
-// tile with rows past Sq gets full0 = 0, so every key tile of it takes the element mask.
+// [begin0, end0) ∪ [begin1, end1). Every row of the tile sees every key in [fullb0, full0)
+// (full0 <= end0); a tile with rows past Sq gets full0 = 0, so every key tile of it takes the
+// element mask.
 struct QTileKeys {
+    int begin0 = 0;
     int end0 = 0;
+    int fullb0 = 0;
     int full0 = 0;
     int begin1 = 0;
     int end1 = 0;
@@ -115,9 +125,11 @@ DF_ATTN_HD int num_query_tiles(int sq) {
     return cdiv(sq, kBlockM);
 }
 
-// dflash: reads the anchors of the blocks the tile's rows belong to (the pre-pass kernel does
-// this once per call into a table; causal and full need no anchors).
-DF_ATTN_HD QTileKeys qtile_keys(const MaskGeom& g, int qt, const int32_t* anchors) {
+// dflash: reads the anchors (and context starts, when not null) of the blocks the tile's rows
+// belong to (the pre-pass kernel does this once per call into a table; causal and full need
+// neither).
+DF_ATTN_HD QTileKeys qtile_keys(const MaskGeom& g, int qt, const int32_t* anchors,
+                                const int32_t* starts = nullptr) {
     QTileKeys q;
     const int i0 = qt * kBlockM;
     const int i1 = imin(i0 + kBlockM, g.sq);
@@ -129,7 +141,7 @@ DF_ATTN_HD QTileKeys qtile_keys(const MaskGeom& g, int qt, const int32_t* anchor
         q.end0 = g.sk;
         q.full0 = g.sk;
     } else {
-        int max_a = 0, min_a = g.ctx_len, first = -1, last = -1;
+        int max_a = 0, min_a = g.ctx_len, min_b = g.ctx_len, max_b = 0, first = -1, last = -1;
         bool padding = false;
         for (int n = i0 / g.block; n <= (i1 - 1) / g.block; ++n) {
             const int a = anchors[n];
@@ -138,13 +150,18 @@ DF_ATTN_HD QTileKeys qtile_keys(const MaskGeom& g, int qt, const int32_t* anchor
                 continue;
             }
             const int ac = imin(a, g.ctx_len);
+            const int bc = starts ? iclamp(starts[n], 0, ac) : 0;  // as row_span clamps it
             max_a = imax(max_a, ac);
             min_a = imin(min_a, ac);
+            min_b = imin(min_b, bc);
+            max_b = imax(max_b, bc);
             if (first < 0) first = n;
             last = n;
         }
         if (first >= 0) {
+            q.begin0 = min_b;
             q.end0 = max_a;
+            q.fullb0 = max_b;
             q.full0 = padding ? 0 : min_a;
             q.begin1 = g.ctx_len + first * g.block;
             q.end1 = g.ctx_len + (last + 1) * g.block;
@@ -172,8 +189,16 @@ DF_ATTN_HD int seg1_first_tile(const QTileKeys& q, int base1) {
     return (q.begin1 - base1) / kBlockN;
 }
 
+// Segment 0's visited tiles: from the one holding begin0 to the one holding end0 - 1.
+DF_ATTN_HD int seg0_first_tile(const QTileKeys& q) {
+    return q.begin0 / kBlockN;
+}
+DF_ATTN_HD int seg0_num_tiles(const QTileKeys& q) {
+    return q.end0 > q.begin0 ? cdiv(q.end0, kBlockN) - seg0_first_tile(q) : 0;
+}
+
 DF_ATTN_HD int num_key_tiles(const QTileKeys& q, int base1) {
-    const int n0 = cdiv(q.end0, kBlockN);
+    const int n0 = seg0_num_tiles(q);
     const int n1 =
         q.end1 > q.begin1 ? cdiv(q.end1 - base1, kBlockN) - seg1_first_tile(q, base1) : 0;
     return n0 + n1;
@@ -182,12 +207,12 @@ DF_ATTN_HD int num_key_tiles(const QTileKeys& q, int base1) {
 // The t-th key tile (0 <= t < num_key_tiles) of a query tile, segment 0 first, ascending.
 DF_ATTN_HD KeyTile key_tile(const QTileKeys& q, int base1, int t) {
     KeyTile k;
-    const int n0 = cdiv(q.end0, kBlockN);
+    const int n0 = seg0_num_tiles(q);
     if (t < n0) {
-        k.k0 = t * kBlockN;
-        k.lo = k.k0;
+        k.k0 = (seg0_first_tile(q) + t) * kBlockN;
+        k.lo = imax(k.k0, q.begin0);
         k.hi = imin(k.k0 + kBlockN, q.end0);
-        k.mask = !(k.k0 + kBlockN <= q.full0);
+        k.mask = !(k.k0 >= q.fullb0 && k.k0 + kBlockN <= q.full0);
     } else {
         k.k0 = base1 + (seg1_first_tile(q, base1) + t - n0) * kBlockN;
         k.lo = imax(k.k0, q.begin1);
@@ -239,8 +264,8 @@ DF_ATTN_HD KvTile kv_tile(const MaskGeom& g, int sk_capacity, int kt) {
 // Agrees with key_tile(): the same pairs, the same mask flags.
 DF_ATTN_HD int visit_kind(const QTileKeys& q, const KvTile& k) {
     if (k.seg == 0) {
-        if (k.k0 >= q.end0) return 0;
-        return k.k0 + kBlockN <= q.full0 ? 1 : 2;
+        if (q.end0 <= q.begin0 || k.k0 >= q.end0 || k.k0 + kBlockN <= q.begin0) return 0;
+        return k.k0 >= q.fullb0 && k.k0 + kBlockN <= q.full0 ? 1 : 2;
     }
     return (q.end1 > q.begin1 && k.k0 < q.end1 && k.k0 + kBlockN > q.begin1) ? 2 : 0;
 }
