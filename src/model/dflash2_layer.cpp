@@ -36,10 +36,30 @@ void draft_attention(const LayerContext& lc, const Tensor& q, const LayerKvCache
 
 namespace {
 
-// y = conv_{half}(x) with the kernel projection delta of this sublayer; one block of Sq rows.
-void conv(Backend& be, const ConvWeights& cw, const Tensor& delta, int64_t half, const Tensor& x,
-          const Tensor& y) {
-    be.dyn_conv_fwd(x, cw.base, delta, half, x.dim(0), y);
+// One sublayer's input side: hn = norm(x) (the pre-norm), delta = kernel_projection(hn) (both
+// convolution kernels of the sublayer come from it), hc = conv_before(hn).
+struct SublayerIn {
+    Tensor delta, hc;
+};
+
+SublayerIn prepare(const LayerContext& lc, const Tensor& x, const Tensor& norm_w,
+                   const ConvWeights& cw) {
+    Backend& be = lc.be;
+    const int64_t Sq = x.dim(0), D = lc.dims.D;
+    const DType act = be.compute_dtype();
+    const Tensor hn = lc.ws.take({Sq, D}, act);
+    be.rmsnorm_fwd(x, norm_w, lc.dims.eps, hn, lc.ws.take({Sq}, DType::f32));
+    SublayerIn in{lc.ws.take({Sq, cw.proj.dim(0)}, act), lc.ws.take({Sq, D}, act)};
+    be.gemm(hn, false, cw.proj, true, in.delta);
+    be.dyn_conv_fwd(hn, cw.base, in.delta, 0, Sq, in.hc);
+    return in;
+}
+
+// out = residual + conv_after(y), with the kernel of the sublayer's input.
+void finish(Backend& be, const ConvWeights& cw, const SublayerIn& in, const Tensor& y,
+            const Tensor& residual, const Tensor& out) {
+    be.dyn_conv_fwd(y, cw.base, in.delta, 1, y.dim(0), out);
+    be.add_inplace(out, residual, 1.0f);
 }
 
 }  // namespace
@@ -50,51 +70,34 @@ void dflash2_layer_forward_cached(const LayerContext& lc, const LayerWeights& w,
                                   const DraftAttention& att, const Tensor& out) {
     const LayerDims& d = lc.dims;
     Backend& be = lc.be;
-    DF_ASSERT(w.bq.empty() && w.bo.empty(), "drafter layers have no biases");
+    DF_ASSERT(w.bq.empty() && w.bo.empty() && !w.q_norm.empty(),
+              "drafter layers are Qwen3-style: q/k norms, no biases");
     const int64_t Sq = x.dim(0);
     const Workspace::Mark mark = lc.ws.mark();
-    const DType act = be.compute_dtype();
-    auto buf = [&](Shape s) { return lc.ws.take(s, act); };
-    auto f32 = [&](Shape s) { return lc.ws.take(s, DType::f32); };
+    auto buf = [&](Shape s) { return lc.ws.take(s, be.compute_dtype()); };
 
-    // Attention sublayer.
-    Tensor h = buf({Sq, d.D});
-    be.rmsnorm_fwd(x, w.input_ln, d.eps, h, f32({Sq}));
-    Tensor delta = buf({Sq, cw.attn.proj.dim(0)});
-    be.gemm(h, false, cw.attn.proj, true, delta);
-    Tensor hc = buf({Sq, d.D});
-    conv(be, cw.attn, delta, 0, h, hc);
-    Tensor q_lin = buf({Sq, d.H * d.Dh});
-    Tensor q = buf({Sq, d.H, d.Dh});
-    be.gemm(hc, false, w.wq, true, q_lin);
+    // Attention: q from the convolved rows; their own K/V (k_proj/k_norm/RoPE, v_proj) join the
+    // cache after the context's.
+    const SublayerIn a = prepare(lc, x, w.input_ln, cw.attn);
+    Tensor q_lin = buf({Sq, d.H * d.Dh}), q = buf({Sq, d.H, d.Dh});
+    be.gemm(a.hc, false, w.wq, true, q_lin);
     be.rmsnorm_fwd(q_lin.reshape({Sq * d.H, d.Dh}), w.q_norm, d.eps, q.reshape({Sq * d.H, d.Dh}),
-                   f32({Sq * d.H}));
+                   lc.ws.take({Sq * d.H}, DType::f32));
     be.rope_fwd(q, pos, lc.inv_freq);
-    // The block's own K/V: k_proj/k_norm/RoPE and v_proj of the convolved rows.
-    layer_append_context(lc, w, hc, pos, cache, cache_len);
-    Tensor attn = buf({Sq, d.H * d.Dh});
+    layer_append_context(lc, w, a.hc, pos, cache, cache_len);
+    Tensor attn = buf({Sq, d.H * d.Dh}), o = buf({Sq, d.D}), x1 = buf({Sq, d.D});
     draft_attention(lc, q, cache, cache_len + Sq, kv_len, att, attn);
-    Tensor o = buf({Sq, d.D});
     be.gemm(attn, false, w.wo, true, o);
-    Tensor x1 = buf({Sq, d.D});
-    conv(be, cw.attn, delta, 1, o, x1);
-    be.add_inplace(x1, x, 1.0f);
+    finish(be, cw.attn, a, o, x, x1);
 
-    // MLP sublayer.
-    Tensor h2 = buf({Sq, d.D});
-    be.rmsnorm_fwd(x1, w.post_ln, d.eps, h2, f32({Sq}));
-    Tensor delta2 = buf({Sq, cw.mlp.proj.dim(0)});
-    be.gemm(h2, false, cw.mlp.proj, true, delta2);
-    Tensor h2c = buf({Sq, d.D});
-    conv(be, cw.mlp, delta2, 0, h2, h2c);
-    Tensor gate = buf({Sq, d.I}), up = buf({Sq, d.I}), a = buf({Sq, d.I});
-    be.gemm(h2c, false, w.w_gate, true, gate);
-    be.gemm(h2c, false, w.w_up, true, up);
-    be.swiglu_fwd(gate, up, a);
-    Tensor m = buf({Sq, d.D});
-    be.gemm(a, false, w.w_down, true, m);
-    conv(be, cw.mlp, delta2, 1, m, out);
-    be.add_inplace(out, x1, 1.0f);
+    // MLP.
+    const SublayerIn m = prepare(lc, x1, w.post_ln, cw.mlp);
+    Tensor gate = buf({Sq, d.I}), up = buf({Sq, d.I}), act = buf({Sq, d.I}), y = buf({Sq, d.D});
+    be.gemm(m.hc, false, w.w_gate, true, gate);
+    be.gemm(m.hc, false, w.w_up, true, up);
+    be.swiglu_fwd(gate, up, act);
+    be.gemm(act, false, w.w_down, true, y);
+    finish(be, cw.mlp, m, y, x1, out);
     lc.ws.release(mark);
 }
 

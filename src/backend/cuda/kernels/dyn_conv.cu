@@ -5,6 +5,7 @@
 // tests/cuda/dyn_conv_cuda_test.cpp.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/dyn_conv.h"
+#include "backend/cuda/kernels/grid_stride.cuh"
 #include "backend/cuda/kernels/vec_io.cuh"
 
 namespace dflash::cuda::kernels {
@@ -32,15 +33,14 @@ __global__ void dyn_conv_fwd_kernel(const uint16_t* __restrict__ x,
                                     const uint16_t* __restrict__ delta, uint16_t* __restrict__ y,
                                     DynConvShape s) {
     const int64_t n = s.R * s.D;
-    for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
-         e += int64_t{gridDim.x} * blockDim.x) {
+    for_each_index(n, [&](int64_t e) {
         const int64_t r = e / s.D, c = e % s.D;
         float acc = 0.0f;
         for (int64_t t = 0; t < taps(s, r); ++t)
             acc =
                 __fadd_rn(acc, __fmul_rn(coef(s, base, delta, r, t, c), ld(x, (r - t) * s.D + c)));
         y[e] = static_cast<uint16_t>(f32_to_bf16_bits(acc));
-    }
+    });
 }
 
 // dx[r, c] = sum over the rows r + t of the same block that read x[r, c] through tap t.
@@ -49,8 +49,7 @@ __global__ void dyn_conv_dx_kernel(const uint16_t* __restrict__ dy,
                                    const uint16_t* __restrict__ delta, uint16_t* __restrict__ dx,
                                    DynConvShape s) {
     const int64_t n = s.R * s.D;
-    for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
-         e += int64_t{gridDim.x} * blockDim.x) {
+    for_each_index(n, [&](int64_t e) {
         const int64_t r = e / s.D, c = e % s.D;
         float acc = 0.0f;
         for (int64_t t = 0; t < s.k && r + t < s.R; ++t)
@@ -58,7 +57,7 @@ __global__ void dyn_conv_dx_kernel(const uint16_t* __restrict__ dy,
                 acc = __fadd_rn(
                     acc, __fmul_rn(coef(s, base, delta, r + t, t, c), ld(dy, (r + t) * s.D + c)));
         dx[e] = static_cast<uint16_t>(f32_to_bf16_bits(acc));
-    }
+    });
 }
 
 // dbase[half, t, c] += sum_r dy[r, c] x[r - t, c]: one thread per (t, c), rows in order.
@@ -66,8 +65,7 @@ __global__ void dyn_conv_dbase_kernel(const uint16_t* __restrict__ dy,
                                       const uint16_t* __restrict__ x, float* __restrict__ dbase,
                                       DynConvShape s) {
     const int64_t n = s.k * s.D;
-    for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
-         e += int64_t{gridDim.x} * blockDim.x) {
+    for_each_index(n, [&](int64_t e) {
         const int64_t t = e / s.D, c = e % s.D;
         float acc = 0.0f;
         for (int64_t r = 0; r < s.R; ++r)
@@ -75,7 +73,7 @@ __global__ void dyn_conv_dbase_kernel(const uint16_t* __restrict__ dy,
                 acc = __fadd_rn(acc, __fmul_rn(ld(dy, r * s.D + c), ld(x, (r - t) * s.D + c)));
         float* out = dbase + (s.half * s.k + t) * s.D + c;
         *out = __fadd_rn(*out, acc);
-    }
+    });
 }
 
 // ddelta[r, (half*k + t)*G + g] = sum over the group's channels of dy[r, c] x[r - t, c].
@@ -83,8 +81,7 @@ __global__ void dyn_conv_ddelta_kernel(const uint16_t* __restrict__ dy,
                                        const uint16_t* __restrict__ x,
                                        uint16_t* __restrict__ ddelta, DynConvShape s) {
     const int64_t n = s.R * s.k * s.G;
-    for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
-         e += int64_t{gridDim.x} * blockDim.x) {
+    for_each_index(n, [&](int64_t e) {
         const int64_t r = e / (s.k * s.G), t = (e / s.G) % s.k, g = e % s.G;
         float acc = 0.0f;
         if (taps(s, r) > t)
@@ -92,7 +89,7 @@ __global__ void dyn_conv_ddelta_kernel(const uint16_t* __restrict__ dy,
                 acc = __fadd_rn(acc, __fmul_rn(ld(dy, r * s.D + c), ld(x, (r - t) * s.D + c)));
         ddelta[r * 2 * s.k * s.G + (s.half * s.k + t) * s.G + g] =
             static_cast<uint16_t>(f32_to_bf16_bits(acc));
-    }
+    });
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/grid_stride.cuh"
 #include "backend/cuda/kernels/selector_scores.h"
 #include "backend/cuda/kernels/vec_io.cuh"
 
@@ -53,8 +54,7 @@ __global__ void selector_dz_kernel(const float* __restrict__ g, const int32_t* _
                                    const uint16_t* __restrict__ bc, uint16_t* __restrict__ dz,
                                    SelectorShape s) {
     const int64_t n = s.P * s.r;
-    for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
-         e += int64_t{gridDim.x} * blockDim.x) {
+    for_each_index(n, [&](int64_t e) {
         const int64_t p = e / s.r, q = e % s.r;
         float dzq = 0.0f;
         for (int64_t i = 0; i < s.Kp; ++i) {
@@ -70,7 +70,7 @@ __global__ void selector_dz_kernel(const float* __restrict__ g, const int32_t* _
             dzq = __fadd_rn(dzq, __fmul_rn(sum_b, ld(a, ai * s.r + q)));
         }
         dz[e] = static_cast<uint16_t>(f32_to_bf16_bits(dzq));
-    }
+    });
 }
 
 // dA[pred, q] += (sum_j dS Bc[cand j, q]) z[p, q]; dBc[cand j, q] += dS z[p, q] A[pred, q]; one
@@ -82,8 +82,7 @@ __global__ void selector_dcodebooks_kernel(const float* __restrict__ g,
                                            const uint16_t* __restrict__ a,
                                            const uint16_t* __restrict__ bc, float* __restrict__ da,
                                            float* __restrict__ dbc, SelectorShape s) {
-    for (int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q < s.r;
-         q += int64_t{gridDim.x} * blockDim.x) {
+    for_each_index(s.r, [&](int64_t q) {
         for (int64_t p = 0; p < s.P; ++p) {
             const float zq = ld(z, p * s.r + q);
             for (int64_t i = 0; i < s.Kp; ++i) {
@@ -103,7 +102,7 @@ __global__ void selector_dcodebooks_kernel(const float* __restrict__ g,
                 *d = __fadd_rn(*d, __fmul_rn(sum_b, zq));
             }
         }
-    }
+    });
 }
 
 }  // namespace
