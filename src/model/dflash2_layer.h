@@ -1,5 +1,5 @@
-// The DFlash2 drafter layer at inference (dflash2-spec §A.3): the Qwen3 pre-norm layer of
-// decoder_layer.h with a grouped dynamic causal convolution around each sublayer,
+// The DFlash2 drafter layer, at inference and in training (dflash2-spec §A.3): the Qwen3 pre-norm
+// layer of decoder_layer.h with a grouped dynamic causal convolution around each sublayer,
 //   h = input_ln(x); d = attention_conv.kernel_projection(h);
 //   x1 = x + conv_after(o_proj(attn(conv_before(h))));   (both kernels use d, taken from h)
 //   h2 = post_ln(x1); e = mlp_conv.kernel_projection(h2);
@@ -22,8 +22,9 @@ struct ConvWeights {
 struct Dflash2LayerWeights {
     ConvWeights attn, mlp;
 };
-// prefix: "layers.3.".
+// prefix: "layers.3.". The grads' views are empty when the ParamSet computes no gradients.
 Dflash2LayerWeights dflash2_layer_weights(const ParamSet& p, const std::string& prefix);
+Dflash2LayerWeights dflash2_layer_grads(const ParamSet& p, const std::string& prefix);
 
 // How a drafter layer's block queries see the keys (dflash2-spec §A.1): query at absolute
 // position qpos sees key kpos iff (causal => kpos <= qpos) and (window > 0 => qpos - kpos <
@@ -46,5 +47,28 @@ void dflash2_layer_forward_cached(const LayerContext& lc, const LayerWeights& w,
                                   const Dflash2LayerWeights& cw, const Tensor& x, const Tensor& pos,
                                   LayerKvCache& cache, int64_t cache_len, const Tensor& kv_len,
                                   const DraftAttention& att, const Tensor& out);
+
+// Training (the DFlash block mask over [context ; N blocks of block_size rows]): the layer's
+// activations. core holds the shared cores' (decoder_layer.h): x, rstd1, x1, rstd2, and core.h /
+// core.h2 = the convolved normed inputs the cores read.
+struct Dflash2Acts {
+    LayerActs core;
+    Tensor h, delta, o;    // [R, D] input_layernorm(x), [R, 2kG], [R, D] o_proj output
+    Tensor h2, delta2, m;  // [R, D] post_attention_layernorm(x1), [R, 2kG], [R, D] down output
+};
+
+// layer_forward_train of a DFlash2 layer: rows x [R, D] are whole blocks of block_size rows (the
+// convolution's taps stop at each block's first row). out may not alias x.
+void dflash2_layer_forward_train(const LayerContext& lc, const LayerWeights& w,
+                                 const Dflash2LayerWeights& cw, const Tensor& x, const Tensor& ctx,
+                                 const Tensor& q_pos, const Tensor& kv_pos, const AttnMask& mask,
+                                 int64_t block_size, Dflash2Acts& acts, const Tensor& out);
+// Its backward (as layer_backward): g / cg the layer's gradients (f32, +=), dx overwritten, dctx
+// (f32) +=.
+void dflash2_layer_backward(const LayerContext& lc, const LayerWeights& w, const LayerWeights& g,
+                            const Dflash2LayerWeights& cw, const Dflash2LayerWeights& cg,
+                            const Dflash2Acts& acts, const Tensor& q_pos, const Tensor& kv_pos,
+                            const AttnMask& mask, int64_t block_size, const Tensor& dout,
+                            const Tensor& dx, const Tensor& dctx);
 
 }  // namespace dflash

@@ -137,7 +137,8 @@ struct DrafterModel::BlockForward {
     Tensor anchors;             // device i32 [N]
     std::vector<Tensor> xs;     // L+1 x [R, D]
     std::vector<LayerActs> acts;
-    Tensor hf, rstd_f;  // [R, D], [R]
+    std::vector<Dflash2Acts> acts2;  // DFlash2 drafters
+    Tensor hf, rstd_f;               // [R, D], [R]
     AttnMask mask;
 };
 
@@ -147,9 +148,16 @@ void DrafterModel::forward_blocks(Backend& be, Workspace& ws, const Tensor& embe
     const int64_t S = static_cast<int64_t>(tokens.size()), D = dims_.D, B = cfg_.block_size;
     const int64_t N = static_cast<int64_t>(anchors.size()), R = N * B;
     const int64_t L = cfg_.layer.num_hidden_layers;
-    DF_CHECK(!cfg_.dflash2(),
-             "training a DFlash2 drafter is not supported yet (its convolutions have no training "
-             "forward here); decode with it, or train the DFlash drafter it was made from");
+    // The training mask is DFlash's bidirectional block mask: a DFlash2 drafter whose layers are
+    // causal, or whose window would hide keys of this sequence, would be trained for other
+    // attention than it decodes with.
+    for (int64_t l = 0; l < L; ++l) {
+        const int64_t W = cfg_.layer_window(l);
+        DF_CHECK(!cfg_.layer_causal(l) && (W == 0 || S + B <= W),
+                 "draft layer {} is {}: training supports bidirectional drafter layers whose "
+                 "window (if any) covers the whole sequence ({} + {} rows here)",
+                 l, cfg_.layer_causal(l) ? "causal" : fmt::format("windowed ({} keys)", W), S, B);
+    }
     DF_ASSERT(features.dim(0) == S, "features rows {} for {} tokens", features.dim(0), S);
     DF_CHECK(N > 0,
              "no anchors: the sequence has no position whose token and next token are both "
@@ -191,10 +199,19 @@ void DrafterModel::forward_blocks(Backend& be, Workspace& ws, const Tensor& embe
     be.embedding_fwd(embed, f.ids, f.xs[0]);
     f.mask = AttnMask::dflash_block(S, B, f.anchors);
     const LayerContext lc{be, ws, dims_, inv_freq_view_};
-    f.acts.assign(L, LayerActs{});
-    for (int64_t l = 0; l < L; ++l)
-        layer_forward_train(lc, layer(l), f.xs[l], f.ctx, f.q_pos, f.kv_pos, f.mask, f.acts[l],
-                            f.xs[l + 1]);
+    if (cfg_.dflash2()) {
+        if (cfg_.d2.input_embedding_scale != 1.0)
+            be.scale_inplace(f.xs[0], static_cast<float>(cfg_.d2.input_embedding_scale));
+        f.acts2.assign(L, Dflash2Acts{});
+        for (int64_t l = 0; l < L; ++l)
+            dflash2_layer_forward_train(lc, layer(l), conv(l), f.xs[l], f.ctx, f.q_pos, f.kv_pos,
+                                        f.mask, B, f.acts2[l], f.xs[l + 1]);
+    } else {
+        f.acts.assign(L, LayerActs{});
+        for (int64_t l = 0; l < L; ++l)
+            layer_forward_train(lc, layer(l), f.xs[l], f.ctx, f.q_pos, f.kv_pos, f.mask, f.acts[l],
+                                f.xs[l + 1]);
+    }
     f.hf = ws.take({R, D}, act);
     f.rstd_f = ws.take({R}, DType::f32);
     be.rmsnorm_fwd(f.xs[L], params_.value("norm.weight"), dims_.eps, f.hf, f.rstd_f);
@@ -251,8 +268,14 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const Tensor& embed,
                    params_.grad("norm.weight"));
     const LayerContext lc{be, ws, dims_, inv_freq_view_};
     for (int64_t l = L - 1; l >= 0; --l) {
-        layer_backward(lc, layer(l), layer_grads(params_, layer_prefix(l), dims_), f.acts[l],
-                       f.q_pos, f.kv_pos, f.mask, dx, dprev, dctx);
+        const LayerWeights g = layer_grads(params_, layer_prefix(l), dims_);
+        if (cfg_.dflash2()) {
+            dflash2_layer_backward(lc, layer(l), g, conv(l),
+                                   dflash2_layer_grads(params_, layer_prefix(l)), f.acts2[l],
+                                   f.q_pos, f.kv_pos, f.mask, B, dx, dprev, dctx);
+        } else {
+            layer_backward(lc, layer(l), g, f.acts[l], f.q_pos, f.kv_pos, f.mask, dx, dprev, dctx);
+        }
         std::swap(dx, dprev);
     }
     Tensor dctx_act = dctx;

@@ -4,12 +4,14 @@
 // / causal draft attention against a naive masked attention, and the selector's lattice against
 // the §A.5 formula computed on the host.
 #include <cmath>
+#include <map>
 
 #include "backend/backend.h"
 #include "core/checkpoint_io.h"
 #include "infer/spec_decode.h"
 #include "model/candidate_selector.h"
 #include "model/tensor_layout.h"
+#include "support/finite_diff.h"
 #include "support/test_util.h"
 #include "support/tiny_models.h"
 
@@ -308,7 +310,9 @@ TEST(Dflash2Drafter, SelectorLatticeMatchesFormula) {
         for (int64_t j = 0; j < K; ++j) {
             const int32_t c = lat.ids[p * K + j];
             // Ranked: nothing outside the candidates beats the K-th.
-            if (j > 0) EXPECT_GE(row[lat.ids[p * K + j - 1]], row[c]);
+            if (j > 0) {
+                EXPECT_GE(row[lat.ids[p * K + j - 1]], row[c]);
+            }
             const double u = 1.5 * std::tanh(0.5 * row[c] / 1.5);
             EXPECT_NEAR(lat.unary[p * K + j], u, 1e-5);
             for (int64_t i = 0; i < K; ++i) {
@@ -323,6 +327,115 @@ TEST(Dflash2Drafter, SelectorLatticeMatchesFormula) {
         for (int64_t v = 0; v < V; ++v) beaten += row[v] > row[lat.ids[p * K + K - 1]];
         EXPECT_LT(beaten, K);
     }
+}
+
+// Training: the block-sparse packed forward gives, row for row, the logits the inference session
+// drafts (conv taps stop at each block's anchor in both), and the whole-model gradient matches
+// finite differences for every tensor the unary loss reaches (the selector is not in it).
+struct TrainPair {
+    TargetModel target;
+    DrafterModel drafter;
+};
+
+TrainPair train_pair(Backend& be, uint64_t seed) {
+    auto tc = test::tiny_target_config(true, 4);
+    TargetModel t = TargetModel::random(be, tc, seed, 0.3f);
+    auto dc = test::tiny_dflash2_config(tc, 2, 4, 5);
+    dc.d2.input_embedding_scale = 1.5;
+    DrafterModel d = DrafterModel::random(be, dc, seed + 1, 0.3f);
+    test::randomize_dflash2_modules(d, seed + 2, 0.3f);
+    return {std::move(t), std::move(d)};
+}
+
+HostTensor features_of(Backend& be, const TrainPair& p, const std::vector<int32_t>& toks) {
+    Workspace ws = test::test_workspace(be);
+    HostTensor f({static_cast<int64_t>(toks.size()), p.drafter.feature_dim()});
+    p.target.forward(be, ws, toks, p.drafter.config().target_layer_ids, f, Tensor());
+    return f;
+}
+
+TEST(Dflash2Training, InferencePathMatchesTrainingPath) {
+    auto be = make_cpu_backend(1);
+    TrainPair p = train_pair(*be, 41);
+    const int64_t S = 17, B = 4, V = p.target.config().vocab_size;
+    std::vector<int32_t> toks(S);
+    Rng rng(2);
+    for (auto& t : toks) t = static_cast<int32_t>(rng.below(V - 1));
+    const HostTensor feats = features_of(*be, p, toks);
+    const std::vector<int32_t> anchors = {0, 5, 9, 15};
+    Workspace ws = test::test_workspace(*be);
+    HostTensor hf({static_cast<int64_t>(anchors.size()) * B, p.drafter.dims().D});
+    p.drafter.block_hidden(*be, ws, p.target.embed(), feats, toks, anchors, hf);
+    HostTensor train_logits({hf.dim(0), V});
+    be->gemm(hf, false, p.target.lm_head(), true, train_logits);
+    for (size_t j = 0; j < anchors.size(); ++j) {
+        const int64_t a = anchors[j];
+        DrafterSession s(p.drafter, *be, p.target.embed(), p.target.lm_head(), 64);
+        HostTensor logits({B - 1, V});
+        s.draft(feats.view().rows(0, a), toks[a], logits);
+        const Tensor ref = train_logits.view().rows(j * B + 1, (j + 1) * B);
+        EXPECT_LT(test::max_rel_diff(logits, ref), 1e-5) << "anchor " << a;
+    }
+}
+
+TEST(Dflash2Training, GradientMatchesFiniteDifferences) {
+    auto be = make_cpu_backend(1);
+    TrainPair p = train_pair(*be, 51);
+    p.drafter.params().enable_training();
+    const int64_t S = 14, V = p.target.config().vocab_size;
+    std::vector<int32_t> toks(S);
+    Rng trng(3);
+    for (auto& t : toks) t = static_cast<int32_t>(trng.below(V - 1));
+    std::vector<uint8_t> mask(S, 1);
+    mask[0] = mask[1] = mask[7] = 0;
+    const HostTensor feats = features_of(*be, p, toks);
+    const std::vector<int32_t> anchors = {2, 6, 10};
+    auto loss = [&]() {
+        return test::drafter_step(*be, p.drafter, p.target, feats, toks, mask, anchors, 3.0, 1.0f,
+                                  7)
+            .loss_sum;
+    };
+    p.drafter.params().zero_grads();
+    test::drafter_step(*be, p.drafter, p.target, feats, toks, mask, anchors, 3.0, 1.0f, 7);
+    std::map<std::string, HostTensor> snapshot;
+    for (const auto& prm : p.drafter.params().params())
+        snapshot.emplace(prm.name, to_host_f32(*be, prm.grad));
+    Rng rng(5);
+    int64_t conv_checked = 0;
+    for (const auto& prm : p.drafter.params().params()) {
+        const Tensor g = snapshot.at(prm.name).view();
+        if (prm.name.starts_with("candidate_selector.")) {
+            EXPECT_EQ(test::max_abs_diff(g, HostTensor(g.shape()).view()), 0.0)
+                << prm.name << ": the unary loss does not reach it";
+            continue;
+        }
+        Tensor w = prm.value;
+        const auto idx = test::fd_check_indices(g.f32(), g.numel(), 3, 3, rng);
+        EXPECT_GT(std::fabs(g.f32()[idx[0]]), 1e-4) << prm.name << " gets no gradient";
+        for (int64_t i : idx) {
+            const double fd = test::fd_derivative_in_place(w.f32()[i], loss, 1e-2f);
+            EXPECT_NEAR(g.f32()[i], fd, 2e-3 + 2e-2 * std::fabs(fd)) << prm.name << "[" << i << "]";
+        }
+        conv_checked += prm.name.find("_conv.") != std::string::npos;
+    }
+    EXPECT_EQ(conv_checked, 8);  // 2 layers x 2 convs x (base, projection)
+}
+
+TEST(Dflash2Training, CausalLayersAreRefused) {
+    auto be = make_cpu_backend(1);
+    TrainPair p = train_pair(*be, 61);
+    auto cfg = p.drafter.config();
+    cfg.is_causal = 1;
+    DrafterModel d = DrafterModel::random(*be, cfg, 3, 0.3f);
+    std::vector<int32_t> toks = {1, 2, 3, 4, 5, 6};
+    std::vector<uint8_t> mask(6, 1);
+    const HostTensor feats = features_of(*be, p, toks);
+    const std::vector<int32_t> anchors = {1};
+    EXPECT_TRUE(test::has(test::error_of([&] {
+                              test::drafter_step(*be, d, p.target, feats, toks, mask, anchors, 3.0,
+                                                 1.0f, 7);
+                          }),
+                          "draft layer 0 is causal"));
 }
 
 }  // namespace
