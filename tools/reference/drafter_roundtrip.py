@@ -8,6 +8,13 @@ target's frozen embedding and lm_head. Greedy speculative decoding follows spec 
 options `dflash bench --json` reports (block size, max new tokens, stop tokens, the prompts' ids),
 and each prompt's acceptance histogram is compared with dflash's.
 
+DFlash2 drafters (architectures DFlash2DraftModel) are decoded from dflash2-spec §A, also written
+here from the spec: the grouped dynamic causal convolution around every attention and MLP sublayer
+(§A.3), the layers' causality and sliding window (§A.1), the unary logits times output_multiplier
+and soft-capped (§A.4), and the candidate selector's greedy walk from the verified anchor over the
+unary top-K (§A.5, ties to the first candidate; candidates in descending order, equal logits by
+ascending id).
+
 A target layer id l is the output of target decoder layer l, i.e. transformers' hidden_states[l+1].
 The last layer is refused: transformers' last hidden_states entry is taken after the final norm
 (dflash-spec §1.2), which is why dflash never lets a drafter read it.
@@ -91,6 +98,69 @@ class Drafter:
         self.eps = c["rms_norm_eps"]
         self.freq = inv_freq(c, self.hd)
         self.embed, self.lm_head = embed, lm_head
+        self.v2 = "DFlash2DraftModel" in c.get("architectures", [])
+        if self.v2:
+            self.read_dflash2(c, dc)
+
+    def read_dflash2(self, c, dc):
+        """dflash2-spec §A.1: dflash_config first, then the top level, then the default."""
+        def key(name, default=None):
+            v = dc.get(name)
+            return c.get(name, default) if v is None else v
+        self.taps, self.group = int(key("conv_kernel_size")), int(key("conv_group_size"))
+        self.top_k = int(key("selector_top_k"))
+        self.mult = float(key("output_multiplier", 1.0))
+        cap = key("final_logit_softcapping")
+        self.cap = float(cap) if cap is not None and float(cap) > 0 else 0.0
+        self.emb_scale = float(key("input_embedding_scale", 1.0))
+        types = c.get("layer_types") or ["full_attention"] * self.L
+        self.sliding = [t == "sliding_attention" for t in types]
+        self.window = c.get("sliding_window") or 0
+        causal = c.get("is_causal", dc.get("causal"))
+        self.causal = [bool(causal) if causal is not None else s for s in self.sliding]
+
+    def conv(self, prefix, y, delta, half):
+        """§A.3 over one block: y [B, D], delta [B, 2*k*G] (the sublayer input's projection)."""
+        B, D = y.shape
+        k, G = self.taps, D // self.group
+        base = self.w[prefix + ".base_kernel"]  # [2, k, D]
+        d = delta.view(B, 2, k, G)[:, half].repeat_interleave(self.group, dim=-1)  # [B, k, D]
+        out = torch.zeros_like(y)
+        for t in range(k):
+            shifted = torch.zeros_like(y)
+            shifted[t:] = y[:B - t]  # rows before the block start read zeros
+            out = out + (base[half, t] + d[:, t]) * shifted
+        return out
+
+    def visible(self, layer, start, B):
+        """[B, start + B] mask of the keys each block query sees (§A.1)."""
+        q = torch.arange(start, start + B)[:, None]
+        kp = torch.arange(0, start + B)[None, :]
+        vis = torch.ones(B, start + B, dtype=torch.bool)
+        if self.causal[layer]:
+            vis &= kp <= q
+        if self.sliding[layer] and self.window > 0:
+            vis &= (q - kp) < self.window
+            if not self.causal[layer]:
+                vis &= (kp - q) < self.window
+        return vis
+
+    def select(self, raw, hn, anchor):
+        """§A.4-A.5: unary top-K of the raw logits [B-1, V], the greedy walk from the anchor."""
+        vals, idx = torch.sort(raw, dim=-1, descending=True, stable=True)
+        vals, idx = vals[:, :self.top_k], idx[:, :self.top_k]
+        u = vals * self.mult
+        if self.cap > 0:
+            u = self.cap * torch.tanh(u / self.cap)
+        z = self.lin("candidate_selector.hidden_projection.weight", hn)  # [B-1, r]
+        A = self.w["candidate_selector.predecessor_codebook"]
+        Bc = self.w["candidate_selector.successor_codebook"]
+        prev, out = anchor, []
+        for p in range(raw.shape[0]):
+            s = u[p] + ((A[prev] * z[p])[None, :] * Bc[idx[p]]).sum(-1)
+            prev = int(idx[p][int(torch.argmax(s))])  # the first maximum: the lowest index
+            out.append(prev)
+        return out
 
     def lin(self, name, x):
         return x @ self.w[name].T
@@ -100,12 +170,15 @@ class Drafter:
         B, H, Hkv, hd = self.block, self.H, self.Hkv, self.hd
         ctx = rms_norm(self.lin("fc.weight", features), self.w["hidden_norm.weight"], self.eps)
         ids = torch.tensor([anchor] + [self.mask] * (B - 1))
-        x = self.embed[ids]
+        x = self.embed[ids] * (self.emb_scale if self.v2 else 1.0)
         ctx_pos = torch.arange(0, start)
         blk_pos = torch.arange(start, start + B)
         for i in range(self.L):
             p = f"layers.{i}."
             h = rms_norm(x, self.w[p + "input_layernorm.weight"], self.eps)
+            if self.v2:
+                delta = self.lin(p + "attention_conv.kernel_projection.weight", h)
+                h = self.conv(p + "attention_conv", h, delta, 0)
             q = self.lin(p + "self_attn.q_proj.weight", h).view(B, H, hd)
             q = rope(rms_norm(q, self.w[p + "self_attn.q_norm.weight"], self.eps), blk_pos, self.freq)
             kv_in = torch.cat([ctx, h], 0)  # context rows skip input_layernorm
@@ -116,14 +189,22 @@ class Drafter:
             rep = H // Hkv
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
-            att = torch.einsum("qhd,khd->hqk", q, k) * hd ** -0.5  # no mask: non-causal
+            att = torch.einsum("qhd,khd->hqk", q, k) * hd ** -0.5  # DFlash: no mask, non-causal
+            if self.v2:
+                att = att.masked_fill(~self.visible(i, start, B)[None], float("-inf"))
             o = torch.einsum("hqk,khd->qhd", att.softmax(-1), v).reshape(B, H * hd)
-            x = x + self.lin(p + "self_attn.o_proj.weight", o)
+            o = self.lin(p + "self_attn.o_proj.weight", o)
+            x = x + (self.conv(p + "attention_conv", o, delta, 1) if self.v2 else o)
             h = rms_norm(x, self.w[p + "post_attention_layernorm.weight"], self.eps)
+            if self.v2:
+                e2 = self.lin(p + "mlp_conv.kernel_projection.weight", h)
+                h = self.conv(p + "mlp_conv", h, e2, 0)
             gate = torch.nn.functional.silu(self.lin(p + "mlp.gate_proj.weight", h))
-            x = x + self.lin(p + "mlp.down_proj.weight", gate * self.lin(p + "mlp.up_proj.weight", h))
-        logits = rms_norm(x, self.w["norm.weight"], self.eps)[1:] @ self.lm_head.T
-        return logits.argmax(-1).tolist()
+            m = self.lin(p + "mlp.down_proj.weight", gate * self.lin(p + "mlp.up_proj.weight", h))
+            x = x + (self.conv(p + "mlp_conv", m, e2, 1) if self.v2 else m)
+        hn = rms_norm(x, self.w["norm.weight"], self.eps)[1:]
+        logits = hn @ self.lm_head.T
+        return self.select(logits, hn, anchor) if self.v2 else logits.argmax(-1).tolist()
 
 
 def target_pass(model, ids, layer_ids):
