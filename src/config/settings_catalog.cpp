@@ -67,7 +67,7 @@ void add_drafter(Registry& r) {
                          "drafter made by `dflash init drafter`: dflash (DFlashDraftModel) or "
                          "dflash2 (DFlash2DraftModel: conv around every sublayer + candidate "
                          "selector; its new modules start as identity / neutral)")
-              .read_by("cli/cmd_init.cpp"));
+              .read_by("cli/cmd_init.cpp; cli/cmd_train.cpp (a DFlash2 run starts from an init)"));
     r.add(D::integer("drafter.conv_kernel_size", 2,
                      "DFlash2: taps of the grouped dynamic causal convolution (<= block_size)")
               .range(1, 256)

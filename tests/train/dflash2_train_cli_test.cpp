@@ -34,6 +34,11 @@ TEST(Dflash2TrainCli, InitTrainInspectDecode) {
                                      " --drafter.selector_rank 8 --drafter.selector_top_k 4" +
                                      kTiny);
     ASSERT_EQ(in.exit_code, 0) << in.output;
+    // A random start would be a DFlash drafter: refused, naming the way to make a DFlash2 one.
+    const auto random_start = test::run_dflash("train --target " + target + " --data " + data +
+                                               " --set drafter.architecture=dflash2" + kTiny);
+    EXPECT_NE(random_start.exit_code, 0);
+    EXPECT_TRUE(test::has(random_start.output, "--init-drafter DIR")) << random_start.output;
     const auto tr =
         test::run_dflash("train --target " + target + " --data " + data + " --init-drafter " +
                          init + " --output " + (dir / "drafter").string() + kTiny);
