@@ -1,6 +1,7 @@
 """A drafter written by `dflash train`, served by other code (run on the GPU machine).
 
-The target runs in HF transformers (AutoModelForCausalLM, float32); the drafter runs in the
+The target runs in HF transformers (AutoModelForCausalLM, float32), or with --plain-target in the
+plain PyTorch Qwen3/Llama of plain_torch.py (no transformers needed); the drafter runs in the
 straightforward PyTorch re-implementation of the DFlash drafter forward below, written from
 dflash-spec §1-§2 (not from dflash's code): per draft layer, queries from the block only, keys and
 values from [context features ; block], non-causal attention over both, Qwen3-style layer, the
@@ -38,12 +39,9 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
-from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM
 
-
-def rms_norm(x, w, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plain_torch import PlainTarget, load_dir, rms_norm, rope  # noqa: E402
 
 
 def inv_freq(cfg, head_dim):
@@ -69,24 +67,11 @@ def inv_freq(cfg, head_dim):
     return f.float()
 
 
-def rope(x, positions, freq):
-    """x [T, heads, hd]; rotate-half (NeoX) rotary embedding at absolute positions."""
-    ang = positions.float()[:, None] * freq[None, :]
-    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :]
-    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :]
-    half = x.shape[-1] // 2
-    rot = torch.cat([-x[..., half:], x[..., :half]], -1)
-    return x * cos + rot * sin
-
-
 class Drafter:
     def __init__(self, path, embed, lm_head):
         with open(os.path.join(path, "config.json")) as f:
             self.cfg = json.load(f)
-        files = sorted(p for p in os.listdir(path) if p.endswith(".safetensors"))
-        self.w = {}
-        for p in files:
-            self.w.update({k: v.float() for k, v in load_file(os.path.join(path, p)).items()})
+        self.w = load_dir(path)
         c = self.cfg
         dc = c.get("dflash_config", {})
         self.block = c.get("block_size", dc.get("block_size"))
@@ -209,6 +194,10 @@ class Drafter:
 
 def target_pass(model, ids, layer_ids):
     """Logits [T, V] and features [T, K*D] (outputs of the decoder layers `layer_ids`)."""
+    if isinstance(model, PlainTarget):
+        with torch.no_grad():
+            logits, outs = model(ids)
+        return logits.float(), torch.cat([outs[l] for l in layer_ids], -1).float()
     with torch.no_grad():
         out = model(torch.tensor([ids]), output_hidden_states=True, use_cache=False)
     hs = out.hidden_states  # hs[0] = embeddings, hs[l+1] = output of layer l (the last: normed)
@@ -216,8 +205,9 @@ def target_pass(model, ids, layer_ids):
     return out.logits[0].float(), feats.float()
 
 
-def speculative_greedy(model, drafter, prompt, max_new, stops):
-    """dflash-spec §2.2, greedy. Returns (new tokens, histogram [B+1] of tokens per step)."""
+def speculative_greedy(model, drafter, prompt, max_new, stops, steps=None):
+    """dflash-spec §2.2, greedy. Returns (new tokens, histogram [B+1] of tokens per step); each
+    step's drafts are appended to `steps` when given."""
     B = drafter.block
     hist = [0] * (B + 1)
     logits, feats = target_pass(model, prompt, drafter.layer_ids)
@@ -230,6 +220,8 @@ def speculative_greedy(model, drafter, prompt, max_new, stops):
     while not done():
         start = len(seq)  # position of the anchor new[-1]
         drafts = drafter.draft(feats[:start], new[-1], start)
+        if steps is not None:
+            steps.append(drafts)
         logits, feats = target_pass(model, seq + [new[-1]] + drafts, drafter.layer_ids)
         target = logits[start:start + B].argmax(-1).tolist()
         a = 0
@@ -246,6 +238,20 @@ def speculative_greedy(model, drafter, prompt, max_new, stops):
     return new, hist
 
 
+def dflash_traced_drafts(args, prompt_ids, max_new):
+    """Each step's drafted tokens as `dflash generate --trace` prints them."""
+    cmd = [args.dflash, "generate", "--target", args.target, "--drafter", args.drafter,
+           "--prompt-ids", ",".join(str(t) for t in prompt_ids), "--infer.max_new_tokens",
+           str(max_new), "--trace", "--print-ids"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stderr
+    steps = []
+    for line in out.splitlines():
+        if line.startswith("trace step "):
+            inner = line[line.index("[") + 1:line.index("]")]
+            steps.append([int(t) for t in inner.split()])
+    return steps
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dflash", required=True)
@@ -256,6 +262,10 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--limit", type=int, default=16)
+    ap.add_argument("--trace-drafts", action="store_true",
+                    help="also compare every step's drafted tokens with `dflash generate --trace`")
+    ap.add_argument("--plain-target", action="store_true",
+                    help="run the target in plain PyTorch (plain_torch.py) instead of transformers")
     args = ap.parse_args()
     if args.demo:
         latest = lambda run: os.path.join(run, open(os.path.join(run, "latest")).read().strip())  # noqa: E731
@@ -276,10 +286,15 @@ def main():
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    model = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
-    n_layers = model.config.num_hidden_layers
-    embed = model.get_input_embeddings().weight.detach().float()
-    lm_head = model.get_output_embeddings().weight.detach().float()
+    if args.plain_target:
+        model = PlainTarget(args.target, inv_freq)
+        n_layers, embed, lm_head = model.L, model.embed, model.lm_head
+    else:
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
+        n_layers = model.config.num_hidden_layers
+        embed = model.get_input_embeddings().weight.detach().float()
+        lm_head = model.get_output_embeddings().weight.detach().float()
     drafter = Drafter(args.drafter, embed, lm_head)
     if any(l == n_layers - 1 for l in drafter.layer_ids):
         sys.exit(f"target_layer_ids {drafter.layer_ids} name the last layer ({n_layers - 1}); "
@@ -289,10 +304,23 @@ def main():
     stops = set(bench["stop_tokens"])
     rows, same = [], 0
     for i, r in enumerate(bench["requests"]):
+        ref_steps = []
         toks, hist = speculative_greedy(model, drafter, r["prompt_ids"], bench["max_new_tokens"],
-                                        stops)
+                                        stops, ref_steps)
         ours = r["speculative"]["accept_hist"]
         identical = hist == ours
+        if args.trace_drafts:
+            our_steps = dflash_traced_drafts(args, r["prompt_ids"], bench["max_new_tokens"])
+            drafts_same = our_steps == ref_steps
+            identical = identical and drafts_same
+            print(f"    drafts of {len(ref_steps)} steps: "
+                  f"{'identical' if drafts_same else 'DIFFERENT'}")
+            if not drafts_same:
+                bad = next(i for i in range(max(len(our_steps), len(ref_steps)))
+                           if i >= min(len(our_steps), len(ref_steps)) or our_steps[i] != ref_steps[i])
+                print(f"    first difference at step {bad}: dflash "
+                      f"{our_steps[bad] if bad < len(our_steps) else None} reference "
+                      f"{ref_steps[bad] if bad < len(ref_steps) else None}")
         same += identical
         rows.append({"prompt": i, "label": r["label"], "dflash_hist": ours, "reference_hist": hist,
                      "dflash_tokens": r["output_tokens"], "reference_tokens": toks,
