@@ -6,7 +6,7 @@ tensors N(0, 0.5^2), so that drafting exercises every part of dflash2-spec §A; 
 every layer sliding with --window W and causal with --causal. Writes f32 safetensors.
 
 usage: python3 tools/reference/dflash2_fixture.py --drafter DIR --out DIR [--seed 1]
-           [--window W] [--causal] [--softcap S] [--multiplier M]
+           [--window W] [--causal] [--softcap S] [--multiplier M] [--embedding-scale E]
 then:  python3 tools/reference/drafter_roundtrip.py --dflash build/dflash --target T --drafter OUT
            --prompts P.jsonl --out RES --plain-target
 """
@@ -30,6 +30,7 @@ def main():
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--softcap", type=float, default=0.0)
     ap.add_argument("--multiplier", type=float, default=1.0)
+    ap.add_argument("--embedding-scale", type=float, default=1.0)
     args = ap.parse_args()
     with open(os.path.join(args.drafter, "config.json")) as f:
         cfg = json.load(f)
@@ -53,6 +54,8 @@ def main():
         dc["final_logit_softcapping"] = args.softcap
     if args.multiplier != 1.0:
         dc["output_multiplier"] = args.multiplier
+    if args.embedding_scale != 1.0:
+        dc["input_embedding_scale"] = args.embedding_scale
     os.makedirs(args.out, exist_ok=True)
     write_safetensors(os.path.join(args.out, "model.safetensors"), w)
     with open(os.path.join(args.out, "config.json"), "w") as f:
