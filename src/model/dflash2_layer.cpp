@@ -1,4 +1,5 @@
-// DFlash2 drafter layer (inference). Tested by tests/model/dflash2_drafter_test.cpp.
+// DFlash2 drafter layer: decoding (KV cache, draft attention) and training (forward, backward).
+// Tested by tests/model/dflash2_drafter_test.cpp and tests/cuda/dflash2_model_cuda_test.cpp.
 #include "model/dflash2_layer.h"
 
 #include <algorithm>
