@@ -171,6 +171,42 @@ class Backend {
     // on the device) picks from the row's sampling distribution (backend/sampling.h).
     virtual void sample_rows(const Tensor& logits, const SampleParams& p, const Tensor& uniforms,
                              const Tensor& out) = 0;
+
+    // ---- DFlash2 (dflash2-spec §A.3, §A.5) ------------------------------------------------------
+    // Grouped dynamic causal convolution over x [R, D], R rows made of consecutive blocks of
+    // block_size rows (R % block_size == 0; row r sits at in-block position r % block_size, so taps
+    // never cross a block). base [2, k, D] (k taps), delta [R, 2*k*G] (the kernel projection of the
+    // sublayer input, G groups of S = D / G contiguous channels), half 0 (before the sublayer) or 1
+    // (after it). The dynamic coefficient belongs to the OUTPUT row:
+    //   y[r, c] = sum_{t < k, t <= r % block_size} (base[half, t, c] + delta[r, (half*k + t)*G +
+    //             c / S]) * x[r - t, c].
+    // y [R, D] may not alias x.
+    virtual void dyn_conv_fwd(const Tensor& x, const Tensor& base, const Tensor& delta,
+                              int64_t half, int64_t block_size, const Tensor& y) = 0;
+    // dx [R, D] overwritten; dbase f32 [2, k, D] accumulated (+=) in its half; ddelta [R, 2*k*G]
+    // (compute dtype) overwritten in the half's k*G columns, the other half's left alone.
+    // Deterministic.
+    virtual void dyn_conv_bwd(const Tensor& dy, const Tensor& x, const Tensor& base,
+                              const Tensor& delta, int64_t half, int64_t block_size,
+                              const Tensor& dx, const Tensor& dbase, const Tensor& ddelta) = 0;
+
+    // The candidate selector's pair scores (without the unary term): for slot p, predecessor i and
+    // candidate j, out[p, i, j] = sum_r A[pred[p, i], r] * z[p, r] * Bc[cand[p, j], r], summed in
+    // f32. z [P, r] (hidden_projection of the slot's hidden state), pred i32 [P, Kp], cand i32
+    // [P, K] (ids in [0, V)), A / Bc [V, r] (predecessor / successor codebooks), out f32
+    // [P, Kp, K].
+    virtual void selector_scores_fwd(const Tensor& z, const Tensor& pred, const Tensor& cand,
+                                     const Tensor& a, const Tensor& bc, const Tensor& out) = 0;
+    // dscores f32 [P, Kp, K]; dz [P, r] (compute dtype) overwritten; da / dbc f32 [V, r]
+    // accumulated (+=) at the rows the ids name. Deterministic (no floating-point atomics).
+    virtual void selector_scores_bwd(const Tensor& dscores, const Tensor& z, const Tensor& pred,
+                                     const Tensor& cand, const Tensor& a, const Tensor& bc,
+                                     const Tensor& dz, const Tensor& da, const Tensor& dbc) = 0;
+
+    // values f32 [R, K] and indices i32 [R, K]: the K largest entries of each row of x f32 [R, V],
+    // largest first, equal values in ascending index order (so indices[r, 0] == argmax_rows).
+    // 1 <= K <= V.
+    virtual void topk_rows(const Tensor& x, const Tensor& values, const Tensor& indices) = 0;
 };
 
 // An owner of step keys for as long as it lives: a session or worker whose buffers stay put holds

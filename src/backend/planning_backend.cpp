@@ -66,6 +66,16 @@ class PlanningBackend final : public Backend {
                     const Tensor&, const Tensor&) override {}
     void argmax_rows(const Tensor&, const Tensor&) override {}
     void sample_rows(const Tensor&, const SampleParams&, const Tensor&, const Tensor&) override {}
+    void dyn_conv_fwd(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t,
+                      const Tensor&) override {}
+    void dyn_conv_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t,
+                      const Tensor&, const Tensor&, const Tensor&) override {}
+    void selector_scores_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                             const Tensor&, const Tensor&) override {}
+    void selector_scores_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                             const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                             const Tensor&) override {}
+    void topk_rows(const Tensor&, const Tensor&, const Tensor&) override {}
 
   private:
     [[noreturn]] void refuse(const char* what) const {

@@ -1,5 +1,5 @@
 // `dflash generate --target DIR [--drafter DIR] (--prompt TEXT | --prompt-ids 1,2,3) [--chat]
-// [--print-ids]`:
+// [--print-ids] [--trace]`:
 // decodes one prompt, speculatively with a drafter or plainly without one, streaming the text to
 // stdout as each step commits tokens; a summary (tokens, tau, tokens/s, stop reason) goes to
 // stderr. Sampling comes from the infer.* settings. Tested by tests/cli/generate_cli_test.cpp.
@@ -30,7 +30,17 @@ struct GenerateArgs {
     std::string target, drafter, prompt, prompt_ids;
     bool chat = false;
     bool print_ids = false;
+    bool trace = false;
 };
+
+// --trace: one stderr line per speculative step, so a user sees where the drafter goes wrong.
+void print_step(const StepTrace& t) {
+    std::string drafted;
+    for (int32_t id : t.drafted) drafted += fmt::format("{}{}", drafted.empty() ? "" : " ", id);
+    std::fprintf(stderr, "trace step %lld: drafted [%s] accepted %lld next %d (%s)\n",
+                 static_cast<long long>(t.step), drafted.c_str(),
+                 static_cast<long long>(t.accepted), t.next, t.bonus() ? "bonus" : "correction");
+}
 
 std::vector<int32_t> prompt_tokens(const GenerateArgs& a, const Tokenizer* tok) {
     DF_CHECK(a.prompt.empty() != a.prompt_ids.empty(),
@@ -91,6 +101,9 @@ int cmd_generate(CommandContext& ctx) {
     app.add_flag("--chat", a.chat,
                  "wrap --prompt as a user message in the model's chat template (chat.* settings)");
     app.add_flag("--print-ids", a.print_ids, "print the generated token ids instead of text");
+    app.add_flag("--trace", a.trace,
+                 "print each speculative step to stderr: the drafted token ids, how many the "
+                 "target accepted and the token it added (bonus or correction)");
     if (!parse_command_args(app, ctx, "generate")) return 0;
     auto be = make_backend_from_settings(ctx);
     const TargetModel target = TargetModel::load(*be, a.target);
@@ -108,6 +121,7 @@ int cmd_generate(CommandContext& ctx) {
     SpeculativeEngine engine(target, drafter ? &*drafter : nullptr, *be);
     GenerateOptions opt = generate_options_from_settings(ctx.settings);
     opt.stop_tokens = default_stop_tokens(target.config(), tok.get());
+    if (a.trace) opt.trace = print_step;
     ctx.log.debug("prompt: {} tokens; {} decoding, max {} new tokens", prompt.size(),
                   drafter ? "speculative" : "plain", opt.max_new_tokens);
 

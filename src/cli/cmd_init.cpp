@@ -1,9 +1,11 @@
 // `dflash init`: a randomly initialised model in the HF format, of any size — a Qwen3- or
 // Llama-layout target from the pretrain.* settings, or a DFlash drafter for a given target from the
-// drafter.* settings. What tests, experiments and a first `dflash train --init-drafter` start from.
-// Tested by tests/cli/init_cli_test.cpp.
+// drafter.* settings (drafter.architecture=dflash2: a DFlash2 drafter, also converted from a
+// DFlash one with --from-drafter). What tests, experiments and a first `dflash train
+// --init-drafter` start from. Tested by tests/cli/init_cli_test.cpp.
 #include <CLI/CLI.hpp>
 
+#include <fmt/ranges.h>
 #include <cstdio>
 
 #include "cli/cli_util.h"
@@ -27,6 +29,43 @@ DirLock lock_empty_output(const std::filesystem::path& dir) {
     DirLock lock = DirLock::acquire(dir, "output directory", "dflash init");
     DF_CHECK(!holds_files(dir), "'{}' is not empty; choose a new output directory", dir.string());
     return lock;
+}
+
+// The DFlash2 version of `base` with the drafter.conv_* / selector_* settings; full,
+// bidirectional attention like the DFlash drafter it starts from (so that, with its identity /
+// neutral new modules, it drafts exactly as that drafter).
+DrafterConfig dflash2_config(const DrafterConfig& base, const config::Settings& s) {
+    DrafterConfig d = base;
+    d.arch = DrafterArch::dflash2;
+    d.d2.conv_kernel_size = s.get<int64_t>("drafter.conv_kernel_size");
+    d.d2.conv_group_size = s.get<int64_t>("drafter.conv_group_size");
+    d.d2.selector_rank = s.get<int64_t>("drafter.selector_rank");
+    d.d2.selector_top_k = s.get<int64_t>("drafter.selector_top_k");
+    d.sliding_layers.assign(d.layer.num_hidden_layers, false);
+    d.is_causal = 0;
+    const auto p = d.problems();
+    DF_CHECK(p.empty(), "cannot make a DFlash2 drafter from these settings: {}",
+             fmt::format("{}", fmt::join(p, "; ")));
+    return d;
+}
+
+// `dflash init drafter`: a random DFlash drafter from the drafter.* settings, or the one in
+// --from-drafter; with drafter.architecture=dflash2, converted (DrafterModel::from_dflash).
+DrafterModel initial_drafter(Backend& be, const TargetModel& target, const Tokenizer& tok,
+                             const std::string& from, const config::Settings& s, uint64_t seed) {
+    const bool v2 = s.get<std::string>("drafter.architecture") == "dflash2";
+    DrafterModel d = from.empty() ? train::make_initial_drafter(be, target, tok, s)
+                                  : DrafterModel::load(be, from);
+    if (!from.empty()) {
+        DF_CHECK(!d.config().dflash2(), "'{}' is already a DFlash2 drafter", from);
+        DF_CHECK(v2,
+                 "--from-drafter converts a DFlash drafter to DFlash2: add --set "
+                 "drafter.architecture=dflash2");
+        const auto mismatch = drafter_target_mismatches(d.config(), target.config());
+        DF_CHECK(mismatch.empty(), "'{}' does not fit the target: {}", from, mismatch.front());
+    }
+    if (!v2) return d;
+    return DrafterModel::from_dflash(be, d, dflash2_config(d.config(), s), seed);
 }
 
 DType parse_dtype(const std::string& s) {
@@ -53,6 +92,10 @@ int cmd_init(CommandContext& ctx) {
         app.add_subcommand("drafter", "a DFlash drafter for --target with the drafter.* settings");
     dft->add_option("--target", target_dir, "target model directory")->required();
     dft->add_option("--output,-o", output, "directory to write")->required();
+    std::string from_drafter;
+    dft->add_option("--from-drafter", from_drafter,
+                    "a DFlash drafter directory to convert (with drafter.architecture=dflash2): "
+                    "its weights, plus identity convolutions and a neutral selector");
     for (auto* sub : {tgt, dft})
         sub->add_option("--dtype", dtype, "storage dtype: bf16 or f32")->capture_default_str();
     if (!parse_command_args(app, ctx, "init")) return 0;
@@ -79,14 +122,16 @@ int cmd_init(CommandContext& ctx) {
     }
     const TargetModel target = TargetModel::load(*host, target_dir);
     const auto tok = load_tokenizer_for_model(target_dir);
-    const DrafterModel d = train::make_initial_drafter(*host, target, *tok, ctx.settings);
+    const DrafterModel d = initial_drafter(*host, target, *tok, from_drafter, ctx.settings, seed);
     const DirLock lock = lock_empty_output(output);
     d.save(output, store);
     save_tokenizer_spec(output, *tok);
-    std::printf("drafter: %s (%lld layers, block %lld, %zu target features, %.2fM parameters)\n",
-                output.c_str(), static_cast<long long>(d.config().layer.num_hidden_layers),
-                static_cast<long long>(d.block_size()), d.config().target_layer_ids.size(),
-                d.params().numel() / 1e6);
+    std::printf(
+        "drafter: %s (%s, %lld layers, block %lld, %zu target features, %.2fM parameters)\n",
+        output.c_str(), d.config().dflash2() ? "DFlash2" : "DFlash",
+        static_cast<long long>(d.config().layer.num_hidden_layers),
+        static_cast<long long>(d.block_size()), d.config().target_layer_ids.size(),
+        d.params().numel() / 1e6);
     return 0;
 }
 

@@ -75,6 +75,26 @@ void add_drafter(Registry& r) {
     r.add(D::integer("drafter.mask_token_id", -1, "MASK token id; -1 = derive from the tokenizer")
               .range(-1, std::numeric_limits<int32_t>::max())
               .read_by("model::Drafter config, tokenizer"));
+    r.add(D::enumeration("drafter.architecture", "dflash", {"dflash", "dflash2"},
+                         "drafter made by `dflash init drafter`: dflash (DFlashDraftModel) or "
+                         "dflash2 (DFlash2DraftModel: conv around every sublayer + candidate "
+                         "selector; its new modules start as identity / neutral)")
+              .read_by("cli/cmd_init.cpp; cli/cmd_train.cpp (a DFlash2 run starts from an init)"));
+    r.add(D::integer("drafter.conv_kernel_size", 2,
+                     "DFlash2: taps of the grouped dynamic causal convolution (<= block_size)")
+              .range(1, 256)
+              .read_by("cli/cmd_init.cpp"));
+    r.add(D::integer("drafter.conv_group_size", 16,
+                     "DFlash2: channels per convolution group (must divide the hidden size)")
+              .range(1, 1 << 17)
+              .read_by("cli/cmd_init.cpp"));
+    r.add(D::integer("drafter.selector_rank", 256, "DFlash2: rank r of the selector's codebooks")
+              .range(1, 8192)
+              .read_by("cli/cmd_init.cpp"));
+    r.add(D::integer("drafter.selector_top_k", 16,
+                     "DFlash2: candidates K the selector re-ranks per drafted slot")
+              .range(1, 1024)
+              .read_by("cli/cmd_init.cpp"));
     r.add(D::integer("drafter.num_target_features", 5,
                      "K, the number of target layers used when target_layer_ids is empty")
               .range(1, 64)

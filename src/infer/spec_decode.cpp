@@ -7,6 +7,8 @@
 #include <optional>
 
 #include "infer/acceptance.h"
+#include "infer/selector_walk.h"
+#include "model/candidate_selector.h"
 
 namespace dflash {
 
@@ -87,12 +89,14 @@ struct SpeculativeEngine::Sessions {
           logits(be, {B, target.config().vocab_size}, DType::f32) {
         if (!drafter) return;
         dft.emplace(*drafter, be, target.embed(), target.lm_head(), capacity, B, prefill_rows);
+        if (drafter->config().dflash2()) sel.emplace(*drafter, be, B - 1);
         draft_logits = DeviceTensor(be, {B - 1, target.config().vocab_size}, DType::f32);
         verify_features = DeviceTensor(be, {B, drafter->feature_dim()}, be.compute_dtype());
     }
     int64_t capacity, B;
     TargetSession tgt;
     std::optional<DrafterSession> dft;
+    std::optional<CandidateSelector> sel;  // DFlash2 drafters
     Picker pick;
     DeviceTensor logits;           // f32 [B, V]: the target's (the first row in plain decoding)
     DeviceTensor draft_logits;     // f32 [B-1, V]
@@ -174,6 +178,26 @@ void choose_drafts(Decode& run, const Tensor& draft_logits, std::vector<int32_t>
     std::copy(ids.begin(), ids.end(), drafts.begin());
 }
 
+// DFlash2 (dflash2-spec §A.5): the selector's walk over the block's candidate lattice from the
+// anchor; greedy, or sampled from q = softmax(S / T) over the K candidates (draft_probs then holds
+// that q scattered onto the vocabulary, which the acceptance rule's residual needs).
+void choose_dflash2_drafts(Decode& run, const DrafterSession& dft, CandidateSelector& sel,
+                           const Tensor& draft_logits, int32_t anchor, std::vector<int32_t>& drafts,
+                           std::vector<std::vector<double>>& draft_probs) {
+    const int64_t n = run.B - 1;
+    draft_probs.clear();
+    CandidateLattice lat;
+    sel.select(draft_logits.rows(0, n), dft.selector_z(run.B), anchor, lat);
+    if (run.opt.draft_sampling && !run.opt.sampling.greedy()) {
+        const SelectorPath path = sampled_walk(lat, run.opt.sampling.temperature, run.rng);
+        for (int64_t i = 0; i < n; ++i) draft_probs.push_back(scatter_q(lat, path, i, run.V));
+        std::copy(path.tokens.begin(), path.tokens.end(), drafts.begin());
+        return;
+    }
+    const SelectorPath path = greedy_walk(lat);
+    std::copy(path.tokens.begin(), path.tokens.end(), drafts.begin());
+}
+
 // dflash-spec §2.2: draft B-1 tokens after the anchor in one drafter forward, verify the block in
 // one target forward, keep the accepted prefix and the target's next token, crop the target cache
 // and hand the kept rows' features to the drafter's context.
@@ -183,6 +207,7 @@ void decode_speculative(Decode& run, SpeculativeEngine::Sessions& ss, const Tens
     const GenerateOptions& opt = run.opt;
     GenerateStats& st = run.res.stats;
     DrafterSession& dft = *ss.dft;
+    CandidateSelector* sel = ss.sel ? &*ss.sel : nullptr;
     const Tensor logits = ss.logits.view(), draft_logits = ss.draft_logits.view();
     const Tensor verify_features = ss.verify_features.view();
     Tensor pending = prompt_features;
@@ -193,7 +218,11 @@ void decode_speculative(Decode& run, SpeculativeEngine::Sessions& ss, const Tens
     while (go) {
         const auto t0 = Clock::now();
         dft.draft(pending, anchor, draft_logits, B);
-        choose_drafts(run, draft_logits, drafts, draft_probs);
+        if (sel) {
+            choose_dflash2_drafts(run, dft, *sel, draft_logits, anchor, drafts, draft_probs);
+        } else {
+            choose_drafts(run, draft_logits, drafts, draft_probs);
+        }
         const auto t1 = Clock::now();
         st.draft_s += std::chrono::duration<double>(t1 - t0).count();
         block[0] = anchor;
@@ -215,6 +244,7 @@ void decode_speculative(Decode& run, SpeculativeEngine::Sessions& ss, const Tens
         const int64_t a = v.accepted;
         run.tgt.crop(start + a + 1);  // anchor + accepted drafts stay; the next anchor is `next`
         pending = verify_features.rows(0, a + 1);
+        if (opt.trace) opt.trace(StepTrace{st.steps, drafts, a, v.next});
         st.steps += 1;
         st.accept_hist[a + 1] += 1;
         std::vector<int32_t> committed(drafts.begin(), drafts.begin() + a);
@@ -284,6 +314,12 @@ GenerateResult SpeculativeEngine::generate(std::span<const int32_t> prompt,
     const int64_t B = drafter_ ? (opt.block_size > 0 ? opt.block_size : drafter_->block_size()) : 1;
     DF_CHECK(B >= 1 && (!drafter_ || B >= 2),
              "block size {} is too small for speculative decoding (need >= 2)", B);
+    // The convolution's taps and the selector were trained on whole blocks of that size
+    // (dflash2-spec §A.3): a DFlash2 drafter is served at its own block size only.
+    DF_CHECK(!drafter_ || !drafter_->config().dflash2() || B == drafter_->block_size(),
+             "block size {} but this DFlash2 drafter was trained with block_size {}; DFlash2 "
+             "drafters decode at their own block size only (set infer.block_size to 0 or {})",
+             B, drafter_->block_size(), drafter_->block_size());
     const int64_t max_ctx =
         opt.max_context > 0 ? opt.max_context : target_.config().max_position_embeddings;
     DF_CHECK(P < max_ctx,

@@ -18,6 +18,18 @@
 
 namespace dflash {
 
+// One speculative step, as `dflash generate --trace` prints it: the drafted tokens, how many of
+// them the target accepted, and the token the target added after them (the bonus when every draft
+// was accepted, else the correction at the first rejected slot).
+struct StepTrace {
+    int64_t step = 0;  // 0-based decode step
+    std::span<const int32_t> drafted;
+    int64_t accepted = 0;
+    int32_t next = 0;
+    bool bonus() const { return accepted == static_cast<int64_t>(drafted.size()); }
+};
+using StepTraceSink = std::function<void(const StepTrace&)>;
+
 struct GenerateOptions {
     int64_t max_new_tokens = 256;
     SamplingParams sampling;
@@ -26,6 +38,7 @@ struct GenerateOptions {
     std::vector<int32_t> stop_tokens;
     uint64_t seed = 0;
     int64_t max_context = 0;  // 0 = the target's max_position_embeddings
+    StepTraceSink trace;      // called after every speculative step when set
 };
 
 enum class StopReason { max_new_tokens, stop_token, context_full };

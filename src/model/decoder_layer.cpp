@@ -98,12 +98,12 @@ LayerWeights layer_grads(const ParamSet& p, const std::string& prefix, const Lay
     return resolve(p, prefix, d, true);
 }
 
-void layer_forward_train(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
-                         const Tensor& ctx, const Tensor& q_pos, const Tensor& kv_pos,
-                         const AttnMask& mask, LayerActs& a, const Tensor& out) {
+void attention_core_forward(const LayerContext& lc, const LayerWeights& w, const Tensor& hq,
+                            const Tensor& ctx, const Tensor& q_pos, const Tensor& kv_pos,
+                            const AttnMask& mask, LayerActs& a, const Tensor& o, bool accumulate) {
     const LayerDims& d = lc.dims;
     Backend& be = lc.be;
-    const int64_t Sq = x.dim(0), Sc = ctx.empty() ? 0 : ctx.dim(0), Sk = Sc + Sq;
+    const int64_t Sq = hq.dim(0), Sc = ctx.empty() ? 0 : ctx.dim(0), Sk = Sc + Sq;
     DF_ASSERT(q_pos.numel() == Sq && kv_pos.numel() == Sk, "positions {} / {} for {} + {} rows",
               q_pos.numel(), kv_pos.numel(), Sc, Sq);
     const DType act = be.compute_dtype();
@@ -111,21 +111,18 @@ void layer_forward_train(const LayerContext& lc, const LayerWeights& w, const Te
     auto f32 = [&](Shape s) { return lc.ws.take(s, DType::f32); };
     a.Sq = Sq;
     a.Sc = Sc;
-    a.x = x;
     a.ctx = ctx;
-    a.rstd1 = f32({Sq});
-    a.h = buf({Sq, d.D});
-    be.rmsnorm_fwd(x, w.input_ln, d.eps, a.h, a.rstd1);
+    a.h = hq;
     if (Sc > 0) {
         a.kv_in = buf({Sk, d.D});
-        concat_rows(be, a.kv_in, ctx, a.h);
+        concat_rows(be, a.kv_in, ctx, hq);
     } else {
-        a.kv_in = a.h;
+        a.kv_in = hq;
     }
     a.q_lin = buf({Sq, d.H * d.Dh});
     a.rstd_q = f32({Sq * d.H});
     a.q = buf({Sq, d.H, d.Dh});
-    linear(be, a.h, w.wq, w.bq, a.q_lin);
+    linear(be, hq, w.wq, w.bq, a.q_lin);
     norm_and_rope(lc, a.q_lin, w.q_norm, a.rstd_q, q_pos, a.q);
     a.k_lin = buf({Sk, d.Hkv * d.Dh});
     a.rstd_k = f32({Sk * d.Hkv});
@@ -137,53 +134,79 @@ void layer_forward_train(const LayerContext& lc, const LayerWeights& w, const Te
     a.attn = buf({Sq, d.H * d.Dh});
     a.lse = f32({d.H, Sq});
     be.attention_fwd(a.q, a.k, a.v, mask, a.attn.reshape({Sq, d.H, d.Dh}), a.lse);
-    a.x1 = buf({Sq, d.D});
-    be.copy(a.x1, x);
-    linear(be, a.attn, w.wo, w.bo, a.x1, true);
-    a.rstd2 = f32({Sq});
-    a.h2 = buf({Sq, d.D});
-    a.gate = buf({Sq, d.I});
-    a.up = buf({Sq, d.I});
-    a.act = buf({Sq, d.I});
-    mlp_forward(lc, w, a.x1, a.rstd2, a.h2, a.gate, a.up, a.act, out);
+    linear(be, a.attn, w.wo, w.bo, o, accumulate);
 }
 
-void layer_backward(const LayerContext& lc, const LayerWeights& w, const LayerWeights& g,
-                    const LayerActs& a, const Tensor& q_pos, const Tensor& kv_pos,
-                    const AttnMask& mask, const Tensor& dout, const Tensor& dx,
-                    const Tensor& dctx) {
+void mlp_core_forward(const LayerContext& lc, const LayerWeights& w, const Tensor& h2, LayerActs& a,
+                      const Tensor& y, bool accumulate) {
+    Backend& be = lc.be;
+    const int64_t Sq = h2.dim(0), I = lc.dims.I;
+    a.h2 = h2;
+    a.gate = lc.ws.take({Sq, I}, be.compute_dtype());
+    a.up = lc.ws.take({Sq, I}, be.compute_dtype());
+    a.act = lc.ws.take({Sq, I}, be.compute_dtype());
+    be.gemm(h2, false, w.w_gate, true, a.gate);
+    be.gemm(h2, false, w.w_up, true, a.up);
+    be.swiglu_fwd(a.gate, a.up, a.act);
+    be.gemm(a.act, false, w.w_down, true, y, 1.0f, accumulate ? 1.0f : 0.0f);
+}
+
+void layer_forward_train(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
+                         const Tensor& ctx, const Tensor& q_pos, const Tensor& kv_pos,
+                         const AttnMask& mask, LayerActs& a, const Tensor& out) {
+    const LayerDims& d = lc.dims;
+    Backend& be = lc.be;
+    const int64_t Sq = x.dim(0);
+    const DType act = be.compute_dtype();
+    a.x = x;
+    a.rstd1 = lc.ws.take({Sq}, DType::f32);
+    const Tensor h = lc.ws.take({Sq, d.D}, act);
+    be.rmsnorm_fwd(x, w.input_ln, d.eps, h, a.rstd1);
+    a.x1 = lc.ws.take({Sq, d.D}, act);
+    be.copy(a.x1, x);
+    attention_core_forward(lc, w, h, ctx, q_pos, kv_pos, mask, a, a.x1, true);
+    a.rstd2 = lc.ws.take({Sq}, DType::f32);
+    const Tensor h2 = lc.ws.take({Sq, d.D}, act);
+    be.rmsnorm_fwd(a.x1, w.post_ln, d.eps, h2, a.rstd2);
+    be.copy(out, a.x1);
+    mlp_core_forward(lc, w, h2, a, out, true);
+}
+
+void mlp_core_backward(const LayerContext& lc, const LayerWeights& w, const LayerWeights& g,
+                       const LayerActs& a, const Tensor& dy, const Tensor& dh2) {
+    const LayerDims& d = lc.dims;
+    Backend& be = lc.be;
+    const int64_t Sq = a.Sq;
+    auto buf = [&](Shape s) { return lc.ws.take(s, be.compute_dtype()); };
+    Tensor dact = buf({Sq, d.I});
+    be.gemm(dy, false, w.w_down, false, dact);
+    be.gemm(dy, true, a.act, false, g.w_down, 1.0f, 1.0f);
+    Tensor dgate = buf({Sq, d.I});
+    Tensor dup = buf({Sq, d.I});
+    be.swiglu_bwd(dact, a.gate, a.up, dgate, dup);
+    be.gemm(dgate, false, w.w_gate, false, dh2);
+    be.gemm(dup, false, w.w_up, false, dh2, 1.0f, 1.0f);
+    be.gemm(dgate, true, a.h2, false, g.w_gate, 1.0f, 1.0f);
+    be.gemm(dup, true, a.h2, false, g.w_up, 1.0f, 1.0f);
+}
+
+void attention_core_backward(const LayerContext& lc, const LayerWeights& w, const LayerWeights& g,
+                             const LayerActs& a, const Tensor& q_pos, const Tensor& kv_pos,
+                             const AttnMask& mask, const Tensor& d_o, const Tensor& dhq,
+                             const Tensor& dctx) {
     const LayerDims& d = lc.dims;
     Backend& be = lc.be;
     const int64_t Sq = a.Sq, Sc = a.Sc, Sk = Sc + Sq;
     DF_CHECK(w.bq.empty() && w.bo.empty(),
              "training a model with attention biases (Qwen2) is not supported: such targets are "
              "frozen (drafters have no biases)");
-    const Workspace::Mark mark = lc.ws.mark();
-    auto buf = [&](const char*, Shape s) { return lc.ws.take(s, be.compute_dtype()); };
-
-    // MLP: out = x1 + down(act)
-    Tensor dact = buf(".d_act", {Sq, d.I});
-    be.gemm(dout, false, w.w_down, false, dact);
-    be.gemm(dout, true, a.act, false, g.w_down, 1.0f, 1.0f);
-    Tensor dgate = buf(".d_gate", {Sq, d.I});
-    Tensor dup = buf(".d_up", {Sq, d.I});
-    be.swiglu_bwd(dact, a.gate, a.up, dgate, dup);
-    Tensor dh2 = buf(".d_h2", {Sq, d.D});
-    be.gemm(dgate, false, w.w_gate, false, dh2);
-    be.gemm(dup, false, w.w_up, false, dh2, 1.0f, 1.0f);
-    be.gemm(dgate, true, a.h2, false, g.w_gate, 1.0f, 1.0f);
-    be.gemm(dup, true, a.h2, false, g.w_up, 1.0f, 1.0f);
-    Tensor dx1 = buf(".d_x1", {Sq, d.D});
-    be.rmsnorm_bwd(dh2, a.x1, w.post_ln, a.rstd2, dx1, g.post_ln);
-    be.add_inplace(dx1, dout, 1.0f);
-
-    // Attention: x1 = x + o_proj(attn)
-    Tensor dattn = buf(".d_attn", {Sq, d.H * d.Dh});
-    be.gemm(dx1, false, w.wo, false, dattn);
-    be.gemm(dx1, true, a.attn, false, g.wo, 1.0f, 1.0f);
-    Tensor dq = buf(".d_q", {Sq, d.H, d.Dh});
-    Tensor dk = buf(".d_k", {Sk, d.Hkv, d.Dh});
-    Tensor dv = buf(".d_v", {Sk, d.Hkv, d.Dh});
+    auto buf = [&](Shape s) { return lc.ws.take(s, be.compute_dtype()); };
+    Tensor dattn = buf({Sq, d.H * d.Dh});
+    be.gemm(d_o, false, w.wo, false, dattn);
+    be.gemm(d_o, true, a.attn, false, g.wo, 1.0f, 1.0f);
+    Tensor dq = buf({Sq, d.H, d.Dh});
+    Tensor dk = buf({Sk, d.Hkv, d.Dh});
+    Tensor dv = buf({Sk, d.Hkv, d.Dh});
     be.attention_bwd(dattn.reshape({Sq, d.H, d.Dh}), a.q, a.k, a.v, a.attn.reshape({Sq, d.H, d.Dh}),
                      a.lse, mask, dq, dk, dv);
     be.rope_bwd(dq, q_pos, lc.inv_freq);
@@ -191,8 +214,8 @@ void layer_backward(const LayerContext& lc, const LayerWeights& w, const LayerWe
     Tensor dq_lin = dq.reshape({Sq, d.H * d.Dh});
     Tensor dk_lin = dk.reshape({Sk, d.Hkv * d.Dh});
     if (d.qk_norm) {
-        dq_lin = buf(".d_q_lin", {Sq, d.H * d.Dh});
-        dk_lin = buf(".d_k_lin", {Sk, d.Hkv * d.Dh});
+        dq_lin = buf({Sq, d.H * d.Dh});
+        dk_lin = buf({Sk, d.Hkv * d.Dh});
         be.rmsnorm_bwd(dq.reshape({Sq * d.H, d.Dh}), a.q_lin.reshape({Sq * d.H, d.Dh}), w.q_norm,
                        a.rstd_q, dq_lin.reshape({Sq * d.H, d.Dh}), g.q_norm);
         be.rmsnorm_bwd(dk.reshape({Sk * d.Hkv, d.Dh}), a.k_lin.reshape({Sk * d.Hkv, d.Dh}),
@@ -202,13 +225,32 @@ void layer_backward(const LayerContext& lc, const LayerWeights& w, const LayerWe
     be.gemm(dq_lin, true, a.h, false, g.wq, 1.0f, 1.0f);
     be.gemm(dk_lin, true, a.kv_in, false, g.wk, 1.0f, 1.0f);
     be.gemm(dv_lin, true, a.kv_in, false, g.wv, 1.0f, 1.0f);
-    Tensor dkv_in = buf(".d_kv_in", {Sk, d.D});
+    Tensor dkv_in = buf({Sk, d.D});
     be.gemm(dk_lin, false, w.wk, false, dkv_in);
     be.gemm(dv_lin, false, w.wv, false, dkv_in, 1.0f, 1.0f);
     if (Sc > 0) be.add_inplace(dctx, dkv_in.rows(0, Sc), 1.0f);
-    Tensor dh = buf(".d_h", {Sq, d.D});
-    be.copy(dh, dkv_in.rows(Sc, Sk));
-    be.gemm(dq_lin, false, w.wq, false, dh, 1.0f, 1.0f);
+    be.copy(dhq, dkv_in.rows(Sc, Sk));
+    be.gemm(dq_lin, false, w.wq, false, dhq, 1.0f, 1.0f);
+}
+
+void layer_backward(const LayerContext& lc, const LayerWeights& w, const LayerWeights& g,
+                    const LayerActs& a, const Tensor& q_pos, const Tensor& kv_pos,
+                    const AttnMask& mask, const Tensor& dout, const Tensor& dx,
+                    const Tensor& dctx) {
+    const LayerDims& d = lc.dims;
+    Backend& be = lc.be;
+    const int64_t Sq = a.Sq;
+    const Workspace::Mark mark = lc.ws.mark();
+    auto buf = [&](Shape s) { return lc.ws.take(s, be.compute_dtype()); };
+    // MLP: out = x1 + down(act)
+    Tensor dh2 = buf({Sq, d.D});
+    mlp_core_backward(lc, w, g, a, dout, dh2);
+    Tensor dx1 = buf({Sq, d.D});
+    be.rmsnorm_bwd(dh2, a.x1, w.post_ln, a.rstd2, dx1, g.post_ln);
+    be.add_inplace(dx1, dout, 1.0f);
+    // Attention: x1 = x + o_proj(attn)
+    Tensor dh = buf({Sq, d.D});
+    attention_core_backward(lc, w, g, a, q_pos, kv_pos, mask, dx1, dh, dctx);
     be.rmsnorm_bwd(dh, a.x, w.input_ln, a.rstd1, dx, g.input_ln);
     be.add_inplace(dx, dx1, 1.0f);
     lc.ws.release(mark);

@@ -47,7 +47,7 @@ struct LayerActs {
     Tensor x;              // [Sq, D] layer input
     Tensor ctx;            // [Sc, D] context rows (drafter) or empty
     Tensor rstd1;          // [Sq]
-    Tensor h;              // [Sq, D] input_layernorm(x)
+    Tensor h;              // [Sq, D] input_layernorm(x) (DFlash2: its convolution)
     Tensor kv_in;          // [Sc+Sq, D] = [ctx ; h]
     Tensor q_lin;          // [Sq, H*Dh] before q_norm
     Tensor rstd_q;         // [Sq*H]
@@ -60,7 +60,7 @@ struct LayerActs {
     Tensor lse;            // [H, Sq]
     Tensor x1;             // [Sq, D] after the attention residual
     Tensor rstd2;          // [Sq]
-    Tensor h2;             // [Sq, D]
+    Tensor h2;             // [Sq, D] post_attention_layernorm(x1) (DFlash2: its convolution)
     Tensor gate, up, act;  // [Sq, I]
 };
 
@@ -88,6 +88,28 @@ void layer_forward_train(const LayerContext& lc, const LayerWeights& w, const Te
 void layer_backward(const LayerContext& lc, const LayerWeights& w, const LayerWeights& g,
                     const LayerActs& acts, const Tensor& q_pos, const Tensor& kv_pos,
                     const AttnMask& mask, const Tensor& dout, const Tensor& dx, const Tensor& dctx);
+
+// The layer's two sublayer cores, shared with the DFlash2 layer (dflash2_layer.h), which wraps
+// them in its convolutions. Attention: from the rows hq [Sq, D] that feed q_proj and the block's
+// own k/v_proj (the normed layer input; ctx rows go before them as in layer_forward_train) to the
+// o_proj output written into o [Sq, D] (added to it when accumulate). Fills acts.{Sq, Sc, ctx, h
+// (= hq), kv_in, q_lin, rstd_q, q, k_lin, rstd_k, k, v, attn, lse}.
+void attention_core_forward(const LayerContext& lc, const LayerWeights& w, const Tensor& hq,
+                            const Tensor& ctx, const Tensor& q_pos, const Tensor& kv_pos,
+                            const AttnMask& mask, LayerActs& acts, const Tensor& o,
+                            bool accumulate);
+// MLP: y (+)= down(silu(gate(h2)) * up(h2)); fills acts.{h2 (= h2), gate, up, act}.
+void mlp_core_forward(const LayerContext& lc, const LayerWeights& w, const Tensor& h2,
+                      LayerActs& acts, const Tensor& y, bool accumulate);
+// Backwards of the cores: from the gradient at o (d_o) to dhq [Sq, D] (overwritten), adding into
+// dctx (f32) and the weight gradients; from the gradient at y (dy) to dh2 (overwritten). Their
+// temporaries stay in lc.ws (the caller releases them).
+void attention_core_backward(const LayerContext& lc, const LayerWeights& w, const LayerWeights& g,
+                             const LayerActs& acts, const Tensor& q_pos, const Tensor& kv_pos,
+                             const AttnMask& mask, const Tensor& d_o, const Tensor& dhq,
+                             const Tensor& dctx);
+void mlp_core_backward(const LayerContext& lc, const LayerWeights& w, const LayerWeights& g,
+                       const LayerActs& acts, const Tensor& dy, const Tensor& dh2);
 
 // One layer's KV cache: rows [0, len) hold K (after norm and RoPE) and V, in the compute dtype.
 struct LayerKvCache {

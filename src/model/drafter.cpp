@@ -42,8 +42,10 @@ DrafterModel::DrafterModel(Backend& be, DrafterConfig cfg)
       params_(be, drafter_tensor_specs(cfg_)),
       inv_freq_(upload_inv_freq(be, cfg_.layer.rope, cfg_.layer.head_dim)),
       inv_freq_view_(inv_freq_.view()) {
-    for (int64_t l = 0; l < cfg_.layer.num_hidden_layers; ++l)
+    for (int64_t l = 0; l < cfg_.layer.num_hidden_layers; ++l) {
         layers_.push_back(layer_weights(params_, layer_prefix(l), dims_));
+        if (cfg_.dflash2()) convs_.push_back(dflash2_layer_weights(params_, layer_prefix(l)));
+    }
 }
 
 DrafterModel DrafterModel::load(Backend& be, const std::filesystem::path& dir) {
@@ -56,7 +58,47 @@ DrafterModel DrafterModel::random(Backend& be, DrafterConfig cfg, uint64_t seed,
     DrafterModel m(be, std::move(cfg));
     Rng rng(seed);
     m.params_.init_random(rng, std);
+    if (m.cfg_.dflash2()) m.init_dflash2_modules(seed, std);
     return m;
+}
+
+DrafterModel DrafterModel::from_dflash(Backend& be, const DrafterModel& v1, DrafterConfig cfg,
+                                       uint64_t seed, float std) {
+    DF_CHECK(!v1.config().dflash2(), "the drafter to convert is already a DFlash2 drafter");
+    DF_CHECK(cfg.dflash2(), "from_dflash makes a DFlash2 drafter (cfg has arch dflash)");
+    DrafterModel m(be, std::move(cfg));
+    for (const Param& p : v1.params().params()) {
+        DF_CHECK(m.params_.has(p.name) && m.params_.param(p.name).shape == p.shape,
+                 "the DFlash2 config does not keep the DFlash drafter's tensor '{}' {}", p.name,
+                 p.shape.to_string());
+        m.params_.write_f32(p.name, v1.params().read_f32(p.name).view());
+    }
+    m.init_dflash2_modules(seed, std);
+    return m;
+}
+
+void DrafterModel::init_dflash2_modules(uint64_t seed, float std) {
+    DF_ASSERT(cfg_.dflash2(), "init_dflash2_modules on a DFlash drafter");
+    const int64_t k = cfg_.d2.conv_kernel_size, D = dims_.D;
+    for (int64_t l = 0; l < cfg_.layer.num_hidden_layers; ++l)
+        for (const char* conv : {"attention_conv", "mlp_conv"}) {
+            const std::string pre = layer_prefix(l) + conv;
+            HostTensor base({2, k, D});
+            for (int64_t h = 0; h < 2; ++h)
+                for (int64_t c = 0; c < D; ++c) base.f32()[h * k * D + c] = 1.0f;  // tap 0
+            params_.write_f32(pre + ".base_kernel", base.view());
+            HostTensor proj(params_.param(pre + ".kernel_projection.weight").shape);
+            params_.write_f32(pre + ".kernel_projection.weight", proj.view());
+        }
+    Rng rng(seed ^ 0xd2f1a5c0ffeeULL);
+    for (const char* name : {"candidate_selector.hidden_projection.weight",
+                             "candidate_selector.predecessor_codebook"}) {
+        HostTensor t(params_.param(name).shape);
+        for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = rng.normal() * std;
+        params_.write_f32(name, t.view());
+    }
+    const std::string succ = "candidate_selector.successor_codebook";
+    params_.write_f32(succ, HostTensor(params_.param(succ).shape).view());
 }
 
 void DrafterModel::save(const std::filesystem::path& dir, DType store_as) const {
@@ -95,7 +137,8 @@ struct DrafterModel::BlockForward {
     Tensor anchors;             // device i32 [N]
     std::vector<Tensor> xs;     // L+1 x [R, D]
     std::vector<LayerActs> acts;
-    Tensor hf, rstd_f;  // [R, D], [R]
+    std::vector<Dflash2Acts> acts2;  // DFlash2 drafters
+    Tensor hf, rstd_f;               // [R, D], [R]
     AttnMask mask;
 };
 
@@ -106,6 +149,16 @@ void DrafterModel::forward_blocks(Backend& be, Workspace& ws, const Tensor& embe
     const int64_t S = static_cast<int64_t>(tokens.size()), D = dims_.D, B = cfg_.block_size;
     const int64_t N = static_cast<int64_t>(anchors.size()), R = N * B;
     const int64_t L = cfg_.layer.num_hidden_layers;
+    // The training mask is DFlash's bidirectional block mask: a DFlash2 drafter whose layers are
+    // causal, or whose window would hide keys of this sequence, would be trained for other
+    // attention than it decodes with.
+    for (int64_t l = 0; l < L; ++l) {
+        const int64_t W = cfg_.layer_window(l);
+        DF_CHECK(!cfg_.layer_causal(l) && (W == 0 || S + B <= W),
+                 "draft layer {} is {}: training supports bidirectional drafter layers whose "
+                 "window (if any) covers the whole sequence ({} + {} rows here)",
+                 l, cfg_.layer_causal(l) ? "causal" : fmt::format("windowed ({} keys)", W), S, B);
+    }
     DF_ASSERT(features.dim(0) == S, "features rows {} for {} tokens", features.dim(0), S);
     DF_CHECK(N > 0,
              "no anchors: the sequence has no position whose token and next token are both "
@@ -155,10 +208,19 @@ void DrafterModel::forward_blocks(Backend& be, Workspace& ws, const Tensor& embe
     f.mask =
         AttnMask::dflash_block(S, B, f.anchors, context_starts.empty() ? Tensor() : starts.device);
     const LayerContext lc{be, ws, dims_, inv_freq_view_};
-    f.acts.assign(L, LayerActs{});
-    for (int64_t l = 0; l < L; ++l)
-        layer_forward_train(lc, layer(l), f.xs[l], f.ctx, f.q_pos, f.kv_pos, f.mask, f.acts[l],
-                            f.xs[l + 1]);
+    if (cfg_.dflash2()) {
+        if (cfg_.d2.input_embedding_scale != 1.0)
+            be.scale_inplace(f.xs[0], static_cast<float>(cfg_.d2.input_embedding_scale));
+        f.acts2.assign(L, Dflash2Acts{});
+        for (int64_t l = 0; l < L; ++l)
+            dflash2_layer_forward_train(lc, layer(l), conv(l), f.xs[l], f.ctx, f.q_pos, f.kv_pos,
+                                        f.mask, B, f.acts2[l], f.xs[l + 1]);
+    } else {
+        f.acts.assign(L, LayerActs{});
+        for (int64_t l = 0; l < L; ++l)
+            layer_forward_train(lc, layer(l), f.xs[l], f.ctx, f.q_pos, f.kv_pos, f.mask, f.acts[l],
+                                f.xs[l + 1]);
+    }
     f.hf = ws.take({R, D}, act);
     f.rstd_f = ws.take({R}, DType::f32);
     be.rmsnorm_fwd(f.xs[L], params_.value("norm.weight"), dims_.eps, f.hf, f.rstd_f);
@@ -237,8 +299,14 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const Tensor& embed,
                    params_.grad("norm.weight"));
     const LayerContext lc{be, ws, dims_, inv_freq_view_};
     for (int64_t l = L - 1; l >= 0; --l) {
-        layer_backward(lc, layer(l), layer_grads(params_, layer_prefix(l), dims_), f.acts[l],
-                       f.q_pos, f.kv_pos, f.mask, dx, dprev, dctx);
+        const LayerWeights g = layer_grads(params_, layer_prefix(l), dims_);
+        if (cfg_.dflash2()) {
+            dflash2_layer_backward(lc, layer(l), g, conv(l),
+                                   dflash2_layer_grads(params_, layer_prefix(l)), f.acts2[l],
+                                   f.q_pos, f.kv_pos, f.mask, B, dx, dprev, dctx);
+        } else {
+            layer_backward(lc, layer(l), g, f.acts[l], f.q_pos, f.kv_pos, f.mask, dx, dprev, dctx);
+        }
         std::swap(dx, dprev);
     }
     Tensor dctx_act = dctx;
@@ -270,6 +338,9 @@ DrafterSession::DrafterSession(const DrafterModel& model, Backend& be, const Ten
         c.k = DeviceTensor(be, {capacity + max_block_, d.Hkv, d.Dh}, be.compute_dtype());
         c.v = DeviceTensor(be, {capacity + max_block_, d.Hkv, d.Dh}, be.compute_dtype());
     }
+    if (model.config().dflash2())
+        z_ =
+            DeviceTensor(be, {max_block_ - 1, model.config().d2.selector_rank}, be.compute_dtype());
     Workspace fake = Workspace::planning(be.device());
     const Tensor feats = fake.take({max_new_rows_, model.feature_dim()}, be.compute_dtype());
     const Tensor logits = fake.take({max_block_ - 1, lm_head.dim(0)}, DType::f32);
@@ -321,7 +392,7 @@ void DrafterSession::run(Backend& be, Workspace& ws, const Tensor& new_features,
                  kv_len = rows.device.rows(2, 3);
     const StepKey key{
         owner_.id(), "drafter.draft", {T, B, address_of(new_features), address_of(logits)}};
-    be.run_step(key, [&] {
+    const std::function<void()> record = [&] {
         const LayerContext lc{be, ws, model_.dims(), model_.inv_freq()};
         const DType act = be.compute_dtype();
         if (T > 0) {
@@ -336,15 +407,57 @@ void DrafterSession::run(Backend& be, Workspace& ws, const Tensor& new_features,
         Tensor x = ws.take({B, D}, act);
         be.embedding_fwd(embed_, ids.device.rows(0, B), x);
         // The block's K/V go after the context and are simply overwritten by the next draft.
-        for (size_t l = 0; l < cache_.size(); ++l)
-            layer_forward_cached(lc, model_.layer(static_cast<int64_t>(l)), x,
-                                 q_pos.device.rows(0, B), cache_[l], block_row0, kv_len,
-                                 AttnMaskKind::full, x);
+        if (model_.config().dflash2()) {
+            draft_dflash2_layers(lc, x, q_pos.device.rows(0, B), start + T, block_row0, kv_len);
+        } else {
+            for (size_t l = 0; l < cache_.size(); ++l)
+                layer_forward_cached(lc, model_.layer(static_cast<int64_t>(l)), x,
+                                     q_pos.device.rows(0, B), cache_[l], block_row0, kv_len,
+                                     AttnMaskKind::full, x);
+        }
         Tensor h = ws.take({B - 1, D}, act);
         be.rmsnorm_fwd(x.rows(1, B), model_.params().value("norm.weight"), model_.dims().eps, h,
                        Tensor());
         be.gemm(h, false, lm_head_, true, logits);
-    });
+        if (model_.config().dflash2())
+            be.gemm(h, false, model_.params().value("candidate_selector.hidden_projection.weight"),
+                    true, z_.view().rows(0, B - 1));
+    };
+    // A sliding window that hides keys splits the attention by the cache length, known on the
+    // host: such a step runs eagerly (draft_attention); every other one is recorded.
+    if (window_hides_keys(start + T + B))
+        record();
+    else
+        be.run_step(key, record);
+}
+
+bool DrafterSession::window_hides_keys(int64_t n) const {
+    const DrafterConfig& cfg = model_.config();
+    if (!cfg.dflash2()) return false;
+    for (int64_t l = 0; l < cfg.layer.num_hidden_layers; ++l)
+        if (cfg.layer_window(l) > 0 && n > cfg.layer_window(l)) return true;
+    return false;
+}
+
+// The DFlash2 layers over the block x [B, D] (in place), after the input embedding scale.
+void DrafterSession::draft_dflash2_layers(const LayerContext& lc, const Tensor& x,
+                                          const Tensor& pos, int64_t cache_len,
+                                          const Tensor& row0, const Tensor& kv_len) {
+    const DrafterConfig& cfg = model_.config();
+    if (cfg.d2.input_embedding_scale != 1.0)
+        lc.be.scale_inplace(x, static_cast<float>(cfg.d2.input_embedding_scale));
+    for (size_t i = 0; i < cache_.size(); ++i) {
+        const auto l = static_cast<int64_t>(i);
+        const DraftAttention att{cfg.layer_causal(l), cfg.layer_window(l)};
+        dflash2_layer_forward_cached(lc, model_.layer(l), model_.conv(l), x, pos, cache_[i],
+                                     cache_len, row0, kv_len, att, x);
+    }
+}
+
+Tensor DrafterSession::selector_z(int64_t block_size) const {
+    if (z_.empty()) return Tensor();
+    const int64_t B = block_size > 0 ? block_size : model_.block_size();
+    return z_.view().rows(0, B - 1);
 }
 
 void DrafterSession::crop(int64_t len) {

@@ -13,6 +13,7 @@
 #include "backend/workspace.h"
 #include "model/block_loss.h"
 #include "model/decoder_layer.h"
+#include "model/dflash2_layer.h"
 #include "model/hf_config.h"
 #include "model/params.h"
 
@@ -37,7 +38,19 @@ class DrafterModel {
   public:
     DrafterModel(Backend& be, DrafterConfig cfg);  // zero weights on be's device
     static DrafterModel load(Backend& be, const std::filesystem::path& dir);
+    // Random weights (ParamSet::init_random); a DFlash2 drafter's new modules start as
+    // init_dflash2_modules sets them.
     static DrafterModel random(Backend& be, DrafterConfig cfg, uint64_t seed, float std = 0.02f);
+    // A DFlash2 drafter with the DFlash drafter `v1`'s backbone (every tensor of v1, copied) and
+    // neutral new modules (init_dflash2_modules): it drafts exactly what v1 drafts. cfg must be
+    // v1's config with arch dflash2 (the conv/selector keys may be anything valid).
+    static DrafterModel from_dflash(Backend& be, const DrafterModel& v1, DrafterConfig cfg,
+                                    uint64_t seed, float std = 0.02f);
+    // DFlash2 only. Identity convolutions (base_kernel tap 0 = 1, other taps 0, kernel
+    // projections 0: both convs pass their input through exactly) and a neutral selector
+    // (successor_codebook 0, so every pair score is 0 and the walk follows the unary scores; the
+    // predecessor codebook and hidden projection N(0, std^2) so that training moves them).
+    void init_dflash2_modules(uint64_t seed, float std = 0.02f);
     void save(const std::filesystem::path& dir, DType store_as = DType::bf16) const;
 
     const DrafterConfig& config() const { return cfg_; }
@@ -49,6 +62,7 @@ class DrafterModel {
     const ParamSet& params() const { return params_; }
     Backend& backend() const { return params_.backend(); }
     const LayerWeights& layer(int64_t i) const { return layers_[i]; }
+    const Dflash2LayerWeights& conv(int64_t i) const { return convs_[i]; }  // DFlash2 only
 
     // Context features: ctx [T, D] = hidden_norm(features [T, K*D] · fcᵀ). pre [T, D] and rstd [T]
     // receive the intermediate values when non-empty (training).
@@ -93,6 +107,7 @@ class DrafterModel {
     // Views into params_, resolved once: every forward (each decode step too) uses them, and the
     // parameters' storage never moves.
     std::vector<LayerWeights> layers_;
+    std::vector<Dflash2LayerWeights> convs_;  // DFlash2 only
 };
 
 // Inference state of one request: per-layer K/V of committed context rows only.
@@ -115,11 +130,21 @@ class DrafterSession {
                int64_t block_size = 0);
     // Forgets context rows >= len.
     void crop(int64_t len);
+    // DFlash2: z [B-1, r] = hidden_projection of block rows 1..B-1 of the last draft (the
+    // selector's input, candidate_selector.h); empty for DFlash drafters.
+    Tensor selector_z(int64_t block_size) const;
 
   private:
     // Appends T <= max_new_rows context rows and, when B > 0, drafts a block after them.
     void run(Backend& be, Workspace& ws, const Tensor& new_features, int64_t start, int32_t anchor,
              int64_t B, const Tensor& logits);
+    // cache_len on the host (for sliding windows), row0 (the block's first cache row) and kv_len
+    // on the device.
+    void draft_dflash2_layers(const LayerContext& lc, const Tensor& x, const Tensor& pos,
+                              int64_t cache_len, const Tensor& row0, const Tensor& kv_len);
+    // Whether a sliding-window layer hides keys of a cache of n rows (then a draft step depends
+    // on n and runs eagerly).
+    bool window_hides_keys(int64_t n) const;
 
     const DrafterModel& model_;
     Backend& be_;
@@ -129,6 +154,7 @@ class DrafterSession {
     int64_t max_block_;
     int64_t max_new_rows_;
     std::vector<LayerKvCache> cache_;
+    DeviceTensor z_;  // DFlash2: [max_block-1, r]
     int64_t ctx_len_ = 0;
     Workspace ws_;
 };

@@ -140,7 +140,9 @@ json rope_scaling_json(const RopeScaling& s) {
 // ---- shared parsing ---------------------------------------------------------------------------
 
 // The per-layer fields every config shares; `model_type` decides qk_norm. No validation here.
-TargetConfig parse_layer_fields(const json& j, const std::string& model_type, const char* what) {
+// allow_sliding: DFlash2 drafters use sliding-window layers (the drafter's attention honours it).
+TargetConfig parse_layer_fields(const json& j, const std::string& model_type, const char* what,
+                                bool allow_sliding = false) {
     DF_CHECK(j.is_object(), "config.json is {} (expected an object)", j.type_name());
     TargetConfig c;
     c.model_type = model_type;
@@ -171,7 +173,7 @@ TargetConfig parse_layer_fields(const json& j, const std::string& model_type, co
                  "hidden_act is {} but only \"silu\" (SwiGLU) is supported",
                  j["hidden_act"].dump());
     }
-    DF_CHECK(!opt_bool(j, "use_sliding_window", false),
+    DF_CHECK(allow_sliding || !opt_bool(j, "use_sliding_window", false),
              "use_sliding_window is true: sliding-window attention is not supported");
     return c;
 }
@@ -237,6 +239,109 @@ std::string last_layer_problem(size_t i, int64_t id, int64_t num_target_layers) 
         fmt::join(default_target_layer_ids(num_target_layers,
                                            std::clamp<int64_t>(num_target_layers - 3, 1, 5)),
                   ", "));
+}
+
+bool names_architecture(const json& j, const char* arch) {
+    if (!j.contains("architectures") || !j["architectures"].is_array()) return false;
+    for (const auto& a : j["architectures"])
+        if (a == arch) return true;
+    return false;
+}
+
+// dflash2-spec §A.1: a DFlash2 key is read from dflash_config first, then the top level.
+const json* dflash2_key(const json& j, const json& dc, const char* key) {
+    if (present(dc, key)) return &dc[key];
+    if (present(j, key)) return &j[key];
+    return nullptr;
+}
+
+int64_t dflash2_int(const json& j, const json& dc, const char* key) {
+    const json* v = dflash2_key(j, dc, key);
+    DF_CHECK(v != nullptr,
+             "DFlash2 drafter config.json has no '{}' (in dflash_config or top-level; released "
+             "drafters use conv_kernel_size 2, conv_group_size 16, selector_rank 256, "
+             "selector_top_k 16)",
+             key);
+    return as_int(*v, key);
+}
+
+double dflash2_real(const json& j, const json& dc, const char* key, double fallback) {
+    const json* v = dflash2_key(j, dc, key);
+    if (v == nullptr) return fallback;
+    DF_CHECK(v->is_number(), "config key '{}' is {} (expected a number)", key, v->dump());
+    return v->get<double>();
+}
+
+// The DFlash2 keys and the attention layout (layer_types, sliding_window, is_causal).
+void parse_dflash2(const json& j, const json& dc, DrafterConfig& d) {
+    Dflash2Config& c = d.d2;
+    c.conv_kernel_size = dflash2_int(j, dc, "conv_kernel_size");
+    c.conv_group_size = dflash2_int(j, dc, "conv_group_size");
+    c.selector_rank = dflash2_int(j, dc, "selector_rank");
+    c.selector_top_k = dflash2_int(j, dc, "selector_top_k");
+    c.output_multiplier = dflash2_real(j, dc, "output_multiplier", 1.0);
+    // Absent or <= 0 switches the cap off (the reference's rule).
+    c.final_logit_softcapping = std::max(0.0, dflash2_real(j, dc, "final_logit_softcapping", 0.0));
+    c.input_embedding_scale = dflash2_real(j, dc, "input_embedding_scale", 1.0);
+    const int64_t L = d.layer.num_hidden_layers;
+    DF_CHECK(L >= 1 && L <= kMaxLayers, "num_hidden_layers={} is outside [1, {}]", L, kMaxLayers);
+    d.sliding_layers.assign(L, false);
+    if (present(j, "layer_types")) {
+        const json& lt = j["layer_types"];
+        DF_CHECK(lt.is_array() && static_cast<int64_t>(lt.size()) == L,
+                 "layer_types {} must list one entry per draft layer ({})", lt.dump(), L);
+        for (int64_t i = 0; i < L; ++i) {
+            DF_CHECK(lt[i] == "full_attention" || lt[i] == "sliding_attention",
+                     "layer_types[{}] is {} (expected \"full_attention\" or "
+                     "\"sliding_attention\")",
+                     i, lt[i].dump());
+            d.sliding_layers[i] = lt[i] == "sliding_attention";
+        }
+    }
+    d.sliding_window = opt_int(j, "sliding_window", 0);
+    if (present(j, "is_causal")) {
+        d.is_causal = opt_bool(j, "is_causal", false) ? 1 : 0;
+    } else if (present(dc, "causal")) {
+        d.is_causal = opt_bool(dc, "causal", false) ? 1 : 0;
+    }
+}
+
+std::vector<std::string> dflash2_problems(const DrafterConfig& d) {
+    std::vector<std::string> p;
+    auto need = [&](bool ok, std::string msg) {
+        if (!ok) p.push_back(std::move(msg));
+    };
+    const Dflash2Config& c = d.d2;
+    const int64_t top_k_max = std::min(kMaxSelectorTopK, d.layer.vocab_size);
+    need(c.conv_kernel_size >= 1 && c.conv_kernel_size <= d.block_size,
+         fmt::format("conv_kernel_size={} is outside [1, block_size={}] (taps never cross a "
+                     "block; released drafters use 2)",
+                     c.conv_kernel_size, d.block_size));
+    need(c.conv_group_size >= 1 && c.conv_group_size <= d.layer.hidden_size &&
+             d.layer.hidden_size % std::max<int64_t>(c.conv_group_size, 1) == 0,
+         fmt::format("conv_group_size={} must divide hidden_size={} (channels come in groups of "
+                     "that many; released drafters use 16)",
+                     c.conv_group_size, d.layer.hidden_size));
+    need(c.selector_rank >= 1 && c.selector_rank <= kMaxSelectorRank,
+         fmt::format("selector_rank={} is outside [1, {}] (released drafters use 256)",
+                     c.selector_rank, kMaxSelectorRank));
+    need(c.selector_top_k >= 1 && c.selector_top_k <= top_k_max,
+         fmt::format("selector_top_k={} is outside [1, {}] (at most the vocabulary; released "
+                     "drafters use 16)",
+                     c.selector_top_k, top_k_max));
+    need(std::isfinite(c.output_multiplier) && c.output_multiplier > 0,
+         fmt::format("output_multiplier={} must be positive (top-K is taken before it is applied)",
+                     c.output_multiplier));
+    need(std::isfinite(c.final_logit_softcapping),
+         fmt::format("final_logit_softcapping={} must be finite", c.final_logit_softcapping));
+    need(std::isfinite(c.input_embedding_scale),
+         fmt::format("input_embedding_scale={} must be finite", c.input_embedding_scale));
+    need(d.sliding_window >= 0,
+         fmt::format("sliding_window={} must be positive (or null: no window)", d.sliding_window));
+    need(static_cast<int64_t>(d.sliding_layers.size()) == d.layer.num_hidden_layers,
+         fmt::format("{} layer types for {} layers", d.sliding_layers.size(),
+                     d.layer.num_hidden_layers));
+    return p;
 }
 
 }  // namespace
@@ -421,6 +526,8 @@ std::vector<std::string> DrafterConfig::problems() const {
         if (num_target_layers >= 2 && id == num_target_layers - 1)
             p.push_back(last_layer_problem(i, id, num_target_layers));
     }
+    if (dflash2())
+        for (auto& problem : dflash2_problems(*this)) p.push_back(std::move(problem));
     return p;
 }
 
@@ -434,7 +541,8 @@ DrafterConfig DrafterConfig::from_json(const json& j) {
 DrafterConfig DrafterConfig::from_json_unchecked(const json& j) {
     DF_CHECK(j.is_object(), "drafter config.json is {} (expected an object)", j.type_name());
     DrafterConfig d;
-    d.layer = parse_layer_fields(j, "qwen3", "a DFlash drafter");
+    if (names_architecture(j, "DFlash2DraftModel")) d.arch = DrafterArch::dflash2;
+    d.layer = parse_layer_fields(j, "qwen3", "a DFlash drafter", d.dflash2());
     const json dc = present(j, "dflash_config") ? j["dflash_config"] : json::object();
     DF_CHECK(dc.is_object(), "dflash_config is {} (expected an object)", dc.dump());
     // SGLang also accepts block_size and num_target_layers inside dflash_config.
@@ -470,7 +578,9 @@ DrafterConfig DrafterConfig::from_json_unchecked(const json& j) {
         d.target_layer_ids =
             default_target_layer_ids(d.num_target_layers, d.layer.num_hidden_layers);
     }
-    if (present(j, "layer_types")) {
+    if (d.dflash2()) {
+        parse_dflash2(j, dc, d);
+    } else if (present(j, "layer_types")) {
         const json& lt = j["layer_types"];
         DF_CHECK(d.layer.num_hidden_layers >= 1 && d.layer.num_hidden_layers <= kMaxLayers,
                  "num_hidden_layers={} is outside [1, {}]", d.layer.num_hidden_layers, kMaxLayers);
@@ -498,7 +608,42 @@ json DrafterConfig::to_json() const {
     j["dtype"] = layer.torch_dtype;
     j["sliding_window"] = nullptr;
     j["use_sliding_window"] = false;
+    if (dflash2()) dflash2_json(j);
     return j;
+}
+// The reference's layout (dflash2-spec §A.1): the DFlash2 keys inside dflash_config (block_size
+// too), the optional ones only when they are not their defaults, per-layer layer_types.
+void DrafterConfig::dflash2_json(json& j) const {
+    j["architectures"] = {"DFlash2DraftModel"};
+    j.erase("auto_map");  // the reference's remote-code class name is not ours to promise
+    json& dc = j["dflash_config"];
+    dc["block_size"] = block_size;
+    dc["conv_kernel_size"] = d2.conv_kernel_size;
+    dc["conv_group_size"] = d2.conv_group_size;
+    dc["selector_rank"] = d2.selector_rank;
+    dc["selector_top_k"] = d2.selector_top_k;
+    if (d2.output_multiplier != 1.0) dc["output_multiplier"] = d2.output_multiplier;
+    if (d2.final_logit_softcapping > 0) dc["final_logit_softcapping"] = d2.final_logit_softcapping;
+    if (d2.input_embedding_scale != 1.0) dc["input_embedding_scale"] = d2.input_embedding_scale;
+    std::vector<std::string> types;
+    for (bool s : sliding_layers) types.emplace_back(s ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+    const bool any_sliding =
+        std::find(sliding_layers.begin(), sliding_layers.end(), true) != sliding_layers.end();
+    j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
+    j["use_sliding_window"] = any_sliding && sliding_window > 0;
+    j["max_window_layers"] = layer.num_hidden_layers;
+    if (is_causal >= 0) j["is_causal"] = is_causal == 1;
+}
+
+bool DrafterConfig::layer_causal(int64_t l) const {
+    if (!dflash2()) return false;
+    if (is_causal >= 0) return is_causal == 1;
+    return sliding_layers[l];
+}
+
+int64_t DrafterConfig::layer_window(int64_t l) const {
+    return dflash2() && sliding_layers[l] ? sliding_window : 0;
 }
 
 DrafterConfig DrafterConfig::load(const std::filesystem::path& dir) {
@@ -589,10 +734,7 @@ std::vector<std::string> drafter_target_mismatches(const DrafterConfig& d, const
 bool is_drafter_config_json(const json& j) {
     if (!j.is_object()) return false;
     if (j.contains("dflash_config")) return true;
-    if (j.contains("architectures") && j["architectures"].is_array())
-        for (const auto& a : j["architectures"])
-            if (a == "DFlashDraftModel") return true;
-    return false;
+    return names_architecture(j, "DFlashDraftModel") || names_architecture(j, "DFlash2DraftModel");
 }
 
 }  // namespace dflash

@@ -74,6 +74,29 @@ struct TargetConfig {
     bool o_bias() const { return attention_bias && model_type != "qwen2"; }
 };
 
+// Which drafter a config describes: DFlash (architectures DFlashDraftModel) or DFlash2
+// (DFlash2DraftModel: a grouped dynamic convolution around every sublayer and a candidate
+// selector, dflash2-spec §A).
+enum class DrafterArch { dflash, dflash2 };
+
+// Largest selector_top_k and selector_rank accepted: far above the released 16 and 256, small
+// enough that a damaged config is refused before codebooks are allocated.
+inline constexpr int64_t kMaxSelectorTopK = 1024;
+inline constexpr int64_t kMaxSelectorRank = 8192;
+
+// The DFlash2-only keys (dflash2-spec §A.1), each read from dflash_config first, then the top
+// level, then its default (the reference's lookup rule).
+struct Dflash2Config {
+    int64_t conv_kernel_size = 2;          // k taps (required in config.json)
+    int64_t conv_group_size = 16;          // S channels per group, G = D / S (required)
+    int64_t selector_rank = 256;           // r (required)
+    int64_t selector_top_k = 16;           // K candidates per slot (required)
+    double output_multiplier = 1.0;        // logits *= m (> 0)
+    double final_logit_softcapping = 0.0;  // s > 0: logits = s tanh(logits / s); 0 = off
+    double input_embedding_scale = 1.0;    // block embeddings *= this (anchor row included)
+    int64_t groups(int64_t hidden) const { return hidden / conv_group_size; }  // G
+};
+
 struct DrafterConfig {
     // Per-layer dims (hidden, heads, kv, head_dim, intermediate, eps, rope, vocab = target vocab);
     // layer.num_hidden_layers = draft layers. Always Qwen3-style layers (qk_norm, no biases).
@@ -83,7 +106,20 @@ struct DrafterConfig {
     int64_t num_target_layers = 0;
     // K ids, in feature concatenation order; the last target layer is refused by problems().
     std::vector<int64_t> target_layer_ids;
+    DrafterArch arch = DrafterArch::dflash;
+    Dflash2Config d2;  // arch == dflash2 only
+    // Attention of DFlash2 drafters (dflash2-spec §A.1; DFlash drafters are always full,
+    // non-causal): one flag per layer (layer_types "sliding_attention"), the window of those
+    // layers (sliding_window; 0 = none) and is_causal (top level, else dflash_config.causal;
+    // absent: a layer is causal iff it is sliding, as the reference decides).
+    std::vector<bool> sliding_layers;
+    int64_t sliding_window = 0;
+    int is_causal = -1;  // -1 absent, 0 false, 1 true
+    bool layer_causal(int64_t l) const;
+    int64_t layer_window(int64_t l) const;  // 0: every key visible
 
+    bool dflash2() const { return arch == DrafterArch::dflash2; }
+    void dflash2_json(nlohmann::json& j) const;  // to_json's DFlash2 part
     static DrafterConfig from_json(const nlohmann::json& j);
     static DrafterConfig from_json_unchecked(const nlohmann::json& j);  // see TargetConfig's
     nlohmann::json to_json() const;

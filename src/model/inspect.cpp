@@ -186,6 +186,30 @@ std::string guess_kind(const DirState& st) {
     return "unknown";
 }
 
+// The DFlash2 modules and the drafter's attention (dflash2-spec §A.1).
+void describe_dflash2(const DrafterConfig& d, std::string& out) {
+    const Dflash2Config& c = d.d2;
+    const int64_t groups = c.conv_group_size > 0 ? d.layer.hidden_size / c.conv_group_size : 0;
+    out += fmt::format(
+        "dflash2:       conv {} taps, groups of {} channels ({} groups); selector rank {}, "
+        "top-{} candidates\n",
+        c.conv_kernel_size, c.conv_group_size, groups, c.selector_rank, c.selector_top_k);
+    const std::string cap = c.final_logit_softcapping > 0
+                                ? fmt::format("soft cap {}", c.final_logit_softcapping)
+                                : std::string("no soft cap");
+    out += fmt::format("               logits x {}, {}; input embeddings x {}\n",
+                       c.output_multiplier, cap, c.input_embedding_scale);
+    std::string layers;
+    for (size_t l = 0; l < d.sliding_layers.size(); ++l) {
+        const auto i = static_cast<int64_t>(l);
+        const int64_t w = d.layer_window(i);
+        layers +=
+            fmt::format("{}{}{}", l ? ", " : "", d.layer_causal(i) ? "causal" : "bidirectional",
+                        w > 0 ? fmt::format(" window {}", w) : std::string());
+    }
+    out += fmt::format("               attention per layer: {}\n", layers);
+}
+
 void describe_config(const DirState& st, std::string& out) {
     const TargetConfig* l = st.drafter ? &st.drafter->layer : (st.target ? &*st.target : nullptr);
     if (l == nullptr) return;
@@ -205,6 +229,7 @@ void describe_config(const DirState& st, std::string& out) {
             "layers\n",
             st.drafter->block_size, st.drafter->mask_token_id,
             shape_str(st.drafter->target_layer_ids), st.drafter->num_target_layers);
+        if (st.drafter->dflash2()) describe_dflash2(*st.drafter, out);
     }
 }
 

@@ -62,9 +62,23 @@ std::vector<TensorSpec> drafter_tensor_specs(const DrafterConfig& c) {
     std::vector<TensorSpec> out;
     out.push_back({"fc.weight", {d, c.num_features() * d}});
     out.push_back({"hidden_norm.weight", {d}});
-    for (int64_t l = 0; l < c.layer.num_hidden_layers; ++l)
+    const int64_t k = c.d2.conv_kernel_size, g = c.d2.groups(d), r = c.d2.selector_rank;
+    for (int64_t l = 0; l < c.layer.num_hidden_layers; ++l) {
         append_layer(out, fmt::format("layers.{}.", l), c.layer);
+        if (!c.dflash2()) continue;
+        for (const char* conv : {"attention_conv", "mlp_conv"}) {
+            out.push_back({fmt::format("layers.{}.{}.base_kernel", l, conv), {2, k, d}});
+            out.push_back(
+                {fmt::format("layers.{}.{}.kernel_projection.weight", l, conv), {2 * k * g, d}});
+        }
+    }
     out.push_back({"norm.weight", {d}});
+    if (c.dflash2()) {
+        // The codebooks' stored names carry no ".weight" (dflash2-spec §A.2).
+        out.push_back({"candidate_selector.hidden_projection.weight", {r, d}});
+        out.push_back({"candidate_selector.predecessor_codebook", {c.layer.vocab_size, r}});
+        out.push_back({"candidate_selector.successor_codebook", {c.layer.vocab_size, r}});
+    }
     return out;
 }
 

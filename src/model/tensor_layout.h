@@ -29,7 +29,10 @@ std::vector<TensorSpec> target_tensor_specs(const TargetConfig& c);
 // fc.weight [D, K*D], hidden_norm.weight [D], norm.weight [D], and per layer i the 11 tensors
 // layers.{i}.{input_layernorm, self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm,
 // post_attention_layernorm, mlp.{gate,up,down}_proj}.weight. No embeddings and no lm_head: the
-// drafter borrows the target's.
+// drafter borrows the target's. DFlash2 adds per layer layers.{i}.{attention,mlp}_conv.base_kernel
+// [2, k, D] and .kernel_projection.weight [2*k*G, D], and
+// candidate_selector.hidden_projection.weight [r, D],
+// candidate_selector.{predecessor,successor}_codebook [V, r] (dflash2-spec §A.2).
 std::vector<TensorSpec> drafter_tensor_specs(const DrafterConfig& c);
 
 // Before a model is allocated (TargetConfig::load, DrafterConfig::load): when `dir` holds weights

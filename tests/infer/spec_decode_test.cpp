@@ -4,6 +4,8 @@
 // even for a deliberately bad drafter.
 #include <cmath>
 #include <map>
+#include <string>
+#include <utility>
 
 #include "backend/backend.h"
 #include "config/registry.h"
@@ -25,6 +27,21 @@ Pair make_pair(uint64_t seed, int64_t block, int64_t vocab = 37) {
     TargetModel t = TargetModel::random(test::host_backend(), tc, seed, 0.5f);
     DrafterModel d = DrafterModel::random(test::host_backend(),
                                           test::tiny_drafter_config(tc, 1, block), seed + 1, 0.5f);
+    return {std::move(t), std::move(d)};
+}
+
+// A DFlash2 pair whose convolutions and selector are random (not neutral); top_k candidates.
+Pair make_dflash2_pair(uint64_t seed, int64_t block, int64_t vocab, int64_t top_k,
+                       DraftAttention att = {}) {
+    auto tc = test::tiny_target_config(true, 3);
+    tc.vocab_size = vocab;
+    TargetModel t = TargetModel::random(test::host_backend(), tc, seed, 0.5f);
+    DrafterConfig dc = test::tiny_dflash2_config(tc, 2, block, top_k);
+    dc.sliding_layers.assign(2, att.window > 0);
+    dc.sliding_window = att.window;
+    dc.is_causal = att.causal ? 1 : 0;
+    DrafterModel d = DrafterModel::random(test::host_backend(), dc, seed + 1, 0.5f);
+    test::randomize_dflash2_modules(d, seed + 2, 0.5f);
     return {std::move(t), std::move(d)};
 }
 
@@ -84,6 +101,58 @@ TEST(SpecDecode, GreedyIsLosslessWithMixedAcceptance) {
     EXPECT_GT(partial, 0);
 }
 
+// DFlash2: the selector's walk drafts; the output is still the target's own greedy output.
+TEST(SpecDecode, Dflash2GreedyIsLossless) {
+    auto be = make_cpu_backend(1);
+    Pair p = make_dflash2_pair(13, 5, 6, 3);
+    std::vector<int64_t> hist(6, 0);
+    expect_lossless(p, *be, 24, hist);
+    int64_t accepted = 0;
+    for (int k = 2; k < 6; ++k) accepted += hist[k];
+    EXPECT_GT(accepted, 0);
+    EXPECT_GT(hist[1], 0);
+}
+
+// A causal drafter whose 4-key window hides most of the context: exercised row by row.
+TEST(SpecDecode, Dflash2WithSlidingCausalLayersIsLossless) {
+    auto be = make_cpu_backend(1);
+    Pair p = make_dflash2_pair(14, 4, 6, 4, DraftAttention{true, 4});
+    std::vector<int64_t> hist(5, 0);
+    expect_lossless(p, *be, 12, hist);
+}
+
+// --trace's records: one per step, accepted + 1 tokens committed each, the next token committed
+// last, and the histogram counts them.
+TEST(SpecDecode, TraceAgreesWithAcceptanceCounts) {
+    auto be = make_cpu_backend(1);
+    for (const bool v2 : {false, true}) {
+        Pair p = v2 ? make_dflash2_pair(15, 5, 6, 3) : make_pair(15, 5, 6);
+        SpeculativeEngine spec(p.target, &p.drafter, *be);
+        GenerateOptions o;
+        o.max_new_tokens = 60;
+        std::vector<StepTrace> steps;
+        std::vector<std::vector<int32_t>> drafted;
+        o.trace = [&](const StepTrace& t) {
+            steps.push_back(t);
+            drafted.emplace_back(t.drafted.begin(), t.drafted.end());
+        };
+        const auto r = spec.generate(random_prompt(5, 6, 3), o);
+        ASSERT_EQ(static_cast<int64_t>(steps.size()), r.stats.steps);
+        std::vector<int64_t> hist(6, 0);
+        std::vector<int32_t> replay = {r.tokens[0]};  // the prefill's token
+        for (size_t s = 0; s < steps.size(); ++s) {
+            EXPECT_EQ(steps[s].step, static_cast<int64_t>(s));
+            ASSERT_EQ(drafted[s].size(), 4u);
+            hist[steps[s].accepted + 1] += 1;
+            replay.insert(replay.end(), drafted[s].begin(), drafted[s].begin() + steps[s].accepted);
+            replay.push_back(steps[s].next);
+        }
+        EXPECT_EQ(hist, r.stats.accept_hist) << (v2 ? "dflash2" : "dflash");
+        replay.resize(std::min(replay.size(), r.tokens.size()));
+        EXPECT_EQ(replay, r.tokens);
+    }
+}
+
 TEST(SpecDecode, StopTokensBudgetsAndBadInput) {
     auto be = make_cpu_backend(1);
     Pair p = make_pair(10, 4);
@@ -140,17 +209,20 @@ std::vector<double> exact_three(const TargetModel& t, Backend& be,
     return out;
 }
 
-class SpecSampling : public ::testing::TestWithParam<bool> {};
+// (DFlash2 drafter, sampled drafts)
+class SpecSampling : public ::testing::TestWithParam<std::pair<bool, bool>> {};
 
 TEST_P(SpecSampling, FirstTokensFollowTargetDistribution) {
     auto be = make_cpu_backend(1);
-    Pair p = make_pair(12, 4, 4);  // vocabulary 4: 64 outcomes for 3 tokens
+    // Vocabulary 4: 64 outcomes for 3 tokens. DFlash2 keeps 3 candidates per slot, so the
+    // residual must put back the mass of the token it never proposes.
+    Pair p = GetParam().first ? make_dflash2_pair(12, 4, 4, 3) : make_pair(12, 4, 4);
     SpeculativeEngine spec(p.target, &p.drafter, *be);
     const std::vector<int32_t> prompt = {1, 3, 2};
     GenerateOptions o;
     o.max_new_tokens = 3;
     o.sampling.temperature = 1.3;
-    o.draft_sampling = GetParam();
+    o.draft_sampling = GetParam().second;
     const auto exact = exact_three(p.target, *be, prompt, o.sampling);
     const int64_t n = 12000;
     std::vector<int64_t> counts(exact.size(), 0);
@@ -183,8 +255,13 @@ TEST_P(SpecSampling, FirstTokensFollowTargetDistribution) {
     EXPECT_LT(chi, crit) << cells << " cells";
 }
 
-INSTANTIATE_TEST_SUITE_P(GreedyAndSampledDrafts, SpecSampling, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "sampled" : "greedy"; });
+INSTANTIATE_TEST_SUITE_P(GreedyAndSampledDrafts, SpecSampling,
+                         ::testing::Values(std::pair{false, false}, std::pair{false, true},
+                                           std::pair{true, false}, std::pair{true, true}),
+                         [](const auto& info) {
+                             return std::string(info.param.first ? "dflash2_" : "dflash_") +
+                                    (info.param.second ? "sampled" : "greedy");
+                         });
 
 }  // namespace
 }  // namespace dflash

@@ -68,6 +68,35 @@ inline DrafterConfig tiny_drafter_config(const TargetConfig& t, int64_t layers =
                                default_target_layer_ids(t.num_hidden_layers, 2));
 }
 
+// A DFlash2 drafter config for the tiny targets: k = 2 taps, groups of 8 channels (G = 3 for
+// D = 24), rank 5, top_k candidates per slot.
+inline DrafterConfig tiny_dflash2_config(const TargetConfig& t, int64_t layers = 2,
+                                         int64_t block = 4, int64_t top_k = 5) {
+    DrafterConfig d = tiny_drafter_config(t, layers, block);
+    d.arch = DrafterArch::dflash2;
+    d.d2.conv_kernel_size = 2;
+    d.d2.conv_group_size = 8;
+    d.d2.selector_rank = 5;
+    d.d2.selector_top_k = top_k;
+    d.sliding_layers.assign(layers, false);
+    return d;
+}
+
+// Random values (N(0, std^2), base kernels around the identity) in a DFlash2 drafter's
+// convolutions and selector, so that neither is neutral.
+inline void randomize_dflash2_modules(DrafterModel& d, uint64_t seed, float std) {
+    Rng rng(seed);
+    for (const auto& p : d.params().params()) {
+        const bool conv = p.name.find("_conv.") != std::string::npos;
+        if (!conv && p.name.find("candidate_selector.") == std::string::npos) continue;
+        const bool base = p.name.ends_with("base_kernel");
+        HostTensor t(p.shape);
+        for (int64_t i = 0; i < t.numel(); ++i)
+            t.f32()[i] = (base ? 0.7f : 0.0f) + rng.normal() * std;
+        d.params().write_f32(p.name, t.view());
+    }
+}
+
 // A CPU backend for tests that only make, load or save models (the CPU backend holds nothing but
 // its thread count).
 inline Backend& host_backend() {

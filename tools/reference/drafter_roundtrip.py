@@ -1,12 +1,20 @@
 """A drafter written by `dflash train`, served by other code (run on the GPU machine).
 
-The target runs in HF transformers (AutoModelForCausalLM, float32); the drafter runs in the
+The target runs in HF transformers (AutoModelForCausalLM, float32), or with --plain-target in the
+plain PyTorch Qwen3/Llama of plain_torch.py (no transformers needed); the drafter runs in the
 straightforward PyTorch re-implementation of the DFlash drafter forward below, written from
 dflash-spec §1-§2 (not from dflash's code): per draft layer, queries from the block only, keys and
 values from [context features ; block], non-causal attention over both, Qwen3-style layer, the
 target's frozen embedding and lm_head. Greedy speculative decoding follows spec §2.2 with the
 options `dflash bench --json` reports (block size, max new tokens, stop tokens, the prompts' ids),
 and each prompt's acceptance histogram is compared with dflash's.
+
+DFlash2 drafters (architectures DFlash2DraftModel) are decoded from dflash2-spec §A, also written
+here from the spec: the grouped dynamic causal convolution around every attention and MLP sublayer
+(§A.3), the layers' causality and sliding window (§A.1), the unary logits times output_multiplier
+and soft-capped (§A.4), and the candidate selector's greedy walk from the verified anchor over the
+unary top-K (§A.5, ties to the first candidate; candidates in descending order, equal logits by
+ascending id).
 
 A target layer id l is the output of target decoder layer l, i.e. transformers' hidden_states[l+1].
 The last layer is refused: transformers' last hidden_states entry is taken after the final norm
@@ -31,12 +39,9 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
-from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM
 
-
-def rms_norm(x, w, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plain_torch import PlainTarget, load_dir, rms_norm, rope  # noqa: E402
 
 
 def inv_freq(cfg, head_dim):
@@ -62,24 +67,11 @@ def inv_freq(cfg, head_dim):
     return f.float()
 
 
-def rope(x, positions, freq):
-    """x [T, heads, hd]; rotate-half (NeoX) rotary embedding at absolute positions."""
-    ang = positions.float()[:, None] * freq[None, :]
-    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :]
-    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :]
-    half = x.shape[-1] // 2
-    rot = torch.cat([-x[..., half:], x[..., :half]], -1)
-    return x * cos + rot * sin
-
-
 class Drafter:
     def __init__(self, path, embed, lm_head):
         with open(os.path.join(path, "config.json")) as f:
             self.cfg = json.load(f)
-        files = sorted(p for p in os.listdir(path) if p.endswith(".safetensors"))
-        self.w = {}
-        for p in files:
-            self.w.update({k: v.float() for k, v in load_file(os.path.join(path, p)).items()})
+        self.w = load_dir(path)
         c = self.cfg
         dc = c.get("dflash_config", {})
         self.block = c.get("block_size", dc.get("block_size"))
@@ -91,6 +83,69 @@ class Drafter:
         self.eps = c["rms_norm_eps"]
         self.freq = inv_freq(c, self.hd)
         self.embed, self.lm_head = embed, lm_head
+        self.v2 = "DFlash2DraftModel" in c.get("architectures", [])
+        if self.v2:
+            self.read_dflash2(c, dc)
+
+    def read_dflash2(self, c, dc):
+        """dflash2-spec §A.1: dflash_config first, then the top level, then the default."""
+        def key(name, default=None):
+            v = dc.get(name)
+            return c.get(name, default) if v is None else v
+        self.taps, self.group = int(key("conv_kernel_size")), int(key("conv_group_size"))
+        self.top_k = int(key("selector_top_k"))
+        self.mult = float(key("output_multiplier", 1.0))
+        cap = key("final_logit_softcapping")
+        self.cap = float(cap) if cap is not None and float(cap) > 0 else 0.0
+        self.emb_scale = float(key("input_embedding_scale", 1.0))
+        types = c.get("layer_types") or ["full_attention"] * self.L
+        self.sliding = [t == "sliding_attention" for t in types]
+        self.window = c.get("sliding_window") or 0
+        causal = c.get("is_causal", dc.get("causal"))
+        self.causal = [bool(causal) if causal is not None else s for s in self.sliding]
+
+    def conv(self, prefix, y, delta, half):
+        """§A.3 over one block: y [B, D], delta [B, 2*k*G] (the sublayer input's projection)."""
+        B, D = y.shape
+        k, G = self.taps, D // self.group
+        base = self.w[prefix + ".base_kernel"]  # [2, k, D]
+        d = delta.view(B, 2, k, G)[:, half].repeat_interleave(self.group, dim=-1)  # [B, k, D]
+        out = torch.zeros_like(y)
+        for t in range(k):
+            shifted = torch.zeros_like(y)
+            shifted[t:] = y[:B - t]  # rows before the block start read zeros
+            out = out + (base[half, t] + d[:, t]) * shifted
+        return out
+
+    def visible(self, layer, start, B):
+        """[B, start + B] mask of the keys each block query sees (§A.1)."""
+        q = torch.arange(start, start + B)[:, None]
+        kp = torch.arange(0, start + B)[None, :]
+        vis = torch.ones(B, start + B, dtype=torch.bool)
+        if self.causal[layer]:
+            vis &= kp <= q
+        if self.sliding[layer] and self.window > 0:
+            vis &= (q - kp) < self.window
+            if not self.causal[layer]:
+                vis &= (kp - q) < self.window
+        return vis
+
+    def select(self, raw, hn, anchor):
+        """§A.4-A.5: unary top-K of the raw logits [B-1, V], the greedy walk from the anchor."""
+        vals, idx = torch.sort(raw, dim=-1, descending=True, stable=True)
+        vals, idx = vals[:, :self.top_k], idx[:, :self.top_k]
+        u = vals * self.mult
+        if self.cap > 0:
+            u = self.cap * torch.tanh(u / self.cap)
+        z = self.lin("candidate_selector.hidden_projection.weight", hn)  # [B-1, r]
+        A = self.w["candidate_selector.predecessor_codebook"]
+        Bc = self.w["candidate_selector.successor_codebook"]
+        prev, out = anchor, []
+        for p in range(raw.shape[0]):
+            s = u[p] + ((A[prev] * z[p])[None, :] * Bc[idx[p]]).sum(-1)
+            prev = int(idx[p][int(torch.argmax(s))])  # the first maximum: the lowest index
+            out.append(prev)
+        return out
 
     def lin(self, name, x):
         return x @ self.w[name].T
@@ -100,12 +155,15 @@ class Drafter:
         B, H, Hkv, hd = self.block, self.H, self.Hkv, self.hd
         ctx = rms_norm(self.lin("fc.weight", features), self.w["hidden_norm.weight"], self.eps)
         ids = torch.tensor([anchor] + [self.mask] * (B - 1))
-        x = self.embed[ids]
+        x = self.embed[ids] * (self.emb_scale if self.v2 else 1.0)
         ctx_pos = torch.arange(0, start)
         blk_pos = torch.arange(start, start + B)
         for i in range(self.L):
             p = f"layers.{i}."
             h = rms_norm(x, self.w[p + "input_layernorm.weight"], self.eps)
+            if self.v2:
+                delta = self.lin(p + "attention_conv.kernel_projection.weight", h)
+                h = self.conv(p + "attention_conv", h, delta, 0)
             q = self.lin(p + "self_attn.q_proj.weight", h).view(B, H, hd)
             q = rope(rms_norm(q, self.w[p + "self_attn.q_norm.weight"], self.eps), blk_pos, self.freq)
             kv_in = torch.cat([ctx, h], 0)  # context rows skip input_layernorm
@@ -116,18 +174,30 @@ class Drafter:
             rep = H // Hkv
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
-            att = torch.einsum("qhd,khd->hqk", q, k) * hd ** -0.5  # no mask: non-causal
+            att = torch.einsum("qhd,khd->hqk", q, k) * hd ** -0.5  # DFlash: no mask, non-causal
+            if self.v2:
+                att = att.masked_fill(~self.visible(i, start, B)[None], float("-inf"))
             o = torch.einsum("hqk,khd->qhd", att.softmax(-1), v).reshape(B, H * hd)
-            x = x + self.lin(p + "self_attn.o_proj.weight", o)
+            o = self.lin(p + "self_attn.o_proj.weight", o)
+            x = x + (self.conv(p + "attention_conv", o, delta, 1) if self.v2 else o)
             h = rms_norm(x, self.w[p + "post_attention_layernorm.weight"], self.eps)
+            if self.v2:
+                e2 = self.lin(p + "mlp_conv.kernel_projection.weight", h)
+                h = self.conv(p + "mlp_conv", h, e2, 0)
             gate = torch.nn.functional.silu(self.lin(p + "mlp.gate_proj.weight", h))
-            x = x + self.lin(p + "mlp.down_proj.weight", gate * self.lin(p + "mlp.up_proj.weight", h))
-        logits = rms_norm(x, self.w["norm.weight"], self.eps)[1:] @ self.lm_head.T
-        return logits.argmax(-1).tolist()
+            m = self.lin(p + "mlp.down_proj.weight", gate * self.lin(p + "mlp.up_proj.weight", h))
+            x = x + (self.conv(p + "mlp_conv", m, e2, 1) if self.v2 else m)
+        hn = rms_norm(x, self.w["norm.weight"], self.eps)[1:]
+        logits = hn @ self.lm_head.T
+        return self.select(logits, hn, anchor) if self.v2 else logits.argmax(-1).tolist()
 
 
 def target_pass(model, ids, layer_ids):
     """Logits [T, V] and features [T, K*D] (outputs of the decoder layers `layer_ids`)."""
+    if isinstance(model, PlainTarget):
+        with torch.no_grad():
+            logits, outs = model(ids)
+        return logits.float(), torch.cat([outs[l] for l in layer_ids], -1).float()
     with torch.no_grad():
         out = model(torch.tensor([ids]), output_hidden_states=True, use_cache=False)
     hs = out.hidden_states  # hs[0] = embeddings, hs[l+1] = output of layer l (the last: normed)
@@ -135,8 +205,9 @@ def target_pass(model, ids, layer_ids):
     return out.logits[0].float(), feats.float()
 
 
-def speculative_greedy(model, drafter, prompt, max_new, stops):
-    """dflash-spec §2.2, greedy. Returns (new tokens, histogram [B+1] of tokens per step)."""
+def speculative_greedy(model, drafter, prompt, max_new, stops, steps=None):
+    """dflash-spec §2.2, greedy. Returns (new tokens, histogram [B+1] of tokens per step); each
+    step's drafts are appended to `steps` when given."""
     B = drafter.block
     hist = [0] * (B + 1)
     logits, feats = target_pass(model, prompt, drafter.layer_ids)
@@ -149,6 +220,8 @@ def speculative_greedy(model, drafter, prompt, max_new, stops):
     while not done():
         start = len(seq)  # position of the anchor new[-1]
         drafts = drafter.draft(feats[:start], new[-1], start)
+        if steps is not None:
+            steps.append(drafts)
         logits, feats = target_pass(model, seq + [new[-1]] + drafts, drafter.layer_ids)
         target = logits[start:start + B].argmax(-1).tolist()
         a = 0
@@ -165,6 +238,20 @@ def speculative_greedy(model, drafter, prompt, max_new, stops):
     return new, hist
 
 
+def dflash_traced_drafts(args, prompt_ids, max_new):
+    """Each step's drafted tokens as `dflash generate --trace` prints them."""
+    cmd = [args.dflash, "generate", "--target", args.target, "--drafter", args.drafter,
+           "--prompt-ids", ",".join(str(t) for t in prompt_ids), "--infer.max_new_tokens",
+           str(max_new), "--trace", "--print-ids"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stderr
+    steps = []
+    for line in out.splitlines():
+        if line.startswith("trace step "):
+            inner = line[line.index("[") + 1:line.index("]")]
+            steps.append([int(t) for t in inner.split()])
+    return steps
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dflash", required=True)
@@ -175,6 +262,10 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--limit", type=int, default=16)
+    ap.add_argument("--trace-drafts", action="store_true",
+                    help="also compare every step's drafted tokens with `dflash generate --trace`")
+    ap.add_argument("--plain-target", action="store_true",
+                    help="run the target in plain PyTorch (plain_torch.py) instead of transformers")
     args = ap.parse_args()
     if args.demo:
         latest = lambda run: os.path.join(run, open(os.path.join(run, "latest")).read().strip())  # noqa: E731
@@ -195,10 +286,15 @@ def main():
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    model = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
-    n_layers = model.config.num_hidden_layers
-    embed = model.get_input_embeddings().weight.detach().float()
-    lm_head = model.get_output_embeddings().weight.detach().float()
+    if args.plain_target:
+        model = PlainTarget(args.target, inv_freq)
+        n_layers, embed, lm_head = model.L, model.embed, model.lm_head
+    else:
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
+        n_layers = model.config.num_hidden_layers
+        embed = model.get_input_embeddings().weight.detach().float()
+        lm_head = model.get_output_embeddings().weight.detach().float()
     drafter = Drafter(args.drafter, embed, lm_head)
     if any(l == n_layers - 1 for l in drafter.layer_ids):
         sys.exit(f"target_layer_ids {drafter.layer_ids} name the last layer ({n_layers - 1}); "
@@ -208,10 +304,23 @@ def main():
     stops = set(bench["stop_tokens"])
     rows, same = [], 0
     for i, r in enumerate(bench["requests"]):
+        ref_steps = []
         toks, hist = speculative_greedy(model, drafter, r["prompt_ids"], bench["max_new_tokens"],
-                                        stops)
+                                        stops, ref_steps)
         ours = r["speculative"]["accept_hist"]
         identical = hist == ours
+        if args.trace_drafts:
+            our_steps = dflash_traced_drafts(args, r["prompt_ids"], bench["max_new_tokens"])
+            drafts_same = our_steps == ref_steps
+            identical = identical and drafts_same
+            print(f"    drafts of {len(ref_steps)} steps: "
+                  f"{'identical' if drafts_same else 'DIFFERENT'}")
+            if not drafts_same:
+                bad = next(i for i in range(max(len(our_steps), len(ref_steps)))
+                           if i >= min(len(our_steps), len(ref_steps)) or our_steps[i] != ref_steps[i])
+                print(f"    first difference at step {bad}: dflash "
+                      f"{our_steps[bad] if bad < len(our_steps) else None} reference "
+                      f"{ref_steps[bad] if bad < len(ref_steps) else None}")
         same += identical
         rows.append({"prompt": i, "label": r["label"], "dflash_hist": ours, "reference_hist": hist,
                      "dflash_tokens": r["output_tokens"], "reference_tokens": toks,

@@ -126,6 +126,27 @@ class CpuBackend final : public Backend {
                      const Tensor& out) override {
         cpu::sample_rows(ex_, logits, p, uniforms, out);
     }
+    void dyn_conv_fwd(const Tensor& x, const Tensor& base, const Tensor& delta, int64_t half,
+                      int64_t block_size, const Tensor& y) override {
+        cpu::dyn_conv_fwd(ex_, x, base, delta, half, block_size, y);
+    }
+    void dyn_conv_bwd(const Tensor& dy, const Tensor& x, const Tensor& base, const Tensor& delta,
+                      int64_t half, int64_t block_size, const Tensor& dx, const Tensor& dbase,
+                      const Tensor& ddelta) override {
+        cpu::dyn_conv_bwd(ex_, dy, x, base, delta, half, block_size, dx, dbase, ddelta);
+    }
+    void selector_scores_fwd(const Tensor& z, const Tensor& pred, const Tensor& cand,
+                             const Tensor& a, const Tensor& bc, const Tensor& out) override {
+        cpu::selector_scores_fwd(ex_, z, pred, cand, a, bc, out);
+    }
+    void selector_scores_bwd(const Tensor& dscores, const Tensor& z, const Tensor& pred,
+                             const Tensor& cand, const Tensor& a, const Tensor& bc,
+                             const Tensor& dz, const Tensor& da, const Tensor& dbc) override {
+        cpu::selector_scores_bwd(ex_, dscores, z, pred, cand, a, bc, dz, da, dbc);
+    }
+    void topk_rows(const Tensor& x, const Tensor& values, const Tensor& indices) override {
+        cpu::topk_rows(ex_, x, values, indices);
+    }
 
   private:
     static void check_transfer(const Tensor& dst, const Tensor& src, const char* op) {

@@ -119,4 +119,21 @@ void argmax_rows(const Exec& ex, const Tensor& x, const Tensor& out);
 void sample_rows(const Exec& ex, const Tensor& logits, const SampleParams& p,
                  const Tensor& uniforms, const Tensor& out);
 
+// dyn_conv.cpp (DFlash2's grouped dynamic causal convolution)
+void dyn_conv_fwd(const Exec& ex, const Tensor& x, const Tensor& base, const Tensor& delta,
+                  int64_t half, int64_t block_size, const Tensor& y);
+void dyn_conv_bwd(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& base,
+                  const Tensor& delta, int64_t half, int64_t block_size, const Tensor& dx,
+                  const Tensor& dbase, const Tensor& ddelta);
+
+// selector_scores.cpp (DFlash2's candidate selector pair scores)
+void selector_scores_fwd(const Exec& ex, const Tensor& z, const Tensor& pred, const Tensor& cand,
+                         const Tensor& a, const Tensor& bc, const Tensor& out);
+void selector_scores_bwd(const Exec& ex, const Tensor& dscores, const Tensor& z, const Tensor& pred,
+                         const Tensor& cand, const Tensor& a, const Tensor& bc, const Tensor& dz,
+                         const Tensor& da, const Tensor& dbc);
+
+// topk.cpp
+void topk_rows(const Exec& ex, const Tensor& x, const Tensor& values, const Tensor& indices);
+
 }  // namespace dflash::cpu

@@ -201,6 +201,28 @@ class CudaBackend final : public Backend {
                      const Tensor& out) override {
         run(cuda::sample_rows, logits, p, uniforms, out);
     }
+    // DFlash2 ops (kept together at the end of the op list).
+    void dyn_conv_fwd(const Tensor& x, const Tensor& base, const Tensor& delta, int64_t half,
+                      int64_t block_size, const Tensor& y) override {
+        run(cuda::dyn_conv_fwd, x, base, delta, half, block_size, y);
+    }
+    void dyn_conv_bwd(const Tensor& dy, const Tensor& x, const Tensor& base, const Tensor& delta,
+                      int64_t half, int64_t block_size, const Tensor& dx, const Tensor& dbase,
+                      const Tensor& ddelta) override {
+        run(cuda::dyn_conv_bwd, dy, x, base, delta, half, block_size, dx, dbase, ddelta);
+    }
+    void selector_scores_fwd(const Tensor& z, const Tensor& pred, const Tensor& cand,
+                             const Tensor& a, const Tensor& bc, const Tensor& out) override {
+        run(cuda::selector_scores_fwd, z, pred, cand, a, bc, out);
+    }
+    void selector_scores_bwd(const Tensor& dscores, const Tensor& z, const Tensor& pred,
+                             const Tensor& cand, const Tensor& a, const Tensor& bc,
+                             const Tensor& dz, const Tensor& da, const Tensor& dbc) override {
+        run(cuda::selector_scores_bwd, dscores, z, pred, cand, a, bc, dz, da, dbc);
+    }
+    void topk_rows(const Tensor& x, const Tensor& values, const Tensor& indices) override {
+        run(cuda::topk_rows, x, values, indices);
+    }
 
     void release() {
         if (owner_.load(std::memory_order_relaxed) != std::this_thread::get_id()) return;

@@ -91,6 +91,23 @@ int64_t lm_head_kl_workspace(int64_t rows, int64_t dim, int64_t vocab, int64_t c
 void loss_stats(const Exec& ex, const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,
                 const Tensor& weights, int64_t period, const Tensor& stats);
 void argmax_rows(const Exec& ex, const Tensor& x, const Tensor& out);
+
+// dyn_conv.cpp (DFlash2): x, base, delta, y, dy, dx, ddelta bf16; dbase f32 (+=).
+void dyn_conv_fwd(const Exec& ex, const Tensor& x, const Tensor& base, const Tensor& delta,
+                  int64_t half, int64_t block_size, const Tensor& y);
+void dyn_conv_bwd(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& base,
+                  const Tensor& delta, int64_t half, int64_t block_size, const Tensor& dx,
+                  const Tensor& dbase, const Tensor& ddelta);
+
+// selector_scores.cpp (DFlash2): z, codebooks, dz bf16; ids i32; scores, dA, dB f32 (+=).
+void selector_scores_fwd(const Exec& ex, const Tensor& z, const Tensor& pred, const Tensor& cand,
+                         const Tensor& a, const Tensor& bc, const Tensor& out);
+void selector_scores_bwd(const Exec& ex, const Tensor& dscores, const Tensor& z, const Tensor& pred,
+                         const Tensor& cand, const Tensor& a, const Tensor& bc, const Tensor& dz,
+                         const Tensor& da, const Tensor& dbc);
+
+// topk.cpp: x f32 [R, V], values f32 [R, K], indices i32 [R, K].
+void topk_rows(const Exec& ex, const Tensor& x, const Tensor& values, const Tensor& indices);
 // sampling.cpp: see Backend::sample_rows (logits f32 [R, V], uniforms f32 [R], out i32 [R]).
 void sample_rows(const Exec& ex, const Tensor& logits, const SampleParams& p,
                  const Tensor& uniforms, const Tensor& out);

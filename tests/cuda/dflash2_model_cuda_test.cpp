@@ -1,0 +1,167 @@
+// DFlash2 drafters on the CUDA backend against the CPU: one drafted block (the drafter's logits
+// and the selector's input z) with the same bf16-representable weights; a training step's loss
+// and gradients (the convolutions' backward in place); greedy DFlash2 speculative decoding on CUDA
+// equals plain greedy decoding on CUDA token for token, also with causal sliding-window layers
+// whose window hides most of the context (the row-by-row attention path). Skips visibly without a
+// GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backend/backend_factory.h"
+#include "backend/workspace.h"
+#include "cuda/elem_test_util.h"
+#include "infer/spec_decode.h"
+#include "model/candidate_selector.h"
+#include "model/drafter.h"
+#include "model/target.h"
+#include "support/test_util.h"
+#include "support/tiny_models.h"
+
+namespace dflash {
+namespace {
+
+// Head dim 64 (what the CUDA attention kernels take); D = 96 makes 6 groups of 16 channels.
+TargetConfig gpu_config(int64_t vocab) {
+    TargetConfig c = test::tiny_target_config(true, 3);
+    c.hidden_size = 96;
+    c.intermediate_size = 160;
+    c.num_attention_heads = 2;
+    c.num_key_value_heads = 1;
+    c.head_dim = 64;
+    c.vocab_size = vocab;
+    return c;
+}
+
+struct Pair {
+    TargetModel target;
+    DrafterModel drafter;
+};
+
+Pair make_pair(Backend& be, uint64_t seed, int64_t block, int64_t vocab, DraftAttention att = {}) {
+    const TargetConfig tc = gpu_config(vocab);
+    DrafterConfig dc = test::tiny_dflash2_config(tc, 2, block, std::min<int64_t>(4, vocab - 1));
+    dc.d2.conv_group_size = 16;
+    dc.d2.selector_rank = 8;
+    dc.sliding_layers.assign(2, att.window > 0);
+    dc.sliding_window = att.window;
+    dc.is_causal = att.causal ? 1 : 0;
+    TargetModel t = TargetModel::random(be, tc, seed, 0.5f);
+    DrafterModel d = DrafterModel::random(be, dc, seed + 1, 0.5f);
+    test::randomize_dflash2_modules(d, seed + 2, 0.3f);
+    return {std::move(t), std::move(d)};
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+    Rng rng(seed);
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = static_cast<int32_t>(rng.below(vocab - 1));
+    return t;
+}
+
+class CudaDflash2 : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+        gpu_ = make_backend(DeviceKind::cuda, 0, 1);
+        cpu_ = make_cpu_backend(1);
+    }
+    std::unique_ptr<Backend> gpu_, cpu_;
+};
+
+// One drafted block on a backend: the logits [B-1, V] and z [B-1, r] on the host.
+struct Draft {
+    HostTensor logits, z;
+};
+Draft draft_once(Backend& be, const Pair& p, const std::vector<int32_t>& toks) {
+    const int64_t S = static_cast<int64_t>(toks.size()), B = p.drafter.block_size();
+    const int64_t V = p.target.config().vocab_size;
+    DeviceTensor feats(be, {S, p.drafter.feature_dim()}, be.compute_dtype());
+    Workspace ws(be, WorkspacePlan{size_t{32} << 20, size_t{1} << 20, size_t{1} << 16});
+    p.target.forward(be, ws, toks, p.drafter.config().target_layer_ids, feats, Tensor());
+    DrafterSession s(p.drafter, be, p.target.embed(), p.target.lm_head(), 64);
+    DeviceTensor logits(be, {B - 1, V}, DType::f32);
+    s.draft(feats.view().rows(0, S - 1), toks[S - 1], logits);
+    return {to_host_f32(be, logits), to_host_f32(be, s.selector_z(B))};
+}
+
+// bf16 weights and activations against the f32 reference: within 5% of the largest value.
+TEST_F(CudaDflash2, DraftedBlockMatchesTheCpu) {
+    Pair g = make_pair(*gpu_, 5, 6, 150);
+    Pair c = make_pair(*cpu_, 5, 6, 150);
+    c.target.params().copy_from(g.target.params());
+    c.drafter.params().copy_from(g.drafter.params());
+    const auto toks = random_tokens(23, 150, 4);
+    const Draft a = draft_once(*cpu_, c, toks), b = draft_once(*gpu_, g, toks);
+    EXPECT_LT(test::max_abs_diff(b.logits, a.logits), 0.05 * test::max_abs(a.logits)) << "logits";
+    EXPECT_LT(test::max_abs_diff(b.z, a.z), 0.05 * test::max_abs(a.z)) << "z";
+}
+
+// The convolutions' backward on the device: the loss within 2%, the gradient's direction within
+// 1% and its size within 5% of the CPU's.
+TEST_F(CudaDflash2, TrainingStepMatchesTheCpu) {
+    Pair g = make_pair(*gpu_, 21, 8, 150);
+    Pair c = make_pair(*cpu_, 21, 8, 150);
+    c.target.params().copy_from(g.target.params());
+    c.drafter.params().copy_from(g.drafter.params());
+    const auto toks = random_tokens(97, 150, 3);
+    std::vector<uint8_t> mask(toks.size(), 1);
+    mask[0] = mask[1] = 0;
+    const std::vector<int32_t> anchors = {2, 9, 30, 31, 60, 88};
+    auto step = [&](Backend& be, Pair& p, double& loss) {
+        p.drafter.params().enable_training();
+        p.drafter.params().zero_grads();
+        const int64_t S = static_cast<int64_t>(toks.size());
+        DeviceTensor feats(be, {S, p.drafter.feature_dim()}, be.compute_dtype());
+        Workspace ws(be, WorkspacePlan{size_t{64} << 20, size_t{1} << 20, size_t{1} << 16});
+        p.target.forward(be, ws, toks, p.drafter.config().target_layer_ids, feats, Tensor());
+        ws.reset();
+        const LossStatsLayout lay{p.drafter.block_size()};
+        DeviceTensor stats(be, {lay.size()}, DType::f32);
+        be.fill(stats, 0.0f);
+        p.drafter.train_step(be, ws, p.target.embed(), p.target.lm_head(), feats, toks, mask,
+                             anchors, 4.0, 1.0f, 50, stats);
+        const HostTensor st = to_host_f32(be, stats);
+        loss = st.f32()[LossStatsLayout::kLossSum] / st.f32()[LossStatsLayout::kWeightSum];
+        return to_host_f32(be, p.drafter.params().flat_grads());
+    };
+    double la = 0, lb = 0;
+    const HostTensor ga = step(*cpu_, c, la), gb = step(*gpu_, g, lb);
+    EXPECT_NEAR(lb, la, 0.02 * la);
+    double dot = 0, na = 0, nb = 0;
+    for (int64_t i = 0; i < ga.numel(); ++i) {
+        dot += double(ga.f32()[i]) * gb.f32()[i];
+        na += double(ga.f32()[i]) * ga.f32()[i];
+        nb += double(gb.f32()[i]) * gb.f32()[i];
+    }
+    EXPECT_GT(dot / std::sqrt(na * nb), 0.99);
+    EXPECT_NEAR(std::sqrt(nb), std::sqrt(na), 0.05 * std::sqrt(na));
+}
+
+void expect_lossless(const Pair& p, Backend& be, int64_t prompts, std::vector<int64_t>& hist) {
+    SpeculativeEngine spec(p.target, &p.drafter, be);
+    SpeculativeEngine plain(p.target, nullptr, be);
+    for (int64_t i = 0; i < prompts; ++i) {
+        const auto prompt = random_tokens(1 + (i * 7) % 12, p.target.config().vocab_size, 100 + i);
+        GenerateOptions o;
+        o.max_new_tokens = 5 + (i * 5) % 30;
+        const auto a = plain.generate(prompt, o), b = spec.generate(prompt, o);
+        ASSERT_EQ(a.tokens, b.tokens) << "prompt " << i;
+        for (size_t k = 0; k < b.stats.accept_hist.size(); ++k) hist[k] += b.stats.accept_hist[k];
+    }
+}
+
+TEST_F(CudaDflash2, GreedySpeculativeEqualsPlainDecoding) {
+    Pair p = make_pair(*gpu_, 9, 6, 5);  // 5 tokens: partial acceptance is common
+    std::vector<int64_t> hist(7, 0);
+    expect_lossless(p, *gpu_, 24, hist);
+    int64_t partial = 0;
+    for (int k = 2; k < 6; ++k) partial += hist[k];
+    EXPECT_GT(partial, 0);
+    Pair w = make_pair(*gpu_, 10, 4, 37, DraftAttention{true, 5});
+    std::vector<int64_t> hist2(5, 0);
+    expect_lossless(w, *gpu_, 12, hist2);
+}
+
+}  // namespace
+}  // namespace dflash
