@@ -441,8 +441,8 @@ bool DrafterSession::window_hides_keys(int64_t n) const {
 
 // The DFlash2 layers over the block x [B, D] (in place), after the input embedding scale.
 void DrafterSession::draft_dflash2_layers(const LayerContext& lc, const Tensor& x,
-                                          const Tensor& pos, int64_t cache_len,
-                                          const Tensor& row0, const Tensor& kv_len) {
+                                          const Tensor& pos, int64_t cache_len, const Tensor& row0,
+                                          const Tensor& kv_len) {
     const DrafterConfig& cfg = model_.config();
     if (cfg.d2.input_embedding_scale != 1.0)
         lc.be.scale_inplace(x, static_cast<float>(cfg.d2.input_embedding_scale));
