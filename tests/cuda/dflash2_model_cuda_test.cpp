@@ -23,14 +23,7 @@ namespace {
 
 // Head dim 64 (what the CUDA attention kernels take); D = 96 makes 6 groups of 16 channels.
 TargetConfig gpu_config(int64_t vocab) {
-    TargetConfig c = test::tiny_target_config(true, 3);
-    c.hidden_size = 96;
-    c.intermediate_size = 160;
-    c.num_attention_heads = 2;
-    c.num_key_value_heads = 1;
-    c.head_dim = 64;
-    c.vocab_size = vocab;
-    return c;
+    return test::gpu_target_config(vocab, 3);
 }
 
 struct Pair {
