@@ -65,6 +65,7 @@ nlohmann::json GraphStats::to_json() const {
             {"rerecords", rerecords},
             {"evictions", evictions},
             {"live_graphs", live_graphs},
+            {"tracked_keys", tracked_keys},
             {"capture_ms", capture_ms},
             {"pool_bytes", pool_bytes},
             {"rerecord_reasons", rerecord_reasons},

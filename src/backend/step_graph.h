@@ -56,8 +56,9 @@ struct GraphStats {
     int64_t rerecords = 0;   // captures tried again after a failed one
     int64_t evictions = 0;   // graphs dropped to stay within max_graphs
     int64_t live_graphs = 0;
-    double capture_ms = 0;   // host time spent capturing and instantiating
-    int64_t pool_bytes = 0;  // the device's graph memory pool in use (our graphs allocate none)
+    int64_t tracked_keys = 0;  // keys the cache remembers (with or without a graph)
+    double capture_ms = 0;     // host time spent capturing and instantiating
+    int64_t pool_bytes = 0;    // the device's graph memory pool in use (our graphs allocate none)
     std::map<std::string, int64_t> rerecord_reasons;  // reason -> count
     std::map<std::string, int64_t> fallback_reasons;  // reason -> keys that stay eager
     bool enabled = false;

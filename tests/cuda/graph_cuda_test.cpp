@@ -310,6 +310,22 @@ TEST_F(CudaGraphs, ASiblingThreadAllocatingAndCopyingDoesNotBreakCaptures) {
     EXPECT_EQ(s.rerecords + fallbacks(s), 0) << s.summary();
 }
 
+TEST_F(CudaGraphs, OneOffKeysDoNotPileUp) {
+    const auto be = make_backend(DeviceKind::cuda, 0, 1, graphs(true, 2));
+    const SmallStep step(*be);
+    const StepOwner owner(*be);
+    // A recurring step among 20000 keys seen once each (like a prompt's prefill piece).
+    for (int64_t i = 0; i < 20000; ++i) {
+        be->run_step(StepKey{owner.id(), "one-off", {i}}, [&] { step.record(*be); });
+        if (i % 100 == 0)
+            be->run_step(StepKey{owner.id(), "recurring", {}}, [&] { step.record(*be); });
+    }
+    const GraphStats s = be->graph_stats();
+    EXPECT_LE(s.tracked_keys, 4096) << s.summary();
+    EXPECT_EQ(s.captures, 1) << s.summary();       // the recurring step: never forgotten
+    EXPECT_EQ(s.replays, 200 - 2) << s.summary();  // two warm-up runs, then its graph
+}
+
 TEST_F(CudaGraphs, AFailedCaptureRunsEagerlyIsRetriedToTheLimitAndLeavesTheDeviceUsable) {
     GraphOptions g = graphs(true, 0);
     g.max_rerecords = 2;

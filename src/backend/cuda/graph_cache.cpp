@@ -74,6 +74,7 @@ void GraphCache::run(const StepKey& key, const std::function<void()>& record) {
         record();
         return;
     }
+    if (entries_.size() >= kTrimAt && !entries_.contains(key)) trim();
     Entry& e = entries_[key];
     e.last_use = ++clock_;
     if (e.exec) {
@@ -153,6 +154,18 @@ bool GraphCache::capture(Entry& e, const std::function<void()>& record, std::str
     return true;
 }
 
+void GraphCache::trim() {
+    // Keys seen a few times and never captured (a prompt's prefill piece, a one-off shape) would
+    // otherwise pile up over a long run: the ones not used lately are forgotten.
+    for (auto it = entries_.begin(); it != entries_.end();) {
+        const Entry& e = it->second;
+        if (!e.exec && !e.stays_eager && e.last_use + kTrimAt / 2 < clock_)
+            it = entries_.erase(it);
+        else
+            ++it;
+    }
+}
+
 void GraphCache::evict_one() {
     Entry* oldest = nullptr;
     for (auto& [k, e] : entries_)
@@ -177,6 +190,7 @@ void GraphCache::release_owner(uint64_t owner) {
 GraphStats GraphCache::stats() const {
     GraphStats s = stats_;
     s.live_graphs = 0;
+    s.tracked_keys = static_cast<int64_t>(entries_.size());
     for (const auto& [k, e] : entries_) s.live_graphs += e.exec != nullptr;
     uint64_t used = 0;
     if (cudaDeviceGetGraphMemAttribute(device_, cudaGraphMemAttrUsedMemCurrent, &used) ==

@@ -5,8 +5,9 @@
 // queues none of its ops (StepMode::replaying), then the graph is launched. A capture that fails
 // leaves the stream usable: the step runs eagerly, the failure is counted by reason and told once
 // through GraphOptions::warn, and the key is tried again up to max_rerecords times before it stays
-// eager. Owned by the CUDA backend, used by whichever thread drives it (one at a time). Tested by
-// tests/cuda/graph_cuda_test.cpp.
+// eager. Keys that never got a graph are forgotten once they are many and old (trim), so one-off
+// keys do not pile up over a long run. Owned by the CUDA backend, used by whichever thread drives
+// it (one at a time). Tested by tests/cuda/graph_cuda_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -54,7 +55,10 @@ class GraphCache {
     // Records `record` into a graph for `e`; false (and the reason) when the capture failed.
     bool capture(Entry& e, const std::function<void()>& record, std::string& reason);
     void evict_one();
+    void trim();  // forgets keys without a graph that were not used lately
     void destroy(Entry& e);
+
+    static constexpr size_t kTrimAt = 4096;  // keys remembered before trim() runs
 
     GraphOptions opt_;
     CUstream_st* stream_;
