@@ -20,7 +20,9 @@ ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -
 echo "ncu exit status $?"
 python3 - "$dest/ncu_$bench.csv" > "$dest/ncu_$bench.txt" <<'PY'
 import csv, sys, collections
+# The benchmark's own stdout (JSON lines) comes before ncu's CSV: start at its header.
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+rows = rows[next(i for i, r in enumerate(rows) if "Kernel Name" in r):]
 head = rows[0]
 name, value = head.index("Kernel Name"), head.index("Metric Value")
 total, count = collections.Counter(), collections.Counter()
