@@ -47,12 +47,7 @@ int64_t fallbacks(const GraphStats& s) {
     return n;
 }
 
-std::vector<int32_t> tokens(int64_t n, int64_t vocab, uint64_t seed) {
-    Rng rng(seed);
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (auto& x : t) x = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab - 1)));
-    return t;
-}
+using test::random_tokens;
 
 constexpr int64_t kVocab = 300;
 
@@ -75,14 +70,14 @@ std::vector<float> decode_logits(Backend& be, const TargetModel& m, const Around
         const HostTensor h = to_host_f32(be, t);
         out.insert(out.end(), h.f32(), h.f32() + h.numel());
     };
-    s.forward(tokens(40, kVocab, 1), l1, Tensor());
+    s.forward(random_tokens(40, kVocab, 1), l1, Tensor());
     keep(l1);
-    const auto steps = tokens(12, kVocab, 2);
+    const auto steps = random_tokens(12, kVocab, 2);
     for (const int32_t& t : steps) {
         s.forward(std::span(&t, 1), l1, Tensor());
         keep(l1);
     }
-    const auto block = tokens(16, kVocab, 3);
+    const auto block = random_tokens(16, kVocab, 3);
     for (int rep = 0; rep < 3; ++rep) {
         s.forward(block, l16, Tensor());
         keep(l16);
@@ -106,7 +101,7 @@ std::vector<float> train_steps(Backend& be, const Around& around = {}) {
         DrafterModel::random(be, test::tiny_drafter_config(t.config(), 1, 4), 19, 0.5f);
     d.params().enable_training();
     train::AdamW opt(d.params(), {});
-    const auto toks = tokens(120, kVocab, 7);
+    const auto toks = random_tokens(120, kVocab, 7);
     const std::vector<uint8_t> mask(toks.size(), 1);
     std::vector<int32_t> anchors;
     for (int32_t a = 2; a < 110; a += 9) anchors.push_back(a);
@@ -187,7 +182,7 @@ TEST_F(CudaGraphs, SpeculativeDecodingReplaysItsStepsAndKeepsItsTokens) {
         GenerateOptions o;
         o.max_new_tokens = 48;
         for (uint64_t p = 0; p < 3; ++p) {
-            const auto prompt = tokens(20 + 7 * static_cast<int64_t>(p), kVocab, 30 + p);
+            const auto prompt = random_tokens(20 + 7 * static_cast<int64_t>(p), kVocab, 30 + p);
             const GenerateResult a = spec.generate(prompt, o), b = plain.generate(prompt, o);
             EXPECT_EQ(a.tokens, b.tokens) << "prompt " << p << " graphs " << enabled;
             results[enabled].push_back(a.tokens);

@@ -47,12 +47,7 @@ Pair make_pair(Backend& be, uint64_t seed, int64_t block, int64_t vocab) {
     return {std::move(t), std::move(d)};
 }
 
-std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
-    Rng rng(seed);
-    std::vector<int32_t> t(n);
-    for (auto& x : t) x = static_cast<int32_t>(rng.below(vocab - 1));
-    return t;
-}
+using test::random_tokens;
 
 class CudaModels : public ::testing::Test {
   protected:
