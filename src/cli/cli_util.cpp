@@ -45,6 +45,13 @@ int train_exit_status(const train::TrainSummary& s) {
     return s.stop_signal > 0 ? 128 + s.stop_signal : 1;
 }
 
+int report_other_process(const train::TrainSummary& s) {
+    std::printf("process %d of %d: %s after step %lld/%lld: loss %.4f, %.0fs\n", s.process,
+                s.processes, s.interrupted ? "stopped" : "trained", static_cast<long long>(s.steps),
+                static_cast<long long>(s.total_steps), s.final_loss, s.seconds);
+    return train_exit_status(s);
+}
+
 std::unique_ptr<Backend> make_backend_from_settings(const CommandContext& ctx) {
     const int64_t threads = ctx.settings.get<int64_t>("runtime.threads");
     const DeviceKind kind = resolve_backend(ctx.settings.get<std::string>("runtime.backend"));

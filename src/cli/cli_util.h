@@ -31,6 +31,9 @@ std::string shell_quote(const std::filesystem::path& path);
 // SIGTERM stopped it (130, 143: what a shell reports for a process the signal killed), after its
 // checkpoint was written.
 int train_exit_status(const train::TrainSummary& s);
+// A process other than process 0 of a multi-process run: one line (process 0 prints the run's
+// results and writes its files); returns the exit status.
+int report_other_process(const train::TrainSummary& s);
 
 // The backend runtime.backend names (auto: the first GPU when one is visible, else the CPU with
 // runtime.threads threads, 0 = every core: the CPU backend's own pool), logged at debug level.

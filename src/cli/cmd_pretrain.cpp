@@ -36,6 +36,7 @@ int cmd_pretrain(CommandContext& ctx) {
     job.hooks.stop = &stop;
     job.hooks.handle_signals = false;
     const train::TrainSummary s = train::run_pretraining(job, ctx.settings, ctx.log);
+    if (s.process != 0) return report_other_process(s);
     std::printf("%s after step %lld/%lld: loss %.4f (first %.4f), next-token acc %.3f, %.0fs\n",
                 s.interrupted ? "stopped" : "trained", static_cast<long long>(s.steps),
                 static_cast<long long>(s.total_steps), s.final_loss, s.first_loss,

@@ -56,6 +56,7 @@ int cmd_train(CommandContext& ctx) {
     job.hooks.stop = &stop;
     job.hooks.handle_signals = false;
     const train::TrainSummary s = train::run_drafter_training(job, ctx.settings, ctx.log);
+    if (s.process != 0) return report_other_process(s);
     std::printf("%s after step %lld/%lld: loss %.4f (first %.4f), acc@1 %.3f, tau~%.2f, %.0fs\n",
                 s.interrupted ? "stopped" : "trained", static_cast<long long>(s.steps),
                 static_cast<long long>(s.total_steps), s.final_loss, s.first_loss,

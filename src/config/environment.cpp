@@ -54,6 +54,20 @@ std::vector<Assignment> environment_assignments(const Registry& registry, const 
                  name, nearest_env_suggestion(registry, name));
         out.push_back({decl->key, registry.parse_text(*decl, text, source), source});
     }
+    // Launchers' own variables, for settings whose mirror is absent. Prepended, so that a
+    // DFLASH_ mirror (applied later in the same layer) would win anyway.
+    std::vector<Assignment> aliased;
+    for (const auto& d : registry.all()) {
+        if (d.env_aliases.empty() || env.vars().contains(d.env_name())) continue;
+        for (const auto& name : d.env_aliases) {
+            const auto it = env.vars().find(name);
+            if (it == env.vars().end()) continue;
+            const std::string source = "env:" + name;
+            aliased.push_back({d.key, registry.parse_text(d, it->second, source), source});
+            break;
+        }
+    }
+    out.insert(out.begin(), aliased.begin(), aliased.end());
     return out;
 }
 

@@ -28,7 +28,8 @@ class Environment {
 
 inline constexpr const char* kEnvPrefix = "DFLASH_";
 
-// The DFLASH_* variables as checked assignments with source "env:<NAME>".
+// The DFLASH_* variables as checked assignments with source "env:<NAME>", and, for settings
+// declared with also_from_env whose mirror is unset, the first of those variables present.
 std::vector<Assignment> environment_assignments(const Registry& registry, const Environment& env);
 
 }  // namespace dflash::config

@@ -72,16 +72,16 @@ bool in_range(const Declaration& d, double x) {
 // ---- Declaration ------------------------------------------------------------------------------
 
 Declaration Declaration::boolean(std::string key, bool def, std::string doc) {
-    return {std::move(key), Type::boolean, def, std::move(doc), {}, {}, {}, {}};
+    return {std::move(key), Type::boolean, def, std::move(doc), {}, {}, {}, {}, {}};
 }
 Declaration Declaration::integer(std::string key, int64_t def, std::string doc) {
-    return {std::move(key), Type::integer, def, std::move(doc), {}, {}, {}, {}};
+    return {std::move(key), Type::integer, def, std::move(doc), {}, {}, {}, {}, {}};
 }
 Declaration Declaration::real(std::string key, double def, std::string doc) {
-    return {std::move(key), Type::real, def, std::move(doc), {}, {}, {}, {}};
+    return {std::move(key), Type::real, def, std::move(doc), {}, {}, {}, {}, {}};
 }
 Declaration Declaration::string(std::string key, std::string def, std::string doc) {
-    return {std::move(key), Type::string, std::move(def), std::move(doc), {}, {}, {}, {}};
+    return {std::move(key), Type::string, std::move(def), std::move(doc), {}, {}, {}, {}, {}};
 }
 Declaration Declaration::enumeration(std::string key, std::string def,
                                      std::vector<std::string> choices, std::string doc) {
@@ -92,17 +92,18 @@ Declaration Declaration::enumeration(std::string key, std::string def,
             {},
             {},
             std::move(choices),
+            {},
             {}};
 }
 Declaration Declaration::int_list(std::string key, std::vector<int64_t> def, std::string doc) {
-    return {std::move(key), Type::int_list, std::move(def), std::move(doc), {}, {}, {}, {}};
+    return {std::move(key), Type::int_list, std::move(def), std::move(doc), {}, {}, {}, {}, {}};
 }
 Declaration Declaration::float_list(std::string key, std::vector<double> def, std::string doc) {
-    return {std::move(key), Type::float_list, std::move(def), std::move(doc), {}, {}, {}, {}};
+    return {std::move(key), Type::float_list, std::move(def), std::move(doc), {}, {}, {}, {}, {}};
 }
 Declaration Declaration::string_list(std::string key, std::vector<std::string> def,
                                      std::string doc) {
-    return {std::move(key), Type::string_list, std::move(def), std::move(doc), {}, {}, {}, {}};
+    return {std::move(key), Type::string_list, std::move(def), std::move(doc), {}, {}, {}, {}, {}};
 }
 
 Declaration& Declaration::range(std::optional<double> lo, std::optional<double> hi) {
@@ -113,6 +114,11 @@ Declaration& Declaration::range(std::optional<double> lo, std::optional<double> 
 
 Declaration& Declaration::read_by(std::string who) {
     readers = std::move(who);
+    return *this;
+}
+
+Declaration& Declaration::also_from_env(std::vector<std::string> names) {
+    env_aliases = std::move(names);
     return *this;
 }
 

@@ -28,6 +28,11 @@ struct Declaration {
     std::optional<double> max;         // inclusive
     std::vector<std::string> choices;  // enum only
     std::string readers;               // free text: which components read it (`config explain`)
+    // Variables other programs set that also give this setting's value when its DFLASH_ mirror is
+    // absent, the first present one winning (launchers: torchrun's RANK, mpirun's
+    // OMPI_COMM_WORLD_RANK, Slurm's SLURM_PROCID). Their values come from outside, so they are
+    // parsed and range-checked like the mirror, with the variable named as the source.
+    std::vector<std::string> env_aliases;
 
     static Declaration boolean(std::string key, bool def, std::string doc);
     static Declaration integer(std::string key, int64_t def, std::string doc);
@@ -41,6 +46,7 @@ struct Declaration {
 
     Declaration& range(std::optional<double> lo, std::optional<double> hi);
     Declaration& read_by(std::string who);
+    Declaration& also_from_env(std::vector<std::string> names);
 
     // "DFLASH_" + key upper-cased, '.' and '-' turned into '_'.
     std::string env_name() const;

@@ -32,6 +32,47 @@ void add_runtime(Registry& r) {
               .read_by("cli/main.cpp (LogSink)"));
 }
 
+void add_launch(Registry& r) {
+    // How a multi-process run finds itself (design §7): one process per node, each running
+    // runtime.devices workers. Launchers set their own variables; each setting also reads them.
+    const char* reader = "train::Trainer and pretraining (comm/launch.h): the process group";
+    r.add(D::integer("launch.world_size", 1,
+                     "processes of the run (one per node); their workers together form the "
+                     "data-parallel group")
+              .range(1, 65536)
+              .also_from_env({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
+              .read_by(reader));
+    r.add(D::integer("launch.rank", 0, "this process, 0..launch.world_size-1")
+              .range(0, 65535)
+              .also_from_env({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
+              .read_by(reader));
+    r.add(D::integer("launch.local_rank", 0,
+                     "this process among those on its node; worker w uses GPU local_rank x "
+                     "runtime.devices + w")
+              .range(0, 65535)
+              .also_from_env(
+                  {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+              .read_by(reader));
+    r.add(D::integer("launch.local_world_size", 1, "processes on this node")
+              .range(1, 65536)
+              .also_from_env({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                              "SLURM_NTASKS_PER_NODE"})
+              .read_by(reader));
+    r.add(D::string("launch.master_addr", "127.0.0.1",
+                    "host name or address where process 0 listens for the others")
+              .also_from_env({"MASTER_ADDR"})
+              .read_by(reader));
+    r.add(D::integer("launch.master_port", 29500, "TCP port where process 0 listens")
+              .range(1, 65535)
+              .also_from_env({"MASTER_PORT"})
+              .read_by(reader));
+    r.add(D::real("launch.timeout_s", 1800,
+                  "seconds a process waits for the others (start-up, every collective) before "
+                  "the run fails naming the missing process")
+              .range(0.001, 1e7)
+              .read_by(reader));
+}
+
 void add_cuda_graphs(Registry& r) {
     const char* reader =
         "CUDA graph cache (src/backend/cuda/graph_cache.h) of every CUDA backend a command makes: "
@@ -158,6 +199,12 @@ void add_train(Registry& r) {
     r.add(D::integer("train.checkpoint_every", 1000, "steps between checkpoints; 0 = only at end")
               .range(0, kBig)
               .read_by("train checkpoints"));
+    r.add(D::integer("train.replica_check_every", 0,
+                     "with several workers, steps between checks that every worker holds the "
+                     "same weights (a hash per replica); the start and first step of a run are "
+                     "always checked; 0 = only then")
+              .range(0, kBig)
+              .read_by("train::Trainer"));
     r.add(D::integer("train.eval_every", 1000, "steps between evaluations; 0 = never")
               .range(0, kBig)
               .read_by("train::Trainer"));
@@ -295,6 +342,7 @@ void add_data_and_demo(Registry& r) {
 Registry make_registry() {
     Registry r;
     add_runtime(r);
+    add_launch(r);
     add_cuda_graphs(r);
     add_drafter(r);
     add_train_optimizer(r);

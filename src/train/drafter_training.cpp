@@ -260,7 +260,7 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Sett
         pick_run_dir(job.output_dir, spec.resume_from, s.get<std::string>("train.output_dir"));
     // Before the models are read: a second writer is refused at once.
     const std::optional<DirLock> run_lock =
-        lock_run_dir(spec.run_dir, spec.kind, spec.resume_from.has_value());
+        lock_run_dir(spec.run_dir, spec.kind, spec.resume_from.has_value(), s);
     if (run_lock) spec.run_dir_lock = &*run_lock;
     const ShardedDataset train = ShardedDataset::open(job.data_dir);
     const std::optional<ShardedDataset> eval = open_eval_data(job.eval_data_dir, s);

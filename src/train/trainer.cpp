@@ -11,7 +11,8 @@
 #include <cstdio>
 
 #include "backend/backend_factory.h"
-#include "comm/in_process.h"
+#include "comm/launch.h"
+#include "comm/world_group.h"
 #include "config/dump.h"
 #include "config/toml_file.h"
 #include "core/atomic_file.h"
@@ -34,7 +35,9 @@ constexpr uint64_t kAnchorSalt = 0xa9c40a11ull;
 constexpr uint64_t kEvalSalt = 0xe7a1ull;
 
 struct LoopOptions {
-    int workers = 1;
+    int workers = 1;  // in this process
+    int world = 1;    // in the run: workers x launch.world_size processes
+    Launch launch;
     DeviceKind backend = DeviceKind::cpu;
     int threads = 1;  // per worker (CPU backend)
     GraphOptions graphs;
@@ -48,6 +51,7 @@ struct LoopOptions {
     int64_t eval_every = 0;
     int64_t eval_sequences = 0;
     int64_t checkpoint_every = 0;
+    int64_t replica_check_every = 0;
     uint64_t seed = 0;
     bool packing = true;
     bool shuffle = true;
@@ -56,6 +60,8 @@ struct LoopOptions {
 LoopOptions read_options(const config::Settings& s) {
     LoopOptions o;
     o.workers = static_cast<int>(s.get<int64_t>("runtime.devices"));
+    o.launch = launch_from_settings(s);
+    o.world = o.workers * o.launch.world;
     const auto threads = s.get<int64_t>("runtime.threads");
     const auto cores = static_cast<int64_t>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
     o.threads = static_cast<int>(threads > 0 ? threads : std::max<int64_t>(1, cores / o.workers));
@@ -72,6 +78,7 @@ LoopOptions read_options(const config::Settings& s) {
     o.eval_every = s.get<int64_t>("train.eval_every");
     o.eval_sequences = s.get<int64_t>("train.eval_sequences");
     o.checkpoint_every = s.get<int64_t>("train.checkpoint_every");
+    o.replica_check_every = s.get<int64_t>("train.replica_check_every");
     o.seed = static_cast<uint64_t>(s.get<int64_t>("runtime.seed"));
     o.packing = s.get<bool>("data.pack");
     o.shuffle = s.get<bool>("data.shuffle");
@@ -85,7 +92,7 @@ LoaderOptions loader_options(int64_t max_length, const LoopOptions& o, int rank)
     lo.shuffle = o.shuffle;
     lo.seed = o.seed;
     lo.rank = rank;
-    lo.world = o.workers;
+    lo.world = o.world;
     lo.drop_last = false;
     return lo;
 }
@@ -98,14 +105,16 @@ struct Shared {
     LoopOptions opt;
     int64_t total_steps = 0;
     std::optional<TrainingState> resume;
-    InProcessGroup group;
+    std::vector<LoaderState> resume_loaders;  // [world]: each worker's data position
+    WorldGroup group;
     Clock::time_point start = Clock::now();
     bool tty = false;
     std::optional<MetricsLog> metrics;  // worker 0 appends
     TrainSummary summary;
 
-    Shared(const TrainerSpec& s, const config::Settings& st, const Logger& l, LoopOptions o)
-        : spec(s), settings(st), log(l), opt(o), group(o.workers) {}
+    Shared(const TrainerSpec& s, const config::Settings& st, const Logger& l, LoopOptions o,
+           std::unique_ptr<TcpGroup> processes)
+        : spec(s), settings(st), log(l), opt(o), group(o.workers, std::move(processes)) {}
 };
 
 std::vector<double> pack_stats(const TaskStats& st) {
@@ -150,13 +159,19 @@ std::vector<double> accuracies(const TaskStats& st) {
 class Worker {
   public:
     Worker(Shared& sh, WorkerContext& ctx)
-        : sh_(sh), ctx_(ctx), comm_(sh.group.rank(ctx.id())), rank_(ctx.id()) {}
+        : sh_(sh),
+          ctx_(ctx),
+          comm_(sh.group.local(ctx.id())),
+          rank_(sh.group.global_rank(ctx.id())),
+          local_(ctx.id()) {}
     void run();
 
   private:
     void setup();
     bool train_step(int64_t step);  // true when the workers agreed to stop
     void all_reduce_grads();
+    // Every worker's weights hash the same, or the run stops naming the workers that differ.
+    void check_replicas(int64_t step);
     // Runs one micro-batch into the stats tensor, the workspace reset first.
     void run_batch(const MicroBatch& mb, float grad_scale, const Tensor& stats);
     // The stats tensor's sums as TaskStats (tokens left 0).
@@ -172,7 +187,8 @@ class Worker {
     Shared& sh_;
     WorkerContext& ctx_;
     Communicator& comm_;
-    int rank_;
+    int rank_;   // in the run (global)
+    int local_;  // in this process
     std::unique_ptr<Backend> be_;
     std::optional<StepOwner> step_owner_;  // the worker's recorded steps
     std::unique_ptr<WorkerTask> task_;
@@ -194,7 +210,8 @@ class Worker {
 void Worker::setup() {
     GraphOptions graphs = sh_.opt.graphs;
     graphs.warn = [this](const std::string& m) { sh_.log.warn("{}", m); };
-    be_ = make_backend(sh_.opt.backend, rank_, sh_.opt.threads, graphs);
+    be_ = make_backend(sh_.opt.backend, node_device_index(sh_.opt.launch, sh_.opt.workers, local_),
+                       sh_.opt.threads, graphs);
     step_owner_.emplace(*be_);
     task_ = sh_.spec.make_task(rank_, *be_);
     DF_ASSERT(task_->params().training(), "a training replica needs gradients");
@@ -214,7 +231,7 @@ void Worker::setup() {
     }));
     if (sh_.resume) {
         const TrainingState& rs = *sh_.resume;
-        loader_->set_state(rs.loaders[rank_]);
+        loader_->set_state(sh_.resume_loaders[static_cast<size_t>(rank_)]);
         load_optimizer_state(*sh_.spec.resume_from, rs.step, task_->params(), *opt_);
         start_step_ = last_ckpt_ = rs.step;
     }
@@ -247,12 +264,16 @@ TaskStats Worker::stats_from(const float* s) const {
 
 void Worker::run() {
     setup();
+    if (sh_.opt.world > 1) check_replicas(start_step_);  // every replica starts from one state
     for (int64_t step = start_step_ + 1; step <= sh_.total_steps; ++step) {
         ctx_.set_phase(fmt::format("step {}", step));
         const TrainHooks& hooks = sh_.spec.hooks;
         if (hooks.on_step_begin) hooks.on_step_begin(rank_, step);
         if (hooks.on_step_weights) hooks.on_step_weights(rank_, step, task_->params());
         const bool stop = train_step(step);
+        const int64_t rc = sh_.opt.replica_check_every;
+        if (sh_.opt.world > 1 && (step == start_step_ + 1 || (rc > 0 && step % rc == 0)))
+            check_replicas(step);
         const bool last = step == sh_.total_steps;
         const int64_t ee = sh_.opt.eval_every;
         const bool can_eval = sh_.spec.eval_data || sh_.spec.eval_decoding;
@@ -260,7 +281,7 @@ void Worker::run() {
         const int64_t ce = sh_.opt.checkpoint_every;
         if (stop || last || (ce > 0 && step % ce == 0)) checkpoint(step);
         if (stop) {
-            if (rank_ == 0) sh_.summary.interrupted = true;
+            if (local_ == 0) sh_.summary.interrupted = true;
             break;
         }
     }
@@ -278,7 +299,7 @@ bool Worker::train_step(int64_t step) {
         mb.seq = loader_->next();
         const LoaderState ls = loader_->state();
         // The index of this sequence in the epoch's global order: the same whatever the layout.
-        const auto g = static_cast<uint64_t>((ls.cursor - 1) * o.workers + rank_);
+        const auto g = static_cast<uint64_t>((ls.cursor - 1) * o.world + rank_);
         Rng rng = Rng(o.seed ^ kAnchorSalt).fork(static_cast<uint64_t>(ls.epoch)).fork(g);
         task_->prepare(mb, rng);
         w_local += mb.weight;
@@ -356,7 +377,7 @@ bool Worker::train_step(int64_t step) {
 void Worker::all_reduce_grads() {
     const Tensor grads = task_->params().flat_grads();
     const auto n = static_cast<size_t>(grads.numel());
-    if (sh_.opt.workers == 1) return;
+    if (sh_.opt.world == 1) return;
     if (grads.device().kind == DeviceKind::cpu) {
         comm_.all_reduce_sum(grads.f32(), n);
         return;
@@ -366,6 +387,44 @@ void Worker::all_reduce_grads() {
     be_->download(Tensor(host_grads_.data(), DType::f32, grads.shape()), grads);
     comm_.all_reduce_sum(host_grads_.data(), n);
     be_->upload(grads, Tensor(host_grads_.data(), DType::f32, grads.shape()));
+}
+
+// FNV-1a 64 of a replica's fp32 weights (the masters when the compute copy is bf16).
+uint64_t weights_hash(Backend& be, const ParamSet& ps) {
+    const Tensor w = ps.flat_master();
+    std::vector<float> host;
+    const float* p = nullptr;
+    if (w.device().kind == DeviceKind::cpu) {
+        p = w.f32();
+    } else {
+        host.resize(static_cast<size_t>(w.numel()));
+        be.download(Tensor(host.data(), DType::f32, w.shape()), w);
+        p = host.data();
+    }
+    uint64_t h = 1469598103934665603ull;
+    const auto* b = reinterpret_cast<const unsigned char*>(p);
+    for (size_t i = 0, n = static_cast<size_t>(w.numel()) * sizeof(float); i < n; ++i)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+void Worker::check_replicas(int64_t step) {
+    ctx_.set_phase(fmt::format("replica check at step {}", step));
+    const uint64_t h = weights_hash(*be_, task_->params());
+    // Gathered by a sum: each worker fills its own two slots (32 bits each, exact in a double).
+    const auto W = static_cast<size_t>(sh_.opt.world);
+    std::vector<double> all(2 * W, 0.0);
+    all[2 * static_cast<size_t>(rank_)] = static_cast<double>(h >> 32);
+    all[2 * static_cast<size_t>(rank_) + 1] = static_cast<double>(h & 0xffffffffull);
+    comm_.all_reduce_sum(all.data(), all.size());
+    std::vector<int> differ;
+    for (size_t r = 1; r < W; ++r)
+        if (all[2 * r] != all[0] || all[2 * r + 1] != all[1]) differ.push_back(static_cast<int>(r));
+    DF_CHECK(differ.empty(),
+             "at step {} the weights of worker(s) {} differ from worker 0's: the replicas "
+             "have diverged (a nondeterministic kernel, or a lost gradient exchange); the last "
+             "checkpoint is intact",
+             step, fmt::join(differ, ", "));
 }
 
 // Switches a ParamSet's gradients off for its lifetime, so that forwards compute no backward.
@@ -424,7 +483,7 @@ void Worker::evaluate_heldout(StepRecord& r) {
     be_->fill(stats, 0.0f);
     {
         GradsOff no_grads(task_->params());
-        for (int64_t i = rank_; i < n; i += sh_.opt.workers) {
+        for (int64_t i = rank_; i < n; i += sh_.opt.world) {
             MicroBatch mb;
             mb.seq = read_eval_sequence(ds, plan, i);
             // Fixed anchors: the same for every evaluation of the run and every worker layout.
@@ -446,7 +505,7 @@ void Worker::evaluate_heldout(StepRecord& r) {
 void Worker::checkpoint(int64_t step) {
     if (step == last_ckpt_) return;
     ctx_.set_phase(fmt::format("checkpoint at step {}", step));
-    const int W = sh_.opt.workers;
+    const int W = sh_.opt.world;
     std::vector<double> states(static_cast<size_t>(2 * W), 0.0);  // gathered by a sum
     states[2 * rank_] = static_cast<double>(loader_->state().epoch);
     states[2 * rank_ + 1] = static_cast<double>(loader_->state().cursor);
@@ -474,12 +533,16 @@ void Worker::checkpoint(int64_t step) {
 }
 
 void Worker::report(const StepRecord& r) {
-    if (rank_ != 0) return;
+    // Every process keeps its summary (its command prints it); the run's first worker alone
+    // writes metrics.jsonl, the log lines and the progress line.
+    if (local_ != 0) return;
+    const bool writer = rank_ == 0;
     TrainSummary& sum = sh_.summary;
     const bool first = !r.eval && r.step == start_step_ + 1;
     const bool last = r.step == sh_.total_steps;
     if (r.eval) {
         sum.final_eval = r;
+        if (!writer) return;
         if (sh_.tty && sh_.spec.hooks.progress) std::fputs("\n", stdout);
         sh_.log.info("eval @ step {}: {}", r.step, eval_line(r));
     } else {
@@ -492,6 +555,7 @@ void Worker::report(const StepRecord& r) {
         sum.acc = r.acc;
         sum.tau_implied = r.tau_implied;
     }
+    if (!writer) return;
     const bool logged = r.eval || first || last || r.step % sh_.opt.log_every == 0;
     if (logged) sh_.metrics->append(r);
     if (!r.eval) {
@@ -515,20 +579,59 @@ int64_t count_total_steps(const TrainerSpec& spec, const LoopOptions& o) {
              "{} epoch(s) give each of the {} workers {} sequences, fewer than one "
              "optimizer step of train.batch_size x train.accumulation = {}; use more data, "
              "fewer workers, a smaller batch, or set train.max_steps",
-             spec.epochs, o.workers, seqs, per_step);
+             spec.epochs, o.world, seqs, per_step);
     return total;
 }
 
-void check_resume(const TrainingState& rs, const TrainerSpec& spec, const LoopOptions& o,
-                  int64_t total, const Logger& log) {
+// The data positions of this run's workers, from a checkpoint that may have been written by
+// another number of workers. Worker r's next sequence is the epoch's global sequence
+// cursor x world + r (Note [Loader plan]), so W' workers at one cursor c have read c x W'
+// sequences, and W workers continue exactly there at cursor c x W' / W when W divides it.
+std::vector<LoaderState> resume_positions(const TrainingState& rs, const TrainerSpec& spec,
+                                          const LoopOptions& o) {
+    const auto old_world = static_cast<int>(rs.loaders.size());
+    DF_CHECK(old_world >= 1, "--resume: the checkpoint records no data position");
+    if (old_world == o.world) return rs.loaders;
+    const LoaderState at = rs.loaders[0];
+    for (int r = 1; r < old_world; ++r) {
+        const LoaderState& l = rs.loaders[static_cast<size_t>(r)];
+        DF_CHECK(l.epoch == at.epoch && l.cursor == at.cursor,
+                 "--resume with {} workers instead of the checkpoint's {} needs its workers at "
+                 "one data position, but worker 0 is at sequence {} of epoch {} and worker {} at "
+                 "{} of epoch {}; resume with {} workers",
+                 o.world, old_world, at.cursor, at.epoch, r, l.cursor, l.epoch, old_world);
+    }
+    LoopOptions old = o;
+    old.world = old_world;
+    const PackedLoader old_plan(*spec.train_data, loader_options(spec.max_length, old, 0));
+    int64_t epoch = at.epoch, read = at.cursor * old_world;
+    if (at.cursor >= old_plan.sequences_in_epoch(at.epoch)) {  // the epoch was read to its end
+        ++epoch;
+        read = 0;
+    }
+    DF_CHECK(read % o.world == 0,
+             "--resume: the checkpoint's {} workers had read {} sequences of epoch {}, which {} "
+             "workers ({} process(es) x runtime.devices {}) cannot continue exactly, as {} does "
+             "not divide {}; use a worker count that divides {}, or the checkpoint's {}",
+             old_world, read, epoch, o.world, o.launch.world, o.workers, o.world, read, read,
+             old_world);
+    return std::vector<LoaderState>(static_cast<size_t>(o.world),
+                                    LoaderState{epoch, read / o.world});
+}
+
+// Returns the workers' data positions (resume_positions).
+std::vector<LoaderState> check_resume(const TrainingState& rs, const TrainerSpec& spec,
+                                      const LoopOptions& o, int64_t total, const Logger& log) {
     DF_CHECK(rs.kind == spec.kind,
              "--resume: the checkpoint trains a {} but this command "
              "trains a {}",
              rs.kind, spec.kind);
-    DF_CHECK(static_cast<int>(rs.loaders.size()) == o.workers,
-             "--resume: the checkpoint was written by {} workers but runtime.devices={}; resume "
-             "with --runtime.devices {}",
-             rs.loaders.size(), o.workers, rs.loaders.size());
+    std::vector<LoaderState> positions = resume_positions(rs, spec, o);
+    if (static_cast<int>(rs.loaders.size()) != o.world)
+        log.info(
+            "resume: {} workers continue the data position of the checkpoint's {} (epoch {}, "
+            "sequence {} of each worker)",
+            o.world, rs.loaders.size(), positions[0].epoch, positions[0].cursor);
     DF_CHECK(rs.step < total,
              "--resume: the checkpoint is at step {}, and the run has {} steps; "
              "raise train.max_steps (or the epochs) to train further",
@@ -542,14 +645,15 @@ void check_resume(const TrainingState& rs, const TrainerSpec& spec, const LoopOp
     // here, before anything in the run directory changes, rather than in the workers.
     // (Every worker's plan has the same shape, so one probe serves all.)
     PackedLoader probe(*spec.train_data, loader_options(spec.max_length, o, 0));
-    for (int r = 0; r < o.workers; ++r) {
+    for (int r = 0; r < o.world; ++r) {
         try {
-            probe.set_state(rs.loaders[static_cast<size_t>(r)]);
+            probe.set_state(positions[static_cast<size_t>(r)]);
         } catch (const Error& e) {
             DF_FAIL("--resume: worker {}'s data position does not fit this data: {}", r, e.what());
         }
     }
     check_training_state_files(*spec.resume_from);
+    return positions;
 }
 
 // Whether `dir` holds checkpoints (a `latest` file, or checkpoint-* directories without one).
@@ -591,6 +695,8 @@ config::Settings settings_for_resume(const config::Settings& given,
     std::vector<config::Assignment> inherited;
     std::vector<std::string> changed_shape, overridden;
     for (auto& a : saved) {
+        // How the checkpoint's run was launched says nothing about how this one is.
+        if (a.key.starts_with("launch.")) continue;
         if (given.source(a.key) == "default") {
             inherited.push_back(std::move(a));
             continue;
@@ -626,8 +732,10 @@ void check_fresh_run_dir(const fs::path& run_dir, bool resuming) {
 
 }  // namespace
 
-std::optional<DirLock> lock_run_dir(const fs::path& run_dir, const std::string& kind,
-                                    bool resuming) {
+std::optional<DirLock> lock_run_dir(const fs::path& run_dir, const std::string& kind, bool resuming,
+                                    const config::Settings& settings) {
+    // In a multi-process run only process 0 writes the run directory (it may be shared).
+    if (launch_from_settings(settings).rank != 0) return std::nullopt;
     if (!fs::exists(run_dir)) return std::nullopt;
     DirLock lock = DirLock::acquire(run_dir, "run directory", fmt::format("{} training", kind));
     check_fresh_run_dir(run_dir, resuming);
@@ -645,29 +753,44 @@ TrainSummary run_trainer(const TrainerSpec& spec, const config::Settings& settin
     DF_ASSERT(spec.train_data && spec.make_task);
     const LoopOptions o = read_options(settings);
     const char* device_kind = o.backend == DeviceKind::cuda ? "cuda" : "cpu";
-    Shared sh(spec, settings, log, o);
+    const Launch& launch = o.launch;
+    const bool writer = launch.rank == 0;  // the process that writes the run directory
+    if (launch.world > 1)
+        log.info("process {} of {} ({}): joining the others at {}:{}", launch.rank, launch.world,
+                 launch.rank_source, launch.master_addr, launch.master_port);
+    // Every process must run the same settings; process 0 names the first difference.
+    std::string agreement = launch_agreement(settings);
+    agreement += fmt::format("(workers per process) = {}\n", o.workers);
+    Shared sh(spec, settings, log, o, join_processes(launch, agreement));
     sh.total_steps = count_total_steps(spec, o);
     // One writer per run directory; held until the run returns.
     std::optional<DirLock> own_lock;
     if (spec.run_dir_lock)
         DF_ASSERT(spec.run_dir_lock->dir() == spec.run_dir);
-    else
+    else if (writer)
         own_lock.emplace(
             DirLock::acquire(spec.run_dir, "run directory", fmt::format("{} training", spec.kind)));
     if (spec.resume_from) {
         sh.resume = read_training_state(*spec.resume_from);
-        check_resume(*sh.resume, spec, o, sh.total_steps, log);
+        sh.resume_loaders = check_resume(*sh.resume, spec, o, sh.total_steps, log);
     }
     // Nothing in the run directory has changed so far.
-    prepare_run_dir(spec.run_dir, settings, spec.resume_from.has_value());
+    if (writer) prepare_run_dir(spec.run_dir, settings, spec.resume_from.has_value());
     sh.summary.run_dir = spec.run_dir;
     sh.summary.metrics_path = spec.run_dir / "metrics.jsonl";
     sh.summary.total_steps = sh.total_steps;
+    sh.summary.process = launch.rank;
+    sh.summary.processes = launch.world;
     // An interrupted run may have logged steps after its checkpoint; they are run again, so they
     // are dropped, but only once the first step has worked (a refused resume changes nothing).
     // A fresh run replaces the records of an earlier one that never reached a checkpoint.
-    sh.metrics.emplace(sh.summary.metrics_path, sh.resume ? sh.resume->step : 0);
+    if (writer) sh.metrics.emplace(sh.summary.metrics_path, sh.resume ? sh.resume->step : 0);
     sh.tty = isatty(STDOUT_FILENO) != 0;
+    if (launch.world > 1)
+        log.info(
+            "{} training over {} processes x {} {} worker(s) = {} workers; batch {} x "
+            "accumulation {} per worker",
+            spec.kind, launch.world, o.workers, device_kind, o.world, o.batch, o.accumulation);
     if (o.backend == DeviceKind::cuda)
         log.info("{} training on cuda: {} steps, {} GPU worker(s), batch {} x accumulation {}",
                  spec.kind, sh.total_steps, o.workers, o.batch, o.accumulation);
@@ -680,7 +803,9 @@ TrainSummary run_trainer(const TrainerSpec& spec, const config::Settings& settin
     StopSource own_stop;
     StopSource& stop = spec.hooks.stop != nullptr ? *spec.hooks.stop : own_stop;
     std::vector<std::string> devices;
-    for (int w = 0; w < o.workers; ++w) devices.push_back(fmt::format("{}:{}", device_kind, w));
+    for (int w = 0; w < o.workers; ++w)
+        devices.push_back(
+            fmt::format("{}:{}", device_kind, node_device_index(launch, o.workers, w)));
     WorkerPool pool(o.workers, devices, log, &stop);
     pool.add_abort_hook([&sh](const std::string& reason) { sh.group.abort(reason); });
     std::optional<SignalWatcher> watcher;
@@ -689,7 +814,7 @@ TrainSummary run_trainer(const TrainerSpec& spec, const config::Settings& settin
         Worker w(sh, ctx);
         w.run();
     });
-    if (sh.metrics->dropped() > 0)
+    if (sh.metrics && sh.metrics->dropped() > 0)
         log.info("{}: dropped {} record(s) after step {} written by the earlier run",
                  sh.summary.metrics_path.string(), sh.metrics->dropped(),
                  sh.resume ? sh.resume->step : 0);

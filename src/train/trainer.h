@@ -1,16 +1,17 @@
 // The data-parallel training loop shared by `dflash train` (drafters) and `dflash pretrain`
 // (targets), design §3 and §7: runtime.devices workers, each a WorkerPool thread with its own
 // Backend, model replica, Workspace, optimizer and PackedLoader slice, exchanging gradients through
-// a Communicator (InProcessGroup on CPU). What is trained is a WorkerTask; the loop owns batching,
-// loss normalisation, all-reduce, clipping, AdamW, the schedule, metrics, evaluation, checkpoints,
-// resume and Ctrl-C. Note [Worker-invariant loss]: every micro-batch's loss weight is known before
-// its forward (anchors are drawn first, from (seed, epoch, global sequence index) only), the
-// global weight sum W is all-reduced, each forward/backward runs with grad_scale 1/W and the
-// gradients are summed — so N workers x batch b match 1 worker x batch N*b to float rounding.
-// Tested by tests/train/trainer_test.cpp, tests/train/pretrain_test.cpp and, for evaluation by
-// decoding, metrics on resume, data.shuffle, a NaN loss, resume rules and run-directory locks, and
-// Ctrl-C, tests/train/eval_decode_test.cpp, metrics_resume_test.cpp, data_order_test.cpp,
-// divergence_test.cpp, resume_test.cpp and signal_test.cpp.
+// a Communicator (a WorldGroup: threads of this process, and with launch.world_size > 1 the
+// workers of the other processes, comm/world_group.h). What is trained is a WorkerTask; the loop
+// owns batching, loss normalisation, all-reduce, clipping, AdamW, the schedule, metrics,
+// evaluation, checkpoints, resume and Ctrl-C. Note [Worker-invariant loss]: every micro-batch's
+// loss weight is known before its forward (anchors are drawn first, from (seed, epoch, global
+// sequence index) only), the global weight sum W is all-reduced, each forward/backward runs with
+// grad_scale 1/W and the gradients are summed — so N workers x batch b match 1 worker x batch N*b
+// to float rounding. Tested by tests/train/trainer_test.cpp, tests/train/pretrain_test.cpp and, for
+// evaluation by decoding, metrics on resume, data.shuffle, a NaN loss, resume rules and
+// run-directory locks, and Ctrl-C, tests/train/eval_decode_test.cpp, metrics_resume_test.cpp,
+// data_order_test.cpp, divergence_test.cpp, resume_test.cpp and signal_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -122,6 +123,8 @@ struct TrainSummary {
     bool interrupted = false;              // stopped early by a stop request
     int stop_signal = 0;                   // the signal that stopped it (SIGINT, SIGTERM), or 0
     std::optional<StepRecord> final_eval;  // final_eval->decode: real tau on held-out prompts
+    int process = 0;    // launch.rank: only process 0 writes checkpoints and metrics
+    int processes = 1;  // launch.world_size
 };
 
 // What run_trainer needs from run_drafter_training / run_pretraining.
@@ -150,9 +153,10 @@ struct TrainerSpec {
 // Locks a run directory that exists and, for a fresh run, refuses one that already holds
 // checkpoints: what run_trainer would refuse, found before minutes of model loading rather than
 // after. A directory that does not exist yet is left to run_trainer (nullopt), so a run refused
-// while loading leaves nothing behind.
+// while loading leaves nothing behind; so is every process but process 0 of a multi-process run
+// (launch.rank), which never writes there.
 std::optional<DirLock> lock_run_dir(const std::filesystem::path& run_dir, const std::string& kind,
-                                    bool resuming);
+                                    bool resuming, const config::Settings& settings);
 
 // Locks spec.run_dir (core/dir_lock.h: a second writer is refused with this process's pid),
 // validates a resume completely (kind, worker count, steps, every worker's data position, the

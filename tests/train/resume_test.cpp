@@ -113,7 +113,7 @@ TEST_F(Resume, ARefusedResumeLeavesTheRunDirectoryAsItWas) {
     const fs::path run = *dir_ / "refused";
     const fs::path ck3 = run / train::checkpoint_name(3);
     // metrics.jsonl holds steps 4..6 after checkpoint 3: a resume from 3 that went ahead would
-    // drop them. First the training state is damaged, then the worker count differs.
+    // drop them. First the training state is damaged, then the worker count cannot continue it.
     test::write_file(ck3 / train::kTrainingStateTensors, "not a safetensors file");
     const auto before = snapshot(run);
     auto j = job("refused");
@@ -121,12 +121,13 @@ TEST_F(Resume, ARefusedResumeLeavesTheRunDirectoryAsItWas) {
     EXPECT_TRUE(has(error_of([&] { train::run_drafter_training(j, given(), Logger()); }),
                     "training_state.safetensors"));
     EXPECT_EQ(snapshot(run), before);
-    j.resume = run;  // checkpoint 6, sound, but for one worker
+    // Checkpoint 6, sound, but its one worker read 6 sequences, which 4 cannot continue.
+    j.resume = run;
     const std::string e = error_of([&] {
-        train::run_drafter_training(j, given({{"runtime.devices", "2"}, {"train.max_steps", "9"}}),
+        train::run_drafter_training(j, given({{"runtime.devices", "4"}, {"train.max_steps", "9"}}),
                                     Logger());
     });
-    EXPECT_TRUE(has(e, "written by 1 workers")) << e;
+    EXPECT_TRUE(has(e, "had read 6 sequences of epoch 0, which 4 workers")) << e;
     EXPECT_EQ(snapshot(run), before);
 }
 
