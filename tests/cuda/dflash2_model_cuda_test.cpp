@@ -1,9 +1,9 @@
 // DFlash2 drafters on the CUDA backend against the CPU: one drafted block (the drafter's logits
 // and the selector's input z) with the same bf16-representable weights; a training step's loss
-// and gradients (the convolutions' backward in place); greedy DFlash2 speculative decoding on CUDA
-// equals plain greedy decoding on CUDA token for token, also with causal sliding-window layers
-// whose window hides most of the context (the row-by-row attention path). Skips visibly without a
-// GPU.
+// and gradients (the convolutions' backward in place), also with the selector's loss; greedy
+// DFlash2 speculative decoding on CUDA equals plain greedy decoding on CUDA token for token, also
+// with causal sliding-window layers whose window hides most of the context (the row-by-row
+// attention path). Skips visibly without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -116,6 +116,60 @@ TEST_F(CudaDflash2, TrainingStepMatchesTheCpu) {
     double la = 0, lb = 0;
     const HostTensor ga = step(*cpu_, c, la), gb = step(*gpu_, g, lb);
     EXPECT_NEAR(lb, la, 0.02 * la);
+    double dot = 0, na = 0, nb = 0;
+    for (int64_t i = 0; i < ga.numel(); ++i) {
+        dot += double(ga.f32()[i]) * gb.f32()[i];
+        na += double(ga.f32()[i]) * ga.f32()[i];
+        nb += double(gb.f32()[i]) * gb.f32()[i];
+    }
+    EXPECT_GT(dot / std::sqrt(na * nb), 0.99);
+    EXPECT_NEAR(std::sqrt(nb), std::sqrt(na), 0.05 * std::sqrt(na));
+}
+
+// The selector's loss on the device (train.selector_loss_alpha = 1, top-4 of 150, so most targets
+// are injected): the selector loss within 2%, the row and block counts exact, recall within a
+// couple of rows (bf16 logits may reorder near-ties at rank 4), and the whole gradient (backbone
+// and selector) within 1% in direction and 5% in size of the CPU's.
+TEST_F(CudaDflash2, TrainingStepWithTheSelectorLossMatchesTheCpu) {
+    Pair g = make_pair(*gpu_, 23, 8, 150);
+    Pair c = make_pair(*cpu_, 23, 8, 150);
+    c.target.params().copy_from(g.target.params());
+    c.drafter.params().copy_from(g.drafter.params());
+    const auto toks = random_tokens(97, 150, 5);
+    std::vector<uint8_t> mask(toks.size(), 1);
+    mask[0] = mask[1] = mask[40] = 0;
+    const std::vector<int32_t> anchors = {2, 9, 30, 31, 60, 88, 91};
+    auto step = [&](Backend& be, Pair& p, HostTensor& sel) {
+        p.drafter.params().enable_training();
+        p.drafter.params().zero_grads();
+        const int64_t S = static_cast<int64_t>(toks.size()), B = p.drafter.block_size();
+        DeviceTensor feats(be, {S, p.drafter.feature_dim()}, be.compute_dtype());
+        Workspace ws(be, WorkspacePlan{size_t{64} << 20, size_t{1} << 20, size_t{1} << 16});
+        p.target.forward(be, ws, toks, p.drafter.config().target_layer_ids, feats, Tensor());
+        ws.reset();
+        DeviceTensor stats(be, {LossStatsLayout{B}.size()}, DType::f32);
+        DeviceTensor sstats(be, {SelectorStatsLayout{B}.size()}, DType::f32);
+        be.fill(stats, 0.0f);
+        be.fill(sstats, 0.0f);
+        BlockObjective o;
+        o.selector_stats = sstats;
+        o.selector_alpha = 1.0;
+        p.drafter.train_step(be, ws, p.target.embed(), p.target.lm_head(), feats, toks, mask,
+                             anchors, 4.0, 1.0f, 50, stats, o);
+        sel = to_host_f32(be, sstats);
+        return to_host_f32(be, p.drafter.params().flat_grads());
+    };
+    HostTensor sa, sb;
+    const HostTensor ga = step(*cpu_, c, sa), gb = step(*gpu_, g, sb);
+    const float* a = sa.f32();
+    const float* b = sb.f32();
+    EXPECT_GT(a[SelectorStatsLayout::kLossSum], 0.0f);
+    EXPECT_NEAR(b[SelectorStatsLayout::kLossSum], a[SelectorStatsLayout::kLossSum],
+                0.02 * a[SelectorStatsLayout::kLossSum]);
+    EXPECT_EQ(b[SelectorStatsLayout::kRows], a[SelectorStatsLayout::kRows]);
+    EXPECT_EQ(b[SelectorStatsLayout::kBlocks], a[SelectorStatsLayout::kBlocks]);
+    EXPECT_LT(a[SelectorStatsLayout::kHits], a[SelectorStatsLayout::kRows]);
+    EXPECT_NEAR(b[SelectorStatsLayout::kHits], a[SelectorStatsLayout::kHits], 2.0);
     double dot = 0, na = 0, nb = 0;
     for (int64_t i = 0; i < ga.numel(); ++i) {
         dot += double(ga.f32()[i]) * gb.f32()[i];
