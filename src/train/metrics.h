@@ -1,8 +1,8 @@
 // Training metrics (design §3, dflash-spec §2.5): per-position accuracy of the drafted block, the
 // acceptance length it implies, the real acceptance length of speculative decoding on held-out
-// prompts, throughput; appended to <run>/metrics.jsonl and shown as a progress line. Tested by
-// tests/train/optimizer_test.cpp, tests/train/eval_decode_test.cpp (real tau) and
-// tests/train/metrics_resume_test.cpp (the rewrite on resume).
+// prompts, throughput, and DFlash2's selector metrics; appended to <run>/metrics.jsonl and shown as
+// a progress line. Tested by tests/train/optimizer_test.cpp, tests/train/eval_decode_test.cpp
+// (real tau) and tests/train/metrics_resume_test.cpp (the rewrite on resume).
 #pragma once
 
 #include <cstdint>
