@@ -207,6 +207,34 @@ class Backend {
     // largest first, equal values in ascending index order (so indices[r, 0] == argmax_rows).
     // 1 <= K <= V.
     virtual void topk_rows(const Tensor& x, const Tensor& values, const Tensor& indices) = 0;
+
+    // ---- DFlash2 selector loss (dflash2-spec §B.3; backend/cpu/selector_loss.cpp) -------------
+    // Hard target injection after topk_rows(logits, values, ids): for a row r with labels[r] >= 0
+    // whose label is candidate k, label_pos[r] = k and hit[r] = 1; a label outside the strict
+    // top-K replaces the weakest candidate (k = K-1) with its own logit (values[r, K-1] =
+    // logits[r, labels[r]], ids[r, K-1] = labels[r]), label_pos[r] = K-1 and hit[r] = 0. Rows
+    // with labels[r] < 0: label_pos -1, hit 0, candidates unchanged. logits f32 [R, V], labels /
+    // label_pos / hit i32 [R], values f32 [R, K] and ids i32 [R, K] updated in place.
+    virtual void selector_inject(const Tensor& logits, const Tensor& labels, const Tensor& values,
+                                 const Tensor& ids, const Tensor& label_pos, const Tensor& hit) = 0;
+    // The selector's K-way cross-entropy (see SelectorCeArgs): per row, scores S_k = u(values_k)
+    // + pair_k with u the unary post-processing (x multiplier, then the soft cap), loss
+    // -log softmax(S)[label_pos] and its gradients.
+    virtual void selector_ce(const SelectorCeArgs& a) = 0;
+    // Adds one micro-batch's selector sums into stats f32 [SelectorStatsLayout{block}.size()]:
+    // rows in blocks of `block` rows (row 0 of each block is the anchor), per row the loss,
+    // the teacher-forced pick, label_pos and hit of selector_inject / selector_ce and its weight.
+    // The self-conditioned path of a block is alive at row k while every trained row 1..k hit and
+    // picked the target (teacher-forced predecessors = the path's own while it is alive); the
+    // oracle run lasts while the target is in the strict top-K.
+    virtual void selector_stats(const Tensor& loss_rows, const Tensor& pick,
+                                const Tensor& label_pos, const Tensor& hit, const Tensor& weights,
+                                int64_t block, const Tensor& stats) = 0;
+    // out f32 [R, D] = sum_k dvalues[r, k] * w[ids[r, k]] (overwritten): the gradient that the
+    // candidates' logits (h_r . w[id]) send to h. dvalues f32 [R, K], ids i32 [R, K], w [V, D]
+    // (the compute dtype). Deterministic.
+    virtual void selector_unary_bwd(const Tensor& dvalues, const Tensor& ids, const Tensor& w,
+                                    const Tensor& out) = 0;
 };
 
 // An owner of step keys for as long as it lives: a session or worker whose buffers stay put holds

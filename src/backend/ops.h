@@ -137,4 +137,39 @@ struct LmHeadKlOut {
     Tensor workspace;
 };
 
+// ---- DFlash2 selector loss ---------------------------------------------------------------------
+// Arguments of Backend::selector_ce (dflash2-spec §B.3): R rows (drafted slots), K candidates.
+// Tensors left empty are not computed (grad_weights empty: no gradient).
+struct SelectorCeArgs {
+    Tensor values;        // f32 [R, K]: the candidates' raw logits (topk_rows, selector_inject)
+    Tensor pair;          // f32 [R, K]: pair scores of the slot's one predecessor to each candidate
+    Tensor label_pos;     // i32 [R]: the target's candidate index, -1 for rows that are not trained
+    Tensor weights;       // f32 [R]: loss weights (0: not trained)
+    Tensor grad_weights;  // f32 [R]: the gradient's row weights (weights x the step's scale)
+    float multiplier = 1.0f;  // output_multiplier (> 0)
+    float softcap = 0.0f;     // final_logit_softcapping (<= 0: off)
+    Tensor loss_rows;         // out f32 [R]: -log softmax(S)[label] (0 where weights == 0)
+    Tensor pick;              // out i32 [R]: argmax of S (lowest index on ties)
+    Tensor dvalues;  // out f32 [R, K]: grad_weights * d CE / d values (through the soft cap)
+    Tensor dpair;    // out f32 [R, K]: grad_weights * d CE / d pair = (softmax(S) - onehot)
+};
+
+// Indices into the stats that Backend::selector_stats accumulates, for blocks of `block` rows.
+// Counts are over rows (or blocks) that carry loss weight.
+struct SelectorStatsLayout {
+    int64_t block = 1;
+    static constexpr int64_t kLossSum = 0;    // sum of weight * selector CE
+    static constexpr int64_t kRows = 1;       // rows with weight > 0
+    static constexpr int64_t kHits = 2;       // ... whose target is in the strict top-K (recall)
+    static constexpr int64_t kPicks = 3;      // ... where the teacher-forced argmax is the target
+    static constexpr int64_t kBlocks = 4;     // blocks with weight at row 1
+    static constexpr int64_t kPathRun = 5;    // sum over blocks of the self-conditioned alive run
+    static constexpr int64_t kOracleRun = 6;  // sum over blocks of the run while target in top-K
+    // Per block row k: blocks whose path was alive before row k (and row k is trained), and those
+    // of them whose path picks the target at k.
+    int64_t path_count(int64_t k) const { return 7 + k; }
+    int64_t path_correct(int64_t k) const { return 7 + block + k; }
+    int64_t size() const { return 7 + 2 * block; }
+};
+
 }  // namespace dflash

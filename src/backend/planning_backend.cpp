@@ -76,6 +76,12 @@ class PlanningBackend final : public Backend {
                              const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                              const Tensor&) override {}
     void topk_rows(const Tensor&, const Tensor&, const Tensor&) override {}
+    void selector_inject(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                         const Tensor&) override {}
+    void selector_ce(const SelectorCeArgs&) override {}
+    void selector_stats(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                        int64_t, const Tensor&) override {}
+    void selector_unary_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
 
   private:
     [[noreturn]] void refuse(const char* what) const {

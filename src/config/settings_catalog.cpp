@@ -187,6 +187,12 @@ void add_train(Registry& r) {
                          "distribution (costs the target's final hidden states and a second "
                          "chunked LM-head pass)")
               .read_by("train loss (lm_head_ce / lm_head_kl), arena planning"));
+    r.add(D::real("train.selector_loss_alpha", 1.0,
+                  "DFlash2 drafters: loss = unary + alpha * selector K-way cross-entropy "
+                  "(dflash2-spec B.3); 0 = unary only (the selector's metrics are still "
+                  "reported); ignored for DFlash drafters")
+              .range(0, 1e6)
+              .read_by("train loss (selector_loss)"));
     r.add(D::enumeration("train.documents", "packed", {"packed", "separate"},
                          "samples packed into one training sequence: packed = one stream "
                          "(the target, anchors and drafter context cross sample boundaries); "

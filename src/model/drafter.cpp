@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 
+#include "model/selector_loss.h"
 #include "model/tensor_layout.h"
 
 namespace dflash {
@@ -266,12 +267,29 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const Tensor& embed,
             for (int64_t k = 0; k < B; ++k)
                 teacher_rows.host.i32()[j * B + k] = teacher_position(anchors[j], k, S);
     }
+    // DFlash2's selector loss: teacher-forced predecessors (the data token before each row; the
+    // anchor for row 1) and its own gradient weights (alpha x the unary ones).
+    const bool selector = cfg_.dflash2() && !objective.selector_stats.empty();
+    const bool grads = params_.has_grads();
+    const bool selector_grads = selector && grads && objective.selector_alpha > 0;
+    Workspace::Staged pred, sel_weights;
+    if (selector) {
+        pred = ws.input({R}, DType::i32);
+        for (int64_t j = 0; j < N; ++j)
+            for (int64_t k = 0; k < B; ++k)
+                pred.host.i32()[j * B + k] = tokens[teacher_position(anchors[j], k, S)];
+    }
+    if (selector_grads) {
+        sel_weights = ws.input({R}, DType::f32);
+        const auto alpha = static_cast<float>(objective.selector_alpha);
+        for (int64_t i = 0; i < R; ++i)
+            sel_weights.host.f32()[i] = alpha * grad_weights.host.f32()[i];
+    }
     BlockForward f;
     forward_blocks(be, ws, embed, features, tokens, anchors, objective.context_starts, f);
     const int64_t L = cfg_.layer.num_hidden_layers;
     const DType act = be.compute_dtype();
 
-    const bool grads = params_.has_grads();
     BlockLossArgs la;
     la.kind = objective.loss;
     la.hf = f.hf;
@@ -288,6 +306,18 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const Tensor& embed,
     la.period = B;
     const Tensor dh = grads ? ws.take({R, D}, act) : Tensor();
     block_loss(be, ws, la, dh, stats);
+    if (selector) {
+        SelectorLossArgs sa;
+        sa.hf = f.hf;
+        sa.lm_head = lm_head;
+        sa.labels = labels.device;
+        sa.weights = weights.device;
+        if (selector_grads) sa.grad_weights = sel_weights.device;
+        sa.pred = pred.device;
+        sa.block = B;
+        sa.chunk = chunk;
+        selector_loss(be, ws, params_, cfg_.d2, sa, dh, objective.selector_stats);
+    }
     if (!grads) return;
 
     Tensor dx = ws.take({R, D}, act);

@@ -32,6 +32,11 @@ struct BlockObjective {
     // Per anchor, the first context row its block may see (its document's start in a packed
     // sequence); empty: every block sees the context from row 0.
     std::span<const int32_t> context_starts;
+    // DFlash2 drafters: where the candidate selector's loss and metrics go (f32
+    // [SelectorStatsLayout{B}.size()], device; model/selector_loss.h), and the selector loss's
+    // weight in the gradient (train.selector_loss_alpha; 0: metrics only). Empty: no selector loss.
+    Tensor selector_stats;
+    double selector_alpha = 0;
 };
 
 class DrafterModel {

@@ -32,6 +32,7 @@ struct DrafterLossOptions {
     int64_t ce_chunk = 8192;
     LossKind loss = LossKind::ce;  // train.loss
     bool documents = false;        // train.documents = separate
+    double selector_alpha = 1.0;   // train.selector_loss_alpha (DFlash2 drafters)
 };
 
 // What an evaluation decodes: the first train.eval_prompt_count prompts, greedily.
@@ -64,6 +65,33 @@ class DrafterTask : public WorkerTask {
 
     std::string loss_kind() const override { return loss_kind_name(opt_.loss); }
 
+    // DFlash2: the candidate selector's sums (SelectorStatsLayout) after the loss stats.
+    int64_t extra_stats_size() const override {
+        return drafter_.config().dflash2() ? SelectorStatsLayout{drafter_.block_size()}.size() : 0;
+    }
+
+    void add_extra_metrics(const std::vector<double>& e, double weight_sum,
+                           StepRecord& r) const override {
+        if (e.empty()) return;
+        const SelectorStatsLayout lay{drafter_.block_size()};
+        DF_ASSERT(static_cast<int64_t>(e.size()) == lay.size());
+        auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+        SelectorMetrics m;
+        m.top_k = drafter_.config().d2.selector_top_k;
+        m.alpha = opt_.selector_alpha;
+        m.unary_loss = r.loss;
+        m.selector_loss = ratio(e[SelectorStatsLayout::kLossSum], weight_sum);
+        const double rows = e[SelectorStatsLayout::kRows], blocks = e[SelectorStatsLayout::kBlocks];
+        m.recall = ratio(e[SelectorStatsLayout::kHits], rows);
+        m.teacher_forced_acc = ratio(e[SelectorStatsLayout::kPicks], rows);
+        m.path_accept_len = 1.0 + ratio(e[SelectorStatsLayout::kPathRun], blocks);
+        m.oracle_accept_len = 1.0 + ratio(e[SelectorStatsLayout::kOracleRun], blocks);
+        for (int64_t k = 1; k < lay.block; ++k)
+            m.path_acc.push_back(ratio(e[lay.path_correct(k)], e[lay.path_count(k)]));
+        r.loss = m.unary_loss + m.alpha * m.selector_loss;
+        r.selector = m;
+    }
+
     void prepare(MicroBatch& mb, Rng& rng) const override {
         mb.anchors = opt_.documents
                          ? sample_document_anchors(mb.seq.loss_mask, mb.seq.sample_starts,
@@ -92,7 +120,12 @@ class DrafterTask : public WorkerTask {
         // before the drafter takes its memory (its staged inputs keep their place: the step may
         // be recorded).
         Tensor features = ws.take({S, drafter_.feature_dim()}, be.compute_dtype());
-        const BlockObjective objective = make_objective(be, ws, mb);
+        BlockObjective objective = make_objective(be, ws, mb);
+        const int64_t n_loss = LossStatsLayout{drafter_.block_size()}.size();
+        if (extra_stats_size() > 0) {
+            objective.selector_stats = stats.rows(n_loss, n_loss + extra_stats_size());
+            objective.selector_alpha = opt_.selector_alpha;
+        }
         const Workspace::Mark m = ws.mark();
         if (opt_.documents) {
             target_->forward_documents(be, ws, mb.seq.tokens, mb.seq.sample_starts,
@@ -105,7 +138,7 @@ class DrafterTask : public WorkerTask {
         ws.release_scratch(m);
         drafter_.train_step(be, ws, target_->embed(), target_->lm_head(), features, mb.seq.tokens,
                             mb.seq.loss_mask, mb.anchors, opt_.gamma, grad_scale, opt_.ce_chunk,
-                            stats, objective);
+                            stats.rows(0, n_loss), objective);
     }
 
     std::vector<int64_t> step_shape(const MicroBatch& mb) const override {
@@ -297,12 +330,18 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Sett
     spec.epochs = s.get<int64_t>("train.epochs");
     spec.max_steps = s.get<int64_t>("train.max_steps");
     spec.hooks = job.hooks;
-    const DrafterLossOptions lo{
-        s.get<int64_t>("train.num_anchors"), s.get<double>("train.loss_decay_gamma"),
-        s.get<int64_t>("train.lm_head_chunk"), parse_loss_kind(s.get<std::string>("train.loss")),
-        s.get<std::string>("train.documents") == "separate"};
-    log.info("objective: train.loss={}, train.documents={}", loss_kind_name(lo.loss),
-             s.get<std::string>("train.documents"));
+    const DrafterLossOptions lo{s.get<int64_t>("train.num_anchors"),
+                                s.get<double>("train.loss_decay_gamma"),
+                                s.get<int64_t>("train.lm_head_chunk"),
+                                parse_loss_kind(s.get<std::string>("train.loss")),
+                                s.get<std::string>("train.documents") == "separate",
+                                s.get<double>("train.selector_loss_alpha")};
+    log.info("objective: train.loss={}, train.documents={}{}", loss_kind_name(lo.loss),
+             s.get<std::string>("train.documents"),
+             init.config().dflash2()
+                 ? fmt::format(", train.selector_loss_alpha={} (DFlash2 selector, top-{})",
+                               lo.selector_alpha, init.config().d2.selector_top_k)
+                 : std::string());
     spec.make_task = [&](int, Backend& be) {
         return std::make_unique<DrafterTask>(be, target, init, *tok, lo, decode.get());
     };

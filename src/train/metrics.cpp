@@ -27,12 +27,29 @@ double DecodeEval::tau() const {
     return steps > 0 ? static_cast<double>(new_tokens - prompts) / static_cast<double>(steps) : 0.0;
 }
 
+namespace {
+
+void add_selector(const SelectorMetrics& m, nlohmann::json& j) {
+    j["unary_loss"] = m.unary_loss;
+    j["selector_loss"] = m.selector_loss;
+    j["selector_loss_alpha"] = m.alpha;
+    j["selector_top_k"] = m.top_k;
+    j["candidate_recall_at_k"] = m.recall;
+    j["teacher_forced_selector_acc"] = m.teacher_forced_acc;
+    j["path_accept_len"] = m.path_accept_len;
+    j["path_acc"] = m.path_acc;
+    j["oracle_accept_len"] = m.oracle_accept_len;
+}
+
+}  // namespace
+
 nlohmann::json record_json(const StepRecord& r) {
     nlohmann::json j = {{"step", r.step}, {"epoch", r.epoch}};
     if (!r.eval || r.has_loss) {
         j["loss"] = r.loss;
         if (!r.loss_kind.empty()) j["loss_kind"] = r.loss_kind;
         j["acc"] = r.acc;
+        if (r.selector) add_selector(*r.selector, j);
     }
     if (r.eval) {
         j["eval"] = true;
@@ -98,6 +115,12 @@ int64_t truncate_metrics(const std::filesystem::path& path, int64_t last_step) {
     return dropped;
 }
 
+std::string selector_summary(const SelectorMetrics& m) {
+    return fmt::format("sel {:.4f} recall@{} {:.3f} tf-acc {:.3f} path {:.2f} oracle {:.2f}",
+                       m.selector_loss, m.top_k, m.recall, m.teacher_forced_acc, m.path_accept_len,
+                       m.oracle_accept_len);
+}
+
 std::string format_duration(double seconds) {
     if (!std::isfinite(seconds) || seconds < 0) return "?";
     const auto s = static_cast<int64_t>(seconds + 0.5);
@@ -111,6 +134,7 @@ std::string progress_line(const StepRecord& r) {
     std::string out =
         fmt::format("step {}/{} | loss {:.4f} | acc@1 {}", r.step, r.total_steps, r.loss, acc1);
     if (r.tau_implied > 0) out += fmt::format(" | tau~{:.2f}", r.tau_implied);
+    if (r.selector) out += " | " + selector_summary(*r.selector);
     out += fmt::format(" | {:.0f} tok/s | ETA {}", r.tokens_per_s, format_duration(r.eta_s));
     return out;
 }

@@ -1,8 +1,8 @@
 // Training metrics (design §3, dflash-spec §2.5): per-position accuracy of the drafted block, the
 // acceptance length it implies, the real acceptance length of speculative decoding on held-out
-// prompts, throughput; appended to <run>/metrics.jsonl and shown as a progress line. Tested by
-// tests/train/optimizer_test.cpp, tests/train/eval_decode_test.cpp (real tau) and
-// tests/train/metrics_resume_test.cpp (the rewrite on resume).
+// prompts, throughput, and DFlash2's selector metrics; appended to <run>/metrics.jsonl and shown as
+// a progress line. Tested by tests/train/optimizer_test.cpp, tests/train/eval_decode_test.cpp
+// (real tau) and tests/train/metrics_resume_test.cpp (the rewrite on resume).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +29,22 @@ struct DecodeEval {
     double tau() const;
 };
 
+// DFlash2's candidate selector (dflash2-spec §B.3 metrics), over the rows and blocks that carry
+// loss weight; r.loss of a record with these is unary_loss + alpha * selector_loss.
+struct SelectorMetrics {
+    int64_t top_k = 0;
+    double alpha = 0;
+    double unary_loss = 0;
+    double selector_loss = 0;       // the weighted K-way CE, normalised like the unary loss
+    double recall = 0;              // target in the strict unary top-K
+    double teacher_forced_acc = 0;  // argmax of the (injected) candidates' scores is the target
+    // Greedy walk from the anchor over the strict candidates: 1 + the run of slots it gets right.
+    double path_accept_len = 0;
+    // 1 + the run of slots whose target is in the strict top-K (a perfect selector's length).
+    double oracle_accept_len = 0;
+    std::vector<double> path_acc;  // [B-1]: accuracy at slot k given the path alive before it
+};
+
 // One logged step (or evaluation) of a run, after the all-reduce: identical on every worker.
 struct StepRecord {
     int64_t step = 0;
@@ -52,6 +68,7 @@ struct StepRecord {
     std::optional<DecodeEval> decode;
     // Training steps on a device with a graph cache: worker 0's counters so far.
     std::optional<GraphStats> graphs;
+    std::optional<SelectorMetrics> selector;  // DFlash2 drafters
 };
 
 // Expected acceptance length if block position k were accepted independently with probability
@@ -90,8 +107,11 @@ class MetricsLog {
 // missing. Returns the number of lines dropped.
 int64_t truncate_metrics(const std::filesystem::path& path, int64_t last_step);
 
-// "step 12/300 | loss 3.2101 | acc@1 0.412 | 1234 tok/s | ETA 1m05s"
+// "step 12/300 | loss 3.2101 | acc@1 0.412 | 1234 tok/s | ETA 1m05s" (DFlash2: with the
+// selector_summary after tau~)
 std::string progress_line(const StepRecord& r);
+// "sel 1.2345 recall@16 0.912 tf-acc 0.701 path 2.31 oracle 3.40" (progress and eval lines)
+std::string selector_summary(const SelectorMetrics& m);
 // "1h02m", "3m05s", "12s"
 std::string format_duration(double seconds);
 

@@ -121,6 +121,7 @@ std::vector<double> pack_stats(const TaskStats& st) {
     std::vector<double> v = {st.loss_sum, st.weight_sum, st.tokens};
     v.insert(v.end(), st.correct.begin(), st.correct.end());
     v.insert(v.end(), st.count.begin(), st.count.end());
+    v.insert(v.end(), st.extra.begin(), st.extra.end());
     return v;
 }
 
@@ -131,6 +132,7 @@ TaskStats unpack_stats(const std::vector<double>& v, int64_t P) {
     st.tokens = v[2];
     st.correct.assign(v.begin() + 3, v.begin() + 3 + P);
     st.count.assign(v.begin() + 3 + P, v.begin() + 3 + 2 * P);
+    st.extra.assign(v.begin() + 3 + 2 * P, v.end());
     return st;
 }
 
@@ -140,6 +142,7 @@ std::string eval_line(const StepRecord& r) {
     if (r.has_loss) {
         out = fmt::format("loss {:.4f} acc@1 {:.3f}", r.loss, r.acc.empty() ? 0.0 : r.acc.front());
         if (r.tau_implied > 0) out += fmt::format(" tau~{:.2f}", r.tau_implied);
+        if (r.selector) out += " " + selector_summary(*r.selector);
     }
     if (r.decode) {
         if (!out.empty()) out += " | ";
@@ -197,8 +200,9 @@ class Worker {
     std::optional<LrSchedule> sched_;
     Workspace ws_;
     LossStatsLayout layout_;
-    // [layout_.size() + 2] on the device: the step's loss/accuracy sums, then the gradient norm²
-    // and the clipping factor; downloaded once per step into step_host_.
+    int64_t stats_size_ = 0;  // layout_.size() + the task's extra sums
+    // [stats_size_ + 2] on the device: the step's loss/accuracy sums (and the task's own), then
+    // the gradient norm² and the clipping factor; downloaded once per step into step_host_.
     DeviceTensor step_out_;
     HostTensor step_host_;
     std::vector<float> host_grads_;  // all-reduce staging when the device is not the host
@@ -220,12 +224,13 @@ void Worker::setup() {
     opt_ = std::make_unique<AdamW>(task_->params(), sh_.opt.adamw);
     sched_.emplace(sh_.opt.schedule, sh_.spec.lr, sh_.total_steps, sh_.opt.warmup_ratio);
     layout_ = LossStatsLayout{task_->num_positions() + task_->stats_offset()};
-    step_out_ = DeviceTensor(*be_, {layout_.size() + 2}, DType::f32);
-    step_host_ = HostTensor({layout_.size() + 2});
+    stats_size_ = layout_.size() + task_->extra_stats_size();
+    step_out_ = DeviceTensor(*be_, {stats_size_ + 2}, DType::f32);
+    step_host_ = HostTensor({stats_size_ + 2});
     // The workspace of the largest micro-batch, measured by running it dry.
     ctx_.set_phase("planning the step's memory");
     const MicroBatch largest = task_->largest_batch(sh_.spec.max_length);
-    const Tensor stats = step_out_.view().rows(0, layout_.size());
+    const Tensor stats = step_out_.view().rows(0, stats_size_);
     ws_ = Workspace(*be_, plan_workspace(*be_, [&](Backend& pb, Workspace& pws) {
         task_->run(pb, pws, largest, 1.0f, stats);
     }));
@@ -259,6 +264,7 @@ TaskStats Worker::stats_from(const float* s) const {
         st.correct.push_back(s[layout_.correct(p + off)]);
         st.count.push_back(s[layout_.count(p + off)]);
     }
+    st.extra.assign(s + layout_.size(), s + stats_size_);
     return st;
 }
 
@@ -309,7 +315,7 @@ bool Worker::train_step(int64_t step) {
     comm_.all_reduce_sum(&w, 1);
     ParamSet& params = task_->params();
     params.zero_grads();
-    const int64_t S = layout_.size();
+    const int64_t S = stats_size_;
     const Tensor out = step_out_.view();
     const Tensor stats = out.rows(0, S), norm_sq = out.rows(S, S + 1),
                  clip = out.rows(S + 1, S + 2);
@@ -342,7 +348,11 @@ bool Worker::train_step(int64_t step) {
     packed.pop_back();
     const int64_t P = task_->num_positions();
     const TaskStats g = unpack_stats(packed, P);
-    const double loss = w > 0 ? g.loss_sum / w : 0.0;
+    StepRecord r;
+    r.loss = w > 0 ? g.loss_sum / w : 0.0;
+    r.acc = accuracies(g);
+    task_->add_extra_metrics(g.extra, w, r);
+    const double loss = r.loss;
     DF_CHECK(std::isfinite(loss),
              "the loss is {} at step {}: training diverged (lower train.lr "
              "or raise train.warmup_ratio); the last checkpoint is intact",
@@ -355,13 +365,10 @@ bool Worker::train_step(int64_t step) {
 
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     step_seconds_ += secs;
-    StepRecord r;
     r.step = step;
     r.total_steps = sh_.total_steps;
     r.epoch = loader_->state().epoch;
-    r.loss = loss;
     r.loss_kind = task_->loss_kind();
-    r.acc = accuracies(g);
     if (task_->reports_tau()) r.tau_implied = implied_tau(r.acc);
     r.lr = lr;
     r.grad_norm = norm;
@@ -479,7 +486,7 @@ void Worker::evaluate_heldout(StepRecord& r) {
     int64_t n = plan.sequences_per_epoch();
     if (sh_.opt.eval_sequences > 0) n = std::min(n, sh_.opt.eval_sequences);
     const int64_t P = task_->num_positions();
-    const Tensor stats = step_out_.view().rows(0, layout_.size());
+    const Tensor stats = step_out_.view().rows(0, stats_size_);
     be_->fill(stats, 0.0f);
     {
         GradsOff no_grads(task_->params());
@@ -492,13 +499,14 @@ void Worker::evaluate_heldout(StepRecord& r) {
             if (mb.weight > 0) run_batch(mb, 0.0f, stats);
         }
     }
-    be_->download(step_host_.view().rows(0, layout_.size()), stats);
+    be_->download(step_host_.view().rows(0, stats_size_), stats);
     const TaskStats st = stats_from(step_host_.f32());
     std::vector<double> packed = pack_stats(st);
     comm_.all_reduce_sum(packed.data(), packed.size());
     const TaskStats g = unpack_stats(packed, P);
     r.loss = g.weight_sum > 0 ? g.loss_sum / g.weight_sum : 0.0;
     r.acc = accuracies(g);
+    task_->add_extra_metrics(g.extra, g.weight_sum, r);
     if (task_->reports_tau()) r.tau_implied = implied_tau(r.acc);
 }
 

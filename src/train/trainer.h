@@ -49,6 +49,7 @@ struct TaskStats {
     double tokens = 0;
     std::vector<double> correct;  // [P] per accuracy position
     std::vector<double> count;    // [P]
+    std::vector<double> extra;    // [WorkerTask::extra_stats_size()]: the task's own sums
 };
 
 // The model-specific part of a run; one instance per worker, owning that worker's replica on the
@@ -66,13 +67,21 @@ class WorkerTask {
     virtual bool reports_tau() const = 0;
     // What StepRecord::loss is ("ce" or "kl", train.loss), written to metrics.jsonl.
     virtual std::string loss_kind() const { return "ce"; }
+    // Sums of the task's own beyond LossStatsLayout (DFlash2: the selector's), kept on the device
+    // right after the loss stats, downloaded and all-reduced with them.
+    virtual int64_t extra_stats_size() const { return 0; }
+    // Completes a record whose loss (the loss stats' sum / weight_sum) and acc are set from the
+    // global extra sums: DFlash2 adds alpha x the selector loss to r.loss and its metrics.
+    virtual void add_extra_metrics(const std::vector<double>& /*extra*/, double /*weight_sum*/,
+                                   StepRecord& /*r*/) const {}
     // Fills mb.anchors (drawing from rng) and mb.weight; runs before any forward.
     virtual void prepare(MicroBatch& mb, Rng& rng) const = 0;
     // The largest micro-batch a step can see (max_length tokens, every anchor): the trainer runs
     // it dry once to size the worker's workspace.
     virtual MicroBatch largest_batch(int64_t max_length) const = 0;
     // Forward (+ backward when params have gradients, accumulating grad_scale * d(sum w CE)),
-    // adding loss and per-position accuracy into stats (f32 on the device; LossStatsLayout).
+    // adding loss and per-position accuracy into stats (f32 on the device; LossStatsLayout, then
+    // extra_stats_size() sums of the task's own).
     // Memory from ws (reset by the caller between micro-batches).
     // What, besides the run's fixed settings, decides the device work of run() for mb: the
     // recorded step's key (Backend::run_step). By default the sequence length and anchor count.

@@ -1,9 +1,9 @@
 // DFlash2 drafters on the CUDA backend against the CPU: one drafted block (the drafter's logits
 // and the selector's input z) with the same bf16-representable weights; a training step's loss
-// and gradients (the convolutions' backward in place); greedy DFlash2 speculative decoding on CUDA
-// equals plain greedy decoding on CUDA token for token, also with causal sliding-window layers
-// whose window hides most of the context (the row-by-row attention path). Skips visibly without a
-// GPU.
+// and gradients (the convolutions' backward in place), also with the selector's loss; greedy
+// DFlash2 speculative decoding on CUDA equals plain greedy decoding on CUDA token for token, also
+// with causal sliding-window layers whose window hides most of the context (the row-by-row
+// attention path). Skips visibly without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -85,37 +85,46 @@ TEST_F(CudaDflash2, DraftedBlockMatchesTheCpu) {
     EXPECT_LT(test::max_abs_diff(b.z, a.z), 0.05 * test::max_abs(a.z)) << "z";
 }
 
-// The convolutions' backward on the device: the loss within 2%, the gradient's direction within
-// 1% and its size within 5% of the CPU's.
-TEST_F(CudaDflash2, TrainingStepMatchesTheCpu) {
-    Pair g = make_pair(*gpu_, 21, 8, 150);
-    Pair c = make_pair(*cpu_, 21, 8, 150);
+// A CPU copy of the GPU pair g (made with the same seed): the same weights.
+Pair cpu_twin(Backend& cpu, const Pair& g, uint64_t seed) {
+    Pair c = make_pair(cpu, seed, g.drafter.block_size(), g.target.config().vocab_size);
     c.target.params().copy_from(g.target.params());
     c.drafter.params().copy_from(g.drafter.params());
-    const auto toks = random_tokens(97, 150, 3);
-    std::vector<uint8_t> mask(toks.size(), 1);
-    mask[0] = mask[1] = 0;
-    const std::vector<int32_t> anchors = {2, 9, 30, 31, 60, 88};
-    auto step = [&](Backend& be, Pair& p, double& loss) {
-        p.drafter.params().enable_training();
-        p.drafter.params().zero_grads();
-        const int64_t S = static_cast<int64_t>(toks.size());
-        DeviceTensor feats(be, {S, p.drafter.feature_dim()}, be.compute_dtype());
-        Workspace ws(be, WorkspacePlan{size_t{64} << 20, size_t{1} << 20, size_t{1} << 16});
-        p.target.forward(be, ws, toks, p.drafter.config().target_layer_ids, feats, Tensor());
-        ws.reset();
-        const LossStatsLayout lay{p.drafter.block_size()};
-        DeviceTensor stats(be, {lay.size()}, DType::f32);
-        be.fill(stats, 0.0f);
-        p.drafter.train_step(be, ws, p.target.embed(), p.target.lm_head(), feats, toks, mask,
-                             anchors, 4.0, 1.0f, 50, stats);
-        const HostTensor st = to_host_f32(be, stats);
-        loss = st.f32()[LossStatsLayout::kLossSum] / st.f32()[LossStatsLayout::kWeightSum];
-        return to_host_f32(be, p.drafter.params().flat_grads());
-    };
-    double la = 0, lb = 0;
-    const HostTensor ga = step(*cpu_, c, la), gb = step(*gpu_, g, lb);
-    EXPECT_NEAR(lb, la, 0.02 * la);
+    return c;
+}
+
+// One training step of p on be over toks: the flat gradients, the loss stats and (when
+// selector_alpha >= 0) the selector's stats, with that alpha, on the host.
+struct StepResult {
+    HostTensor grads, stats, selector;
+};
+StepResult train_once(Backend& be, Pair& p, const std::vector<int32_t>& toks,
+                      const std::vector<uint8_t>& mask, const std::vector<int32_t>& anchors,
+                      double selector_alpha) {
+    p.drafter.params().enable_training();
+    p.drafter.params().zero_grads();
+    const int64_t S = static_cast<int64_t>(toks.size()), B = p.drafter.block_size();
+    DeviceTensor feats(be, {S, p.drafter.feature_dim()}, be.compute_dtype());
+    Workspace ws(be, WorkspacePlan{size_t{64} << 20, size_t{1} << 20, size_t{1} << 16});
+    p.target.forward(be, ws, toks, p.drafter.config().target_layer_ids, feats, Tensor());
+    ws.reset();
+    DeviceTensor stats(be, {LossStatsLayout{B}.size()}, DType::f32);
+    DeviceTensor sstats(be, {SelectorStatsLayout{B}.size()}, DType::f32);
+    be.fill(stats, 0.0f);
+    be.fill(sstats, 0.0f);
+    BlockObjective o;
+    if (selector_alpha >= 0) {
+        o.selector_stats = sstats;
+        o.selector_alpha = selector_alpha;
+    }
+    p.drafter.train_step(be, ws, p.target.embed(), p.target.lm_head(), feats, toks, mask, anchors,
+                         4.0, 1.0f, 50, stats, o);
+    return {to_host_f32(be, p.drafter.params().flat_grads()), to_host_f32(be, stats),
+            to_host_f32(be, sstats)};
+}
+
+// The device's gradient within 1% of the CPU's in direction and 5% in size.
+void expect_same_gradient(const HostTensor& ga, const HostTensor& gb) {
     double dot = 0, na = 0, nb = 0;
     for (int64_t i = 0; i < ga.numel(); ++i) {
         dot += double(ga.f32()[i]) * gb.f32()[i];
@@ -124,6 +133,47 @@ TEST_F(CudaDflash2, TrainingStepMatchesTheCpu) {
     }
     EXPECT_GT(dot / std::sqrt(na * nb), 0.99);
     EXPECT_NEAR(std::sqrt(nb), std::sqrt(na), 0.05 * std::sqrt(na));
+}
+
+// The convolutions' backward on the device: the loss within 2%, the gradient as
+// expect_same_gradient.
+TEST_F(CudaDflash2, TrainingStepMatchesTheCpu) {
+    Pair g = make_pair(*gpu_, 21, 8, 150), c = cpu_twin(*cpu_, g, 21);
+    const auto toks = random_tokens(97, 150, 3);
+    std::vector<uint8_t> mask(toks.size(), 1);
+    mask[0] = mask[1] = 0;
+    const std::vector<int32_t> anchors = {2, 9, 30, 31, 60, 88};
+    const StepResult a = train_once(*cpu_, c, toks, mask, anchors, -1);
+    const StepResult b = train_once(*gpu_, g, toks, mask, anchors, -1);
+    auto loss = [](const HostTensor& st) {
+        return double(st.f32()[LossStatsLayout::kLossSum]) / st.f32()[LossStatsLayout::kWeightSum];
+    };
+    EXPECT_NEAR(loss(b.stats), loss(a.stats), 0.02 * loss(a.stats));
+    expect_same_gradient(a.grads, b.grads);
+}
+
+// The selector's loss on the device (train.selector_loss_alpha = 1, top-4 of 150, so most targets
+// are injected): the selector loss within 2%, the row and block counts exact, recall within a
+// couple of rows (bf16 logits may reorder near-ties at rank 4), and the whole gradient (backbone
+// and selector) as expect_same_gradient.
+TEST_F(CudaDflash2, TrainingStepWithTheSelectorLossMatchesTheCpu) {
+    Pair g = make_pair(*gpu_, 23, 8, 150), c = cpu_twin(*cpu_, g, 23);
+    const auto toks = random_tokens(97, 150, 5);
+    std::vector<uint8_t> mask(toks.size(), 1);
+    mask[0] = mask[1] = mask[40] = 0;
+    const std::vector<int32_t> anchors = {2, 9, 30, 31, 60, 88, 91};
+    const StepResult ra = train_once(*cpu_, c, toks, mask, anchors, 1.0);
+    const StepResult rb = train_once(*gpu_, g, toks, mask, anchors, 1.0);
+    const float* a = ra.selector.f32();
+    const float* b = rb.selector.f32();
+    EXPECT_GT(a[SelectorStatsLayout::kLossSum], 0.0f);
+    EXPECT_NEAR(b[SelectorStatsLayout::kLossSum], a[SelectorStatsLayout::kLossSum],
+                0.02 * a[SelectorStatsLayout::kLossSum]);
+    EXPECT_EQ(b[SelectorStatsLayout::kRows], a[SelectorStatsLayout::kRows]);
+    EXPECT_EQ(b[SelectorStatsLayout::kBlocks], a[SelectorStatsLayout::kBlocks]);
+    EXPECT_LT(a[SelectorStatsLayout::kHits], a[SelectorStatsLayout::kRows]);
+    EXPECT_NEAR(b[SelectorStatsLayout::kHits], a[SelectorStatsLayout::kHits], 2.0);
+    expect_same_gradient(ra.grads, rb.grads);
 }
 
 void expect_lossless(const Pair& p, Backend& be, int64_t prompts, std::vector<int64_t>& hist) {

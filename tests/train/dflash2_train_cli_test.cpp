@@ -54,6 +54,19 @@ TEST(Dflash2TrainCli, InitTrainInspectDecode) {
     const std::string conv = "layers.0.mlp_conv.kernel_projection.weight";
     EXPECT_GT(test::max_abs_diff(a.params().value(conv), b.params().value(conv)), 0.0)
         << "training did not move the convolution";
+    // The selector's loss (train.selector_loss_alpha = 1 by default) moves the selector away from
+    // its neutral start, and its metrics are in every training record.
+    const std::string succ = "candidate_selector.successor_codebook";
+    EXPECT_EQ(
+        test::max_abs_diff(a.params().value(succ), HostTensor(a.params().value(succ).shape())),
+        0.0);
+    EXPECT_GT(test::max_abs_diff(a.params().value(succ), b.params().value(succ)), 0.0)
+        << "training did not move the selector";
+    const std::string metrics = test::read_file(dir / "drafter" / "metrics.jsonl");
+    for (const char* key : {"\"selector_loss\"", "\"candidate_recall_at_k\"", "\"path_accept_len\"",
+                            "\"oracle_accept_len\"", "\"teacher_forced_selector_acc\""})
+        EXPECT_TRUE(test::has(metrics, key)) << key << " missing from " << metrics;
+    EXPECT_TRUE(test::has(tr.output, "recall@4")) << tr.output;
 
     const auto gen = test::run_dflash("generate --target " + target + " --drafter " + drafter +
                                       " --prompt 'pq ab' --infer.max_new_tokens 12 --trace" +

@@ -124,5 +124,42 @@ TEST(Metrics, ImpliedTauAndProgress) {
     EXPECT_TRUE(record_json(r)["eval"].get<bool>());
 }
 
+// DFlash2 records: the selector's metrics in the JSON (training and evaluation records alike) and
+// its summary in the progress line.
+TEST(Metrics, SelectorMetricsInRecordsAndProgress) {
+    StepRecord r;
+    r.step = 3;
+    r.total_steps = 9;
+    r.loss = 2.5;
+    r.acc = {0.5};
+    SelectorMetrics m;
+    m.top_k = 16;
+    m.alpha = 0.5;
+    m.unary_loss = 2.0;
+    m.selector_loss = 1.0;
+    m.recall = 0.9;
+    m.teacher_forced_acc = 0.75;
+    m.path_accept_len = 2.5;
+    m.oracle_accept_len = 3.25;
+    m.path_acc = {0.75, 0.5};
+    r.selector = m;
+    EXPECT_EQ(progress_line(r),
+              "step 3/9 | loss 2.5000 | acc@1 0.500 | sel 1.0000 recall@16 0.900 tf-acc 0.750 "
+              "path 2.50 oracle 3.25 | 0 tok/s | ETA 0s");
+    for (const bool eval : {false, true}) {
+        r.eval = eval;
+        const auto j = record_json(r);
+        EXPECT_DOUBLE_EQ(j["unary_loss"].get<double>(), 2.0) << eval;
+        EXPECT_DOUBLE_EQ(j["selector_loss"].get<double>(), 1.0);
+        EXPECT_DOUBLE_EQ(j["selector_loss_alpha"].get<double>(), 0.5);
+        EXPECT_EQ(j["selector_top_k"].get<int64_t>(), 16);
+        EXPECT_DOUBLE_EQ(j["candidate_recall_at_k"].get<double>(), 0.9);
+        EXPECT_DOUBLE_EQ(j["teacher_forced_selector_acc"].get<double>(), 0.75);
+        EXPECT_DOUBLE_EQ(j["path_accept_len"].get<double>(), 2.5);
+        EXPECT_DOUBLE_EQ(j["oracle_accept_len"].get<double>(), 3.25);
+        EXPECT_EQ(j["path_acc"].size(), 2u);
+    }
+}
+
 }  // namespace
 }  // namespace dflash::train

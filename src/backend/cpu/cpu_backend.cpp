@@ -147,6 +147,20 @@ class CpuBackend final : public Backend {
     void topk_rows(const Tensor& x, const Tensor& values, const Tensor& indices) override {
         cpu::topk_rows(ex_, x, values, indices);
     }
+    void selector_inject(const Tensor& logits, const Tensor& labels, const Tensor& values,
+                         const Tensor& ids, const Tensor& label_pos, const Tensor& hit) override {
+        cpu::selector_inject(ex_, logits, labels, values, ids, label_pos, hit);
+    }
+    void selector_ce(const SelectorCeArgs& a) override { cpu::selector_ce(ex_, a); }
+    void selector_stats(const Tensor& loss_rows, const Tensor& pick, const Tensor& label_pos,
+                        const Tensor& hit, const Tensor& weights, int64_t block,
+                        const Tensor& stats) override {
+        cpu::selector_stats(ex_, loss_rows, pick, label_pos, hit, weights, block, stats);
+    }
+    void selector_unary_bwd(const Tensor& dvalues, const Tensor& ids, const Tensor& w,
+                            const Tensor& out) override {
+        cpu::selector_unary_bwd(ex_, dvalues, ids, w, out);
+    }
 
   private:
     static void check_transfer(const Tensor& dst, const Tensor& src, const char* op) {

@@ -136,4 +136,15 @@ void selector_scores_bwd(const Exec& ex, const Tensor& dscores, const Tensor& z,
 // topk.cpp
 void topk_rows(const Exec& ex, const Tensor& x, const Tensor& values, const Tensor& indices);
 
+// selector_loss.cpp (DFlash2's selector training loss and metrics)
+void selector_inject(const Exec& ex, const Tensor& logits, const Tensor& labels,
+                     const Tensor& values, const Tensor& ids, const Tensor& label_pos,
+                     const Tensor& hit);
+void selector_ce(const Exec& ex, const SelectorCeArgs& a);
+void selector_stats(const Exec& ex, const Tensor& loss_rows, const Tensor& pick,
+                    const Tensor& label_pos, const Tensor& hit, const Tensor& weights,
+                    int64_t block, const Tensor& stats);
+void selector_unary_bwd(const Exec& ex, const Tensor& dvalues, const Tensor& ids, const Tensor& w,
+                        const Tensor& out);
+
 }  // namespace dflash::cpu

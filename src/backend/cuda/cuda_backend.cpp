@@ -223,6 +223,20 @@ class CudaBackend final : public Backend {
     void topk_rows(const Tensor& x, const Tensor& values, const Tensor& indices) override {
         run(cuda::topk_rows, x, values, indices);
     }
+    void selector_inject(const Tensor& logits, const Tensor& labels, const Tensor& values,
+                         const Tensor& ids, const Tensor& label_pos, const Tensor& hit) override {
+        run(cuda::selector_inject, logits, labels, values, ids, label_pos, hit);
+    }
+    void selector_ce(const SelectorCeArgs& a) override { run(cuda::selector_ce, a); }
+    void selector_stats(const Tensor& loss_rows, const Tensor& pick, const Tensor& label_pos,
+                        const Tensor& hit, const Tensor& weights, int64_t block,
+                        const Tensor& stats) override {
+        run(cuda::selector_stats, loss_rows, pick, label_pos, hit, weights, block, stats);
+    }
+    void selector_unary_bwd(const Tensor& dvalues, const Tensor& ids, const Tensor& w,
+                            const Tensor& out) override {
+        run(cuda::selector_unary_bwd, dvalues, ids, w, out);
+    }
 
     void release() {
         if (owner_.load(std::memory_order_relaxed) != std::this_thread::get_id()) return;

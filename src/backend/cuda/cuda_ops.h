@@ -108,6 +108,18 @@ void selector_scores_bwd(const Exec& ex, const Tensor& dscores, const Tensor& z,
 
 // topk.cpp: x f32 [R, V], values f32 [R, K], indices i32 [R, K].
 void topk_rows(const Exec& ex, const Tensor& x, const Tensor& values, const Tensor& indices);
+
+// selector_loss.cpp (DFlash2's selector training loss): every tensor f32 / i32 as on the CPU,
+// except selector_unary_bwd's w (bf16, the LM head).
+void selector_inject(const Exec& ex, const Tensor& logits, const Tensor& labels,
+                     const Tensor& values, const Tensor& ids, const Tensor& label_pos,
+                     const Tensor& hit);
+void selector_ce(const Exec& ex, const SelectorCeArgs& a);
+void selector_stats(const Exec& ex, const Tensor& loss_rows, const Tensor& pick,
+                    const Tensor& label_pos, const Tensor& hit, const Tensor& weights,
+                    int64_t block, const Tensor& stats);
+void selector_unary_bwd(const Exec& ex, const Tensor& dvalues, const Tensor& ids, const Tensor& w,
+                        const Tensor& out);
 // sampling.cpp: see Backend::sample_rows (logits f32 [R, V], uniforms f32 [R], out i32 [R]).
 void sample_rows(const Exec& ex, const Tensor& logits, const SampleParams& p,
                  const Tensor& uniforms, const Tensor& out);
