@@ -9,7 +9,7 @@
 # --no-e2e (skip the end-to-end bench), --no-reference
 # (skip the PyTorch reference), --no-demo, --crosscheck (the ecosystem cross-checks of
 # tools/reference: tokenizers fixtures, transformers greedy decoding, the drafter round trip;
-# dflash runs on the CPU there, against float32 transformers).
+# dflash runs on the CPU there, against float32 transformers), --roundtrip TARBALL (below).
 # Exit status: non-zero when any test failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -95,6 +95,27 @@ if [[ $flags == *" --crosscheck "* ]]; then
     DFLASH_RUNTIME_BACKEND=cpu timeout 400 python3 tools/reference/drafter_roundtrip.py \
         --dflash "$bin" --demo "$run/fulldemo" --out "$run/roundtrip" 2>&1 | tail -n 25
     cp "$run"/roundtrip/*.json "$out/" 2>/dev/null || true
+fi
+# --roundtrip TARBALL: a target and drafters trained elsewhere (target/, drafter-*/ and
+# heldout_prompts.jsonl in an .tar.xz), each drafter decoded by dflash (CPU, f32) and by the
+# PyTorch re-implementation of tools/reference/drafter_roundtrip.py over transformers, histograms
+# compared; then `dflash bench` on the GPU for the same pairs.
+if [[ $flags == *" --roundtrip "* ]]; then
+    tarball=$(sed -E 's/.* --roundtrip ([^ ]+) .*/\1/' <<< "$flags")
+    pairs="$run/pairs"
+    mkdir -p "$pairs"
+    tar -C "$pairs" -xJf "$tarball"
+    for d in "$pairs"/drafter-*; do
+        name=$(basename "$d")
+        echo "== round trip: $name"
+        DFLASH_RUNTIME_BACKEND=cpu timeout 400 python3 tools/reference/drafter_roundtrip.py \
+            --dflash "$run/bin/dflash" --target "$pairs/target" --drafter "$d" \
+            --prompts "$pairs/heldout_prompts.jsonl" --out "$out/roundtrip-$name" 2>&1 | tail -n 25
+        echo "== dflash bench on the GPU: $name"
+        timeout 300 "$run/bin/dflash" bench --target "$pairs/target" --drafter "$d" \
+            --prompts "$pairs/heldout_prompts.jsonl" --infer.max_new_tokens 128 \
+            --json "$out/bench-gpu-$name.json" 2>&1 | tail -n 12
+    done
 fi
 # Everything in one file: the device tool returns at most 8 files.
 tar -C "$out" -czf "$dest/gpu-logs.tgz" .
