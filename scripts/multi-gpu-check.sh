@@ -2,9 +2,10 @@
 # Data-parallel drafter training on the GPUs of one machine (issue 11), from binaries built
 # elsewhere (gpu-bundle/bundle.tar.xz) and a prepared dataset (gpu-bundle/demo-data.tar.xz: a
 # `regenerated/` dataset of the byte tokenizer). Runs the same 1-layer drafter training against a
-# random Qwen3-0.6B-shaped target four ways: 1 GPU (batch 1), 1 GPU (batch 2), 2 GPUs in one
-# process, and 2 processes of one GPU each (TCP rendezvous on localhost); prints per-step losses
-# side by side and the throughput of each. Output under $OUT (or ./gpu-out).
+# random Qwen3-0.6B-shaped target: 1 GPU (batch 1), 1 GPU (batch 2), then 2 GPUs in one process
+# and 2 processes of one GPU each (TCP rendezvous on localhost), each with the gradients summed
+# through the host and on the GPUs (NCCL); prints per-step losses side by side and the throughput
+# of each. Output under $OUT (or ./gpu-out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dest=${OUT:-gpu-out}
@@ -13,7 +14,9 @@ run=$(mktemp -d)
 tar -C "$run" -xJf gpu-bundle/bundle.tar.xz
 tar -C "$run" -xJf gpu-bundle/demo-data.tar.xz
 pylibs=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null || true)
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${pylibs}:${LD_LIBRARY_PATH:-}"
+# NCCL (loaded at run time by GPU workers that sum on the devices) comes with the Python environment.
+nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) + "/lib")' 2>/dev/null || true)
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${pylibs}:${nccl}:${LD_LIBRARY_PATH:-}"
 export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=index,name --format=csv
 bin="$run/bin/dflash"
@@ -29,20 +32,24 @@ common=(train --target "$run/target" --data "$run/regenerated" --train.max_steps
 t0=$(date +%s.%N)
 "$bin" "${common[@]}" --output "$run/g1" --runtime.devices 1 > "$dest/g1.txt" 2>&1; echo "1 GPU batch 1: exit $?"
 "$bin" "${common[@]}" --output "$run/g1b2" --runtime.devices 1 --train.batch_size 2 > "$dest/g1b2.txt" 2>&1; echo "1 GPU batch 2: exit $?"
-"$bin" "${common[@]}" --output "$run/g2" --runtime.devices 2 > "$dest/g2.txt" 2>&1; echo "2 GPUs, 1 process: exit $?"
-launch=(--launch.world_size 2 --launch.local_world_size 2 --launch.master_port 29555)
-"$bin" "${common[@]}" --output "$run/p2" --runtime.devices 1 "${launch[@]}" --launch.rank 1 \
-    --launch.local_rank 1 > "$dest/p2-rank1.txt" 2>&1 &
-pid1=$!
-RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 "$bin" "${common[@]}" --output "$run/p2" --runtime.devices 1 \
-    --launch.local_world_size 2 --launch.master_port 29555 > "$dest/p2.txt" 2>&1; echo "2 processes x 1 GPU: exit $?"
-wait $pid1; echo "   (process 1: exit $?)"
-for r in g1 g1b2 g2 p2; do cp "$run/$r/metrics.jsonl" "$dest/$r.metrics.jsonl" 2>/dev/null; done
+for x in host device; do
+    "$bin" "${common[@]}" --output "$run/g2$x" --runtime.devices 2 \
+        --runtime.gradient_exchange $x > "$dest/g2$x.txt" 2>&1; echo "2 GPUs, 1 process, $x sum: exit $?"
+    launch=(--launch.world_size 2 --launch.local_world_size 2 --launch.master_port 29555)
+    "$bin" "${common[@]}" --output "$run/p2$x" --runtime.devices 1 "${launch[@]}" --launch.rank 1 \
+        --launch.local_rank 1 --runtime.gradient_exchange $x > "$dest/p2$x-rank1.txt" 2>&1 &
+    pid1=$!
+    RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 "$bin" "${common[@]}" --output "$run/p2$x" --runtime.devices 1 \
+        --launch.local_world_size 2 --launch.master_port 29555 --runtime.gradient_exchange $x \
+        > "$dest/p2$x.txt" 2>&1; echo "2 processes x 1 GPU, $x sum: exit $?"
+    wait $pid1; echo "   (process 1: exit $?)"
+done
+for r in g1 g1b2 g2host p2host g2device p2device; do cp "$run/$r/metrics.jsonl" "$dest/$r.metrics.jsonl" 2>/dev/null; done
 python3 - "$dest" <<'PY'
 import json, sys, statistics
 d = sys.argv[1]
 runs = {}
-for r in ["g1", "g1b2", "g2", "p2"]:
+for r in ["g1", "g1b2", "g2host", "p2host", "g2device", "p2device"]:
     try:
         rows = [json.loads(l) for l in open(f"{d}/{r}.metrics.jsonl")]
     except OSError:
@@ -54,11 +61,13 @@ for i in range(max(len(v) for v in runs.values())):
 for r, v in runs.items():
     tps = [x["tokens_per_s"] for x in v[5:]]
     print(f"{r}: median {statistics.median(tps):.0f} tok/s over steps 6..{len(v)} (min {min(tps):.0f}, max {max(tps):.0f})")
-if "g2" in runs and "p2" in runs:
-    same = all(a["loss"] == b["loss"] and a["grad_norm"] == b["grad_norm"] for a, b in zip(runs["g2"], runs["p2"]))
-    print("2 GPUs in one process vs 2 processes: losses and grad norms identical:", same)
-if "g2" in runs and "g1b2" in runs:
-    rel = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(runs["g2"], runs["g1b2"]))
-    print(f"2 GPUs vs 1 GPU at batch 2: max relative loss difference {rel:.2e}")
+for x in ["host", "device"]:
+    g, p = runs.get("g2" + x), runs.get("p2" + x)
+    if g and p:
+        same = all(a["loss"] == b["loss"] and a["grad_norm"] == b["grad_norm"] for a, b in zip(g, p))
+        print(f"{x} sum: 2 GPUs in one process vs 2 processes: losses and grad norms identical: {same}")
+    if g and "g1b2" in runs:
+        rel = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(g, runs["g1b2"]))
+        print(f"{x} sum: 2 GPUs vs 1 GPU at batch 2: max relative loss difference {rel:.2e}")
 PY
-tail -n 3 "$dest"/g2.txt "$dest"/p2.txt "$dest"/p2-rank1.txt
+grep -h "gradients\|graphs:" "$dest"/g2*.txt "$dest"/p2*.txt

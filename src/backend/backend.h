@@ -21,6 +21,18 @@
 
 namespace dflash {
 
+class Communicator;
+
+// A device-side sum over the workers of a run (Backend::make_device_all_reduce).
+class DeviceAllReduce {
+  public:
+    virtual ~DeviceAllReduce() = default;
+    // In place, on the backend's stream: every worker ends with the element-wise sum (f32).
+    virtual void sum(const Tensor& t) = 0;
+    virtual std::string describe() const = 0;  // "NCCL 2.28.9, 2 ranks"
+};
+
+
 class Backend {
   public:
     virtual ~Backend() = default;
@@ -75,6 +87,18 @@ class Backend {
     virtual void release_steps(uint64_t owner) { (void)owner; }
     // This device's graph-cache counters (enabled false where there is no graph cache).
     virtual GraphStats graph_stats() const { return {}; }
+
+    // A sum over the workers of a run done by the devices themselves (NCCL on CUDA), queued on
+    // this backend's stream like an op: no host synchronisation. `host` is this worker's host
+    // communicator (it carries the setup, e.g. NCCL's unique id, and every worker of the run must
+    // call this together); `library` names the shared library to load. Null where the backend
+    // has none: the caller then sums through the host.
+    virtual std::unique_ptr<DeviceAllReduce> make_device_all_reduce(Communicator& host,
+                                                                    const std::string& library) {
+        (void)host;
+        (void)library;
+        return nullptr;
+    }
 
     // ---- the op set -----------------------------------------------------------------------------
     // C = alpha * op(A) · op(B) + beta * C, op(X) = X or Xᵀ. A linear layer with an HF weight

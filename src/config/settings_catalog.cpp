@@ -24,6 +24,15 @@ void add_runtime(Registry& r) {
     r.add(D::integer("runtime.threads", 0, "CPU threads per worker; 0 = all cores / workers")
               .range(0, 4096)
               .read_by("cpu backend (its thread pool, backend/cpu/thread_pool.h)"));
+    r.add(D::enumeration("runtime.gradient_exchange", "auto", {"auto", "device", "host"},
+                         "how GPU workers sum gradients: device = on the GPUs (NCCL), host = "
+                         "through host memory (and TCP between processes); auto = device when "
+                         "NCCL loads, else host with a warning")
+              .read_by("train::Trainer (several GPU workers)"));
+    r.add(D::string("runtime.nccl_library", "libnccl.so.2",
+                    "NCCL shared library loaded when GPU workers sum on the devices (a name the "
+                    "loader finds, or a path)")
+              .read_by("CUDA backend (backend/cuda/nccl_all_reduce.h), train::Trainer"));
     r.add(D::integer("runtime.seed", 42, "seed of every random stream (init, data order, anchors)")
               .range(0, kMaxI64)
               .read_by("train::Trainer, data loader, pretrain"));

@@ -52,6 +52,8 @@ struct LoopOptions {
     int64_t eval_sequences = 0;
     int64_t checkpoint_every = 0;
     int64_t replica_check_every = 0;
+    std::string gradient_exchange = "auto";
+    std::string nccl_library;
     uint64_t seed = 0;
     bool packing = true;
     bool shuffle = true;
@@ -79,6 +81,8 @@ LoopOptions read_options(const config::Settings& s) {
     o.eval_sequences = s.get<int64_t>("train.eval_sequences");
     o.checkpoint_every = s.get<int64_t>("train.checkpoint_every");
     o.replica_check_every = s.get<int64_t>("train.replica_check_every");
+    o.gradient_exchange = s.get<std::string>("runtime.gradient_exchange");
+    o.nccl_library = s.get<std::string>("runtime.nccl_library");
     o.seed = static_cast<uint64_t>(s.get<int64_t>("runtime.seed"));
     o.packing = s.get<bool>("data.pack");
     o.shuffle = s.get<bool>("data.shuffle");
@@ -173,6 +177,8 @@ class Worker {
     void setup();
     bool train_step(int64_t step);  // true when the workers agreed to stop
     void all_reduce_grads();
+    // Every worker together: the device-side sum when the backend has one and the settings allow.
+    void setup_gradient_exchange();
     // Every worker's weights hash the same, or the run stops naming the workers that differ.
     void check_replicas(int64_t step);
     // Runs one micro-batch into the stats tensor, the workspace reset first.
@@ -193,6 +199,9 @@ class Worker {
     int rank_;   // in the run (global)
     int local_;  // in this process
     std::unique_ptr<Backend> be_;
+    // GPU workers summing on the devices (NCCL). Declared before step_owner_ so that the graphs
+    // holding its collective are gone before its communicator is destroyed.
+    std::unique_ptr<DeviceAllReduce> device_sum_;
     std::optional<StepOwner> step_owner_;  // the worker's recorded steps
     std::unique_ptr<WorkerTask> task_;
     std::unique_ptr<PackedLoader> loader_;
@@ -218,6 +227,7 @@ void Worker::setup() {
                        sh_.opt.threads, graphs);
     step_owner_.emplace(*be_);
     task_ = sh_.spec.make_task(rank_, *be_);
+    setup_gradient_exchange();
     DF_ASSERT(task_->params().training(), "a training replica needs gradients");
     loader_ = std::make_unique<PackedLoader>(*sh_.spec.train_data,
                                              loader_options(sh_.spec.max_length, sh_.opt, rank_));
@@ -327,10 +337,13 @@ bool Worker::train_step(int64_t step) {
     if (w > 0) opt_->begin_step(*be_, lr);
     for (const MicroBatch& mb : mbs)
         if (mb.weight > 0) run_batch(mb, scale, stats);
-    all_reduce_grads();
+    // Through the host the sum waits for the device; on the devices it is part of the recorded
+    // update, so each worker's graph holds its collective.
+    if (!device_sum_) all_reduce_grads();
     // Norm, clipping factor and update stay on the device; the host learns them with the stats.
     // One recorded step: the learning rate and bias corrections are read from device memory.
     be_->run_step(StepKey{step_owner_->id(), w > 0 ? "train.update" : "train.norm", {}}, [&] {
+        if (device_sum_) all_reduce_grads();
         grad_norm_sq(*be_, params, norm_sq);
         be_->clip_scale(norm_sq, static_cast<float>(o.grad_clip), clip);
         if (w > 0) opt_->apply(*be_, params, clip);
@@ -381,10 +394,36 @@ bool Worker::train_step(int64_t step) {
     return stop;
 }
 
+void Worker::setup_gradient_exchange() {
+    const std::string& how = sh_.opt.gradient_exchange;
+    if (sh_.opt.world == 1 || be_->device().kind == DeviceKind::cpu || how == "host") return;
+    ctx_.set_phase("setting up the device all-reduce");
+    try {
+        device_sum_ = be_->make_device_all_reduce(comm_, sh_.opt.nccl_library);
+    } catch (const Error& e) {
+        // Every worker loads the same library, so they all come here alike and none is left
+        // waiting in NCCL's set-up.
+        if (how == "device") throw;
+        if (rank_ == 0)
+            sh_.log.warn("gradients go through the host: {} (runtime.gradient_exchange=auto)",
+                         e.what());
+        return;
+    }
+    DF_CHECK(device_sum_ || how != "device",
+             "runtime.gradient_exchange=device but the {} backend cannot sum on the device",
+             be_->name());
+    if (device_sum_ && rank_ == 0)
+        sh_.log.info("gradients summed on the GPUs: {}", device_sum_->describe());
+}
+
 void Worker::all_reduce_grads() {
     const Tensor grads = task_->params().flat_grads();
     const auto n = static_cast<size_t>(grads.numel());
     if (sh_.opt.world == 1) return;
+    if (device_sum_) {
+        device_sum_->sum(grads);
+        return;
+    }
     if (grads.device().kind == DeviceKind::cpu) {
         comm_.all_reduce_sum(grads.f32(), n);
         return;

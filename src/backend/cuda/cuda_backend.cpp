@@ -1,6 +1,7 @@
 // CudaBackend: the Backend interface over the cuda:: ops, plus memory and transfers. Host code
 // (built by the C++ compiler). Tested by tests/cuda/*_test.cpp.
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/nccl_all_reduce.h"
 
 #include <cuda_runtime_api.h>
 
@@ -122,6 +123,11 @@ class CudaBackend final : public Backend {
     }
     GraphStats graph_stats() const override { return graphs_->stats(); }
     bool recording_step() const override { return mode_ != StepMode::eager; }
+    std::unique_ptr<DeviceAllReduce> make_device_all_reduce(Communicator& host,
+                                                            const std::string& library) override {
+        return make_nccl_all_reduce(dev_.index(), dev_.stream(), host, library,
+                                    [this] { return mode_ == StepMode::replaying; });
+    }
 
     void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, float alpha,
               float beta) override {
