@@ -3,8 +3,9 @@
 // copy compiled for its instruction set; everything here has internal linkage so the two copies
 // never meet at link time. V provides: W (lanes), kDotRows/kDotCols and kAxpyRows/kAxpyVecs
 // (tile sizes), zero, load, load_n (lanes >= n read as 0), store_n, set1, fma, mul, add, sum
-// (fixed order) and, where kSum4, store_sums4 (C[0..3] = alpha * the sums of four accumulators,
-// each by the tree of sum, + beta * C). Tested by tests/ops/sgemm_test.cpp.
+// (fixed order), transpose (a W x W block in W registers) and, where kSum4, store_sums4 (C[0..3] =
+// alpha * the sums of four accumulators, each by the tree of sum, + beta * C). Tested by
+// tests/ops/sgemm_test.cpp.
 #pragma once
 
 #include <algorithm>
@@ -201,6 +202,29 @@ void axpy_gemm(int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a, Matrix
     }
 }
 
+// panel[kk * NC + jj] = element kk of B row j + jj, for jj < cols: W x W blocks transposed in
+// registers (V::transpose), the ragged edges one element at a time. Element by element this was
+// a tenth of a pretraining step (perf, docs/performance.md "verify and draft per op").
+template <typename V>
+void pack_panel(MatrixRef b, int64_t j, int64_t cols, int64_t k, float* panel) {
+    constexpr int64_t NC = int64_t{V::kAxpyVecs} * V::W, W = V::W;
+    const int64_t full_cols = cols / W * W, full_k = k / W * W;
+    for (int64_t k0 = 0; k0 < full_k; k0 += W) {
+        for (int64_t c0 = 0; c0 < full_cols; c0 += W) {
+            typename V::T r[W];
+#pragma GCC unroll 16
+            for (int t = 0; t < W; ++t) r[t] = V::load(b.p + (j + c0 + t) * b.ld + k0);
+            V::transpose(r);
+#pragma GCC unroll 16
+            for (int t = 0; t < W; ++t) V::store_n(panel + (k0 + t) * NC + c0, r[t], W);
+        }
+    }
+    for (int64_t jj = 0; jj < cols; ++jj) {
+        const float* row = b.p + (j + jj) * b.ld;
+        for (int64_t kk = jj < full_cols ? full_k : 0; kk < k; ++kk) panel[kk * NC + jj] = row[kk];
+    }
+}
+
 // NT with many rows: B's rows are transposed, NC at a time, into a [K, NC] panel, and the NN
 // kernels run on it (the dot kernels' per-element lane reduction costs more than the copy).
 template <typename V>
@@ -210,14 +234,7 @@ void packed_nt_gemm(int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a, M
     std::vector<float> panel(static_cast<size_t>(k * NC));
     for (int64_t j = 0; j < n; j += NC) {
         const int64_t cols = std::min(NC, n - j);
-        // 16 x 16 blocks: reads and writes both stay within a few cache lines.
-        for (int64_t k0 = 0; k0 < k; k0 += 16) {
-            const int64_t k1 = std::min(k, k0 + 16);
-            for (int64_t jj = 0; jj < cols; ++jj) {
-                const float* row = b.p + (j + jj) * b.ld;
-                for (int64_t kk = k0; kk < k1; ++kk) panel[kk * NC + jj] = row[kk];
-            }
-        }
+        pack_panel<V>(b, j, cols, k, panel.data());
         axpy_gemm<V>(m, cols, k, alpha, a, MatrixRef{panel.data(), NC, false}, beta, c + j, ldc);
     }
 }
