@@ -260,6 +260,36 @@ TEST(AttentionForward, CausalWithOffsetEqualsRowsOfFullCausalRun) {
     check(3, 6, 13);  // a cache longer than needed
 }
 
+// The engine's lossless check needs more than closeness: a verify row over the KV cache must be
+// the 1-token decode of the same input bit for bit (an 8-row verify sums and reduces each row's
+// scores exactly as a 1-row decode does; sgemm_test checks the products, this the whole op).
+TEST(AttentionForward, VerifyRowsOverCacheEqualOneTokenDecodesBitForBit) {
+    const Dims d{8, 48, 4, 2, 64};  // head dim and GQA of the demo target; 48 cache rows
+    const Problem p = make_problem(d, AttnMask::causal(0), 17);
+    constexpr int64_t kLen = 45;  // cache rows in use after the verify block
+    auto run = [&](int64_t q0, int64_t q1, int64_t len) {
+        HostTensor q({q1 - q0, d.h, d.dh}), out({q1 - q0, d.h, d.dh}), lse({d.h, q1 - q0});
+        HostTensor kv_len = HostTensor::from_i32({1}, {static_cast<int32_t>(len)});
+        copy_tensor(q, p.q.view().rows(q0, q1));
+        cpu::attention_fwd(cpu::PooledExec{1}, q, p.k, p.v,
+                           AttnMask::over_cache(AttnMaskKind::causal, kv_len), out, lse);
+        return FwdResult{std::move(out), std::move(lse)};
+    };
+    const FwdResult verify = run(0, d.sq, kLen);
+    const int64_t row = d.h * d.dh;
+    for (int64_t i = 0; i < d.sq; ++i) {
+        const FwdResult decode = run(i, i + 1, kLen - d.sq + i + 1);
+        EXPECT_EQ(std::memcmp(decode.out.f32(), verify.out.f32() + i * row, row * sizeof(float)), 0)
+            << "row " << i;
+        for (int64_t h = 0; h < d.h; ++h) {
+            EXPECT_EQ(
+                std::memcmp(decode.lse.f32() + h, verify.lse.f32() + h * d.sq + i, sizeof(float)),
+                0)
+                << "row " << i << " head " << h;
+        }
+    }
+}
+
 TEST(AttentionForward, AnchorAtZeroSeesOnlyItsBlockAndAtEndSeesAllContext) {
     const int64_t ctx = 6, block = 4;
     const HostTensor anchors = test::ids_tensor({0, static_cast<int32_t>(ctx)});

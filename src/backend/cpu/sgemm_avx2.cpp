@@ -34,6 +34,29 @@ struct Avx2 {
     static T fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
     static T mul(T a, T b) { return _mm256_mul_ps(a, b); }
     static T add(T a, T b) { return _mm256_add_ps(a, b); }
+    // r[c] = column c of the 8 x 8 block whose rows were r: 4 x 4 blocks by unpacking pairs of
+    // floats then of doubles, then the two 128-bit halves swapped across.
+    static void transpose(T (&r)[8]) {
+        T t[8];
+        for (int i = 0; i < 8; i += 2) {
+            t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+            t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+        }
+        // u[4g + c]: rows 4g..4g+3, columns c and c+4 in the two halves.
+        T u[8];
+        for (int g = 0; g < 2; ++g) {
+            const __m256d a = _mm256_castps_pd(t[4 * g]), b = _mm256_castps_pd(t[4 * g + 1]);
+            const __m256d c = _mm256_castps_pd(t[4 * g + 2]), d = _mm256_castps_pd(t[4 * g + 3]);
+            u[4 * g] = _mm256_castpd_ps(_mm256_unpacklo_pd(a, c));
+            u[4 * g + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(a, c));
+            u[4 * g + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(b, d));
+            u[4 * g + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(b, d));
+        }
+        for (int c = 0; c < 4; ++c) {
+            r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+            r[c + 4] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+        }
+    }
     static float sum(T v) {  // fixed tree: 8 -> 4 -> 2 -> 1
         __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         q = _mm_add_ps(q, _mm_movehl_ps(q, q));

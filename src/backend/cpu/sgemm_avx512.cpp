@@ -45,6 +45,35 @@ struct Avx512 {
         q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
         return _mm_cvtss_f32(q);
     }
+    // r[c] = column c of the 16 x 16 block whose rows were r: 4 x 4 blocks by unpacking pairs of
+    // floats then of doubles, then the 4 x 4 grid of 128-bit lanes by two rounds of lane shuffles.
+    static void transpose(T (&r)[16]) {
+        T t[16];
+        for (int i = 0; i < 16; i += 2) {
+            t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+            t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+        }
+        // u[4g + c]: rows 4g..4g+3, columns c, c+4, c+8, c+12 in lanes 0..3.
+        T u[16];
+        for (int g = 0; g < 4; ++g) {
+            const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+            const __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+            u[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+            u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+            u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+            u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+        }
+        for (int c = 0; c < 4; ++c) {
+            const T v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+            const T v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+            const T v2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+            const T v3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+            r[c] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+            r[c + 4] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+            r[c + 8] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+            r[c + 12] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+        }
+    }
     // The four sums of sum()'s tree side by side: 16 -> 8 (lane l + lane l+8) for two
     // accumulators per instruction, 8 -> 4 (l + l+4) for four, then 4 -> 2 -> 1 in each 128-bit
     // lane; lane 0 of 128-bit lane q then holds the sum of accumulator q.

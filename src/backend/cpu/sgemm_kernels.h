@@ -3,8 +3,9 @@
 // copy compiled for its instruction set; everything here has internal linkage so the two copies
 // never meet at link time. V provides: W (lanes), kDotRows/kDotCols and kAxpyRows/kAxpyVecs
 // (tile sizes), zero, load, load_n (lanes >= n read as 0), store_n, set1, fma, mul, add, sum
-// (fixed order) and, where kSum4, store_sums4 (C[0..3] = alpha * the sums of four accumulators,
-// each by the tree of sum, + beta * C). Tested by tests/ops/sgemm_test.cpp.
+// (fixed order), transpose (a W x W block in W registers) and, where kSum4, store_sums4 (C[0..3] =
+// alpha * the sums of four accumulators, each by the tree of sum, + beta * C). Tested by
+// tests/ops/sgemm_test.cpp.
 #pragma once
 
 #include <algorithm>
@@ -22,7 +23,14 @@ constexpr int64_t kBlockBytes = 256 * 1024;
 // ---- NT: C[i, j] = alpha * dot(A row i, B row j) + beta * C[i, j]
 // --------------------------------
 
-template <typename V, int MR, int NR, bool Tail>
+// Where a tile prefetches the rows of B two tiles on: into L1, into L2 only, or not at all.
+// Measured on the 2-core Xeon (docs/performance.md, "verify and draft per op"): with K = 768 the
+// lines two tiles on (24 KB) evicted the 8-row A block and the current tile from L1, so an 8-row
+// product cost 1.9x a 1-row one instead of 1.5x; into L2 they arrive as early and evict nothing.
+// Row tiles after the first read the B tile the first one already fetched, so they do not prefetch.
+enum class Prefetch { l1, l2, none };
+
+template <typename V, int MR, int NR, bool Tail, Prefetch P>
 __attribute__((always_inline)) inline void dot_step(const float* a, int64_t lda, const float* b,
                                                     int64_t ldb, int n,
                                                     typename V::T (&acc)[MR][NR]) {
@@ -31,7 +39,8 @@ __attribute__((always_inline)) inline void dot_step(const float* a, int64_t lda,
     for (int j = 0; j < NR; ++j) {
         bv[j] = Tail ? V::load_n(b + j * ldb, n) : V::load(b + j * ldb);
         // The rows of B two tiles on (a prefetch never faults, past the end of B included).
-        __builtin_prefetch(b + (2 * NR + j) * ldb, 0, 3);
+        if constexpr (P == Prefetch::l1) __builtin_prefetch(b + (2 * NR + j) * ldb, 0, 3);
+        if constexpr (P == Prefetch::l2) __builtin_prefetch(b + (2 * NR + j) * ldb, 0, 2);
     }
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
@@ -41,7 +50,7 @@ __attribute__((always_inline)) inline void dot_step(const float* a, int64_t lda,
     }
 }
 
-template <typename V, int MR, int NR>
+template <typename V, int MR, int NR, Prefetch P>
 void dot_tile(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float alpha,
               float beta, float* c, int64_t ldc) {
     typename V::T acc[MR][NR];
@@ -50,8 +59,10 @@ void dot_tile(int64_t k, const float* a, int64_t lda, const float* b, int64_t ld
 #pragma GCC unroll 8
         for (int j = 0; j < NR; ++j) acc[i][j] = V::zero();
     int64_t kk = 0;
-    for (; kk + V::W <= k; kk += V::W) dot_step<V, MR, NR, false>(a + kk, lda, b + kk, ldb, 0, acc);
-    if (kk < k) dot_step<V, MR, NR, true>(a + kk, lda, b + kk, ldb, static_cast<int>(k - kk), acc);
+    for (; kk + V::W <= k; kk += V::W)
+        dot_step<V, MR, NR, false, P>(a + kk, lda, b + kk, ldb, 0, acc);
+    if (kk < k)
+        dot_step<V, MR, NR, true, P>(a + kk, lda, b + kk, ldb, static_cast<int>(k - kk), acc);
     for (int i = 0; i < MR; ++i) {
         if constexpr (NR == 4 && V::kSum4) {  // four sums at once, the same tree as V::sum
             V::store_sums4(acc[i], alpha, beta, c + i * ldc);
@@ -66,18 +77,18 @@ void dot_tile(int64_t k, const float* a, int64_t lda, const float* b, int64_t ld
 }
 
 // A tile of mr <= MR rows and nr <= NR columns.
-template <typename V, int MR, int NR>
+template <typename V, int MR, int NR, Prefetch P>
 void dot_tile_any(int mr, int nr, int64_t k, const float* a, int64_t lda, const float* b,
                   int64_t ldb, float alpha, float beta, float* c, int64_t ldc) {
     if constexpr (MR > 1) {
         if (mr < MR)
-            return dot_tile_any<V, MR - 1, NR>(mr, nr, k, a, lda, b, ldb, alpha, beta, c, ldc);
+            return dot_tile_any<V, MR - 1, NR, P>(mr, nr, k, a, lda, b, ldb, alpha, beta, c, ldc);
     }
     if constexpr (NR > 1) {
         if (nr < NR)
-            return dot_tile_any<V, MR, NR - 1>(mr, nr, k, a, lda, b, ldb, alpha, beta, c, ldc);
+            return dot_tile_any<V, MR, NR - 1, P>(mr, nr, k, a, lda, b, ldb, alpha, beta, c, ldc);
     }
-    dot_tile<V, MR, NR>(k, a, lda, b, ldb, alpha, beta, c, ldc);
+    dot_tile<V, MR, NR, P>(k, a, lda, b, ldb, alpha, beta, c, ldc);
 }
 
 // Each tile of B rows is used by every row tile of A while it is in L1 (this path has fewer
@@ -86,12 +97,25 @@ template <typename V>
 void dot_gemm(int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a, MatrixRef b, float beta,
               float* c, int64_t ldc) {
     constexpr int MR = V::kDotRows, NR = V::kDotCols;
+    // The lines two tiles of B on (Prefetch): into L1 while they fit beside A and the tile.
+    const bool far = 2 * NR * k * static_cast<int64_t>(sizeof(float)) > 16 * 1024;
     for (int64_t j = 0; j < n; j += NR) {
         const int nr = static_cast<int>(std::min<int64_t>(NR, n - j));
         for (int64_t i = 0; i < m; i += MR) {
-            dot_tile_any<V, MR, NR>(static_cast<int>(std::min<int64_t>(MR, m - i)), nr, k,
-                                    a.p + i * a.ld, a.ld, b.p + j * b.ld, b.ld, alpha, beta,
-                                    c + i * ldc + j, ldc);
+            const int mr = static_cast<int>(std::min<int64_t>(MR, m - i));
+            const float* ai = a.p + i * a.ld;
+            const float* bj = b.p + j * b.ld;
+            float* cij = c + i * ldc + j;
+            if (i > 0) {
+                dot_tile_any<V, MR, NR, Prefetch::none>(mr, nr, k, ai, a.ld, bj, b.ld, alpha, beta,
+                                                        cij, ldc);
+            } else if (far) {
+                dot_tile_any<V, MR, NR, Prefetch::l2>(mr, nr, k, ai, a.ld, bj, b.ld, alpha, beta,
+                                                      cij, ldc);
+            } else {
+                dot_tile_any<V, MR, NR, Prefetch::l1>(mr, nr, k, ai, a.ld, bj, b.ld, alpha, beta,
+                                                      cij, ldc);
+            }
         }
     }
 }
@@ -178,6 +202,29 @@ void axpy_gemm(int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a, Matrix
     }
 }
 
+// panel[kk * NC + jj] = element kk of B row j + jj, for jj < cols: W x W blocks transposed in
+// registers (V::transpose), the ragged edges one element at a time. Element by element this was
+// a tenth of a pretraining step (perf, docs/performance.md "verify and draft per op").
+template <typename V>
+void pack_panel(MatrixRef b, int64_t j, int64_t cols, int64_t k, float* panel) {
+    constexpr int64_t NC = int64_t{V::kAxpyVecs} * V::W, W = V::W;
+    const int64_t full_cols = cols / W * W, full_k = k / W * W;
+    for (int64_t k0 = 0; k0 < full_k; k0 += W) {
+        for (int64_t c0 = 0; c0 < full_cols; c0 += W) {
+            typename V::T r[W];
+#pragma GCC unroll 16
+            for (int t = 0; t < W; ++t) r[t] = V::load(b.p + (j + c0 + t) * b.ld + k0);
+            V::transpose(r);
+#pragma GCC unroll 16
+            for (int t = 0; t < W; ++t) V::store_n(panel + (k0 + t) * NC + c0, r[t], W);
+        }
+    }
+    for (int64_t jj = 0; jj < cols; ++jj) {
+        const float* row = b.p + (j + jj) * b.ld;
+        for (int64_t kk = jj < full_cols ? full_k : 0; kk < k; ++kk) panel[kk * NC + jj] = row[kk];
+    }
+}
+
 // NT with many rows: B's rows are transposed, NC at a time, into a [K, NC] panel, and the NN
 // kernels run on it (the dot kernels' per-element lane reduction costs more than the copy).
 template <typename V>
@@ -187,14 +234,7 @@ void packed_nt_gemm(int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a, M
     std::vector<float> panel(static_cast<size_t>(k * NC));
     for (int64_t j = 0; j < n; j += NC) {
         const int64_t cols = std::min(NC, n - j);
-        // 16 x 16 blocks: reads and writes both stay within a few cache lines.
-        for (int64_t k0 = 0; k0 < k; k0 += 16) {
-            const int64_t k1 = std::min(k, k0 + 16);
-            for (int64_t jj = 0; jj < cols; ++jj) {
-                const float* row = b.p + (j + jj) * b.ld;
-                for (int64_t kk = k0; kk < k1; ++kk) panel[kk * NC + jj] = row[kk];
-            }
-        }
+        pack_panel<V>(b, j, cols, k, panel.data());
         axpy_gemm<V>(m, cols, k, alpha, a, MatrixRef{panel.data(), NC, false}, beta, c + j, ldc);
     }
 }
