@@ -32,7 +32,6 @@ class DeviceAllReduce {
     virtual std::string describe() const = 0;  // "NCCL 2.28.9, 2 ranks"
 };
 
-
 class Backend {
   public:
     virtual ~Backend() = default;

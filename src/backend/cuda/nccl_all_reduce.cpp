@@ -24,8 +24,8 @@ struct NcclApi {
     void* handle = nullptr;
     ncclResult_t (*get_unique_id)(ncclUniqueId*) = nullptr;
     ncclResult_t (*comm_init_rank)(ncclComm_t*, int, ncclUniqueId, int) = nullptr;
-    ncclResult_t (*all_reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t,
-                               ncclComm_t, cudaStream_t) = nullptr;
+    ncclResult_t (*all_reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                               cudaStream_t) = nullptr;
     ncclResult_t (*comm_destroy)(ncclComm_t) = nullptr;
     const char* (*error_string)(ncclResult_t) = nullptr;
     ncclResult_t (*get_version)(int*) = nullptr;
@@ -86,7 +86,8 @@ class NcclAllReduce final : public DeviceAllReduce {
 
     void sum(const Tensor& t) override {
         DF_CHECK(t.device().kind == DeviceKind::cuda && t.device().index == device_,
-                 "device all-reduce on cuda:{}: the tensor is on {}", device_, to_string(t.device()));
+                 "device all-reduce on cuda:{}: the tensor is on {}", device_,
+                 to_string(t.device()));
         DF_CHECK(t.dtype() == DType::f32, "device all-reduce sums f32 tensors");
         if (t.numel() == 0 || replaying_()) return;  // a replayed graph holds the sum
         api_.check(api_.all_reduce(t.data(), t.data(), static_cast<size_t>(t.numel()), ncclFloat32,
@@ -121,10 +122,10 @@ std::unique_ptr<DeviceAllReduce> make_nccl_all_reduce(int device, CUstream_st* s
 #else
 
 std::unique_ptr<DeviceAllReduce> make_nccl_all_reduce(int, CUstream_st*, Communicator&,
-                                                      const std::string&,
-                                                      std::function<bool()>) {
-    DF_FAIL("this build found no nccl.h, so GPU workers cannot sum on the devices; use "
-            "runtime.gradient_exchange=host");
+                                                      const std::string&, std::function<bool()>) {
+    DF_FAIL(
+        "this build found no nccl.h, so GPU workers cannot sum on the devices; use "
+        "runtime.gradient_exchange=host");
 }
 
 #endif
