@@ -30,16 +30,19 @@ common=(train --target "$run/target" --data "$run/regenerated" --train.max_steps
     --drafter.block_size 16 --train.checkpoint_every 0 --train.eval_every 0
     --train.log_every 1 --train.epochs 1000)
 t0=$(date +%s.%N)
-"$bin" "${common[@]}" --output "$run/g1" --runtime.devices 1 > "$dest/g1.txt" 2>&1; echo "1 GPU batch 1: exit $?"
-"$bin" "${common[@]}" --output "$run/g1b2" --runtime.devices 1 --train.batch_size 2 > "$dest/g1b2.txt" 2>&1; echo "1 GPU batch 2: exit $?"
-for x in host device; do
-    "$bin" "${common[@]}" --output "$run/g2$x" --runtime.devices 2 \
+# EXCHANGES="device" runs only those multi-GPU cases; SINGLE=0 skips the one-GPU runs.
+if [[ ${SINGLE:-1} == 1 ]]; then
+    "$bin" "${common[@]}" --output "$run/g1" --runtime.devices 1 > "$dest/g1.txt" 2>&1; echo "1 GPU batch 1: exit $?"
+    "$bin" "${common[@]}" --output "$run/g1b2" --runtime.devices 1 --train.batch_size 2 > "$dest/g1b2.txt" 2>&1; echo "1 GPU batch 2: exit $?"
+fi
+for x in ${EXCHANGES:-host device}; do
+    timeout 120 "$bin" "${common[@]}" --output "$run/g2$x" --runtime.devices 2 \
         --runtime.gradient_exchange $x > "$dest/g2$x.txt" 2>&1; echo "2 GPUs, 1 process, $x sum: exit $?"
     launch=(--launch.world_size 2 --launch.local_world_size 2 --launch.master_port 29555)
-    "$bin" "${common[@]}" --output "$run/p2$x" --runtime.devices 1 "${launch[@]}" --launch.rank 1 \
+    timeout 120 "$bin" "${common[@]}" --output "$run/p2$x" --runtime.devices 1 "${launch[@]}" --launch.rank 1 \
         --launch.local_rank 1 --runtime.gradient_exchange $x > "$dest/p2$x-rank1.txt" 2>&1 &
     pid1=$!
-    RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 "$bin" "${common[@]}" --output "$run/p2$x" --runtime.devices 1 \
+    RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 timeout 120 "$bin" "${common[@]}" --output "$run/p2$x" --runtime.devices 1 \
         --launch.local_world_size 2 --launch.master_port 29555 --runtime.gradient_exchange $x \
         > "$dest/p2$x.txt" 2>&1; echo "2 processes x 1 GPU, $x sum: exit $?"
     wait $pid1; echo "   (process 1: exit $?)"

@@ -24,7 +24,8 @@ void add_runtime(Registry& r) {
     r.add(D::integer("runtime.threads", 0, "CPU threads per worker; 0 = all cores / workers")
               .range(0, 4096)
               .read_by("cpu backend (its thread pool, backend/cpu/thread_pool.h)"));
-    r.add(D::enumeration("runtime.gradient_exchange", "auto", {"auto", "device", "host"},
+    // host by default until a two-GPU run has shown the NCCL path exiting cleanly (issue 11).
+    r.add(D::enumeration("runtime.gradient_exchange", "host", {"auto", "device", "host"},
                          "how GPU workers sum gradients: device = on the GPUs (NCCL), host = "
                          "through host memory (and TCP between processes); auto = device when "
                          "NCCL loads, else host with a warning")
