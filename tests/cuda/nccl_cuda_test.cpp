@@ -26,10 +26,10 @@ std::vector<float> random_values(size_t n, uint64_t seed) {
     return v;
 }
 
-void skip_unless_gpus(int n) {
-    if (cuda_device_count() < n)
-        GTEST_SKIP() << "needs " << n << " CUDA devices, found " << cuda_device_count();
-}
+// A macro, not a function: GTEST_SKIP must return from the test body itself.
+#define SKIP_UNLESS_GPUS(n)        \
+    if (cuda_device_count() < (n)) \
+    GTEST_SKIP() << "needs " << (n) << " CUDA devices, found " << cuda_device_count()
 
 // Each of `ranks` threads: a backend on GPU r, its values uploaded, `steps` calls of fn.
 struct Rank {
@@ -39,7 +39,7 @@ struct Rank {
 };
 
 TEST(NcclAllReduce, EveryGpuGetsTheSameSumAsTheHost) {
-    skip_unless_gpus(2);
+    SKIP_UNLESS_GPUS(2);
     const int R = std::min(cuda_device_count(), 8);
     const size_t n = 1'000'003;
     std::vector<std::vector<float>> in, out(static_cast<size_t>(R), std::vector<float>(n));
@@ -73,7 +73,7 @@ TEST(NcclAllReduce, EveryGpuGetsTheSameSumAsTheHost) {
 }
 
 TEST(NcclAllReduce, ASumRecordedInAStepReplaysWithNewInputs) {
-    skip_unless_gpus(2);
+    SKIP_UNLESS_GPUS(2);
     const int R = 2;
     const int64_t n = 4099;
     InProcessGroup group(R);
@@ -101,7 +101,7 @@ TEST(NcclAllReduce, ASumRecordedInAStepReplaysWithNewInputs) {
 }
 
 TEST(NcclAllReduce, OneRankIsTheIdentity) {
-    skip_unless_gpus(1);
+    SKIP_UNLESS_GPUS(1);
     InProcessGroup group(1);
     auto be = make_backend(DeviceKind::cuda, 0, 1);
     auto sum = be->make_device_all_reduce(group.rank(0), kNccl);
@@ -117,7 +117,7 @@ TEST(NcclAllReduce, OneRankIsTheIdentity) {
 }
 
 TEST(NcclAllReduce, AMissingLibraryIsANamedError) {
-    skip_unless_gpus(1);
+    SKIP_UNLESS_GPUS(1);
     InProcessGroup group(1);
     auto be = make_backend(DeviceKind::cuda, 0, 1);
     try {
