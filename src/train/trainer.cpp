@@ -447,11 +447,8 @@ uint64_t weights_hash(Backend& be, const ParamSet& ps) {
         be.download(Tensor(host.data(), DType::f32, w.shape()), w);
         p = host.data();
     }
-    uint64_t h = 1469598103934665603ull;
-    const auto* b = reinterpret_cast<const unsigned char*>(p);
-    for (size_t i = 0, n = static_cast<size_t>(w.numel()) * sizeof(float); i < n; ++i)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
+    return config::fnv1a64(std::string_view(reinterpret_cast<const char*>(p),
+                                            static_cast<size_t>(w.numel()) * sizeof(float)));
 }
 
 void Worker::check_replicas(int64_t step) {
