@@ -23,13 +23,34 @@ namespace dflash {
 
 class Communicator;
 
-// A device-side sum over the workers of a run (Backend::make_device_all_reduce).
-class DeviceAllReduce {
+// Collectives over the workers of a run done by the devices themselves
+// (Backend::make_device_collectives): NCCL on CUDA. Every op is queued on the backend's stream
+// like any other (it may be recorded in a step) and works in place on f32 tensors; every worker
+// of the run must call the same ops with the same sizes in the same order.
+class DeviceCollectives {
   public:
-    virtual ~DeviceAllReduce() = default;
-    // In place, on the backend's stream: every worker ends with the element-wise sum (f32).
+    virtual ~DeviceCollectives() = default;
+    // Every worker ends with the element-wise sum.
     virtual void sum(const Tensor& t) = 0;
+    // t [world * chunk]: afterwards worker r's chunk [r * chunk, (r + 1) * chunk) holds the sum
+    // of every worker's chunk r; the rest of t is unspecified.
+    virtual void reduce_scatter(const Tensor& t, int64_t chunk) = 0;
+    // t [world * chunk]: every worker ends with worker r's chunk r at [r * chunk, (r + 1) * chunk).
+    virtual void all_gather(const Tensor& t, int64_t chunk) = 0;
+    // From any thread: this worker's device stops waiting for its peers. The wait in progress,
+    // or the next one, fails with `reason` after aborting the collectives (a failed worker must
+    // not leave the others hanging, design §2).
+    virtual void abort(const std::string& reason) = 0;
     virtual std::string describe() const = 0;  // "NCCL 2.28.9, 2 ranks"
+};
+
+// How a backend's device collectives are made (runtime.nccl_library,
+// runtime.collective_timeout_s).
+struct CollectiveOptions {
+    std::string library;
+    // The longest a host wait on the device may take while collectives are in flight (their
+    // set-up included) before they are aborted and the wait fails naming the cause.
+    double timeout_s = 600;
 };
 
 class Backend {
@@ -87,15 +108,16 @@ class Backend {
     // This device's graph-cache counters (enabled false where there is no graph cache).
     virtual GraphStats graph_stats() const { return {}; }
 
-    // A sum over the workers of a run done by the devices themselves (NCCL on CUDA), queued on
-    // this backend's stream like an op: no host synchronisation. `host` is this worker's host
+    // Collectives over the workers of a run done by the devices themselves (NCCL on CUDA), queued
+    // on this backend's stream like an op: no host synchronisation. `host` is this worker's host
     // communicator (it carries the setup, e.g. NCCL's unique id, and every worker of the run must
-    // call this together); `library` names the shared library to load. Null where the backend
+    // call this together). While they live, this backend's host waits (download, synchronize)
+    // are bounded by opt.timeout_s and end at DeviceCollectives::abort. Null where the backend
     // has none: the caller then sums through the host.
-    virtual std::unique_ptr<DeviceAllReduce> make_device_all_reduce(Communicator& host,
-                                                                    const std::string& library) {
+    virtual std::unique_ptr<DeviceCollectives> make_device_collectives(
+        Communicator& host, const CollectiveOptions& opt) {
         (void)host;
-        (void)library;
+        (void)opt;
         return nullptr;
     }
 

@@ -33,7 +33,13 @@ void add_runtime(Registry& r) {
     r.add(D::string("runtime.nccl_library", "libnccl.so.2",
                     "NCCL shared library loaded when GPU workers sum on the devices (a name the "
                     "loader finds, or a path)")
-              .read_by("CUDA backend (backend/cuda/nccl_all_reduce.h), train::Trainer"));
+              .read_by("CUDA backend (backend/cuda/nccl_collectives.h), train::Trainer"));
+    r.add(D::real("runtime.collective_timeout_s", 600,
+                  "seconds a GPU worker waits on its device for the collectives of the others "
+                  "(NCCL's set-up included) before NCCL is aborted and the run fails naming the "
+                  "wait; a failed worker ends the others' waits at once")
+              .range(0.001, 1e7)
+              .read_by("CUDA backend (backend/cuda/nccl_collectives.h), train::Trainer"));
     r.add(D::integer("runtime.seed", 42, "seed of every random stream (init, data order, anchors)")
               .range(0, kMaxI64)
               .read_by("train::Trainer, data loader, pretrain"));
@@ -215,6 +221,12 @@ void add_train(Registry& r) {
     r.add(D::integer("train.checkpoint_every", 1000, "steps between checkpoints; 0 = only at end")
               .range(0, kBig)
               .read_by("train checkpoints"));
+    r.add(D::boolean("train.shard_optimizer_state", false,
+                     "with several workers, each keeps the AdamW moments of 1/W of the parameters "
+                     "and updates only those (ZeRO stage 1): gradients are reduce-scattered, the "
+                     "updated weights all-gathered; saves 8 bytes per parameter x (W-1)/W on each "
+                     "worker. Checkpoints hold every moment, so a run resumes either way")
+              .read_by("train::Trainer"));
     r.add(D::integer("train.replica_check_every", 0,
                      "with several workers, steps between checks that every worker holds the "
                      "same weights (a hash per replica); the start and first step of a run are "

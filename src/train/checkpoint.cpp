@@ -29,12 +29,14 @@ std::string v_key(const std::string& n) {
 }
 
 // Every parameter's f32 master weights and Adam moments, named per parameter.
-void write_state_tensors(const fs::path& path, const ParamSet& params, const AdamW& opt) {
+void write_state_tensors(const fs::path& path, const ParamSet& params, const HostTensor& m,
+                         const HostTensor& v) {
     Backend& be = params.backend();
     const HostTensor master =
         to_host_f32(be, params.training() ? params.flat_master() : params.flat_values());
-    const HostTensor m = to_host_f32(be, opt.m());
-    const HostTensor v = to_host_f32(be, opt.v());
+    DF_ASSERT(m.numel() == params.numel() && v.numel() == params.numel(),
+              "checkpoint moments of {} and {} elements for {} parameters", m.numel(), v.numel(),
+              params.numel());
     std::vector<std::pair<std::string, Tensor>> tensors;
     for (const Param& p : params.params()) {
         auto part = [&](const HostTensor& flat) {
@@ -139,7 +141,7 @@ std::string checkpoint_name(int64_t step) {
 }
 
 fs::path write_checkpoint(const fs::path& run_dir, const TrainingState& state,
-                          const ParamSet& params, const AdamW& opt,
+                          const ParamSet& params, const HostTensor& m, const HostTensor& v,
                           const std::function<void(const fs::path&)>& save_model) {
     const fs::path final_dir = run_dir / checkpoint_name(state.step);
     const fs::path tmp = run_dir / (".tmp-" + checkpoint_name(state.step));
@@ -148,7 +150,7 @@ fs::path write_checkpoint(const fs::path& run_dir, const TrainingState& state,
     fs::create_directories(tmp);
     try {
         save_model(tmp);
-        write_state_tensors(tmp / kTrainingStateTensors, params, opt);
+        write_state_tensors(tmp / kTrainingStateTensors, params, m, v);
         write_text_atomic(tmp / kTrainingStateJson, training_state_to_json(state).dump(2) + "\n");
         write_text_atomic(tmp / kRunSettingsFile, state.settings_toml);
         // rename() cannot replace a non-empty directory: a checkpoint of this step from an
@@ -186,8 +188,14 @@ void load_optimizer_state(const fs::path& checkpoint_dir, int64_t optimizer_step
     Backend& be = params.backend();
     from_host_f32(be, params.flat_master(), master.view());
     params.sync_values_from_master();
-    from_host_f32(be, opt.m(), m.view());
-    from_host_f32(be, opt.v(), v.view());
+    // The file holds every moment, whatever the sharding it was written with: this worker takes
+    // its shard's (so a run resumes with any number of workers).
+    const FlatShard& sh = opt.shard();
+    const int64_t c = sh.chunk;
+    for (auto [dst, src] : {std::pair{opt.m(), &m}, std::pair{opt.v(), &v}}) {
+        if (c > 0) from_host_f32(be, dst.rows(0, c), shard_chunk(src->view(), sh));
+        if (sh.owned() > c) from_host_f32(be, dst.rows(c, sh.owned()), shard_tail(src->view(), sh));
+    }
     opt.set_steps_done(optimizer_steps);
 }
 

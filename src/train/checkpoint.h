@@ -48,16 +48,19 @@ TrainingState training_state_from_json(const nlohmann::json& j);  // errors name
 std::string checkpoint_name(int64_t step);
 
 // Writes <run_dir>/checkpoint-<step>: save_model(dir) writes the model files first, then the
-// training state; the directory is renamed into place and <run_dir>/latest updated. A checkpoint
-// of the same step left by an earlier run is replaced. Returns the final directory.
+// training state (params' f32 masters and the AdamW moments m, v: every one, f32 [numel] on the
+// host, gathered from the workers when the optimizer state is sharded); the directory is renamed
+// into place and <run_dir>/latest updated. A checkpoint of the same step left by an earlier run
+// is replaced. Returns the final directory.
 std::filesystem::path write_checkpoint(
     const std::filesystem::path& run_dir, const TrainingState& state, const ParamSet& params,
-    const AdamW& opt, const std::function<void(const std::filesystem::path&)>& save_model);
+    const HostTensor& m, const HostTensor& v,
+    const std::function<void(const std::filesystem::path&)>& save_model);
 
 // Reads training_state.json of a checkpoint directory.
 TrainingState read_training_state(const std::filesystem::path& checkpoint_dir);
-// Overwrites params' values and opt's moments and step count from a checkpoint's
-// training_state.safetensors; every tensor must be present with its shape.
+// Overwrites params' values and opt's moments (those of opt.shard()) and step count from a
+// checkpoint's training_state.safetensors; every tensor must be present with its shape.
 void load_optimizer_state(const std::filesystem::path& checkpoint_dir, int64_t optimizer_steps,
                           ParamSet& params, AdamW& opt);
 

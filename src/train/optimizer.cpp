@@ -7,13 +7,33 @@
 
 namespace dflash::train {
 
-AdamW::AdamW(const ParamSet& params, AdamWConfig cfg) : cfg_(cfg) {
+FlatShard FlatShard::of(int64_t numel, int world, int rank) {
+    DF_ASSERT(world >= 1 && rank >= 0 && rank < world);
+    FlatShard s{numel, world, rank, 0};
+    if (world > 1) s.chunk = numel / world / kAlign * kAlign;
+    return s;
+}
+
+Tensor shard_chunk(const Tensor& flat, const FlatShard& shard) {
+    return flat.rows(shard.begin(), shard.end());
+}
+
+Tensor shard_tail(const Tensor& flat, const FlatShard& shard) {
+    return flat.rows(shard.tail(), shard.numel);
+}
+
+AdamW::AdamW(const ParamSet& params, AdamWConfig cfg)
+    : AdamW(params, cfg, FlatShard::whole(params.numel())) {}
+
+AdamW::AdamW(const ParamSet& params, AdamWConfig cfg, FlatShard shard) : cfg_(cfg), shard_(shard) {
     DF_CHECK(cfg.beta1 >= 0 && cfg.beta1 < 1 && cfg.beta2 >= 0 && cfg.beta2 < 1,
              "AdamW betas ({}, {}) must lie in [0, 1)", cfg.beta1, cfg.beta2);
     DF_CHECK(cfg.eps > 0, "AdamW eps={} must be positive (train.adam_eps)", cfg.eps);
     DF_ASSERT(params.training(), "AdamW needs a training ParamSet");
-    m_ = DeviceTensor(params.backend(), {params.numel()}, DType::f32);
-    v_ = DeviceTensor(params.backend(), {params.numel()}, DType::f32);
+    DF_ASSERT(shard.numel == params.numel(), "a shard of {} elements for {} parameters",
+              shard.numel, params.numel());
+    m_ = DeviceTensor(params.backend(), {shard.owned()}, DType::f32);
+    v_ = DeviceTensor(params.backend(), {shard.owned()}, DType::f32);
     scalars_ = DeviceTensor(params.backend(), {3}, DType::f32);
     scalars_host_ = params.backend().allocate_host(3 * sizeof(float));
 }
@@ -43,8 +63,8 @@ void AdamW::begin_step(Backend& be, double lr) {
 }
 
 void AdamW::apply(Backend& be, ParamSet& params, const Tensor& grad_scale) {
-    DF_ASSERT(params.numel() == m_.numel(), "optimizer built for {} elements, got {}", m_.numel(),
-              params.numel());
+    DF_ASSERT(params.numel() == shard_.numel, "optimizer built for {} elements, got {}",
+              shard_.numel, params.numel());
     DF_ASSERT(params.training(), "AdamW needs gradients");
     AdamWParams p;
     p.beta1 = static_cast<float>(cfg_.beta1);
@@ -55,9 +75,20 @@ void AdamW::apply(Backend& be, ParamSet& params, const Tensor& grad_scale) {
     p.scalars = scalars_.view();
     const Tensor master = params.flat_master();
     const Tensor values = params.flat_values();
+    const Tensor grads = params.flat_grads();
     // On an f32 backend the values are the masters: no second copy to write.
-    const Tensor copy = values.data() == master.data() ? Tensor() : values;
-    be.adamw_step(master, params.flat_grads(), m_, v_, p, grad_scale, copy);
+    const bool copies = values.data() != master.data();
+    if (!shard_.sharded()) {
+        be.adamw_step(master, grads, m_, v_, p, grad_scale, copies ? values : Tensor());
+        return;
+    }
+    // The chunk, then the tail; the caller gathers the other chunks and refreshes the values.
+    const int64_t c = shard_.chunk, owned = shard_.owned();
+    be.adamw_step(shard_chunk(master, shard_), shard_chunk(grads, shard_), m_.view().rows(0, c),
+                  v_.view().rows(0, c), p, grad_scale, Tensor());
+    if (owned > c)
+        be.adamw_step(shard_tail(master, shard_), shard_tail(grads, shard_),
+                      m_.view().rows(c, owned), v_.view().rows(c, owned), p, grad_scale, Tensor());
 }
 
 void grad_norm_sq(Backend& be, const ParamSet& params, const Tensor& norm_sq) {

@@ -6,9 +6,11 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <mutex>
 
 #include "backend/backend_factory.h"
 #include "comm/launch.h"
@@ -54,6 +56,8 @@ struct LoopOptions {
     int64_t replica_check_every = 0;
     std::string gradient_exchange = "auto";
     std::string nccl_library;
+    double collective_timeout_s = 600;
+    bool shard_optimizer = false;
     uint64_t seed = 0;
     bool packing = true;
     bool shuffle = true;
@@ -83,6 +87,8 @@ LoopOptions read_options(const config::Settings& s) {
     o.replica_check_every = s.get<int64_t>("train.replica_check_every");
     o.gradient_exchange = s.get<std::string>("runtime.gradient_exchange");
     o.nccl_library = s.get<std::string>("runtime.nccl_library");
+    o.collective_timeout_s = s.get<double>("runtime.collective_timeout_s");
+    o.shard_optimizer = s.get<bool>("train.shard_optimizer_state");
     o.seed = static_cast<uint64_t>(s.get<int64_t>("runtime.seed"));
     o.packing = s.get<bool>("data.pack");
     o.shuffle = s.get<bool>("data.shuffle");
@@ -115,6 +121,23 @@ struct Shared {
     bool tty = false;
     std::optional<MetricsLog> metrics;  // worker 0 appends
     TrainSummary summary;
+    // The workers' device collectives, so that a worker's failure (WorkerPool's abort hook)
+    // ends the others' waits on their devices too.
+    std::mutex collectives_mu;
+    std::vector<DeviceCollectives*> collectives;
+
+    void add_collectives(DeviceCollectives* c) {
+        std::lock_guard lock(collectives_mu);
+        collectives.push_back(c);
+    }
+    void remove_collectives(DeviceCollectives* c) {
+        std::lock_guard lock(collectives_mu);
+        std::erase(collectives, c);
+    }
+    void abort_collectives(const std::string& reason) {
+        std::lock_guard lock(collectives_mu);
+        for (DeviceCollectives* c : collectives) c->abort(reason);
+    }
 
     Shared(const TrainerSpec& s, const config::Settings& st, const Logger& l, LoopOptions o,
            std::unique_ptr<TcpGroup> processes)
@@ -171,12 +194,24 @@ class Worker {
           comm_(sh.group.local(ctx.id())),
           rank_(sh.group.global_rank(ctx.id())),
           local_(ctx.id()) {}
+    ~Worker() {
+        if (device_sum_) sh_.remove_collectives(device_sum_.get());
+    }
+    Worker(const Worker&) = delete;
+    Worker& operator=(const Worker&) = delete;
     void run();
 
   private:
     void setup();
     bool train_step(int64_t step);  // true when the workers agreed to stop
     void all_reduce_grads();
+    // Sharded optimizer state: the exchange inside the recorded update (device collectives), and
+    // the gather of the updated masters through the host (without them).
+    void exchange_sharded_grads_on_device(const Tensor& norm_sq, const Tensor& tail_sq);
+    void gather_masters_through_host();
+    // Every moment, f32 [numel] on the host, on worker 0 (empty elsewhere): every worker takes
+    // part.
+    std::pair<HostTensor, HostTensor> gather_moments();
     // Every worker together: the device-side sum when the backend has one and the settings allow.
     void setup_gradient_exchange();
     // Every worker's weights hash the same, or the run stops naming the workers that differ.
@@ -201,20 +236,23 @@ class Worker {
     std::unique_ptr<Backend> be_;
     // GPU workers summing on the devices (NCCL). Declared before step_owner_ so that the graphs
     // holding its collective are gone before its communicator is destroyed.
-    std::unique_ptr<DeviceAllReduce> device_sum_;
+    std::unique_ptr<DeviceCollectives> device_sum_;
     std::optional<StepOwner> step_owner_;  // the worker's recorded steps
     std::unique_ptr<WorkerTask> task_;
     std::unique_ptr<PackedLoader> loader_;
     std::unique_ptr<AdamW> opt_;
+    FlatShard shard_;  // what this worker's optimizer updates
     std::optional<LrSchedule> sched_;
     Workspace ws_;
     LossStatsLayout layout_;
     int64_t stats_size_ = 0;  // layout_.size() + the task's extra sums
-    // [stats_size_ + 2] on the device: the step's loss/accuracy sums (and the task's own), then
-    // the gradient norm² and the clipping factor; downloaded once per step into step_host_.
+    // [stats_size_ + 3] on the device: the step's loss/accuracy sums (and the task's own), then
+    // the gradient norm², the clipping factor and (sharded) the tail's norm²; downloaded once per
+    // step into step_host_.
     DeviceTensor step_out_;
     HostTensor step_host_;
-    std::vector<float> host_grads_;  // all-reduce staging when the device is not the host
+    std::vector<float> host_grads_;    // all-reduce staging when the device is not the host
+    std::vector<float> host_masters_;  // sharded: the masters' gather through the host
     int64_t start_step_ = 0;
     int64_t last_ckpt_ = -1;
     double step_seconds_ = 0;  // sum over this call's steps (for the ETA)
@@ -231,12 +269,24 @@ void Worker::setup() {
     DF_ASSERT(task_->params().training(), "a training replica needs gradients");
     loader_ = std::make_unique<PackedLoader>(*sh_.spec.train_data,
                                              loader_options(sh_.spec.max_length, sh_.opt, rank_));
-    opt_ = std::make_unique<AdamW>(task_->params(), sh_.opt.adamw);
+    const int64_t numel = task_->params().numel();
+    shard_ = sh_.opt.shard_optimizer && sh_.opt.world > 1
+                 ? FlatShard::of(numel, sh_.opt.world, rank_)
+                 : FlatShard::whole(numel);
+    opt_ = std::make_unique<AdamW>(task_->params(), sh_.opt.adamw, shard_);
+    if (sh_.opt.shard_optimizer && rank_ == 0) {
+        const double mib = 8.0 / (1 << 20);  // two f32 moments
+        sh_.log.info(
+            "optimizer state sharded over {} workers: each keeps the AdamW moments of {} of the "
+            "{} parameters ({:.1f} MiB instead of {:.1f})",
+            sh_.opt.world, shard_.owned(), numel, mib * static_cast<double>(shard_.owned()),
+            mib * static_cast<double>(numel));
+    }
     sched_.emplace(sh_.opt.schedule, sh_.spec.lr, sh_.total_steps, sh_.opt.warmup_ratio);
     layout_ = LossStatsLayout{task_->num_positions() + task_->stats_offset()};
     stats_size_ = layout_.size() + task_->extra_stats_size();
-    step_out_ = DeviceTensor(*be_, {stats_size_ + 2}, DType::f32);
-    step_host_ = HostTensor({stats_size_ + 2});
+    step_out_ = DeviceTensor(*be_, {stats_size_ + 3}, DType::f32);
+    step_host_ = HostTensor({stats_size_ + 3});
     // The workspace of the largest micro-batch, measured by running it dry.
     ctx_.set_phase("planning the step's memory");
     const MicroBatch largest = task_->largest_batch(sh_.spec.max_length);
@@ -328,7 +378,7 @@ bool Worker::train_step(int64_t step) {
     const int64_t S = stats_size_;
     const Tensor out = step_out_.view();
     const Tensor stats = out.rows(0, S), norm_sq = out.rows(S, S + 1),
-                 clip = out.rows(S + 1, S + 2);
+                 clip = out.rows(S + 1, S + 2), tail_sq = out.rows(S + 2, S + 3);
     be_->fill(out, 0.0f);
     const float scale = w > 0 ? static_cast<float>(1.0 / w) : 0.0f;
     // The update's learning rate and bias corrections go to the device first (the previous step
@@ -342,12 +392,25 @@ bool Worker::train_step(int64_t step) {
     if (!device_sum_) all_reduce_grads();
     // Norm, clipping factor and update stay on the device; the host learns them with the stats.
     // One recorded step: the learning rate and bias corrections are read from device memory.
+    const bool sharded = shard_.sharded();
     be_->run_step(StepKey{step_owner_->id(), w > 0 ? "train.update" : "train.norm", {}}, [&] {
-        if (device_sum_) all_reduce_grads();
-        grad_norm_sq(*be_, params, norm_sq);
+        if (device_sum_ && sharded) {
+            exchange_sharded_grads_on_device(norm_sq, tail_sq);
+        } else {
+            if (device_sum_) all_reduce_grads();
+            grad_norm_sq(*be_, params, norm_sq);
+        }
         be_->clip_scale(norm_sq, static_cast<float>(o.grad_clip), clip);
         if (w > 0) opt_->apply(*be_, params, clip);
+        if (w > 0 && sharded && device_sum_) {
+            device_sum_->all_gather(params.flat_master().rows(0, shard_.tail()), shard_.chunk);
+            params.sync_values_from_master();
+        }
     });
+    if (w > 0 && sharded && !device_sum_) {
+        gather_masters_through_host();
+        params.sync_values_from_master();
+    }
     if (w <= 0 && rank_ == 0)
         sh_.log.warn("step {}: no token carries loss weight; update skipped", step);
     be_->download(step_host_.view(), out);
@@ -399,7 +462,8 @@ void Worker::setup_gradient_exchange() {
     if (sh_.opt.world == 1 || be_->device().kind == DeviceKind::cpu || how == "host") return;
     ctx_.set_phase("setting up the device all-reduce");
     try {
-        device_sum_ = be_->make_device_all_reduce(comm_, sh_.opt.nccl_library);
+        device_sum_ = be_->make_device_collectives(
+            comm_, CollectiveOptions{sh_.opt.nccl_library, sh_.opt.collective_timeout_s});
     } catch (const Error& e) {
         // Every worker loads the same library, so they all come here alike and none is left
         // waiting in NCCL's set-up.
@@ -412,8 +476,81 @@ void Worker::setup_gradient_exchange() {
     DF_CHECK(device_sum_ || how != "device",
              "runtime.gradient_exchange=device but the {} backend cannot sum on the device",
              be_->name());
+    if (device_sum_) sh_.add_collectives(device_sum_.get());
     if (device_sum_ && rank_ == 0)
         sh_.log.info("gradients summed on the GPUs: {}", device_sum_->describe());
+}
+
+// Note [Optimizer-state sharding] (train.shard_optimizer_state; ZeRO stage 1). Worker r keeps
+// the AdamW moments of, and updates, FlatShard r of the flat parameters: its chunk and the
+// small common tail. On the devices, inside the recorded update: the gradients' chunks are
+// reduce-scattered and the tail all-reduced; the norm² is the all-reduced sum of the chunks'
+// plus the tail's (so it rounds differently from the whole-buffer norm: equal to float
+// rounding, not bitwise); each worker updates its chunk and the tail, the chunks' masters are
+// all-gathered and the compute copy refreshed. Through the host (CPU workers, or
+// runtime.gradient_exchange=host), the gradients are summed whole as without sharding, so the
+// norm and every update are bitwise those of an unsharded run, and the updated chunks travel
+// by one broadcast per worker. Checkpoints hold every moment (gathered on worker 0), so a run
+// resumes sharded or not, with any number of workers. Tested by
+// tests/train/optimizer_shard_test.cpp.
+void Worker::exchange_sharded_grads_on_device(const Tensor& norm_sq, const Tensor& tail_sq) {
+    const Tensor grads = task_->params().flat_grads();
+    device_sum_->reduce_scatter(grads.rows(0, shard_.tail()), shard_.chunk);
+    be_->sum_squares(shard_chunk(grads, shard_), norm_sq);
+    device_sum_->sum(norm_sq);
+    if (shard_.tail() < shard_.numel) {
+        const Tensor tail = shard_tail(grads, shard_);
+        device_sum_->sum(tail);
+        be_->sum_squares(tail, tail_sq);
+        be_->add_inplace(norm_sq, tail_sq);
+    }
+}
+
+void Worker::gather_masters_through_host() {
+    const Tensor master = task_->params().flat_master();
+    const int64_t c = shard_.chunk, n = shard_.tail();
+    const bool host_memory = master.device().kind == DeviceKind::cpu;
+    float* all = master.f32();
+    if (!host_memory) {
+        host_masters_.resize(static_cast<size_t>(n));
+        all = host_masters_.data();
+        be_->download(Tensor(all + shard_.begin(), DType::f32, {c}), shard_chunk(master, shard_));
+    }
+    for (int r = 0; r < sh_.opt.world; ++r)
+        comm_.broadcast(all + r * c, static_cast<size_t>(c) * sizeof(float), r);
+    if (!host_memory) be_->upload(master.rows(0, n), Tensor(all, DType::f32, {n}));
+}
+
+std::pair<HostTensor, HostTensor> Worker::gather_moments() {
+    HostTensor m = to_host_f32(*be_, opt_->m()), v = to_host_f32(*be_, opt_->v());
+    if (!shard_.sharded()) return {std::move(m), std::move(v)};
+    const int64_t n = shard_.numel, c = shard_.chunk, owned = shard_.owned();
+    HostTensor all_m, all_v;
+    if (rank_ == 0) {
+        all_m = HostTensor({n});
+        all_v = HostTensor({n});
+        // The tail is every worker's alike.
+        copy_tensor(shard_tail(all_m.view(), shard_), m.view().rows(c, owned));
+        copy_tensor(shard_tail(all_v.view(), shard_), v.view().rows(c, owned));
+    }
+    // Each worker's chunk in pieces of at most 16M floats per moment, so the staging stays small.
+    const int64_t piece = std::min<int64_t>(c, int64_t{1} << 24);
+    std::vector<float> buf(static_cast<size_t>(2 * piece));
+    for (int r = 0; r < sh_.opt.world; ++r) {
+        for (int64_t off = 0; off < c; off += piece) {
+            const int64_t len = std::min(piece, c - off);
+            if (rank_ == r) {
+                std::copy_n(m.f32() + off, len, buf.data());
+                std::copy_n(v.f32() + off, len, buf.data() + len);
+            }
+            comm_.broadcast(buf.data(), static_cast<size_t>(2 * len) * sizeof(float), r);
+            if (rank_ == 0) {
+                std::copy_n(buf.data(), len, all_m.f32() + r * c + off);
+                std::copy_n(buf.data() + len, len, all_v.f32() + r * c + off);
+            }
+        }
+    }
+    return {std::move(all_m), std::move(all_v)};
 }
 
 void Worker::all_reduce_grads() {
@@ -554,6 +691,7 @@ void Worker::checkpoint(int64_t step) {
     states[2 * rank_] = static_cast<double>(loader_->state().epoch);
     states[2 * rank_ + 1] = static_cast<double>(loader_->state().cursor);
     comm_.all_reduce_sum(states.data(), states.size());
+    const auto [m, v] = gather_moments();
     if (rank_ == 0) {
         TrainingState s;
         s.kind = sh_.spec.kind;
@@ -567,7 +705,7 @@ void Worker::checkpoint(int64_t step) {
         s.anchor_seed = sh_.opt.seed ^ kAnchorSalt;
         s.settings_toml = config::dump_toml(sh_.settings);
         s.settings_hash = sh_.settings.hash();
-        const fs::path dir = write_checkpoint(sh_.spec.run_dir, s, task_->params(), *opt_,
+        const fs::path dir = write_checkpoint(sh_.spec.run_dir, s, task_->params(), m, v,
                                               [this](const fs::path& d) { task_->save_model(d); });
         sh_.summary.model_dir = dir;
         sh_.log.info("checkpoint: {}", dir.string());
@@ -851,7 +989,10 @@ TrainSummary run_trainer(const TrainerSpec& spec, const config::Settings& settin
         devices.push_back(
             fmt::format("{}:{}", device_kind, node_device_index(launch, o.workers, w)));
     WorkerPool pool(o.workers, devices, log, &stop);
-    pool.add_abort_hook([&sh](const std::string& reason) { sh.group.abort(reason); });
+    pool.add_abort_hook([&sh](const std::string& reason) {
+        sh.group.abort(reason);
+        sh.abort_collectives(reason);
+    });
     std::optional<SignalWatcher> watcher;
     if (spec.hooks.handle_signals) watcher.emplace(stop_on_signal(stop, log));
     pool.run([&sh](WorkerContext& ctx) {

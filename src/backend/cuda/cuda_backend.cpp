@@ -1,11 +1,12 @@
 // CudaBackend: the Backend interface over the cuda:: ops, plus memory and transfers. Host code
 // (built by the C++ compiler). Tested by tests/cuda/*_test.cpp.
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/nccl_all_reduce.h"
+#include "backend/cuda/nccl_collectives.h"
 
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "backend/cuda/cuda_check.h"
@@ -48,6 +49,7 @@ class CudaBackend final : public Backend {
     }
 
     std::string name() const override { return dev_.name(); }
+    CUstream_st* stream() const { return dev_.stream(); }
     DeviceRef device() const override { return {DeviceKind::cuda, dev_.index()}; }
     DType compute_dtype() const override { return DType::bf16; }
 
@@ -97,7 +99,7 @@ class CudaBackend final : public Backend {
         if (src.nbytes() > 0)
             DF_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(),
                                           cudaMemcpyDeviceToHost, dev_.stream()));
-        DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream()));
+        wait_stream();
     }
     void copy(const Tensor& dst, const Tensor& src) override { run(cuda::copy, dst, src); }
     void copy_columns(const Tensor& dst, int64_t col, const Tensor& src) override {
@@ -109,7 +111,7 @@ class CudaBackend final : public Backend {
     }
     void synchronize() override {
         hold();
-        DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream()));
+        wait_stream();
     }
 
     void run_step(const StepKey& key, const std::function<void()>& record) override {
@@ -123,10 +125,15 @@ class CudaBackend final : public Backend {
     }
     GraphStats graph_stats() const override { return graphs_->stats(); }
     bool recording_step() const override { return mode_ != StepMode::eager; }
-    std::unique_ptr<DeviceAllReduce> make_device_all_reduce(Communicator& host,
-                                                            const std::string& library) override {
-        return make_nccl_all_reduce(dev_.index(), dev_.stream(), host, library,
-                                    [this] { return mode_ == StepMode::replaying; });
+    std::unique_ptr<DeviceCollectives> make_device_collectives(
+        Communicator& host, const CollectiveOptions& opt) override {
+        hold();
+        NcclBinding b;
+        b.device = dev_.index();
+        b.stream = dev_.stream();
+        b.replaying = [this] { return mode_ == StepMode::replaying; };
+        b.watch = [this](CollectiveWatch* w) { watch_ = w; };
+        return make_nccl_collectives(b, host, opt);
     }
 
     void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, float alpha,
@@ -275,6 +282,31 @@ class CudaBackend final : public Backend {
         const OpWorkspace::Scope scope(scratch_);
         fn(ex_, std::forward<Args>(args)...);
     }
+    // Waits for the stream. With collectives alive the wait polls, so that a peer that never
+    // arrives ends it (CollectiveWatch) instead of blocking this thread for good.
+    void wait_stream() {
+        if (!watch_) {
+            DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream()));
+            return;
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int64_t polls = 0;; ++polls) {
+            const cudaError_t e = cudaStreamQuery(dev_.stream());
+            if (e == cudaSuccess) return;
+            if (e != cudaErrorNotReady) DF_CUDA_CHECK(e);
+            // A step's work takes milliseconds: spin briefly, then sleep between polls, and ask
+            // the watch about once a millisecond.
+            if (polls < 2000) {
+                std::this_thread::yield();
+                if (polls % 200 != 0) continue;
+            } else {
+                std::this_thread::sleep_for(std::chrono::microseconds(50));
+                if (polls % 20 != 0) continue;
+            }
+            watch_->check_wait(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+    }
     static void check_transfer(const Tensor& dst, const Tensor& src, const char* op) {
         DF_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(),
                  "{}: dst {} and src {} must have the same dtype and element count", op,
@@ -289,6 +321,7 @@ class CudaBackend final : public Backend {
     std::unique_ptr<GemmEngine> gemm_;
     std::unique_ptr<GraphCache> graphs_;
     StepMode mode_ = StepMode::eager;
+    CollectiveWatch* watch_ = nullptr;  // the live device collectives', if any
 };
 
 }  // namespace
@@ -299,6 +332,12 @@ std::unique_ptr<Backend> make_cuda_backend(int index, const CudaBackendOptions& 
 
 void release_thread(Backend& be) {
     if (auto* cb = dynamic_cast<CudaBackend*>(&be)) cb->release();
+}
+
+CUstream_st* stream_of(Backend& be) {
+    auto* cb = dynamic_cast<CudaBackend*>(&be);
+    DF_CHECK(cb != nullptr, "stream_of: {} is not a CUDA backend", be.name());
+    return cb->stream();
 }
 
 }  // namespace dflash::cuda

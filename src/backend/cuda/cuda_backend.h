@@ -11,6 +11,8 @@
 
 #include "backend/backend.h"
 
+struct CUstream_st;
+
 namespace dflash::cuda {
 
 struct CudaBackendOptions {
@@ -24,5 +26,9 @@ std::unique_ptr<Backend> make_cuda_backend(int index, const CudaBackendOptions& 
 // Gives up the calling thread's hold on a CUDA backend (after its queued work finished) so another
 // thread may drive it. No-op for other backends.
 void release_thread(Backend& be);
+
+// The stream a CUDA backend orders its work on, for code that queues work of its own on it
+// (tests). Fails for other backends.
+CUstream_st* stream_of(Backend& be);
 
 }  // namespace dflash::cuda
