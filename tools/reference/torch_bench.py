@@ -154,6 +154,14 @@ def foreach_copy(dst, src):
             d.copy_(s)
 
 
+def foreach_zero(ts):
+    try:
+        torch._foreach_zero_(ts)
+    except Exception:
+        for t in ts:
+            t.zero_()
+
+
 def dynamo_counters():
     """Graph breaks and CUDA-graph skips seen by torch.compile so far (diagnostics)."""
     try:
@@ -412,6 +420,67 @@ def sdpa_choice(q, k, v, mask):
         return "unknown (" + type(e).__name__ + ")"
 
 
+def drafter_case(args, g, dev, input_seed=None):
+    """The drafter bench's model and inputs (shared with ddp_bench.py): the model seeded with
+    args.seed, then the fixed random inputs from the same stream (or from input_seed), and prep(),
+    the per-step input preparation (inside the timed step). Returns a dict."""
+    dt = torch.bfloat16
+    S, N, B, D, K, V = g["seq"], g["anchors"], g["block"], g["hidden"], g["features"], g["vocab"]
+    R = N * B
+    if N > S - B:
+        raise ValueError(f"{N} anchors do not fit below S-B = {S - B}")
+    torch.manual_seed(args.seed)
+    model = Drafter(g, dev, dt, args.attn)
+    if input_seed is not None:
+        torch.manual_seed(input_seed)
+    feats = torch.randn(S, K * D, device=dev, dtype=dt)
+    tokens = torch.randint(0, V, (S,), device=dev)
+    anchors = torch.randperm(S - B, device=dev)[:N].sort().values
+    pairs = sum(B * (a + B) for a in anchors.tolist())
+    mask_id = MASK_ID if MASK_ID < V else V - 1
+    mm = flex_mask_mod(anchors, S, B) if args.attn == "flex" else None
+
+    def prep():
+        ids, q_pos, kv_pos, labels, wn, mask = block_inputs(tokens, anchors, S, B, mask_id,
+                                                            args.gamma, dense=mm is None)
+        if mm is not None:
+            attn = flex_block_mask(mm, S, R, dev)
+        else:  # additive bf16 mask, built once per step instead of once per layer call
+            attn = torch.full((R, S + R), float("-inf"), device=dev, dtype=dt).masked_fill_(mask, 0.0)
+        return feats, ids, q_pos, kv_pos, attn, labels, wn
+    return dict(model=model, prep=prep, pairs=pairs, R=R, dt=dt)
+
+
+def drafter_optimizer(params, dev):
+    """fp32 master copies of the bf16 weights (grads preallocated) and AdamW over them."""
+    masters = [p.detach().float().clone() for p in params]
+    for m in masters:
+        m.grad = torch.zeros_like(m)
+    okw = dict(fused=True) if dev.type == "cuda" else {}
+    return masters, torch.optim.AdamW(masters, lr=1e-5, betas=(0.9, 0.95), weight_decay=0.0, **okw)
+
+
+def drafter_step(fwd, prep, params, masters, opt, keep_grads=False):
+    """One training step: loss = fwd(*prep()), backward, grads into the fp32 masters, clipping,
+    AdamW, masters back into the bf16 weights. keep_grads: zero the weights' grads in place instead
+    of dropping them (DDP with gradient_as_bucket_view, whose grads are views of its buckets)."""
+    def step():
+        loss = fwd(*prep())
+        loss.backward()
+        with torch.no_grad():
+            foreach_copy([m.grad for m in masters], [p.grad for p in params])
+            clip_grads(masters, 1.0)
+            opt.step()
+            foreach_copy([p.data for p in params], masters)
+            if keep_grads:
+                foreach_zero([p.grad for p in params if p.grad is not None])
+        if not keep_grads:
+            for p in params:
+                p.grad = None
+        return loss
+    return step
+
+
 def run_drafter(args, g, mode, dev):
     rec = base_rec("drafter_train_step", g["name"], mode, dev)
     rec.update(attn=args.attn, shapes={k: v for k, v in g.items() if k != "name"})
@@ -421,36 +490,12 @@ def run_drafter(args, g, mode, dev):
             raise RuntimeError("flex_attention does not import in this torch")
         if mode not in ("eager", "compiled"):
             raise ValueError(f"mode {mode} is not a drafter mode")
-        torch.manual_seed(args.seed)
-        dt = torch.bfloat16
-        S, N, B, D, K, V = g["seq"], g["anchors"], g["block"], g["hidden"], g["features"], g["vocab"]
-        R = N * B
-        if N > S - B:
-            raise ValueError(f"{N} anchors do not fit below S-B = {S - B}")
-        model = Drafter(g, dev, dt, args.attn)
-        feats = torch.randn(S, K * D, device=dev, dtype=dt)
-        tokens = torch.randint(0, V, (S,), device=dev)
-        anchors = torch.randperm(S - B, device=dev)[:N].sort().values
-        pairs = sum(B * (a + B) for a in anchors.tolist())
-        mask_id = MASK_ID if MASK_ID < V else V - 1
+        S = g["seq"]
+        c = drafter_case(args, g, dev)
+        model, prep, pairs, R, dt = c["model"], c["prep"], c["pairs"], c["R"], c["dt"]
         params = list(model.parameters())
-        masters = [p.detach().float().clone() for p in params]
-        for m in masters:
-            m.grad = torch.zeros_like(m)
-        okw = dict(fused=True) if dev.type == "cuda" else {}
-        opt = torch.optim.AdamW(masters, lr=1e-5, betas=(0.9, 0.95), weight_decay=0.0, **okw)
+        masters, opt = drafter_optimizer(params, dev)
         rec["params"] = sum(p.numel() for p in params)
-
-        mm = flex_mask_mod(anchors, S, B) if args.attn == "flex" else None
-
-        def prep():
-            ids, q_pos, kv_pos, labels, wn, mask = block_inputs(tokens, anchors, S, B, mask_id,
-                                                                args.gamma, dense=mm is None)
-            if mm is not None:
-                attn = flex_block_mask(mm, S, R, dev)
-            else:  # additive bf16 mask, built once per step instead of once per layer call
-                attn = torch.full((R, S + R), float("-inf"), device=dev, dtype=dt).masked_fill_(mask, 0.0)
-            return feats, ids, q_pos, kv_pos, attn, labels, wn
 
         if args.attn == "flex":  # eager flex = the compiled flex kernel alone (as SpecForge runs it)
             model.flex_fn = (flex_attention if mode == "compiled"
@@ -464,18 +509,7 @@ def run_drafter(args, g, mode, dev):
             del qs, ks
 
         def make_step(fwd):
-            def step():
-                loss = fwd(*prep())
-                loss.backward()
-                with torch.no_grad():
-                    foreach_copy([m.grad for m in masters], [p.grad for p in params])
-                    clip_grads(masters, 1.0)
-                    opt.step()
-                    foreach_copy([p.data for p in params], masters)
-                for p in params:
-                    p.grad = None
-                return loss
-            return step
+            return drafter_step(fwd, prep, params, masters, opt)
 
         if mode == "eager":
             step, warm = make_step(model), max(3, args.warmup)
