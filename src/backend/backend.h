@@ -37,10 +37,20 @@ class DeviceCollectives {
     virtual void reduce_scatter(const Tensor& t, int64_t chunk) = 0;
     // t [world * chunk]: every worker ends with worker r's chunk r at [r * chunk, (r + 1) * chunk).
     virtual void all_gather(const Tensor& t, int64_t chunk) = 0;
+    // sum(t) on a stream of the collectives' own, after the work queued so far on the backend's
+    // stream: the backend's later work runs beside it (a backward pass beside the sum of the
+    // gradients it has finished) until join(), after which the backend's stream waits for
+    // every overlapped sum. Sums run in the order they were queued, like every other op.
+    virtual void sum_overlapped(const Tensor& t) = 0;
+    virtual void join() = 0;
     // From any thread: this worker's device stops waiting for its peers. The wait in progress,
     // or the next one, fails with `reason` after aborting the collectives (a failed worker must
     // not leave the others hanging, design §2).
     virtual void abort(const std::string& reason) = 0;
+    // From the driving thread, when it gives up on its own (its step failed): stops every
+    // collective queued or running now, so that no wait on the device during the clean-up is
+    // left waiting for peers; later ops fail.
+    virtual void stop() = 0;
     virtual std::string describe() const = 0;  // "NCCL 2.28.9, 2 ranks"
 };
 

@@ -34,6 +34,13 @@ void add_runtime(Registry& r) {
                     "NCCL shared library loaded when GPU workers sum on the devices (a name the "
                     "loader finds, or a path)")
               .read_by("CUDA backend (backend/cuda/nccl_collectives.h), train::Trainer"));
+    r.add(D::real("runtime.gradient_bucket_mb", 64,
+                  "GPU workers summing on the devices: the gradients are summed in buckets of "
+                  "this many MiB (f32), each as soon as the backward pass has finished it, beside "
+                  "the rest of the backward; 0 = one sum after the backward. Not with "
+                  "train.shard_optimizer_state")
+              .range(0, 1e6)
+              .read_by("train::Trainer"));
     r.add(D::real("runtime.collective_timeout_s", 600,
                   "seconds a GPU worker waits on its device for the collectives of the others "
                   "(NCCL's set-up included) before NCCL is aborted and the run fails naming the "

@@ -338,6 +338,8 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const Tensor& embed,
             layer_backward(lc, layer(l), g, f.acts[l], f.q_pos, f.kv_pos, f.mask, dx, dprev, dctx);
         }
         std::swap(dx, dprev);
+        // Layers l.., the final norm and the selector are done (Note [Final gradients]).
+        params_.grads_final_from(params_.first_offset(layer_prefix(l)));
     }
     Tensor dctx_act = dctx;
     if (act != DType::f32) {
@@ -348,6 +350,7 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const Tensor& embed,
     be.rmsnorm_bwd(dctx_act, f.pre, params_.value("hidden_norm.weight"), f.rstd_c, dpre,
                    params_.grad("hidden_norm.weight"));
     be.gemm(dpre, true, features, false, params_.grad("fc.weight"), 1.0f, 1.0f);
+    params_.grads_final_from(0);
 }
 
 DrafterSession::DrafterSession(const DrafterModel& model, Backend& be, const Tensor& embed,

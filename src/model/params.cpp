@@ -2,6 +2,8 @@
 // tests/model/target_test.cpp and tests/model/drafter_test.cpp.
 #include "model/params.h"
 
+#include <algorithm>
+
 #include "core/checkpoint_io.h"
 
 namespace dflash {
@@ -103,6 +105,14 @@ void ParamSet::enable_training() {
 
 void ParamSet::zero_grads() {
     if (!grads_.empty()) be_->fill(grads_.view(), 0.0f);
+}
+
+int64_t ParamSet::first_offset(std::string_view prefix) const {
+    int64_t first = numel_;
+    for (const Param& p : params_)
+        if (std::string_view(p.name).starts_with(prefix)) first = std::min(first, p.offset);
+    DF_CHECK(first < numel_ || numel_ == 0, "no parameter name starts with '{}'", prefix);
+    return first;
 }
 
 void ParamSet::sync_values_from_master() {

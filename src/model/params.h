@@ -10,6 +10,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -71,6 +72,21 @@ class ParamSet {
     // After flat_master() changed outside AdamW (a resume): refreshes the compute copy.
     void sync_values_from_master();
 
+    // Note [Final gradients]: a backward pass tells, as it goes, that the gradients at flat
+    // offsets >= `offset` will not change any more in this pass (models lay out their
+    // parameters so that the backward finishes them from the top of the flat buffer down:
+    // the loss's, the last layer's, ..., offset 0's last), so the trainer can start summing
+    // them while the rest of the backward runs. A no-op without a listener; the trainer sets
+    // one for the last micro-batch of a step (train/trainer.cpp).
+    void grads_final_from(int64_t offset) const {
+        if (final_listener_) final_listener_(offset);
+    }
+    void set_grads_final_listener(std::function<void(int64_t)> f) {
+        final_listener_ = std::move(f);
+    }
+    // The smallest flat offset of the parameters whose names start with `prefix`.
+    int64_t first_offset(std::string_view prefix) const;
+
     // One parameter's f32 weights (master when training) on the host; writes them back. Setup
     // and tests only.
     HostTensor read_f32(const std::string& name) const;
@@ -85,6 +101,7 @@ class ParamSet {
     int64_t numel_ = 0;
     DeviceTensor values_, master_, grads_;
     bool grads_on_ = true;
+    std::function<void(int64_t)> final_listener_;
 };
 
 }  // namespace dflash

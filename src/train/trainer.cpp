@@ -57,6 +57,7 @@ struct LoopOptions {
     std::string gradient_exchange = "auto";
     std::string nccl_library;
     double collective_timeout_s = 600;
+    double bucket_mb = 64;
     bool shard_optimizer = false;
     uint64_t seed = 0;
     bool packing = true;
@@ -88,6 +89,7 @@ LoopOptions read_options(const config::Settings& s) {
     o.gradient_exchange = s.get<std::string>("runtime.gradient_exchange");
     o.nccl_library = s.get<std::string>("runtime.nccl_library");
     o.collective_timeout_s = s.get<double>("runtime.collective_timeout_s");
+    o.bucket_mb = s.get<double>("runtime.gradient_bucket_mb");
     o.shard_optimizer = s.get<bool>("train.shard_optimizer_state");
     o.seed = static_cast<uint64_t>(s.get<int64_t>("runtime.seed"));
     o.packing = s.get<bool>("data.pack");
@@ -202,6 +204,7 @@ class Worker {
     void run();
 
   private:
+    void run_steps();
     void setup();
     bool train_step(int64_t step);  // true when the workers agreed to stop
     void all_reduce_grads();
@@ -216,8 +219,12 @@ class Worker {
     void setup_gradient_exchange();
     // Every worker's weights hash the same, or the run stops naming the workers that differ.
     void check_replicas(int64_t step);
-    // Runs one micro-batch into the stats tensor, the workspace reset first.
-    void run_batch(const MicroBatch& mb, float grad_scale, const Tensor& stats);
+    // Runs one micro-batch into the stats tensor, the workspace reset first; `reduce`: the
+    // step's last, whose backward also sums the gradients bucket by bucket.
+    void run_batch(const MicroBatch& mb, float grad_scale, const Tensor& stats,
+                   bool reduce = false);
+    // Queues the sums of the buckets not sent yet that lie at flat offsets >= lo.
+    void send_buckets_from(int64_t lo);
     // The stats tensor's sums as TaskStats (tokens left 0).
     TaskStats stats_from(const float* stats) const;
     void evaluate(int64_t step);
@@ -242,6 +249,13 @@ class Worker {
     std::unique_ptr<PackedLoader> loader_;
     std::unique_ptr<AdamW> opt_;
     FlatShard shard_;  // what this worker's optimizer updates
+    // Note [Gradient buckets]: with device collectives and runtime.gradient_bucket_mb > 0, the
+    // flat gradients in ranges [lo, hi) from the top down, each summed (overlapped) as soon as
+    // the last micro-batch's backward has finished it. Every worker has the same ranges and
+    // sends them in the same order, during its backward or, with no micro-batch of its own
+    // this step, after it.
+    std::vector<std::pair<int64_t, int64_t>> buckets_;
+    size_t buckets_sent_ = 0;
     std::optional<LrSchedule> sched_;
     Workspace ws_;
     LossStatsLayout layout_;
@@ -274,6 +288,19 @@ void Worker::setup() {
                  ? FlatShard::of(numel, sh_.opt.world, rank_)
                  : FlatShard::whole(numel);
     opt_ = std::make_unique<AdamW>(task_->params(), sh_.opt.adamw, shard_);
+    if (device_sum_ && !shard_.sharded() && sh_.opt.bucket_mb > 0) {
+        const int64_t align = FlatShard::kAlign;
+        const auto size = std::max<int64_t>(
+            align, static_cast<int64_t>(sh_.opt.bucket_mb * (1 << 20) / 4) / align * align);
+        for (int64_t hi = numel; hi > 0;) {
+            const int64_t lo = std::max<int64_t>(0, hi - size) / align * align;
+            buckets_.emplace_back(lo, hi);
+            hi = lo;
+        }
+        if (rank_ == 0)
+            sh_.log.info("gradients summed in {} bucket(s) of up to {:.0f} MiB beside the backward",
+                         buckets_.size(), static_cast<double>(size) * 4 / (1 << 20));
+    }
     if (sh_.opt.shard_optimizer && rank_ == 0) {
         const double mib = 8.0 / (1 << 20);  // two f32 moments
         sh_.log.info(
@@ -302,17 +329,43 @@ void Worker::setup() {
     }
 }
 
-void Worker::run_batch(const MicroBatch& mb, float grad_scale, const Tensor& stats) {
+void Worker::run_batch(const MicroBatch& mb, float grad_scale, const Tensor& stats, bool reduce) {
     ws_.reset();
     ws_.settle_inputs();
     // One recorded step per micro-batch shape: everything else it reads is staged (tokens,
     // anchors, the gradient weights that carry grad_scale) or fixed for the run. Evaluation
-    // (no gradients) is a step of its own.
+    // (no gradients) is a step of its own, and so is a last micro-batch that sums.
+    ParamSet& params = task_->params();
     StepKey key{step_owner_->id(),
-                task_->params().has_grads() ? "train.microbatch" : "eval.microbatch",
+                !params.has_grads() ? "eval.microbatch"
+                : reduce            ? "train.microbatch.sum"
+                                    : "train.microbatch",
                 task_->step_shape(mb)};
     key.dims.push_back(address_of(stats));
-    be_->run_step(key, [&] { task_->run(*be_, ws_, mb, grad_scale, stats); });
+    be_->run_step(key, [&] {
+        if (!reduce) {
+            task_->run(*be_, ws_, mb, grad_scale, stats);
+            return;
+        }
+        buckets_sent_ = 0;  // also when a failed capture runs the step again eagerly
+        params.set_grads_final_listener([this](int64_t lo) { send_buckets_from(lo); });
+        try {
+            task_->run(*be_, ws_, mb, grad_scale, stats);
+        } catch (...) {
+            params.set_grads_final_listener(nullptr);
+            throw;
+        }
+        params.set_grads_final_listener(nullptr);
+        send_buckets_from(0);
+        device_sum_->join();
+    });
+}
+
+void Worker::send_buckets_from(int64_t lo) {
+    const Tensor grads = task_->params().flat_grads();
+    for (; buckets_sent_ < buckets_.size() && buckets_[buckets_sent_].first >= lo; ++buckets_sent_)
+        device_sum_->sum_overlapped(
+            grads.rows(buckets_[buckets_sent_].first, buckets_[buckets_sent_].second));
 }
 
 TaskStats Worker::stats_from(const float* s) const {
@@ -329,6 +382,17 @@ TaskStats Worker::stats_from(const float* s) const {
 }
 
 void Worker::run() {
+    try {
+        run_steps();
+    } catch (...) {
+        // This worker gives up: its collectives stop first, so that no wait of the clean-up
+        // (its recorded steps are released, its stream drained) waits for peers.
+        if (device_sum_) device_sum_->stop();
+        throw;
+    }
+}
+
+void Worker::run_steps() {
     setup();
     if (sh_.opt.world > 1) check_replicas(start_step_);  // every replica starts from one state
     for (int64_t step = start_step_ + 1; step <= sh_.total_steps; ++step) {
@@ -385,10 +449,19 @@ bool Worker::train_step(int64_t step) {
     // ended with a download, so this waits for nothing).
     const double lr = sched_->lr(step);
     if (w > 0) opt_->begin_step(*be_, lr);
-    for (const MicroBatch& mb : mbs)
-        if (mb.weight > 0) run_batch(mb, scale, stats);
+    const bool bucketed = !buckets_.empty();
+    buckets_sent_ = 0;
+    size_t last = mbs.size();  // the last micro-batch this worker runs
+    for (size_t i = 0; i < mbs.size(); ++i)
+        if (mbs[i].weight > 0) last = i;
+    for (size_t i = 0; i < mbs.size(); ++i)
+        if (mbs[i].weight > 0) run_batch(mbs[i], scale, stats, bucketed && i == last);
+    if (bucketed && buckets_sent_ < buckets_.size()) {  // no micro-batch of this worker's summed
+        send_buckets_from(0);
+        device_sum_->join();
+    }
     // Through the host the sum waits for the device; on the devices it is part of the recorded
-    // update, so each worker's graph holds its collective.
+    // update (or of the last micro-batch's, in buckets), so each worker's graphs hold it.
     if (!device_sum_) all_reduce_grads();
     // Norm, clipping factor and update stay on the device; the host learns them with the stats.
     // One recorded step: the learning rate and bias corrections are read from device memory.
@@ -397,7 +470,7 @@ bool Worker::train_step(int64_t step) {
         if (device_sum_ && sharded) {
             exchange_sharded_grads_on_device(norm_sq, tail_sq);
         } else {
-            if (device_sum_) all_reduce_grads();
+            if (device_sum_ && !bucketed) all_reduce_grads();
             grad_norm_sq(*be_, params, norm_sq);
         }
         be_->clip_scale(norm_sq, static_cast<float>(o.grad_clip), clip);
@@ -459,7 +532,10 @@ bool Worker::train_step(int64_t step) {
 
 void Worker::setup_gradient_exchange() {
     const std::string& how = sh_.opt.gradient_exchange;
-    if (sh_.opt.world == 1 || be_->device().kind == DeviceKind::cpu || how == "host") return;
+    // CPU workers sum through the host either way; `device` runs them through the backend's
+    // collectives (the host communicator again), which exercises the device-side paths.
+    const bool cpu = be_->device().kind == DeviceKind::cpu;
+    if (sh_.opt.world == 1 || how == "host" || (cpu && how != "device")) return;
     ctx_.set_phase("setting up the device all-reduce");
     try {
         device_sum_ = be_->make_device_collectives(
@@ -478,7 +554,7 @@ void Worker::setup_gradient_exchange() {
              be_->name());
     if (device_sum_) sh_.add_collectives(device_sum_.get());
     if (device_sum_ && rank_ == 0)
-        sh_.log.info("gradients summed on the GPUs: {}", device_sum_->describe());
+        sh_.log.info("gradients summed on the devices: {}", device_sum_->describe());
 }
 
 // Note [Optimizer-state sharding] (train.shard_optimizer_state; ZeRO stage 1). Worker r keeps

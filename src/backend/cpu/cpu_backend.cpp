@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/host_collectives.h"
 
 namespace dflash {
 namespace {
@@ -15,6 +16,10 @@ class CpuBackend final : public Backend {
   public:
     explicit CpuBackend(int threads) : pool_(threads < 1 ? 1 : threads), ex_{&pool_} {}
     std::string name() const override { return "cpu"; }
+    std::unique_ptr<DeviceCollectives> make_device_collectives(Communicator& host,
+                                                               const CollectiveOptions&) override {
+        return cpu::make_host_collectives(host);
+    }
     DeviceRef device() const override { return {}; }
     DType compute_dtype() const override { return DType::f32; }
 

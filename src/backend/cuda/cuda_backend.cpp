@@ -96,6 +96,9 @@ class CudaBackend final : public Backend {
         hold();
         check_transfer(dst, src, "download");
         check_device(ex_, src, "download", "src");
+        // A copy into pageable memory blocks this thread behind the work queued before it, so
+        // with collectives alive that work is waited for first, boundedly.
+        if (watch_) wait_stream();
         if (src.nbytes() > 0)
             DF_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(),
                                           cudaMemcpyDeviceToHost, dev_.stream()));

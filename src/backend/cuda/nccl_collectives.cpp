@@ -108,6 +108,9 @@ class NcclCollectives final : public DeviceCollectives, public CollectiveWatch {
             (void)cudaSetDevice(previous);
             throw;
         }
+        DF_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+        DF_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+        DF_CUDA_CHECK(cudaEventCreateWithFlags(&joined_, cudaEventDisableTiming));
         (void)cudaSetDevice(previous);
         int v = 0;
         if (api_.get_version(&v) == ncclSuccess) version_ = v;
@@ -116,10 +119,20 @@ class NcclCollectives final : public DeviceCollectives, public CollectiveWatch {
 
     ~NcclCollectives() override {
         if (b_.watch) b_.watch(nullptr);
-        if (!comm_) return;
+        if (stopper_.joinable()) stopper_.join();
         int previous = 0;
         if (cudaGetDevice(&previous) != cudaSuccess) previous = b_.device;
         (void)cudaSetDevice(b_.device);
+        if (side_) {
+            (void)cudaStreamSynchronize(side_);
+            (void)cudaStreamDestroy(side_);
+            (void)cudaEventDestroy(fork_);
+            (void)cudaEventDestroy(joined_);
+        }
+        if (!comm_) {
+            (void)cudaSetDevice(previous);
+            return;
+        }
         // After a failure the peers may be gone: free locally. Otherwise finish cleanly, but
         // never wait past the timeout for it.
         bool clean = !failed_;
@@ -137,6 +150,24 @@ class NcclCollectives final : public DeviceCollectives, public CollectiveWatch {
         settle(api_.all_reduce(t.data(), t.data(), static_cast<size_t>(t.numel()), ncclFloat32,
                                ncclSum, comm_, b_.stream),
                "ncclAllReduce");
+    }
+    void sum_overlapped(const Tensor& t) override {
+        check_tensor(t, "all-reduce");
+        if (t.numel() == 0 || b_.replaying()) return;
+        // The side stream starts where the backend's stream is now (in a capture this makes it
+        // part of the recorded step too).
+        DF_CUDA_CHECK(cudaEventRecord(fork_, b_.stream));
+        DF_CUDA_CHECK(cudaStreamWaitEvent(side_, fork_, 0));
+        settle(api_.all_reduce(t.data(), t.data(), static_cast<size_t>(t.numel()), ncclFloat32,
+                               ncclSum, comm_, side_),
+               "ncclAllReduce (overlapped)");
+        side_pending_ = true;
+    }
+    void join() override {
+        if (!side_pending_ || b_.replaying()) return;
+        DF_CUDA_CHECK(cudaEventRecord(joined_, side_));
+        DF_CUDA_CHECK(cudaStreamWaitEvent(b_.stream, joined_, 0));
+        side_pending_ = false;
     }
     void reduce_scatter(const Tensor& t, int64_t chunk) override {
         check_tensor(t, "reduce-scatter");
@@ -166,6 +197,8 @@ class NcclCollectives final : public DeviceCollectives, public CollectiveWatch {
         abort_requested_.store(true);
     }
 
+    void stop() override { start_stopping(); }
+
     void check_wait(double waited_s) override {
         if (abort_requested_.load()) {
             std::string why;
@@ -175,6 +208,8 @@ class NcclCollectives final : public DeviceCollectives, public CollectiveWatch {
             }
             fail(fmt::format("cuda:{} stopped waiting for its peers: {}", b_.device, why));
         }
+        if (failed_)  // stopped already: nothing of NCCL's is left to wait for
+            DF_FAIL("device collectives on cuda:{} failed earlier in this run", b_.device);
         ncclResult_t st = ncclSuccess;
         if (comm_ && api_.get_async_error(comm_, &st) == ncclSuccess && st != ncclSuccess &&
             st != ncclInProgress)
@@ -231,20 +266,27 @@ class NcclCollectives final : public DeviceCollectives, public CollectiveWatch {
         return r == ncclSuccess;
     }
 
-    // Stops every operation of this communicator (so the device is free to finish its stream
-    // and nothing waits on NCCL any more), then throws. The communicator itself is freed only
-    // by the destructor, once the recorded steps that hold its collectives are gone.
+    // Throws at once, and stops every operation of this communicator on a thread of its own
+    // (NCCL may take a while to do so; the device can then finish its stream, so that the
+    // unwinding's waits end). The communicator itself is freed only by the destructor, after
+    // that thread and once the recorded steps that hold its collectives are gone (revoke); where
+    // the library has no revoke, abort stops and frees it at once.
     [[noreturn]] void fail(const std::string& message) {
-        if (!failed_) {
-            failed_ = true;
-            if (api_.comm_revoke) {
-                (void)api_.comm_revoke(comm_, 0);
-            } else {
-                (void)api_.comm_abort(comm_);
-                comm_ = nullptr;
-            }
-        }
+        start_stopping();
         DF_FAIL("{}", message);
+    }
+    void start_stopping() {
+        if (failed_ || !comm_) return;
+        failed_ = true;
+        ncclComm_t comm = comm_;
+        if (!api_.comm_revoke) comm_ = nullptr;
+        stopper_ = std::thread([this, comm] {
+            (void)cudaSetDevice(b_.device);
+            if (api_.comm_revoke)
+                (void)api_.comm_revoke(comm, 0);
+            else
+                (void)api_.comm_abort(comm);
+        });
     }
 
     NcclApi api_;
@@ -254,7 +296,11 @@ class NcclCollectives final : public DeviceCollectives, public CollectiveWatch {
     int ranks_ = 0;
     int rank_ = 0;
     int version_ = 0;
-    bool failed_ = false;  // owner thread only
+    bool failed_ = false;          // owner thread only
+    std::thread stopper_;          // revokes (or aborts) the communicator after a failure
+    cudaStream_t side_ = nullptr;  // sum_overlapped's stream
+    cudaEvent_t fork_ = nullptr, joined_ = nullptr;
+    bool side_pending_ = false;  // overlapped sums not joined yet
     std::mutex mu_;
     std::atomic<bool> abort_requested_{false};
     std::string abort_reason_;  // guarded by mu_

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Online drafter training at Qwen3-8B geometry (perf-targets #11 and #12; issue 12): a randomly
+# initialised Qwen3-8B-shaped target (36 layers, hidden 4096, 152K vocabulary, bf16) runs its
+# forward inside every step and a 5-layer drafter (block 16) trains on its features, sequences of
+# 3072 tokens with 512 anchors, one sequence per GPU per step (torch and safetensors make the
+# target's random weights; dflash reads them like any HF checkpoint). From binaries built elsewhere
+# (gpu-bundle/bundle.tar.xz, scripts/gpu-bundle.sh); the data is this repository's own text,
+# byte-tokenized and packed. Prints the median step time over the steps after the first three,
+# samples/s for the machine and per GPU, and the peak GPU memory nvidia-smi saw.
+# GPUS (default 1), STEPS (default 12), SHARD=1 (train.shard_optimizer_state), EXCHANGE
+# (runtime.gradient_exchange with several GPUs, default device); output under $OUT or ./gpu-out.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+dest=${OUT:-gpu-out}
+mkdir -p "$dest"
+run=$(mktemp -d)
+tar -C "$run" -xJf gpu-bundle/bundle.tar.xz
+pylibs=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null || true)
+nccl=$(python3 -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0] + "/lib")' 2>/dev/null || true)
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${pylibs}:${nccl}:${LD_LIBRARY_PATH:-}"
+export NCCL_NVLS_ENABLE=0
+bin="$run/bin/dflash"
+gpus=${GPUS:-1}
+steps=${STEPS:-12}
+python3 - "$run/corpus.jsonl" <<'PY'
+import json, pathlib, sys
+with open(sys.argv[1], "w") as out:
+    for d in ["docs", "src", "tests", "tools"]:
+        for p in sorted(pathlib.Path(d).rglob("*")):
+            if p.is_file() and p.suffix in {".md", ".cpp", ".h", ".cu", ".py", ".sh"}:
+                out.write(json.dumps({"text": p.read_text(errors="replace")}) + "\n")
+PY
+"$bin" data prepare -i "$run/corpus.jsonl" -o "$run/data" > "$dest/online-data.txt" 2>&1 ||
+    { tail "$dest/online-data.txt"; exit 1; }
+t0=$(date +%s)
+# The layout and tokenizer files from `dflash init` at a tiny width; the 8B-shaped weights from
+# torch on the GPU (drawing 8.2 billion normals on one host core takes minutes).
+"$bin" init target -o "$run/target" --vocab 151936 --pretrain.hidden_size 64 \
+    --pretrain.num_layers 1 --pretrain.num_heads 4 --pretrain.num_kv_heads 2 \
+    --pretrain.head_dim 16 --pretrain.intermediate_size 128 \
+    --pretrain.tie_word_embeddings false > "$dest/online-init.txt" 2>&1 ||
+    { tail "$dest/online-init.txt"; exit 1; }
+python3 - "$run/target" <<'PY' || exit 1
+import json, sys, torch
+from safetensors.torch import save_file
+d = sys.argv[1]
+cfg = json.load(open(f"{d}/config.json"))
+L, D, H, KV, Dh, I = 36, 4096, 32, 8, 128, 12288
+V = cfg["vocab_size"]
+cfg.update(hidden_size=D, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=KV,
+           head_dim=Dh, intermediate_size=I, max_window_layers=L, rope_theta=1e6,
+           tie_word_embeddings=False)
+g = torch.Generator(device="cuda").manual_seed(0)
+def w(*shape):
+    return (torch.randn(*shape, device="cuda", generator=g) * 0.02).to(torch.bfloat16).cpu()
+def ones(n):
+    return torch.ones(n, dtype=torch.bfloat16)
+t = {"model.embed_tokens.weight": w(V, D), "model.norm.weight": ones(D), "lm_head.weight": w(V, D)}
+for l in range(L):
+    p = f"model.layers.{l}."
+    t.update({p + "input_layernorm.weight": ones(D), p + "post_attention_layernorm.weight": ones(D),
+              p + "self_attn.q_proj.weight": w(H * Dh, D), p + "self_attn.k_proj.weight": w(KV * Dh, D),
+              p + "self_attn.v_proj.weight": w(KV * Dh, D), p + "self_attn.o_proj.weight": w(D, H * Dh),
+              p + "self_attn.q_norm.weight": ones(Dh), p + "self_attn.k_norm.weight": ones(Dh),
+              p + "mlp.gate_proj.weight": w(I, D), p + "mlp.up_proj.weight": w(I, D),
+              p + "mlp.down_proj.weight": w(D, I)})
+save_file(t, f"{d}/model.safetensors", metadata={"format": "pt"})
+json.dump(cfg, open(f"{d}/config.json", "w"), indent=2)
+print(f"{sum(x.numel() for x in t.values()) / 1e9:.2f}B parameters")
+PY
+echo "random Qwen3-8B-shaped target written in $(($(date +%s) - t0)) s"
+extra=()
+[[ ${SHARD:-0} == 1 ]] && extra+=(--train.shard_optimizer_state true)
+((gpus > 1)) && extra+=(--runtime.gradient_exchange "${EXCHANGE:-device}")
+nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 500 \
+    > "$run/memory.csv" 2>/dev/null &
+smi=$!
+t0=$(date +%s)
+timeout 420 "$bin" train --target "$run/target" --data "$run/data" --output "$run/r" \
+    --runtime.devices "$gpus" --drafter.num_layers 5 --drafter.block_size 16 \
+    --train.max_length 3072 --train.num_anchors 512 --train.max_steps "$steps" \
+    --train.checkpoint_every 0 --train.eval_every 0 --train.log_every 1 --train.epochs 1000 \
+    "${extra[@]}" > "$dest/online-train.txt" 2>&1
+rc=$?
+kill $smi 2> /dev/null
+echo "dflash train: exit $rc after $(($(date +%s) - t0)) s (target load, planning, $steps steps)"
+grep -E "drafter:|training on|graphs|sharded|gradients" "$dest/online-train.txt" | head -n 8
+cp "$run/r/metrics.jsonl" "$dest/online-metrics.jsonl" 2> /dev/null
+python3 - "$run/r/metrics.jsonl" "$run/memory.csv" "$gpus" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rows = [r for r in rows if not r.get("eval")]
+gpus = int(sys.argv[3])
+# The step time: the tokens of the whole step over its rate (the progress line's own figure).
+steps = [r for r in rows if r.get("tokens_per_s")]
+late = steps[3:] or steps
+tps = statistics.median(r["tokens_per_s"] for r in late)
+print(f"steps {len(rows)}: loss {rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}")
+print(f"tokens/s median over steps {late[0]['step']}..{late[-1]['step']}: {tps:.0f} "
+      f"(min {min(r['tokens_per_s'] for r in late):.0f}, max {max(r['tokens_per_s'] for r in late):.0f})")
+print(f"samples/s (3072-token sequences): {tps / 3072:.2f} for {gpus} GPU(s), "
+      f"{tps / 3072 / gpus:.2f} per GPU; step {3072 * gpus / tps * 1e3:.1f} ms")
+peak = {}
+for line in open(sys.argv[2]):
+    try:
+        i, m = (int(x) for x in line.split(","))
+    except ValueError:
+        continue
+    peak[i] = max(peak.get(i, 0), m)
+print("peak GPU memory (MiB, nvidia-smi):", peak)
+PY
+exit $rc
