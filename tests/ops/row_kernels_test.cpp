@@ -18,12 +18,7 @@ namespace {
 
 using cpu::CpuIsa;
 
-std::vector<CpuIsa> supported_isas() {
-    std::vector<CpuIsa> v;
-    for (CpuIsa isa : {CpuIsa::avx512, CpuIsa::avx2, CpuIsa::portable})
-        if (cpu::isa_supported(isa)) v.push_back(isa);
-    return v;
-}
+using test::supported_isas;
 
 bool same_bits(float a, float b) {
     return std::memcmp(&a, &b, sizeof(a)) == 0;

@@ -46,17 +46,16 @@ void adamw_step(const Exec& ex, const Tensor& master, const Tensor& grad, const 
                  p.scalars.describe());
         sc = {p.scalars.f32()[0], p.scalars.f32()[1], p.scalars.f32()[2]};
     }
-    AdamWLoop loop{};
-    loop.decay = sc.decay;
-    loop.step_size = sc.step_size;
-    loop.bc2_sqrt = sc.bc2_sqrt;
-    loop.b1 = p.beta1;
-    loop.b2 = p.beta2;
-    loop.eps = p.eps;
-    loop.one_m_b1 = static_cast<float>(1.0 - p.beta1);
-    loop.one_m_b2 = static_cast<float>(1.0 - p.beta2);
-    loop.scaled = !grad_scale.empty() && grad_scale.f32()[0] != 1.0f;
-    loop.gs = grad_scale.empty() ? 1.0f : grad_scale.f32()[0];
+    const AdamWLoop loop{.decay = sc.decay,
+                         .step_size = sc.step_size,
+                         .bc2_sqrt = sc.bc2_sqrt,
+                         .b1 = p.beta1,
+                         .b2 = p.beta2,
+                         .eps = p.eps,
+                         .one_m_b1 = static_cast<float>(1.0 - p.beta1),
+                         .one_m_b2 = static_cast<float>(1.0 - p.beta2),
+                         .scaled = !grad_scale.empty() && grad_scale.f32()[0] != 1.0f,
+                         .gs = grad_scale.empty() ? 1.0f : grad_scale.f32()[0]};
     const int64_t n = master.numel();
     float* pp = master.f32();
     const float* pg = grad.f32();

@@ -54,31 +54,30 @@ DF_ROW_BODY double finish(const D8& v, const double* tail, int64_t n) {
            ((part[1] + part[5]) + (part[3] + part[7]));
 }
 
-DF_ROW_BODY double sum_body(const float* x, int64_t n) {
-    D8 v = {};
-    int64_t c = 0;
-    for (; c + 8 <= n; c += 8) {
-        F8 xv;
-        load8(x + c, xv);
-        v += __builtin_convertvector(xv, D8);
-    }
-    double tail[8];
-    for (int64_t l = 0; c + l < n; ++l) tail[l] = x[c + l];
-    return finish(v, tail, n - c);
-}
-
-DF_ROW_BODY double sum_squares_body(const float* x, int64_t n) {
+// The sum of x, or of x^2 (products in double: exact), per partial.
+template <bool Squares>
+DF_ROW_BODY double sum_of(const float* x, int64_t n) {
     D8 v = {};
     int64_t c = 0;
     for (; c + 8 <= n; c += 8) {
         F8 xv;
         load8(x + c, xv);
         const D8 d = __builtin_convertvector(xv, D8);
-        v += d * d;
+        v += Squares ? d * d : d;
     }
     double tail[8];
-    for (int64_t l = 0; c + l < n; ++l) tail[l] = static_cast<double>(x[c + l]) * x[c + l];
+    for (int64_t l = 0; c + l < n; ++l) {
+        const double d = x[c + l];
+        tail[l] = Squares ? d * d : d;
+    }
     return finish(v, tail, n - c);
+}
+
+DF_ROW_BODY double sum_body(const float* x, int64_t n) {
+    return sum_of<false>(x, n);
+}
+DF_ROW_BODY double sum_squares_body(const float* x, int64_t n) {
+    return sum_of<true>(x, n);
 }
 
 DF_ROW_BODY void sub_body(float* x, int64_t n, float a) {
