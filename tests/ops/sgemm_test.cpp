@@ -18,13 +18,7 @@ namespace {
 using cpu::CpuIsa;
 using cpu::MatrixRef;
 
-std::vector<CpuIsa> supported_isas() {
-    std::vector<CpuIsa> v;
-    for (CpuIsa isa : {CpuIsa::avx512, CpuIsa::avx2, CpuIsa::portable}) {
-        if (cpu::isa_supported(isa)) v.push_back(isa);
-    }
-    return v;
-}
+using test::supported_isas;
 
 // A stored matrix of `rows` x `cols` with leading dimension cols + pad, random values.
 struct Stored {

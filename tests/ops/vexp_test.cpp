@@ -15,12 +15,7 @@ namespace {
 
 using cpu::CpuIsa;
 
-std::vector<CpuIsa> supported_isas() {
-    std::vector<CpuIsa> v;
-    for (CpuIsa isa : {CpuIsa::avx512, CpuIsa::avx2, CpuIsa::portable})
-        if (cpu::isa_supported(isa)) v.push_back(isa);
-    return v;
-}
+using test::supported_isas;
 
 // |got - exact| in units of the float spacing at exact (exact from double exp).
 double ulp_error(float got, float x) {

@@ -21,6 +21,13 @@
 
 namespace dflash::test {
 
+std::vector<cpu::CpuIsa> supported_isas() {
+    std::vector<cpu::CpuIsa> v;
+    for (cpu::CpuIsa isa : {cpu::CpuIsa::avx512, cpu::CpuIsa::avx2, cpu::CpuIsa::portable})
+        if (cpu::isa_supported(isa)) v.push_back(isa);
+    return v;
+}
+
 HostTensor random_tensor(Shape shape, Rng& rng, float scale) {
     HostTensor t(shape, DType::f32);
     float* p = t.f32();

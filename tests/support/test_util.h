@@ -9,10 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/isa.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 
 namespace dflash::test {
+
+// The CPU kernel families this machine can run (backend/cpu/isa.h), best first: the kernel tests
+// run every one.
+std::vector<cpu::CpuIsa> supported_isas();
 
 // A tensor of N(0, scale^2) values.
 HostTensor random_tensor(Shape shape, Rng& rng, float scale = 1.0f);

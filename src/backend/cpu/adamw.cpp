@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/row_kernels.h"
 #include "backend/op_shapes.h"
 
 namespace dflash::cpu {
@@ -45,29 +46,25 @@ void adamw_step(const Exec& ex, const Tensor& master, const Tensor& grad, const 
                  p.scalars.describe());
         sc = {p.scalars.f32()[0], p.scalars.f32()[1], p.scalars.f32()[2]};
     }
-    const float decay = sc.decay, step_size = sc.step_size, bc2_sqrt = sc.bc2_sqrt;
-    const float b1 = p.beta1, b2 = p.beta2, eps = p.eps;
-    const float one_m_b1 = static_cast<float>(1.0 - p.beta1);
-    const float one_m_b2 = static_cast<float>(1.0 - p.beta2);
-    const bool scaled = !grad_scale.empty() && grad_scale.f32()[0] != 1.0f;
-    const float gs = grad_scale.empty() ? 1.0f : grad_scale.f32()[0];
+    const AdamWLoop loop{.decay = sc.decay,
+                         .step_size = sc.step_size,
+                         .bc2_sqrt = sc.bc2_sqrt,
+                         .b1 = p.beta1,
+                         .b2 = p.beta2,
+                         .eps = p.eps,
+                         .one_m_b1 = static_cast<float>(1.0 - p.beta1),
+                         .one_m_b2 = static_cast<float>(1.0 - p.beta2),
+                         .scaled = !grad_scale.empty() && grad_scale.f32()[0] != 1.0f,
+                         .gs = grad_scale.empty() ? 1.0f : grad_scale.f32()[0]};
     const int64_t n = master.numel();
     float* pp = master.f32();
     const float* pg = grad.f32();
     float* pm = m.f32();
     float* pv = v.f32();
     float* out = value.empty() ? nullptr : value.f32();
+    // Elementwise, so any split gives the same bits; the loop is row_adamw (row_kernels.h).
     parallel_for(ex, n, n > 16384, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-            const float g = scaled ? pg[i] * gs : pg[i];
-            const float mi = b1 * pm[i] + one_m_b1 * g;
-            const float vi = b2 * pv[i] + one_m_b2 * g * g;
-            pm[i] = mi;
-            pv[i] = vi;
-            const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-            pp[i] = pp[i] * decay - step_size * (mi / denom);
-            if (out) out[i] = pp[i];
-        }
+        row_adamw(loop, pp + i0, pg + i0, pm + i0, pv + i0, out ? out + i0 : nullptr, i1 - i0);
     });
 }
 

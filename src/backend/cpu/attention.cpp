@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/row_kernels.h"
 #include "backend/cpu/sgemm.h"
 #include "backend/cpu/vexp.h"
 
@@ -284,39 +285,16 @@ void for_each_span(const Geometry& g, const Chunk& ch, int64_t i, Fn&& fn) {
     }
 }
 
-// The max and the sum of x[0, n) with eight independent partials (element c goes to c mod 8)
-// combined in a fixed order: one running max or sum made every element wait for the previous
-// one, which cost a verify (8 query rows per head) more than its score products. The result
-// depends only on x and n, so a row's softmax has the same bits whatever chunk it sits in.
-float span_max(const float* x, int64_t n) {
-    float part[8] = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
-    int64_t c = 0;
-    for (; c + 8 <= n; c += 8) {
-        for (int l = 0; l < 8; ++l) part[l] = std::max(part[l], x[c + l]);
-    }
-    for (int l = 0; c < n; ++c, ++l) part[l] = std::max(part[l], x[c]);
-    for (int w = 4; w > 0; w /= 2) {
-        for (int l = 0; l < w; ++l) part[l] = std::max(part[l], part[l + w]);
-    }
-    return part[0];
-}
-
-double span_sum(const float* x, int64_t n) {
-    double part[8] = {};
-    int64_t c = 0;
-    for (; c + 8 <= n; c += 8) {
-        for (int l = 0; l < 8; ++l) part[l] += x[c + l];
-    }
-    for (int l = 0; c < n; ++c, ++l) part[l] += x[c];
-    return ((part[0] + part[4]) + (part[2] + part[6])) +
-           ((part[1] + part[5]) + (part[3] + part[7]));
-}
-
 // One row of scores -> probabilities (0 outside the row's spans); returns the row's lse.
 float softmax_row(const Geometry& g, const Chunk& ch, int64_t i, float* row, int64_t nk) {
+    // The row kernels' max and sum take eight independent partials (element c of a span goes to
+    // c mod 8) combined in a fixed order: one running max or sum made every element wait for the
+    // previous one, which cost a verify (8 query rows per head) more than its score products. The
+    // result depends only on the span, so a row's softmax has the same bits whatever chunk it
+    // sits in.
     float m = kNegInf;
     for_each_span(g, ch, i, [&](int64_t c0, KeyRange s) {
-        if (s.size() > 0) m = std::max(m, span_max(row + c0, s.size()));
+        if (s.size() > 0) m = std::max(m, row_max(row + c0, s.size()));
     });
     if (m == kNegInf) {  // sees no key
         std::fill(row, row + nk, 0.0f);
@@ -326,14 +304,13 @@ float softmax_row(const Geometry& g, const Chunk& ch, int64_t i, float* row, int
     int64_t done = 0;  // columns before `done` are final
     for_each_span(g, ch, i, [&](int64_t c0, KeyRange s) {
         std::fill(row + done, row + c0, 0.0f);
-        for (int64_t c = c0; c < c0 + s.size(); ++c) row[c] -= m;
+        row_sub(row + c0, s.size(), m);
         exp_inplace(row + c0, s.size());
-        sum += span_sum(row + c0, s.size());
+        sum += row_sum(row + c0, s.size());
         done = c0 + s.size();
     });
     std::fill(row + done, row + nk, 0.0f);
-    const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t c = 0; c < nk; ++c) row[c] *= inv;
+    row_scale(row, nk, static_cast<float>(1.0 / sum));
     return m + static_cast<float>(std::log(sum));
 }
 
@@ -345,7 +322,7 @@ void probs_row(const Geometry& g, const Chunk& ch, int64_t i, float lse, float* 
         if (lse == kNegInf) {
             std::fill(row + c0, row + c0 + s.size(), 0.0f);
         } else {
-            for (int64_t c = c0; c < c0 + s.size(); ++c) row[c] -= lse;
+            row_sub(row + c0, s.size(), lse);
             exp_inplace(row + c0, s.size());
         }
         done = c0 + s.size();

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/row_kernels.h"
 
 namespace dflash::cpu {
 namespace {
@@ -38,17 +39,11 @@ void check_rstd(const Tensor& rstd, int64_t rows, const char* op) {
 }
 
 // 1 / sqrt(mean(x^2) + eps), the mean accumulated in double so long rows lose nothing. Eight
-// partial sums (element i goes to i mod 8), added in a fixed tree: one running sum made every
-// element wait for the previous add (4 cycles each), and this op runs on every row of a verify.
+// partial sums (element i goes to i mod 8, row_kernels.h), added in a fixed tree: one running sum
+// made every element wait for the previous add (4 cycles each), and this op runs on every row of
+// a verify.
 float row_rstd(const float* x, int64_t c, float eps) {
-    double part[8] = {};
-    int64_t i = 0;
-    for (; i + 8 <= c; i += 8) {
-        for (int l = 0; l < 8; ++l) part[l] += static_cast<double>(x[i + l]) * x[i + l];
-    }
-    for (int l = 0; i < c; ++i, ++l) part[l] += static_cast<double>(x[i]) * x[i];
-    const double ss =
-        ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
+    const double ss = row_sum_squares(x, c);
     return static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(c) + eps));
 }
 
@@ -70,7 +65,7 @@ void rmsnorm_fwd(const Exec& ex, const Tensor& x, const Tensor& w, float eps, co
             float* yr = py + r * c;
             const float s = row_rstd(xr, c, eps);
             // HF order: normalise first, then scale by the weight.
-            for (int64_t i = 0; i < c; ++i) yr[i] = pw[i] * (xr[i] * s);
+            row_scale_weighted(pw, xr, s, yr, c);
             if (pr) pr[r] = s;
         }
     });

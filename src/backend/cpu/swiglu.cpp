@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
-#include "backend/cpu/vexp.h"
+#include "backend/cpu/row_kernels.h"
 
 namespace dflash::cpu {
 namespace {
@@ -14,16 +14,8 @@ void check_like(const Tensor& t, const Tensor& gate, const char* op, const char*
              name, t.shape().to_string(), gate.shape().to_string());
 }
 
-constexpr int64_t kBlock = 256;  // elements whose exponentials are taken at once (vexp.h)
-
-// s[0, n) = sigmoid(g[0, n)), n <= kBlock. Never takes exp of a large positive number, so it
-// cannot overflow to inf/inf: e = exp(-|g|), s = 1/(1+e) for g >= 0, e/(1+e) below.
-void sigmoid_block(const float* g, int64_t n, float* s) {
-    for (int64_t i = 0; i < n; ++i) s[i] = -std::fabs(g[i]);
-    exp_inplace(s, n);
-    // Branch-free so the compiler vectorises it.
-    for (int64_t i = 0; i < n; ++i) s[i] = (g[i] >= 0.0f ? 1.0f : s[i]) / (1.0f + s[i]);
-}
+// Elements whose sigmoids are taken at once (row_sigmoid: exp(-|g|), then 1/(1+e) or e/(1+e)).
+constexpr int64_t kBlock = 256;
 
 // Calls fn(i, sigmoid(g[i])) for every i in [i0, i1), a block of exponentials at a time.
 template <typename Fn>
@@ -31,7 +23,7 @@ void for_each_sigmoid(const float* g, int64_t i0, int64_t i1, Fn&& fn) {
     float s[kBlock];
     for (int64_t b = i0; b < i1; b += kBlock) {
         const int64_t n = std::min(kBlock, i1 - b);
-        sigmoid_block(g + b, n, s);
+        row_sigmoid(g + b, n, s);
         for (int64_t i = 0; i < n; ++i) fn(b + i, s[i]);
     }
 }
@@ -47,7 +39,12 @@ void swiglu_fwd(const Exec& ex, const Tensor& gate, const Tensor& up, const Tens
     const float* u = up.f32();
     float* o = out.f32();
     parallel_for(ex, n, n > 16384, [&](int64_t i0, int64_t i1) {
-        for_each_sigmoid(g, i0, i1, [&](int64_t i, float si) { o[i] = g[i] * si * u[i]; });
+        float s[kBlock];
+        for (int64_t b = i0; b < i1; b += kBlock) {
+            const int64_t m = std::min(kBlock, i1 - b);
+            row_sigmoid(g + b, m, s);
+            row_mul3(g + b, s, u + b, o + b, m);  // (g * s) * u
+        }
     });
 }
 
