@@ -4,8 +4,12 @@
 # `regenerated/` dataset of the byte tokenizer). Runs the same 1-layer drafter training against a
 # random Qwen3-0.6B-shaped target: 1 GPU (batch 1), 1 GPU (batch 2), then 2 GPUs in one process
 # and 2 processes of one GPU each (TCP rendezvous on localhost), each with the gradients summed
-# through the host and on the GPUs (NCCL); prints per-step losses side by side and the throughput
-# of each. Output under $OUT (or ./gpu-out).
+# through the host and on the GPUs (NCCL: in buckets beside the backward, in one sum after it, and
+# with the optimizer state sharded); prints per-step losses side by side and the throughput of
+# each. Then (KILL=1, the default) a kill test: two processes summing with NCCL, process 1 killed
+# with SIGKILL mid-run, process 0 must fail naming the cause well within the deadline, and the
+# last checkpoint must resume on one GPU; and the collectives' bus bandwidth
+# (bench/collectives_bench) at gradient sizes. Output under $OUT (or ./gpu-out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dest=${OUT:-gpu-out}
@@ -47,12 +51,21 @@ for x in ${EXCHANGES:-host device}; do
         > "$dest/p2$x.txt" 2>&1; echo "2 processes x 1 GPU, $x sum: exit $?"
     wait $pid1; echo "   (process 1: exit $?)"
 done
-for r in g1 g1b2 g2host p2host g2device p2device; do cp "$run/$r/metrics.jsonl" "$dest/$r.metrics.jsonl" 2>/dev/null; done
+if [[ " ${EXCHANGES:-host device} " == *" device "* ]]; then
+    timeout 120 "$bin" "${common[@]}" --output "$run/g2bucket0" --runtime.devices 2 \
+        --runtime.gradient_exchange device --runtime.gradient_bucket_mb 0 \
+        > "$dest/g2bucket0.txt" 2>&1; echo "2 GPUs, device sum after the backward: exit $?"
+    timeout 120 "$bin" "${common[@]}" --output "$run/g2shard" --runtime.devices 2 \
+        --runtime.gradient_exchange device --train.shard_optimizer_state true \
+        > "$dest/g2shard.txt" 2>&1; echo "2 GPUs, sharded optimizer state: exit $?"
+fi
+runs="g1 g1b2 g2host p2host g2device p2device g2bucket0 g2shard"
+for r in $runs; do cp "$run/$r/metrics.jsonl" "$dest/$r.metrics.jsonl" 2>/dev/null; done
 python3 - "$dest" <<'PY'
 import json, sys, statistics
 d = sys.argv[1]
 runs = {}
-for r in ["g1", "g1b2", "g2host", "p2host", "g2device", "p2device"]:
+for r in ["g1", "g1b2", "g2host", "p2host", "g2device", "p2device", "g2bucket0", "g2shard"]:
     try:
         rows = [json.loads(l) for l in open(f"{d}/{r}.metrics.jsonl")]
     except OSError:
@@ -73,4 +86,47 @@ for x in ["host", "device"]:
         rel = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(g, runs["g1b2"]))
         print(f"{x} sum: 2 GPUs vs 1 GPU at batch 2: max relative loss difference {rel:.2e}")
 PY
-grep -h "gradients\|graphs:" "$dest"/g2*.txt "$dest"/p2*.txt
+for x in g2bucket0 g2shard; do
+    python3 - "$dest" "$x" <<'PY'
+import json, sys
+d, r = sys.argv[1], sys.argv[2]
+try:
+    a = [json.loads(l) for l in open(f"{d}/{r}.metrics.jsonl")]
+    b = [json.loads(l) for l in open(f"{d}/g2device.metrics.jsonl")]
+except OSError as e:
+    sys.exit(f"{r}: {e}")
+a, b = [x for x in a if not x.get("eval")], [x for x in b if not x.get("eval")]
+rel = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(a, b))
+print(f"{r} vs g2device (buckets): max relative loss difference {rel:.2e} over {min(len(a), len(b))} steps")
+PY
+done
+grep -h "gradients\|graphs:\|sharded" "$dest"/g2*.txt "$dest"/p2*.txt
+if [[ ${KILL:-1} == 1 ]]; then
+    echo "== kill test: 2 processes x 1 GPU (NCCL), process 1 killed at about step 12"
+    kill_run=(--output "$run/kill" --runtime.devices 1 --runtime.gradient_exchange device
+        --runtime.collective_timeout_s 60 --train.checkpoint_every 5 --train.max_steps 400
+        --launch.world_size 2 --launch.local_world_size 2 --launch.master_port 29556)
+    "$bin" "${common[@]}" "${kill_run[@]}" --launch.rank 1 --launch.local_rank 1 \
+        > "$dest/kill-rank1.txt" 2>&1 &
+    pid1=$!
+    t0=$(date +%s)
+    "$bin" "${common[@]}" "${kill_run[@]}" --launch.rank 0 --launch.local_rank 0 \
+        > "$dest/kill-rank0.txt" 2>&1 &
+    pid0=$!
+    until grep -q "step 1[2-9]/" "$dest/kill-rank0.txt" 2>/dev/null || ! kill -0 $pid0 2>/dev/null; do
+        sleep 0.5
+        (($(date +%s) - t0 > 150)) && break
+    done
+    kill -9 $pid1
+    tk=$(date +%s)
+    wait $pid0
+    echo "process 0: exit $? $(($(date +%s) - tk)) s after process 1 was killed"
+    grep -h "error" "$dest/kill-rank0.txt" | tail -n 2
+    timeout 120 "$bin" train --resume "$run/kill" --runtime.devices 1 --train.max_steps 20 \
+        > "$dest/kill-resume.txt" 2>&1
+    echo "resume of the last checkpoint on 1 GPU: exit $?"
+    grep -h "resume\|trained after" "$dest/kill-resume.txt" | head -n 4
+fi
+echo "== device collectives at gradient sizes"
+"$run/bench/collectives_bench" > "$dest/collectives.jsonl" 2> "$dest/collectives.txt"
+cat "$dest/collectives.txt"
