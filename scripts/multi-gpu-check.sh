@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Data-parallel drafter training on the GPUs of one machine (issue 11), from binaries built
 # elsewhere (gpu-bundle/bundle.tar.xz) and a prepared dataset (gpu-bundle/demo-data.tar.xz: a
-# `regenerated/` dataset of the byte tokenizer). Runs the same 1-layer drafter training against a
-# random Qwen3-0.6B-shaped target: 1 GPU (batch 1), 1 GPU (batch 2), then 2 GPUs in one process
+# `regenerated/` dataset of the byte tokenizer; without it, the repository's own text). Runs the
+# same 1-layer drafter training against a random Qwen3-0.6B-shaped target: 1 GPU (batch 1), 1 GPU (batch 2), then 2 GPUs in one process
 # and 2 processes of one GPU each (TCP rendezvous on localhost), each with the gradients summed
 # through the host and on the GPUs (NCCL: in buckets beside the backward, in one sum after it, and
 # with the optimizer state sharded); prints per-step losses side by side and the throughput of
@@ -14,14 +14,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 dest=${OUT:-gpu-out}
 mkdir -p "$dest"
-run=$(mktemp -d)
-tar -C "$run" -xJf gpu-bundle/bundle.tar.xz
-tar -C "$run" -xJf gpu-bundle/demo-data.tar.xz
-pylibs=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null || true)
-# NCCL (loaded at run time by GPU workers that sum on the devices) comes with the Python environment.
-nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) + "/lib")' 2>/dev/null || true)
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${pylibs}:${nccl}:${LD_LIBRARY_PATH:-}"
-export NCCL_NVLS_ENABLE=0
+source scripts/gpu-env.sh  # $run: the unpacked bundle; the loader path
+if [[ -f gpu-bundle/demo-data.tar.xz ]]; then
+    tar -C "$run" -xJf gpu-bundle/demo-data.tar.xz
+else  # no demo data carried: the repository's own text, byte-tokenized
+    repo_text_data "$run/regenerated" > "$dest/data.txt" 2>&1 || { tail "$dest/data.txt"; exit 1; }
+fi
 nvidia-smi --query-gpu=index,name --format=csv
 bin="$run/bin/dflash"
 steps=${STEPS:-40}

@@ -13,25 +13,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 dest=${OUT:-gpu-out}
 mkdir -p "$dest"
-run=$(mktemp -d)
-tar -C "$run" -xJf gpu-bundle/bundle.tar.xz
-pylibs=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null || true)
-nccl=$(python3 -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0] + "/lib")' 2>/dev/null || true)
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${pylibs}:${nccl}:${LD_LIBRARY_PATH:-}"
-export NCCL_NVLS_ENABLE=0
+source scripts/gpu-env.sh  # $run: the unpacked bundle; the loader path
 bin="$run/bin/dflash"
 gpus=${GPUS:-1}
 steps=${STEPS:-12}
-python3 - "$run/corpus.jsonl" <<'PY'
-import json, pathlib, sys
-with open(sys.argv[1], "w") as out:
-    for d in ["docs", "src", "tests", "tools"]:
-        for p in sorted(pathlib.Path(d).rglob("*")):
-            if p.is_file() and p.suffix in {".md", ".cpp", ".h", ".cu", ".py", ".sh"}:
-                out.write(json.dumps({"text": p.read_text(errors="replace")}) + "\n")
-PY
-"$bin" data prepare -i "$run/corpus.jsonl" -o "$run/data" > "$dest/online-data.txt" 2>&1 ||
-    { tail "$dest/online-data.txt"; exit 1; }
+repo_text_data "$run/data" > "$dest/online-data.txt" 2>&1 || { tail "$dest/online-data.txt"; exit 1; }
 t0=$(date +%s)
 # The layout and tokenizer files from `dflash init` at a tiny width; the 8B-shaped weights from
 # torch on the GPU (drawing 8.2 billion normals on one host core takes minutes).

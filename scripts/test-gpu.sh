@@ -18,14 +18,7 @@ cd "$(dirname "$0")/.."
 dest=${OUT:-gpu-out}
 mkdir -p "$dest"
 out=$(mktemp -d)
-run=$(mktemp -d)
-tar -C "$run" -xJf gpu-bundle/bundle.tar.xz
-# cuBLASLt comes with the CUDA toolkit or the Python environment.
-pylibs=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null || true)
-# NCCL (loaded at run time by GPU workers that sum on the devices) comes with the Python environment.
-nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) + "/lib")' 2>/dev/null || true)
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${pylibs}:${nccl}:${LD_LIBRARY_PATH:-}"
-export NCCL_NVLS_ENABLE=0
+source scripts/gpu-env.sh  # $run: the unpacked bundle; the loader path
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
 
 failed=()

@@ -17,10 +17,7 @@
 namespace dflash {
 namespace {
 
-struct BucketRun {
-    train::TrainSummary summary;
-    std::vector<double> losses, grad_norms;
-};
+using BucketRun = test::RecordedRun;
 
 class GradientBuckets : public test::SharedInputsTest<GradientBuckets> {
   public:
@@ -33,28 +30,13 @@ class GradientBuckets : public test::SharedInputsTest<GradientBuckets> {
   protected:
     static BucketRun train(const std::string& out,
                            std::vector<std::pair<std::string, std::string>> kv) {
-        train::DrafterTrainJob job = test::drafter_job(dir_->path(), out);
-        BucketRun r;
-        job.hooks.on_record = [&r](const train::StepRecord& rec) {
-            if (rec.eval) return;
-            r.losses.push_back(rec.loss);
-            r.grad_norms.push_back(rec.grad_norm);
-        };
         kv.emplace_back("drafter.num_layers", "2");  // two layers: buckets finish at each
-        r.summary = train::run_drafter_training(job, test::drafter_settings(kv), Logger());
-        return r;
+        return test::train_recorded(dir_->path(), out, kv);
     }
 };
 
 void expect_same_weights(const BucketRun& a, const BucketRun& b) {
-    const auto sa = test::read_state_tensors(a.summary.model_dir);
-    const auto sb = test::read_state_tensors(b.summary.model_dir);
-    ASSERT_EQ(sa.size(), sb.size());
-    for (const auto& [name, va] : sa) {
-        const auto& vb = sb.at(name);
-        ASSERT_EQ(va.size(), vb.size()) << name;
-        EXPECT_EQ(std::memcmp(va.data(), vb.data(), va.size() * sizeof(float)), 0) << name;
-    }
+    test::expect_same_state(a.summary.model_dir, b.summary.model_dir);
 }
 
 TEST_F(GradientBuckets, BucketedSumsDuringTheBackwardEqualOneSumAfterIt) {

@@ -44,10 +44,7 @@ TEST(FlatShard, ChunksAreAlignedAndWithTheTailCoverEveryElementOnce) {
     }
 }
 
-struct ShardRun {
-    train::TrainSummary summary;
-    std::vector<double> losses, grad_norms;
-};
+using ShardRun = test::RecordedRun;
 
 class ShardedTraining : public test::SharedInputsTest<ShardedTraining> {
   public:
@@ -61,17 +58,8 @@ class ShardedTraining : public test::SharedInputsTest<ShardedTraining> {
     static ShardRun train(const std::string& out,
                           std::vector<std::pair<std::string, std::string>> kv,
                           const std::filesystem::path& resume = {}) {
-        train::DrafterTrainJob job = test::drafter_job(dir_->path(), out);
-        job.resume = resume;
-        ShardRun r;
-        job.hooks.on_record = [&r](const train::StepRecord& rec) {
-            if (rec.eval) return;
-            r.losses.push_back(rec.loss);
-            r.grad_norms.push_back(rec.grad_norm);
-        };
         kv.emplace_back("train.checkpoint_every", "3");
-        r.summary = train::run_drafter_training(job, test::drafter_settings(kv), Logger());
-        return r;
+        return test::train_recorded(dir_->path(), out, kv, resume);
     }
 };
 
@@ -82,14 +70,7 @@ void expect_bitwise(const ShardRun& a, const ShardRun& b, const std::filesystem:
         EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
         EXPECT_EQ(a.grad_norms[i], b.grad_norms[i]) << "step " << i + 1;
     }
-    const auto sa = test::read_state_tensors(ckpt_a);
-    const auto sb = test::read_state_tensors(ckpt_b);
-    ASSERT_EQ(sa.size(), sb.size());
-    for (const auto& [name, va] : sa) {
-        const auto& vb = sb.at(name);
-        ASSERT_EQ(va.size(), vb.size()) << name;
-        EXPECT_EQ(std::memcmp(va.data(), vb.data(), va.size() * sizeof(float)), 0) << name;
-    }
+    test::expect_same_state(ckpt_a, ckpt_b);
 }
 
 TEST_F(ShardedTraining, ThroughTheHostShardedEqualsUnshardedBitForBit) {

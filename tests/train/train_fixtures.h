@@ -169,4 +169,41 @@ inline double max_state_rel_diff(const std::map<std::string, std::vector<float>>
     return worst;
 }
 
+// Every tensor of two checkpoints' training states (masters and moments) equal bit for bit.
+inline void expect_same_state(const std::filesystem::path& ckpt_a,
+                              const std::filesystem::path& ckpt_b) {
+    const auto sa = read_state_tensors(ckpt_a);
+    const auto sb = read_state_tensors(ckpt_b);
+    ASSERT_EQ(sa.size(), sb.size());
+    for (const auto& [name, va] : sa) {
+        const auto it = sb.find(name);
+        ASSERT_NE(it, sb.end()) << name;
+        ASSERT_EQ(va.size(), it->second.size()) << name;
+        EXPECT_EQ(std::memcmp(va.data(), it->second.data(), va.size() * sizeof(float)), 0) << name;
+    }
+}
+
+// A drafter run of drafter_settings(kv) in dir/out (resuming `resume` when given), with the loss
+// and gradient norm of every step.
+struct RecordedRun {
+    train::TrainSummary summary;
+    std::vector<double> losses;      // per step
+    std::vector<double> grad_norms;  // per step, before clipping
+};
+
+inline RecordedRun train_recorded(const std::filesystem::path& dir, const std::string& out,
+                                  const std::vector<std::pair<std::string, std::string>>& kv,
+                                  const std::filesystem::path& resume = {}) {
+    train::DrafterTrainJob job = drafter_job(dir, out);
+    job.resume = resume;
+    RecordedRun r;
+    job.hooks.on_record = [&r](const train::StepRecord& rec) {
+        if (rec.eval) return;
+        r.losses.push_back(rec.loss);
+        r.grad_norms.push_back(rec.grad_norm);
+    };
+    r.summary = train::run_drafter_training(job, drafter_settings(kv), Logger());
+    return r;
+}
+
 }  // namespace dflash::test

@@ -13,11 +13,7 @@
 namespace dflash {
 namespace {
 
-struct TrainRun {
-    train::TrainSummary summary;
-    std::vector<double> losses;      // per step
-    std::vector<double> grad_norms;  // per step, before clipping
-};
+using TrainRun = test::RecordedRun;
 
 class DrafterTraining : public test::SharedInputsTest<DrafterTraining> {
   public:
@@ -30,15 +26,7 @@ class DrafterTraining : public test::SharedInputsTest<DrafterTraining> {
   protected:
     static TrainRun train(const std::string& out,
                           std::vector<std::pair<std::string, std::string>> kv) {
-        train::DrafterTrainJob job = test::drafter_job(dir_->path(), out);
-        TrainRun r;
-        job.hooks.on_record = [&r](const train::StepRecord& rec) {
-            if (rec.eval) return;
-            r.losses.push_back(rec.loss);
-            r.grad_norms.push_back(rec.grad_norm);
-        };
-        r.summary = train::run_drafter_training(job, test::drafter_settings(kv), Logger());
-        return r;
+        return test::train_recorded(dir_->path(), out, kv);
     }
 };
 
