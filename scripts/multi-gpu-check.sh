@@ -3,9 +3,9 @@
 # elsewhere (gpu-bundle/bundle.tar.xz) and a prepared dataset (gpu-bundle/demo-data.tar.xz: a
 # `regenerated/` dataset of the byte tokenizer; without it, the repository's own text). Runs the
 # same 1-layer drafter training against a random Qwen3-0.6B-shaped target: 1 GPU (batch 1),
-# 1 GPU (batch 2), then 2 GPUs in one process and 2 processes of one GPU each (TCP rendezvous on localhost), each with the gradients summed
-# through the host and on the GPUs (NCCL: in buckets beside the backward, in one sum after it, and
-# with the optimizer state sharded); prints per-step losses side by side and the throughput of
+# 1 GPU (batch 2), then 2 GPUs in one process and 2 processes of one GPU each (TCP rendezvous on
+# localhost), each with the gradients summed through the host and on the GPUs (NCCL: in buckets
+# beside the backward, in one sum after it, and with the optimizer state sharded); prints per-step losses side by side and the throughput of
 # each. Then (KILL=1, the default) a kill test: two processes summing with NCCL, process 1 killed
 # with SIGKILL mid-run, process 0 must fail naming the cause well within the deadline, and the
 # last checkpoint must resume on one GPU; and the collectives' bus bandwidth
