@@ -17,6 +17,12 @@ void add_runtime(Registry& r) {
     r.add(D::integer("runtime.devices", 1, "number of workers (one per device, one thread each)")
               .range(1, 1024)
               .read_by("train::Trainer (one worker per device), data regenerate (CPU workers)"));
+    r.add(D::int_list("runtime.device_ids", {},
+                      "the GPUs of this process's training workers, in worker order, one per "
+                      "worker (as many as runtime.devices); empty = launch.local_rank x "
+                      "runtime.devices + worker")
+              .range(0, 1023)
+              .read_by("train::Trainer"));
     r.add(D::enumeration("runtime.backend", "auto", {"auto", "cpu", "cuda"},
                          "compute backend; auto = cuda when a GPU is present, else cpu")
               .read_by("backend factory (src/backend/backend_factory.h): every command, the "

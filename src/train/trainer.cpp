@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/worker_pool.h"
 #include "train/checkpoint.h"
+#include "train/gradient_exchange.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
 #include "train/signal_watcher.h"
@@ -58,6 +59,7 @@ struct LoopOptions {
     std::string nccl_library;
     double collective_timeout_s = 600;
     double bucket_mb = 64;
+    std::vector<int> device_ids;  // runtime.device_ids: [workers], or empty
     bool shard_optimizer = false;
     uint64_t seed = 0;
     bool packing = true;
@@ -90,11 +92,27 @@ LoopOptions read_options(const config::Settings& s) {
     o.nccl_library = s.get<std::string>("runtime.nccl_library");
     o.collective_timeout_s = s.get<double>("runtime.collective_timeout_s");
     o.bucket_mb = s.get<double>("runtime.gradient_bucket_mb");
+    for (int64_t id : s.get<std::vector<int64_t>>("runtime.device_ids")) {
+        DF_CHECK(id >= 0 && id < 1024, "runtime.device_ids: {} is not a device index", id);
+        DF_CHECK(std::find(o.device_ids.begin(), o.device_ids.end(), id) == o.device_ids.end(),
+                 "runtime.device_ids names device {} twice: one worker per device", id);
+        o.device_ids.push_back(static_cast<int>(id));
+    }
+    DF_CHECK(o.device_ids.empty() || static_cast<int>(o.device_ids.size()) == o.workers,
+             "runtime.device_ids names {} device(s) but runtime.devices is {}: give one device "
+             "per worker",
+             o.device_ids.size(), o.workers);
     o.shard_optimizer = s.get<bool>("train.shard_optimizer_state");
     o.seed = static_cast<uint64_t>(s.get<int64_t>("runtime.seed"));
     o.packing = s.get<bool>("data.pack");
     o.shuffle = s.get<bool>("data.shuffle");
     return o;
+}
+
+// The device of local worker w: runtime.device_ids[w], else its place on the node.
+int worker_device(const LoopOptions& o, int w) {
+    return o.device_ids.empty() ? node_device_index(o.launch, o.workers, w)
+                                : o.device_ids[static_cast<size_t>(w)];
 }
 
 LoaderOptions loader_options(int64_t max_length, const LoopOptions& o, int rank) {
@@ -197,7 +215,7 @@ class Worker {
           rank_(sh.group.global_rank(ctx.id())),
           local_(ctx.id()) {}
     ~Worker() {
-        if (device_sum_) sh_.remove_collectives(device_sum_.get());
+        if (exchange_ && exchange_->device()) sh_.remove_collectives(exchange_->device());
     }
     Worker(const Worker&) = delete;
     Worker& operator=(const Worker&) = delete;
@@ -207,24 +225,12 @@ class Worker {
     void run_steps();
     void setup();
     bool train_step(int64_t step);  // true when the workers agreed to stop
-    void all_reduce_grads();
-    // Sharded optimizer state: the exchange inside the recorded update (device collectives), and
-    // the gather of the updated masters through the host (without them).
-    void exchange_sharded_grads_on_device(const Tensor& norm_sq, const Tensor& tail_sq);
-    void gather_masters_through_host();
-    // Every moment, f32 [numel] on the host, on worker 0 (empty elsewhere): every worker takes
-    // part.
-    std::pair<HostTensor, HostTensor> gather_moments();
-    // Every worker together: the device-side sum when the backend has one and the settings allow.
-    void setup_gradient_exchange();
     // Every worker's weights hash the same, or the run stops naming the workers that differ.
     void check_replicas(int64_t step);
     // Runs one micro-batch into the stats tensor, the workspace reset first; `reduce`: the
     // step's last, whose backward also sums the gradients bucket by bucket.
     void run_batch(const MicroBatch& mb, float grad_scale, const Tensor& stats,
                    bool reduce = false);
-    // Queues the sums of the buckets not sent yet that lie at flat offsets >= lo.
-    void send_buckets_from(int64_t lo);
     // The stats tensor's sums as TaskStats (tokens left 0).
     TaskStats stats_from(const float* stats) const;
     void evaluate(int64_t step);
@@ -241,21 +247,13 @@ class Worker {
     int rank_;   // in the run (global)
     int local_;  // in this process
     std::unique_ptr<Backend> be_;
-    // GPU workers summing on the devices (NCCL). Declared before step_owner_ so that the graphs
-    // holding its collective are gone before its communicator is destroyed.
-    std::unique_ptr<DeviceCollectives> device_sum_;
+    // Declared before step_owner_ so that the graphs holding its collectives are gone before its
+    // communicators are destroyed.
+    std::unique_ptr<GradientExchange> exchange_;
     std::optional<StepOwner> step_owner_;  // the worker's recorded steps
     std::unique_ptr<WorkerTask> task_;
     std::unique_ptr<PackedLoader> loader_;
     std::unique_ptr<AdamW> opt_;
-    FlatShard shard_;  // what this worker's optimizer updates
-    // Note [Gradient buckets]: with device collectives and runtime.gradient_bucket_mb > 0, the
-    // flat gradients in ranges [lo, hi) from the top down, each summed (overlapped) as soon as
-    // the last micro-batch's backward has finished it. Every worker has the same ranges and
-    // sends them in the same order, during its backward or, with no micro-batch of its own
-    // this step, after it.
-    std::vector<std::pair<int64_t, int64_t>> buckets_;
-    size_t buckets_sent_ = 0;
     std::optional<LrSchedule> sched_;
     Workspace ws_;
     LossStatsLayout layout_;
@@ -265,8 +263,6 @@ class Worker {
     // step into step_host_.
     DeviceTensor step_out_;
     HostTensor step_host_;
-    std::vector<float> host_grads_;    // all-reduce staging when the device is not the host
-    std::vector<float> host_masters_;  // sharded: the masters' gather through the host
     int64_t start_step_ = 0;
     int64_t last_ckpt_ = -1;
     double step_seconds_ = 0;  // sum over this call's steps (for the ETA)
@@ -275,40 +271,21 @@ class Worker {
 void Worker::setup() {
     GraphOptions graphs = sh_.opt.graphs;
     graphs.warn = [this](const std::string& m) { sh_.log.warn("{}", m); };
-    be_ = make_backend(sh_.opt.backend, node_device_index(sh_.opt.launch, sh_.opt.workers, local_),
-                       sh_.opt.threads, graphs);
+    be_ = make_backend(sh_.opt.backend, worker_device(sh_.opt, local_), sh_.opt.threads, graphs);
     step_owner_.emplace(*be_);
     task_ = sh_.spec.make_task(rank_, *be_);
-    setup_gradient_exchange();
+    ctx_.set_phase("setting up the gradient exchange");
+    const LoopOptions& o = sh_.opt;
+    exchange_ = std::make_unique<GradientExchange>(
+        *be_, comm_, task_->params(),
+        ExchangeOptions{o.gradient_exchange, o.nccl_library, o.collective_timeout_s, o.bucket_mb,
+                        o.shard_optimizer},
+        sh_.log);
+    if (exchange_->device()) sh_.add_collectives(exchange_->device());
     DF_ASSERT(task_->params().training(), "a training replica needs gradients");
     loader_ = std::make_unique<PackedLoader>(*sh_.spec.train_data,
                                              loader_options(sh_.spec.max_length, sh_.opt, rank_));
-    const int64_t numel = task_->params().numel();
-    shard_ = sh_.opt.shard_optimizer && sh_.opt.world > 1
-                 ? FlatShard::of(numel, sh_.opt.world, rank_)
-                 : FlatShard::whole(numel);
-    opt_ = std::make_unique<AdamW>(task_->params(), sh_.opt.adamw, shard_);
-    if (device_sum_ && !shard_.sharded() && sh_.opt.bucket_mb > 0) {
-        const int64_t align = FlatShard::kAlign;
-        const auto size = std::max<int64_t>(
-            align, static_cast<int64_t>(sh_.opt.bucket_mb * (1 << 20) / 4) / align * align);
-        for (int64_t hi = numel; hi > 0;) {
-            const int64_t lo = std::max<int64_t>(0, hi - size) / align * align;
-            buckets_.emplace_back(lo, hi);
-            hi = lo;
-        }
-        if (rank_ == 0)
-            sh_.log.info("gradients summed in {} bucket(s) of up to {:.0f} MiB beside the backward",
-                         buckets_.size(), static_cast<double>(size) * 4 / (1 << 20));
-    }
-    if (sh_.opt.shard_optimizer && rank_ == 0) {
-        const double mib = 8.0 / (1 << 20);  // two f32 moments
-        sh_.log.info(
-            "optimizer state sharded over {} workers: each keeps the AdamW moments of {} of the "
-            "{} parameters ({:.1f} MiB instead of {:.1f})",
-            sh_.opt.world, shard_.owned(), numel, mib * static_cast<double>(shard_.owned()),
-            mib * static_cast<double>(numel));
-    }
+    opt_ = std::make_unique<AdamW>(task_->params(), sh_.opt.adamw, exchange_->shard());
     sched_.emplace(sh_.opt.schedule, sh_.spec.lr, sh_.total_steps, sh_.opt.warmup_ratio);
     layout_ = LossStatsLayout{task_->num_positions() + task_->stats_offset()};
     stats_size_ = layout_.size() + task_->extra_stats_size();
@@ -347,25 +324,15 @@ void Worker::run_batch(const MicroBatch& mb, float grad_scale, const Tensor& sta
             task_->run(*be_, ws_, mb, grad_scale, stats);
             return;
         }
-        buckets_sent_ = 0;  // also when a failed capture runs the step again eagerly
-        params.set_grads_final_listener([this](int64_t lo) { send_buckets_from(lo); });
+        exchange_->begin_bucketed_backward(params);
         try {
             task_->run(*be_, ws_, mb, grad_scale, stats);
         } catch (...) {
             params.set_grads_final_listener(nullptr);
             throw;
         }
-        params.set_grads_final_listener(nullptr);
-        send_buckets_from(0);
-        device_sum_->join();
+        exchange_->end_bucketed_backward(params);
     });
-}
-
-void Worker::send_buckets_from(int64_t lo) {
-    const Tensor grads = task_->params().flat_grads();
-    for (; buckets_sent_ < buckets_.size() && buckets_[buckets_sent_].first >= lo; ++buckets_sent_)
-        device_sum_->sum_overlapped(
-            grads.rows(buckets_[buckets_sent_].first, buckets_[buckets_sent_].second));
 }
 
 TaskStats Worker::stats_from(const float* s) const {
@@ -387,7 +354,7 @@ void Worker::run() {
     } catch (...) {
         // This worker gives up: its collectives stop first, so that no wait of the clean-up
         // (its recorded steps are released, its stream drained) waits for peers.
-        if (device_sum_) device_sum_->stop();
+        if (exchange_) exchange_->stop();
         throw;
     }
 }
@@ -449,41 +416,24 @@ bool Worker::train_step(int64_t step) {
     // ended with a download, so this waits for nothing).
     const double lr = sched_->lr(step);
     if (w > 0) opt_->begin_step(*be_, lr);
-    const bool bucketed = !buckets_.empty();
-    buckets_sent_ = 0;
+    exchange_->begin_step();
     size_t last = mbs.size();  // the last micro-batch this worker runs
     for (size_t i = 0; i < mbs.size(); ++i)
         if (mbs[i].weight > 0) last = i;
     for (size_t i = 0; i < mbs.size(); ++i)
-        if (mbs[i].weight > 0) run_batch(mbs[i], scale, stats, bucketed && i == last);
-    if (bucketed && buckets_sent_ < buckets_.size()) {  // no micro-batch of this worker's summed
-        send_buckets_from(0);
-        device_sum_->join();
-    }
+        if (mbs[i].weight > 0) run_batch(mbs[i], scale, stats, exchange_->bucketed() && i == last);
     // Through the host the sum waits for the device; on the devices it is part of the recorded
     // update (or of the last micro-batch's, in buckets), so each worker's graphs hold it.
-    if (!device_sum_) all_reduce_grads();
+    exchange_->after_backward(params);
     // Norm, clipping factor and update stay on the device; the host learns them with the stats.
     // One recorded step: the learning rate and bias corrections are read from device memory.
-    const bool sharded = shard_.sharded();
     be_->run_step(StepKey{step_owner_->id(), w > 0 ? "train.update" : "train.norm", {}}, [&] {
-        if (device_sum_ && sharded) {
-            exchange_sharded_grads_on_device(norm_sq, tail_sq);
-        } else {
-            if (device_sum_ && !bucketed) all_reduce_grads();
-            grad_norm_sq(*be_, params, norm_sq);
-        }
+        exchange_->sum_and_norm(params, norm_sq, tail_sq);
         be_->clip_scale(norm_sq, static_cast<float>(o.grad_clip), clip);
         if (w > 0) opt_->apply(*be_, params, clip);
-        if (w > 0 && sharded && device_sum_) {
-            device_sum_->all_gather(params.flat_master().rows(0, shard_.tail()), shard_.chunk);
-            params.sync_values_from_master();
-        }
+        if (w > 0) exchange_->gather_in_step(params);
     });
-    if (w > 0 && sharded && !device_sum_) {
-        gather_masters_through_host();
-        params.sync_values_from_master();
-    }
+    if (w > 0) exchange_->gather_after_step(params);
     if (w <= 0 && rank_ == 0)
         sh_.log.warn("step {}: no token carries loss weight; update skipped", step);
     be_->download(step_host_.view(), out);
@@ -528,124 +478,6 @@ bool Worker::train_step(int64_t step) {
               static_cast<double>(sh_.total_steps - step);
     report(r);
     return stop;
-}
-
-void Worker::setup_gradient_exchange() {
-    const std::string& how = sh_.opt.gradient_exchange;
-    // CPU workers sum through the host either way; `device` runs them through the backend's
-    // collectives (the host communicator again), which exercises the device-side paths.
-    const bool cpu = be_->device().kind == DeviceKind::cpu;
-    if (sh_.opt.world == 1 || how == "host" || (cpu && how != "device")) return;
-    ctx_.set_phase("setting up the device all-reduce");
-    try {
-        device_sum_ = be_->make_device_collectives(
-            comm_, CollectiveOptions{sh_.opt.nccl_library, sh_.opt.collective_timeout_s});
-    } catch (const Error& e) {
-        // Every worker loads the same library, so they all come here alike and none is left
-        // waiting in NCCL's set-up.
-        if (how == "device") throw;
-        if (rank_ == 0)
-            sh_.log.warn("gradients go through the host: {} (runtime.gradient_exchange=auto)",
-                         e.what());
-        return;
-    }
-    DF_CHECK(device_sum_ || how != "device",
-             "runtime.gradient_exchange=device but the {} backend cannot sum on the device",
-             be_->name());
-    if (device_sum_) sh_.add_collectives(device_sum_.get());
-    if (device_sum_ && rank_ == 0)
-        sh_.log.info("gradients summed on the devices: {}", device_sum_->describe());
-}
-
-// Note [Optimizer-state sharding] (train.shard_optimizer_state; ZeRO stage 1). Worker r keeps
-// the AdamW moments of, and updates, FlatShard r of the flat parameters: its chunk and the
-// small common tail. On the devices, inside the recorded update: the gradients' chunks are
-// reduce-scattered and the tail all-reduced; the norm² is the all-reduced sum of the chunks'
-// plus the tail's (so it rounds differently from the whole-buffer norm: equal to float
-// rounding, not bitwise); each worker updates its chunk and the tail, the chunks' masters are
-// all-gathered and the compute copy refreshed. Through the host (CPU workers, or
-// runtime.gradient_exchange=host), the gradients are summed whole as without sharding, so the
-// norm and every update are bitwise those of an unsharded run, and the updated chunks travel
-// by one broadcast per worker. Checkpoints hold every moment (gathered on worker 0), so a run
-// resumes sharded or not, with any number of workers. Tested by
-// tests/train/optimizer_shard_test.cpp.
-void Worker::exchange_sharded_grads_on_device(const Tensor& norm_sq, const Tensor& tail_sq) {
-    const Tensor grads = task_->params().flat_grads();
-    device_sum_->reduce_scatter(grads.rows(0, shard_.tail()), shard_.chunk);
-    be_->sum_squares(shard_chunk(grads, shard_), norm_sq);
-    device_sum_->sum(norm_sq);
-    if (shard_.tail() < shard_.numel) {
-        const Tensor tail = shard_tail(grads, shard_);
-        device_sum_->sum(tail);
-        be_->sum_squares(tail, tail_sq);
-        be_->add_inplace(norm_sq, tail_sq);
-    }
-}
-
-void Worker::gather_masters_through_host() {
-    const Tensor master = task_->params().flat_master();
-    const int64_t c = shard_.chunk, n = shard_.tail();
-    const bool host_memory = master.device().kind == DeviceKind::cpu;
-    float* all = master.f32();
-    if (!host_memory) {
-        host_masters_.resize(static_cast<size_t>(n));
-        all = host_masters_.data();
-        be_->download(Tensor(all + shard_.begin(), DType::f32, {c}), shard_chunk(master, shard_));
-    }
-    for (int r = 0; r < sh_.opt.world; ++r)
-        comm_.broadcast(all + r * c, static_cast<size_t>(c) * sizeof(float), r);
-    if (!host_memory) be_->upload(master.rows(0, n), Tensor(all, DType::f32, {n}));
-}
-
-std::pair<HostTensor, HostTensor> Worker::gather_moments() {
-    HostTensor m = to_host_f32(*be_, opt_->m()), v = to_host_f32(*be_, opt_->v());
-    if (!shard_.sharded()) return {std::move(m), std::move(v)};
-    const int64_t n = shard_.numel, c = shard_.chunk, owned = shard_.owned();
-    HostTensor all_m, all_v;
-    if (rank_ == 0) {
-        all_m = HostTensor({n});
-        all_v = HostTensor({n});
-        // The tail is every worker's alike.
-        copy_tensor(shard_tail(all_m.view(), shard_), m.view().rows(c, owned));
-        copy_tensor(shard_tail(all_v.view(), shard_), v.view().rows(c, owned));
-    }
-    // Each worker's chunk in pieces of at most 16M floats per moment, so the staging stays small.
-    const int64_t piece = std::min<int64_t>(c, int64_t{1} << 24);
-    std::vector<float> buf(static_cast<size_t>(2 * piece));
-    for (int r = 0; r < sh_.opt.world; ++r) {
-        for (int64_t off = 0; off < c; off += piece) {
-            const int64_t len = std::min(piece, c - off);
-            if (rank_ == r) {
-                std::copy_n(m.f32() + off, len, buf.data());
-                std::copy_n(v.f32() + off, len, buf.data() + len);
-            }
-            comm_.broadcast(buf.data(), static_cast<size_t>(2 * len) * sizeof(float), r);
-            if (rank_ == 0) {
-                std::copy_n(buf.data(), len, all_m.f32() + r * c + off);
-                std::copy_n(buf.data() + len, len, all_v.f32() + r * c + off);
-            }
-        }
-    }
-    return {std::move(all_m), std::move(all_v)};
-}
-
-void Worker::all_reduce_grads() {
-    const Tensor grads = task_->params().flat_grads();
-    const auto n = static_cast<size_t>(grads.numel());
-    if (sh_.opt.world == 1) return;
-    if (device_sum_) {
-        device_sum_->sum(grads);
-        return;
-    }
-    if (grads.device().kind == DeviceKind::cpu) {
-        comm_.all_reduce_sum(grads.f32(), n);
-        return;
-    }
-    // A device without a device communicator yet: through the host (NCCL comes with issue 11).
-    host_grads_.resize(n);
-    be_->download(Tensor(host_grads_.data(), DType::f32, grads.shape()), grads);
-    comm_.all_reduce_sum(host_grads_.data(), n);
-    be_->upload(grads, Tensor(host_grads_.data(), DType::f32, grads.shape()));
 }
 
 // FNV-1a 64 of a replica's fp32 weights (the masters when the compute copy is bf16).
@@ -767,7 +599,7 @@ void Worker::checkpoint(int64_t step) {
     states[2 * rank_] = static_cast<double>(loader_->state().epoch);
     states[2 * rank_ + 1] = static_cast<double>(loader_->state().cursor);
     comm_.all_reduce_sum(states.data(), states.size());
-    const auto [m, v] = gather_moments();
+    const auto [m, v] = exchange_->gather_moments(*opt_);
     if (rank_ == 0) {
         TrainingState s;
         s.kind = sh_.spec.kind;
@@ -1062,8 +894,7 @@ TrainSummary run_trainer(const TrainerSpec& spec, const config::Settings& settin
     StopSource& stop = spec.hooks.stop != nullptr ? *spec.hooks.stop : own_stop;
     std::vector<std::string> devices;
     for (int w = 0; w < o.workers; ++w)
-        devices.push_back(
-            fmt::format("{}:{}", device_kind, node_device_index(launch, o.workers, w)));
+        devices.push_back(fmt::format("{}:{}", device_kind, worker_device(o, w)));
     WorkerPool pool(o.workers, devices, log, &stop);
     pool.add_abort_hook([&sh](const std::string& reason) {
         sh.group.abort(reason);

@@ -91,6 +91,22 @@ TEST_F(DrafterTraining, LossFallsOnALearnableDataset) {
     EXPECT_GT(r.summary.tau_implied, 3.5);             // of at most B = 4
 }
 
+TEST_F(DrafterTraining, DeviceIdsNameOneDevicePerWorker) {
+    const TrainRun listed =
+        train("ids", unclipped({{"runtime.devices", "2"}, {"runtime.device_ids", "1,0"}}));
+    const TrainRun counted = train("ids-count", unclipped({{"runtime.devices", "2"}}));
+    EXPECT_EQ(listed.losses, counted.losses);  // the CPU backend: the same run
+    for (const auto& [ids, what] : std::vector<std::pair<std::string, std::string>>{
+             {"0", "runtime.devices is 2"}, {"1,1", "twice"}}) {
+        try {
+            train("ids-bad", {{"runtime.devices", "2"}, {"runtime.device_ids", ids}});
+            ADD_FAILURE() << ids << ": no error";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+        }
+    }
+}
+
 TEST_F(DrafterTraining, WorkerFailureNamesWorkerAndStep) {
     train::DrafterTrainJob job;
     job.target_dir = *dir_ / "target";

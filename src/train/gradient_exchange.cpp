@@ -1,0 +1,189 @@
+// A worker's gradient exchange (see gradient_exchange.h). Tested by tests/train/trainer_test.cpp,
+// optimizer_shard_test.cpp and gradient_bucket_test.cpp.
+#include "train/gradient_exchange.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace dflash::train {
+
+// Note [Optimizer-state sharding] (train.shard_optimizer_state; ZeRO stage 1). Worker r keeps
+// the AdamW moments of, and updates, FlatShard r of the flat parameters: its chunk and the
+// small common tail. On the devices, inside the recorded update: the gradients' chunks are
+// reduce-scattered and the tail all-reduced; the norm² is the all-reduced sum of the chunks'
+// plus the tail's (so it rounds differently from the whole-buffer norm: equal to float
+// rounding, not bitwise); each worker updates its chunk and the tail, the chunks' masters are
+// all-gathered and the compute copy refreshed. Through the host (runtime.gradient_exchange=host,
+// and CPU workers by default), the gradients are summed whole as without sharding, so the norm
+// and every update are bitwise those of an unsharded run, and the updated chunks travel by one
+// broadcast per worker. Checkpoints hold every moment (gathered on worker 0), so a run resumes
+// sharded or not, with any number of workers. Buckets are not used with sharding.
+GradientExchange::GradientExchange(Backend& be, Communicator& comm, const ParamSet& params,
+                                   const ExchangeOptions& o, const Logger& log)
+    : be_(be), comm_(comm), o_(o) {
+    const int world = comm.size(), rank = comm.rank();
+    const int64_t numel = params.numel();
+    shard_ = o.shard && world > 1 ? FlatShard::of(numel, world, rank) : FlatShard::whole(numel);
+    // CPU workers sum through the host either way; `device` runs them through the backend's
+    // collectives (the host communicator again), which exercises the device-side paths.
+    const bool cpu = be.device().kind == DeviceKind::cpu;
+    if (world > 1 && o.how != "host" && (!cpu || o.how == "device")) {
+        try {
+            device_ =
+                be.make_device_collectives(comm, CollectiveOptions{o.nccl_library, o.timeout_s});
+        } catch (const Error& e) {
+            // Every worker loads the same library, so they all come here alike and none is left
+            // waiting in NCCL's set-up.
+            if (o.how == "device") throw;
+            if (rank == 0)
+                log.warn("gradients go through the host: {} (runtime.gradient_exchange=auto)",
+                         e.what());
+        }
+        DF_CHECK(device_ || o.how != "device",
+                 "runtime.gradient_exchange=device but the {} backend cannot sum on the device",
+                 be.name());
+        if (device_ && rank == 0)
+            log.info("gradients summed on the devices: {}", device_->describe());
+    }
+    if (device_ && !shard_.sharded() && o.bucket_mb > 0) {
+        const int64_t align = FlatShard::kAlign;
+        const auto size = std::max<int64_t>(
+            align, static_cast<int64_t>(o.bucket_mb * (1 << 20) / 4) / align * align);
+        for (int64_t hi = numel; hi > 0;) {
+            const int64_t lo = std::max<int64_t>(0, hi - size) / align * align;
+            buckets_.emplace_back(lo, hi);
+            hi = lo;
+        }
+        if (rank == 0)
+            log.info("gradients summed in {} bucket(s) of up to {:.0f} MiB beside the backward",
+                     buckets_.size(), static_cast<double>(size) * 4 / (1 << 20));
+    }
+    if (o.shard && rank == 0) {
+        const double mib = 8.0 / (1 << 20);  // two f32 moments
+        log.info(
+            "optimizer state sharded over {} workers: each keeps the AdamW moments of {} of the "
+            "{} parameters ({:.1f} MiB instead of {:.1f})",
+            world, shard_.owned(), numel, mib * static_cast<double>(shard_.owned()),
+            mib * static_cast<double>(numel));
+    }
+}
+
+void GradientExchange::begin_bucketed_backward(ParamSet& params) {
+    sent_ = 0;  // also when a failed capture runs the step again eagerly
+    params.set_grads_final_listener([this, &params](int64_t lo) { send_buckets_from(lo, params); });
+}
+
+void GradientExchange::end_bucketed_backward(ParamSet& params) {
+    params.set_grads_final_listener(nullptr);
+    send_buckets_from(0, params);
+    device_->join();
+}
+
+void GradientExchange::after_backward(ParamSet& params) {
+    if (!device_) {
+        host_sum(params);
+        return;
+    }
+    if (bucketed() && sent_ < buckets_.size()) {  // no micro-batch of this worker's summed
+        send_buckets_from(0, params);
+        device_->join();
+    }
+}
+
+void GradientExchange::sum_and_norm(ParamSet& params, const Tensor& norm_sq,
+                                    const Tensor& tail_sq) {
+    const Tensor grads = params.flat_grads();
+    if (!device_ || !shard_.sharded()) {
+        if (device_ && !bucketed() && comm_.size() > 1) device_->sum(grads);
+        be_.sum_squares(grads, norm_sq);
+        return;
+    }
+    device_->reduce_scatter(grads.rows(0, shard_.tail()), shard_.chunk);
+    be_.sum_squares(shard_chunk(grads, shard_), norm_sq);
+    device_->sum(norm_sq);
+    if (shard_.tail() < shard_.numel) {
+        const Tensor tail = shard_tail(grads, shard_);
+        device_->sum(tail);
+        be_.sum_squares(tail, tail_sq);
+        be_.add_inplace(norm_sq, tail_sq);
+    }
+}
+
+void GradientExchange::gather_in_step(ParamSet& params) {
+    if (!shard_.sharded() || !device_) return;
+    device_->all_gather(params.flat_master().rows(0, shard_.tail()), shard_.chunk);
+    params.sync_values_from_master();
+}
+
+void GradientExchange::gather_after_step(ParamSet& params) {
+    if (!shard_.sharded() || device_) return;
+    const Tensor master = params.flat_master();
+    const int64_t c = shard_.chunk, n = shard_.tail();
+    const bool host_memory = master.device().kind == DeviceKind::cpu;
+    float* all = master.f32();
+    if (!host_memory) {
+        host_masters_.resize(static_cast<size_t>(n));
+        all = host_masters_.data();
+        be_.download(Tensor(all + shard_.begin(), DType::f32, {c}), shard_chunk(master, shard_));
+    }
+    for (int r = 0; r < comm_.size(); ++r)
+        comm_.broadcast(all + r * c, static_cast<size_t>(c) * sizeof(float), r);
+    if (!host_memory) be_.upload(master.rows(0, n), Tensor(all, DType::f32, {n}));
+    params.sync_values_from_master();
+}
+
+std::pair<HostTensor, HostTensor> GradientExchange::gather_moments(const AdamW& opt) {
+    HostTensor m = to_host_f32(be_, opt.m()), v = to_host_f32(be_, opt.v());
+    if (!shard_.sharded()) return {std::move(m), std::move(v)};
+    const int64_t n = shard_.numel, c = shard_.chunk, owned = shard_.owned();
+    const int rank = comm_.rank();
+    HostTensor all_m, all_v;
+    if (rank == 0) {
+        all_m = HostTensor({n});
+        all_v = HostTensor({n});
+        // The tail is every worker's alike.
+        copy_tensor(shard_tail(all_m.view(), shard_), m.view().rows(c, owned));
+        copy_tensor(shard_tail(all_v.view(), shard_), v.view().rows(c, owned));
+    }
+    // Each worker's chunk in pieces of at most 16M floats per moment, so the staging stays small.
+    const int64_t piece = std::min<int64_t>(c, int64_t{1} << 24);
+    std::vector<float> buf(static_cast<size_t>(2 * piece));
+    for (int r = 0; r < comm_.size(); ++r) {
+        for (int64_t off = 0; off < c; off += piece) {
+            const int64_t len = std::min(piece, c - off);
+            if (rank == r) {
+                std::copy_n(m.f32() + off, len, buf.data());
+                std::copy_n(v.f32() + off, len, buf.data() + len);
+            }
+            comm_.broadcast(buf.data(), static_cast<size_t>(2 * len) * sizeof(float), r);
+            if (rank == 0) {
+                std::copy_n(buf.data(), len, all_m.f32() + r * c + off);
+                std::copy_n(buf.data() + len, len, all_v.f32() + r * c + off);
+            }
+        }
+    }
+    return {std::move(all_m), std::move(all_v)};
+}
+
+void GradientExchange::send_buckets_from(int64_t lo, const ParamSet& params) {
+    const Tensor grads = params.flat_grads();
+    for (; sent_ < buckets_.size() && buckets_[sent_].first >= lo; ++sent_)
+        device_->sum_overlapped(grads.rows(buckets_[sent_].first, buckets_[sent_].second));
+}
+
+void GradientExchange::host_sum(const ParamSet& params) {
+    const Tensor grads = params.flat_grads();
+    const auto n = static_cast<size_t>(grads.numel());
+    if (comm_.size() == 1) return;
+    if (grads.device().kind == DeviceKind::cpu) {
+        comm_.all_reduce_sum(grads.f32(), n);
+        return;
+    }
+    host_grads_.resize(n);
+    be_.download(Tensor(host_grads_.data(), DType::f32, grads.shape()), grads);
+    comm_.all_reduce_sum(host_grads_.data(), n);
+    be_.upload(grads, Tensor(host_grads_.data(), DType::f32, grads.shape()));
+}
+
+}  // namespace dflash::train

@@ -1,0 +1,95 @@
+// GradientExchange: how one training worker's gradients meet the other workers' (design §7),
+// owned by that worker and driven by its thread. Through the host (the worker's Communicator:
+// download, rank-order sum, upload), or on the devices (Backend::make_device_collectives: NCCL
+// on GPUs), then in buckets beside the backward (Note [Gradient buckets]) or in one sum inside
+// the recorded update; with train.shard_optimizer_state, the reduce-scatter / all-gather of
+// Note [Optimizer-state sharding] around an AdamW that updates this worker's FlatShard only.
+// Tested by tests/train/trainer_test.cpp, optimizer_shard_test.cpp, gradient_bucket_test.cpp
+// and, on GPUs, tests/cuda/nccl_cuda_test.cpp and scripts/multi-gpu-check.sh.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "comm/communicator.h"
+#include "core/logging.h"
+#include "model/params.h"
+#include "train/optimizer.h"
+
+namespace dflash::train {
+
+struct ExchangeOptions {
+    std::string how = "host";  // runtime.gradient_exchange: auto | device | host
+    std::string nccl_library;  // runtime.nccl_library
+    double timeout_s = 600;    // runtime.collective_timeout_s
+    double bucket_mb = 64;     // runtime.gradient_bucket_mb (0: one sum after the backward)
+    bool shard = false;        // train.shard_optimizer_state
+};
+
+class GradientExchange {
+  public:
+    // Every worker of the run constructs its own at the same time: the device collectives are
+    // made together. `params` (training) fixes the flat sizes.
+    GradientExchange(Backend& be, Communicator& comm, const ParamSet& params,
+                     const ExchangeOptions& o, const Logger& log);
+    GradientExchange(const GradientExchange&) = delete;
+    GradientExchange& operator=(const GradientExchange&) = delete;
+
+    // The device collectives, or null when the gradients go through the host.
+    DeviceCollectives* device() const { return device_.get(); }
+    // What this worker's optimizer updates (everything, unsharded).
+    const FlatShard& shard() const { return shard_; }
+    bool bucketed() const { return !buckets_.empty(); }
+
+    // ---- one optimizer step, in this order ------------------------------------------------------
+    void begin_step() { sent_ = 0; }
+    // Around the backward of the step's last micro-batch, inside its recorded step (bucketed()):
+    // a listener on params sends each bucket as the backward finishes it; the end sends the
+    // rest and joins them.
+    void begin_bucketed_backward(ParamSet& params);
+    void end_bucketed_backward(ParamSet& params);
+    // After the micro-batches, outside any recorded step: the host sum (no device collectives),
+    // or the buckets a worker that ran no micro-batch of its own has not sent.
+    void after_backward(ParamSet& params);
+    // Inside the recorded update, before clipping: the device-side sum (unless it went in
+    // buckets) or reduce-scatter, and norm_sq f32 [1] = the summed gradients' squared norm.
+    // tail_sq f32 [1] is scratch.
+    void sum_and_norm(ParamSet& params, const Tensor& norm_sq, const Tensor& tail_sq);
+    // After the optimizer updated this worker's shard (sharded only; no-ops otherwise): the
+    // other chunks gathered, inside the recorded update (device collectives) or after it
+    // (through the host), then the compute copy refreshed.
+    void gather_in_step(ParamSet& params);
+    void gather_after_step(ParamSet& params);
+
+    // Every AdamW moment, f32 [numel] on the host, on worker 0 (empty elsewhere; every worker
+    // takes part), for a checkpoint.
+    std::pair<HostTensor, HostTensor> gather_moments(const AdamW& opt);
+    // This worker gives up (its step failed): its device collectives stop first.
+    void stop() {
+        if (device_) device_->stop();
+    }
+
+  private:
+    void send_buckets_from(int64_t lo, const ParamSet& params);
+    void host_sum(const ParamSet& params);
+
+    Backend& be_;
+    Communicator& comm_;
+    ExchangeOptions o_;
+    FlatShard shard_;
+    std::unique_ptr<DeviceCollectives> device_;
+    // Note [Gradient buckets]: with device collectives and runtime.gradient_bucket_mb > 0, the
+    // flat gradients in ranges [lo, hi) from the top down, each summed (overlapped) as soon as
+    // the last micro-batch's backward has finished it. Every worker has the same ranges and
+    // sends them in the same order, during its backward or, with no micro-batch of its own
+    // this step, after it.
+    std::vector<std::pair<int64_t, int64_t>> buckets_;
+    size_t sent_ = 0;
+    std::vector<float> host_grads_;    // the host sum's staging when the device is not the host
+    std::vector<float> host_masters_;  // sharded: the masters' gather through the host
+};
+
+}  // namespace dflash::train
