@@ -1,5 +1,6 @@
 // Target pretraining (src/train/pretraining.h): the loss falls on a learnable dataset, the
-// checkpoint is an HF Qwen3 directory that loads back and passes inspect, and resume is bitwise.
+// checkpoint is an HF Qwen3 directory that loads back and passes inspect, resume is bitwise, and
+// gradients summed in buckets during the backward give the bits of one sum.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -103,6 +104,24 @@ TEST_F(Pretraining, DrafterTrainsOnThePretrainedTarget) {
     const auto d = train::run_drafter_training(dj, test::drafter_settings(), Logger());
     EXPECT_EQ(d.steps, 6);
     EXPECT_TRUE(inspect_directory(d.model_dir).ok());
+}
+
+// A target's backward reports its final gradients from the top down too (lm_head, the norm, the
+// layers, the embedding last; Note [Final gradients]): two workers summing in small buckets
+// during the backward (the CPU backend's device collectives) train the host path's bits.
+TEST_F(Pretraining, BucketedSumsDuringTheBackwardEqualTheHostSum) {
+    const auto run = [&](const std::string& out, const char* how) {
+        return train::run_pretraining(job(out),
+                                      pretrain_settings({{"runtime.devices", "2"},
+                                                         {"train.grad_clip", "0"},
+                                                         {"runtime.gradient_exchange", how},
+                                                         {"runtime.gradient_bucket_mb", "0.002"}}),
+                                      Logger());
+    };
+    const train::TrainSummary host = run("bucket-host", "host");
+    const train::TrainSummary buckets = run("bucket-device", "device");
+    EXPECT_EQ(buckets.final_loss, host.final_loss);
+    test::expect_same_state(buckets.model_dir, host.model_dir);
 }
 
 }  // namespace
