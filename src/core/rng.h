@@ -29,6 +29,9 @@ class Rng {
     }
     // Uniform integer in [0, n).
     uint64_t below(uint64_t n) { return n == 0 ? 0 : next_u64() % n; }
+    // Moves the stream on by n draws of next_u64 (splitmix64 is a counter): the state that many
+    // calls would leave, at once. normal() draws two.
+    void skip(uint64_t n) { state_ += n * 0x9e3779b97f4a7c15ull; }
     // Standard normal (Box-Muller; one value per call, deterministic).
     float normal() {
         const double u1 =
@@ -46,5 +49,11 @@ class Rng {
     }
     uint64_t state_;
 };
+
+// v[i] = std * rng.normal() for i in [0, n): the values, and the state left in rng, of n calls
+// in a row, computed by up to `threads` threads over disjoint ranges (each starting its own copy
+// of the stream where the sequence would be: Rng::skip), so the result does not depend on the
+// thread count. Tested by tests/core/tensor_test.cpp.
+void fill_normal(Rng& rng, float* v, int64_t n, float std, int threads);
 
 }  // namespace dflash

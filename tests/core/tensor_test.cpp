@@ -5,7 +5,9 @@
 #include "support/test_util.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 namespace dflash {
 namespace {
@@ -31,6 +33,26 @@ TEST(Bf16, RoundsToNearestEven) {
     EXPECT_TRUE(std::isinf(bf16_to_f32(f32_to_bf16(INFINITY))));
     EXPECT_EQ(f16_to_f32(0x3c00), 1.0f);
     EXPECT_EQ(f16_to_f32(0xc000), -2.0f);
+}
+
+// fill_normal gives the values and the final state of n normal() calls in a row, for any
+// thread count; skip(k) is k next_u64() calls.
+TEST(Rng, FillNormalEqualsSequentialDrawsForAnyThreadCount) {
+    Rng skipped(11), stepped(11);
+    skipped.skip(5);
+    for (int i = 0; i < 5; ++i) stepped.next_u64();
+    EXPECT_EQ(skipped.state(), stepped.state());
+    const int64_t n = (int64_t{1} << 22) + 12345;  // a few threads' worth
+    Rng seq(99);
+    std::vector<float> want(static_cast<size_t>(n));
+    for (auto& x : want) x = seq.normal() * 0.02f;
+    for (int threads : {1, 2, 3, 7}) {
+        Rng r(99);
+        std::vector<float> got(static_cast<size_t>(n));
+        fill_normal(r, got.data(), n, 0.02f, threads);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << threads;
+        EXPECT_EQ(r.state(), seq.state()) << threads;
+    }
 }
 
 TEST(Rng, DeterministicAndRestorable) {
