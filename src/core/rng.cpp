@@ -10,7 +10,8 @@ namespace dflash {
 void fill_normal(Rng& rng, float* v, int64_t n, float std, int threads) {
     // Below a few million values a thread costs more than it saves.
     constexpr int64_t kPerThread = int64_t{1} << 21;
-    const int64_t t = std::clamp<int64_t>(n / kPerThread, 1, std::max(1, threads));
+    if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int64_t t = std::clamp<int64_t>(n / kPerThread, 1, threads);
     std::vector<std::thread> pool;
     for (int64_t k = 0; k < t; ++k) {
         const int64_t lo = n * k / t, hi = n * (k + 1) / t;

@@ -51,9 +51,9 @@ class Rng {
 };
 
 // v[i] = std * rng.normal() for i in [0, n): the values, and the state left in rng, of n calls
-// in a row, computed by up to `threads` threads over disjoint ranges (each starting its own copy
-// of the stream where the sequence would be: Rng::skip), so the result does not depend on the
-// thread count. Tested by tests/core/tensor_test.cpp.
-void fill_normal(Rng& rng, float* v, int64_t n, float std, int threads);
+// in a row, computed by up to `threads` threads (0: one per core) over disjoint ranges (each
+// starting its own copy of the stream where the sequence would be: Rng::skip), so the result does
+// not depend on the thread count. Tested by tests/core/tensor_test.cpp.
+void fill_normal(Rng& rng, float* v, int64_t n, float std, int threads = 0);
 
 }  // namespace dflash

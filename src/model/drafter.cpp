@@ -95,7 +95,7 @@ void DrafterModel::init_dflash2_modules(uint64_t seed, float std) {
     for (const char* name : {"candidate_selector.hidden_projection.weight",
                              "candidate_selector.predecessor_codebook"}) {
         HostTensor t(params_.param(name).shape);
-        for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = rng.normal() * std;
+        fill_normal(rng, t.f32(), t.numel(), std);
         params_.write_f32(name, t.view());
     }
     const std::string succ = "candidate_selector.successor_codebook";
@@ -339,7 +339,7 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const Tensor& embed,
         }
         std::swap(dx, dprev);
         // Layers l.., the final norm and the selector are done (Note [Final gradients]).
-        params_.grads_final_from(params_.first_offset(layer_prefix(l)));
+        params_.grads_final_from(std::string_view(layer_prefix(l)));
     }
     Tensor dctx_act = dctx;
     if (act != DType::f32) {

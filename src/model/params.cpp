@@ -3,7 +3,6 @@
 #include "model/params.h"
 
 #include <algorithm>
-#include <thread>
 
 #include "core/checkpoint_io.h"
 
@@ -38,9 +37,6 @@ ParamSet::ParamSet(Backend& be, const std::vector<TensorSpec>& specs) : be_(&be)
 }
 
 void ParamSet::init_random(Rng& rng, float std) {
-    // Drawn by every core (the same values whatever their number): a billion-parameter drafter
-    // would take about a minute on one.
-    const int host_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     for (const Param& p : params_) {
         HostTensor h(p.shape);
         float* v = h.f32();
@@ -50,7 +46,9 @@ void ParamSet::init_random(Rng& rng, float std) {
         } else if (ends_with(p.name, ".bias")) {
             for (int64_t i = 0; i < n; ++i) v[i] = 0.0f;
         } else {
-            fill_normal(rng, v, n, std, host_threads);
+            // Every core draws (the same values whatever their number): a billion-parameter
+            // drafter would take about a minute on one.
+            fill_normal(rng, v, n, std);
         }
         write_f32(p.name, h.view());
     }

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/backend.h"
@@ -80,6 +81,11 @@ class ParamSet {
     // one for the last micro-batch of a step (train/trainer.cpp).
     void grads_final_from(int64_t offset) const {
         if (final_listener_) final_listener_(offset);
+    }
+    // The same from the first parameter whose name starts with `prefix` (a layer's), looked up
+    // only when someone listens: the backward calls it per layer on every step.
+    void grads_final_from(std::string_view prefix) const {
+        if (final_listener_) final_listener_(first_offset(prefix));
     }
     void set_grads_final_listener(std::function<void(int64_t)> f) {
         final_listener_ = std::move(f);

@@ -212,7 +212,7 @@ void TargetModel::train_step(Backend& be, Workspace& ws, std::span<const int32_t
                        in.pos, AttnMask::causal(0), dx, dprev, Tensor());
         std::swap(dx, dprev);
         // Layers l.., the final norm and lm_head are done (Note [Final gradients]).
-        params_.grads_final_from(params_.first_offset(layer_prefix(l)));
+        params_.grads_final_from(std::string_view(layer_prefix(l)));
     }
     be.embedding_bwd(in.ids, dx, params_.grad("model.embed_tokens.weight"));
     params_.grads_final_from(0);

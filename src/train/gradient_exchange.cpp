@@ -69,13 +69,15 @@ GradientExchange::GradientExchange(Backend& be, Communicator& comm, const ParamS
     }
 }
 
-void GradientExchange::begin_bucketed_backward(ParamSet& params) {
+void GradientExchange::backward_with_buckets(ParamSet& params,
+                                             const std::function<void()>& backward) {
     sent_ = 0;  // also when a failed capture runs the step again eagerly
     params.set_grads_final_listener([this, &params](int64_t lo) { send_buckets_from(lo, params); });
-}
-
-void GradientExchange::end_bucketed_backward(ParamSet& params) {
-    params.set_grads_final_listener(nullptr);
+    struct Unlisten {
+        ParamSet& params;
+        ~Unlisten() { params.set_grads_final_listener(nullptr); }
+    } unlisten{params};
+    backward();
     send_buckets_from(0, params);
     device_->join();
 }
@@ -96,7 +98,7 @@ void GradientExchange::sum_and_norm(ParamSet& params, const Tensor& norm_sq,
     const Tensor grads = params.flat_grads();
     if (!device_ || !shard_.sharded()) {
         if (device_ && !bucketed() && comm_.size() > 1) device_->sum(grads);
-        be_.sum_squares(grads, norm_sq);
+        grad_norm_sq(be_, params, norm_sq);
         return;
     }
     device_->reduce_scatter(grads.rows(0, shard_.tail()), shard_.chunk);

@@ -8,6 +8,7 @@
 // and, on GPUs, tests/cuda/nccl_cuda_test.cpp and scripts/multi-gpu-check.sh.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -46,11 +47,10 @@ class GradientExchange {
 
     // ---- one optimizer step, in this order ------------------------------------------------------
     void begin_step() { sent_ = 0; }
-    // Around the backward of the step's last micro-batch, inside its recorded step (bucketed()):
-    // a listener on params sends each bucket as the backward finishes it; the end sends the
-    // rest and joins them.
-    void begin_bucketed_backward(ParamSet& params);
-    void end_bucketed_backward(ParamSet& params);
+    // Runs the backward of the step's last micro-batch (bucketed(); inside its recorded step)
+    // with a listener on params that sends each bucket as the backward finishes it, then sends
+    // the rest and joins them.
+    void backward_with_buckets(ParamSet& params, const std::function<void()>& backward);
     // After the micro-batches, outside any recorded step: the host sum (no device collectives),
     // or the buckets a worker that ran no micro-batch of its own has not sent.
     void after_backward(ParamSet& params);

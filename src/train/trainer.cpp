@@ -93,7 +93,6 @@ LoopOptions read_options(const config::Settings& s) {
     o.collective_timeout_s = s.get<double>("runtime.collective_timeout_s");
     o.bucket_mb = s.get<double>("runtime.gradient_bucket_mb");
     for (int64_t id : s.get<std::vector<int64_t>>("runtime.device_ids")) {
-        DF_CHECK(id >= 0 && id < 1024, "runtime.device_ids: {} is not a device index", id);
         DF_CHECK(std::find(o.device_ids.begin(), o.device_ids.end(), id) == o.device_ids.end(),
                  "runtime.device_ids names device {} twice: one worker per device", id);
         o.device_ids.push_back(static_cast<int>(id));
@@ -320,18 +319,11 @@ void Worker::run_batch(const MicroBatch& mb, float grad_scale, const Tensor& sta
                 task_->step_shape(mb)};
     key.dims.push_back(address_of(stats));
     be_->run_step(key, [&] {
-        if (!reduce) {
-            task_->run(*be_, ws_, mb, grad_scale, stats);
-            return;
-        }
-        exchange_->begin_bucketed_backward(params);
-        try {
-            task_->run(*be_, ws_, mb, grad_scale, stats);
-        } catch (...) {
-            params.set_grads_final_listener(nullptr);
-            throw;
-        }
-        exchange_->end_bucketed_backward(params);
+        const auto backward = [&] { task_->run(*be_, ws_, mb, grad_scale, stats); };
+        if (reduce)
+            exchange_->backward_with_buckets(params, backward);
+        else
+            backward();
     });
 }
 

@@ -1,5 +1,5 @@
-// Gradient buckets (Note [Gradient buckets] in src/train/trainer.cpp) and the sharded update
-// inside the recorded step (Note [Optimizer-state sharding]), run through the CPU backend's
+// Gradient buckets (Note [Gradient buckets] in src/train/gradient_exchange.h) and the sharded
+// update inside the recorded step (Note [Optimizer-state sharding]), run through the CPU backend's
 // device collectives (backend/cpu/host_collectives.h, runtime.gradient_exchange=device): the
 // bucketed sums, sent as the backward finishes each range (Note [Final gradients]), give the
 // bits of one sum after the backward, for drafters and pretraining, with accumulation; a bucket

@@ -1,8 +1,8 @@
 // Optimizer-state sharding (train.shard_optimizer_state; Note [Optimizer-state sharding] in
-// src/train/trainer.cpp): FlatShard covers every element once, aligned; through the host a sharded
-// run is bitwise the unsharded run of the same workers (losses, gradient norms, every master
-// weight and moment of the checkpoint), clipping on or off; each worker keeps only its share of
-// the moments; a sharded checkpoint holds every moment and resumes, sharded or not, to the bits
+// src/train/gradient_exchange.cpp): FlatShard covers every element once, aligned; through the host
+// a sharded run is bitwise the unsharded run of the same workers (losses, gradient norms, every
+// master weight and moment of the checkpoint), clipping on or off; each worker keeps only its share
+// of the moments; a sharded checkpoint holds every moment and resumes, sharded or not, to the bits
 // of the uninterrupted run.
 #include <gtest/gtest.h>
 
@@ -92,7 +92,7 @@ TEST_F(ShardedTraining, ThroughTheHostShardedEqualsUnshardedBitForBit) {
     }
 }
 
-TEST_F(ShardedTraining, EachWorkerKeepsItsShareOfTheMoments) {
+TEST(FlatShard, EachWorkerKeepsItsShareOfTheMoments) {
     // The optimizer of worker r of 3 holds its chunk and the tail, no more.
     auto be = make_cpu_backend(1);
     ParamSet ps(*be, {{"a", {3, 1000}}, {"b", {17}}});
