@@ -63,6 +63,13 @@ struct CollectiveOptions {
     double timeout_s = 600;
 };
 
+// A backend's own copy of a linear layer's weight, made by Backend::prepare_bf16_weight for
+// Backend::linear. It holds the weight's values as they were when it was made.
+class PreparedWeight {
+  public:
+    virtual ~PreparedWeight() = default;
+};
+
 class Backend {
   public:
     virtual ~Backend() = default;
@@ -138,6 +145,22 @@ class Backend {
     // gradients, accumulated with beta = 1).
     virtual void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
                       float alpha = 1.0f, float beta = 0.0f) = 0;
+
+    // A bf16 copy of the weight w [N, K] for linear(), for products that may trade precision for
+    // speed (drafting: Note [bf16 drafting] in backend/cpu/bf16_linear.h), or null where this
+    // backend has no faster bf16 product than gemm (CUDA, whose gemm is bf16 already; a CPU
+    // without AMX). Setup time only: it allocates.
+    virtual std::unique_ptr<PreparedWeight> prepare_bf16_weight(const Tensor& w) {
+        (void)w;
+        return nullptr;
+    }
+    // y = x · Wᵀ + beta * y: from `prepared` when it is not null (this backend's
+    // prepare_bf16_weight of w), else gemm(x, false, w, true, y, 1, beta). x viewed as [M, K].
+    virtual void linear(const Tensor& x, const Tensor& w, const PreparedWeight* prepared,
+                        const Tensor& y, float beta = 0.0f) {
+        (void)prepared;
+        gemm(x, false, w, true, y, 1.0f, beta);
+    }
 
     // out[S, D] = table[ids[s]]; ids i32 [S], table [V, D].
     virtual void embedding_fwd(const Tensor& table, const Tensor& ids, const Tensor& out) = 0;

@@ -346,6 +346,12 @@ void add_infer(Registry& r) {
     r.add(D::integer("infer.block_size", 0, "draft block size; 0 = the drafter's")
               .range(0, 256)
               .read_by("infer engine"));
+    r.add(D::enumeration("infer.cpu_draft_precision", "auto", {"auto", "f32", "bf16"},
+                         "precision of the drafter's products on the CPU: bf16 (weights and "
+                         "inputs rounded, fp32 sums, on AMX tiles) or f32; auto = bf16 where the "
+                         "CPU has AMX-BF16. The output is the target's either way; only which "
+                         "tokens are proposed can change")
+              .read_by("infer engine (dflash generate, dflash bench, training evaluation)"));
     r.add(D::boolean("infer.draft_sampling", false,
                      "sample draft tokens (instead of argmax) when temperature > 0")
               .read_by("infer engine"));

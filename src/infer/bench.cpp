@@ -49,6 +49,7 @@ GenerateOptions generate_options_from_settings(const config::Settings& s) {
     o.max_context = s.get<int64_t>("infer.max_context");
     o.draft_sampling = s.get<bool>("infer.draft_sampling");
     o.seed = static_cast<uint64_t>(s.get<int64_t>("infer.seed"));
+    o.draft_precision = parse_draft_precision(s.get<std::string>("infer.cpu_draft_precision"));
     return o;
 }
 
@@ -163,6 +164,7 @@ BenchReport run_bench_engines(SpeculativeEngine& baseline, SpeculativeEngine& sp
         rep.requests.push_back(std::move(r));
     }
     rep.graphs = speculative.backend().graph_stats();
+    rep.draft_precision = speculative.draft_precision();
     return rep;
 }
 
@@ -257,8 +259,9 @@ std::string format_bench_table(const BenchReport& rep) {
         t.speedup(), t.predicted_speedup(), t.tau(), ms(t_ar), ms(ratio(t.draft_s, steps)),
         ms(ratio(t.verify_s, steps)), ratio(t.speedup(), t.predicted_speedup()));
     out += fmt::format(
-        "tau: {:.3f} pooled over steps, {:.3f} mean of per-prompt tau; block size {}; backend {}\n",
-        t.tau(), rep.mean_request_tau(), rep.block_size, rep.backend);
+        "tau: {:.3f} pooled over steps, {:.3f} mean of per-prompt tau; block size {}; backend {}; "
+        "drafts in {}\n",
+        t.tau(), rep.mean_request_tau(), rep.block_size, rep.backend, rep.draft_precision);
     if (!rep.greedy) {
         out += "lossless: not checked (temperature > 0: outputs are samples)\n";
     } else if (rep.lossless()) {
@@ -329,6 +332,7 @@ nlohmann::json bench_to_json(const BenchReport& rep) {
         {"predicted_speedup", t.predicted_speedup()},
         {"measured_over_predicted", ratio(t.speedup(), t.predicted_speedup())}};
     return json{{"backend", rep.backend},
+                {"draft_precision", rep.draft_precision},
                 {"block_size", rep.block_size},
                 {"max_new_tokens", rep.max_new_tokens},
                 {"greedy", rep.greedy},

@@ -70,6 +70,8 @@ struct BenchTotals {
 
 struct BenchReport {
     std::string backend;  // where it ran: "cpu", "cuda:0"
+    std::string
+        draft_precision;  // what the drafter multiplied in (SpeculativeEngine::draft_precision)
     int64_t block_size = 0;
     int64_t max_new_tokens = 0;
     bool greedy = true;  // losslessness is only checked under greedy decoding

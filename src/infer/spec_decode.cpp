@@ -79,21 +79,24 @@ class Picker {
 // the recorded steps bake in.
 struct SpeculativeEngine::Sessions {
     Sessions(const TargetModel& target, const DrafterModel* drafter, Backend& be, int64_t capacity,
-             int64_t B, int64_t prefill_rows)
+             int64_t B, int64_t prefill_rows, const PreparedWeights* prepared)
         : capacity(capacity),
           B(B),
+          prepared(prepared),
           tgt(target, be, capacity,
               drafter ? drafter->config().target_layer_ids : std::vector<int64_t>{},
               std::max(prefill_rows, B)),
           pick(be, std::max<int64_t>(B, 1), target.config().vocab_size),
           logits(be, {B, target.config().vocab_size}, DType::f32) {
         if (!drafter) return;
-        dft.emplace(*drafter, be, target.embed(), target.lm_head(), capacity, B, prefill_rows);
+        dft.emplace(*drafter, be, target.embed(), target.lm_head(), capacity, B, prefill_rows,
+                    prepared);
         if (drafter->config().dflash2()) sel.emplace(*drafter, be, B - 1);
         draft_logits = DeviceTensor(be, {B - 1, target.config().vocab_size}, DType::f32);
         verify_features = DeviceTensor(be, {B, drafter->feature_dim()}, be.compute_dtype());
     }
     int64_t capacity, B;
+    const PreparedWeights* prepared;  // what the drafter session multiplies with
     TargetSession tgt;
     std::optional<DrafterSession> dft;
     std::optional<CandidateSelector> sel;  // DFlash2 drafters
@@ -275,15 +278,36 @@ double GenerateStats::tau() const {
 SpeculativeEngine::~SpeculativeEngine() = default;
 SpeculativeEngine::SpeculativeEngine(SpeculativeEngine&&) noexcept = default;
 
-SpeculativeEngine::Sessions& SpeculativeEngine::sessions(int64_t capacity, int64_t B) {
+const PreparedWeights* SpeculativeEngine::draft_weights(DraftPrecision precision) {
+    const bool own_bf16 = be_.compute_dtype() == DType::bf16;
+    if (!drafter_ || precision == DraftPrecision::f32 || own_bf16) {
+        draft_precision_ = !drafter_ ? "" : own_bf16 ? "bf16" : "f32";
+        return nullptr;
+    }
+    if (!draft_weights_) {
+        std::vector<Tensor> w = drafter_->linear_weights();
+        w.push_back(target_.lm_head());
+        draft_weights_ = std::make_unique<PreparedWeights>(be_, w);
+    }
+    DF_CHECK(precision != DraftPrecision::bf16 || draft_weights_->count() > 0,
+             "infer.cpu_draft_precision = bf16, but the {} backend has no bf16 product here (on "
+             "the CPU it needs AMX-BF16: Intel Xeon 4th generation or later); use auto or f32",
+             be_.name());
+    draft_precision_ = draft_weights_->count() > 0 ? "bf16 copies" : "f32";
+    return draft_weights_->count() > 0 ? draft_weights_.get() : nullptr;
+}
+
+SpeculativeEngine::Sessions& SpeculativeEngine::sessions(int64_t capacity, int64_t B,
+                                                         DraftPrecision precision) {
+    const PreparedWeights* prepared = draft_weights(precision);
     // Prefills longer than this run in pieces (each piece's activations fit one workspace).
     constexpr int64_t kPrefillRows = 512;
     // Capacities grow in steps, so prompts of similar lengths share sessions (and graphs).
     constexpr int64_t kCapacityStep = 256;
-    if (!kept_ || kept_->capacity < capacity || kept_->B != B) {
+    if (!kept_ || kept_->capacity < capacity || kept_->B != B || kept_->prepared != prepared) {
         kept_.reset();  // its memory goes before the new sessions take theirs
         const int64_t cap = (capacity + kCapacityStep - 1) / kCapacityStep * kCapacityStep;
-        kept_ = std::make_unique<Sessions>(target_, drafter_, be_, cap, B, kPrefillRows);
+        kept_ = std::make_unique<Sessions>(target_, drafter_, be_, cap, B, kPrefillRows, prepared);
     }
     kept_->tgt.crop(0);
     if (kept_->dft) kept_->dft->crop(0);
@@ -335,7 +359,7 @@ GenerateResult SpeculativeEngine::generate(std::span<const int32_t> prompt,
     const int64_t budget = std::min(opt.max_new_tokens, max_ctx - P);
     GenerateOptions budgeted = opt;
     budgeted.max_new_tokens = budget;
-    Sessions& ss = sessions(P + budget + B, B);
+    Sessions& ss = sessions(P + budget + B, B, opt.draft_precision);
     TargetSession& tgt = ss.tgt;
     const int64_t KD = drafter_ ? drafter_->feature_dim() : 0;
     Rng rng(opt.seed);

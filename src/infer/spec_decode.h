@@ -38,7 +38,10 @@ struct GenerateOptions {
     std::vector<int32_t> stop_tokens;
     uint64_t seed = 0;
     int64_t max_context = 0;  // 0 = the target's max_position_embeddings
-    StepTraceSink trace;      // called after every speculative step when set
+    // The precision of the drafter's products on a CPU backend (Note [bf16 drafting] in
+    // backend/cpu/bf16_linear.h); the output is the target's either way.
+    DraftPrecision draft_precision = DraftPrecision::f32;
+    StepTraceSink trace;  // called after every speculative step when set
 };
 
 enum class StopReason { max_new_tokens, stop_token, context_full };
@@ -72,22 +75,33 @@ class SpeculativeEngine {
     ~SpeculativeEngine();
     SpeculativeEngine(SpeculativeEngine&&) noexcept;
     // Not const: the engine keeps its sessions and step buffers between calls while they fit, so
-    // the steps a CUDA backend recorded for one prompt are replayed for the next.
+    // the steps a CUDA backend recorded for one prompt are replayed for the next. Drafting in bf16
+    // multiplies with copies of the drafter's weights made at the first such call: make a new
+    // engine after changing the weights.
     GenerateResult generate(std::span<const int32_t> prompt, const GenerateOptions& opt,
                             const TokenSink& sink = {});
     Backend& backend() const { return be_; }
+    // What the last generate() drafted in: "f32", "bf16 copies" (the drafter's weights copied
+    // to bf16 for the backend's bf16 product) or "bf16" (the backend's own compute type); "" before
+    // any or without a drafter.
+    const std::string& draft_precision() const { return draft_precision_; }
 
     struct Sessions;  // spec_decode.cpp
 
   private:
     // Sessions for `capacity` positions and block size B (made anew when the kept ones are
-    // too small or differently shaped).
-    Sessions& sessions(int64_t capacity, int64_t B);
+    // too small or differently shaped, or drafting changed precision).
+    Sessions& sessions(int64_t capacity, int64_t B, DraftPrecision precision);
+    // The drafter's bf16 copies for `precision` (null: f32), made at the first call that needs
+    // them; an error when bf16 is asked of a CPU without a bf16 product.
+    const PreparedWeights* draft_weights(DraftPrecision precision);
 
     const TargetModel& target_;
     const DrafterModel* drafter_;
     Backend& be_;
     std::unique_ptr<Sessions> kept_;
+    std::unique_ptr<PreparedWeights> draft_weights_;  // behind a pointer: sessions keep its address
+    std::string draft_precision_;
 };
 
 }  // namespace dflash

@@ -40,11 +40,13 @@ LayerWeights resolve(const ParamSet& p, const std::string& pre, const LayerDims&
     return w;
 }
 
-// y = x · Wᵀ (+ bias when the model has one), or y += that when accumulate.
-void linear(Backend& be, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-            bool accumulate = false) {
-    be.gemm(x, false, w, true, y, 1.0f, accumulate ? 1.0f : 0.0f);
-    if (!bias.empty()) be.add_row_bias(y.reshape({y.numel() / bias.numel(), bias.numel()}), bias);
+// y = x · Wᵀ (+ bias when the model has one), or y += that when accumulate; through W's prepared
+// copy when lc has one.
+void project(const LayerContext& lc, const Tensor& x, const Tensor& w, const Tensor& bias,
+             const Tensor& y, bool accumulate = false) {
+    linear(lc.be, lc.prepared, x, w, y, accumulate ? 1.0f : 0.0f);
+    if (!bias.empty())
+        lc.be.add_row_bias(y.reshape({y.numel() / bias.numel(), bias.numel()}), bias);
 }
 
 // Rows [0, a) of dst <- a, rows [a, a+b) <- b.
@@ -73,11 +75,11 @@ void mlp_forward(const LayerContext& lc, const LayerWeights& w, const Tensor& x1
                  const Tensor& act, const Tensor& out) {
     Backend& be = lc.be;
     be.rmsnorm_fwd(x1, w.post_ln, lc.dims.eps, h2, rstd2);
-    be.gemm(h2, false, w.w_gate, true, gate);
-    be.gemm(h2, false, w.w_up, true, up);
+    linear(be, lc.prepared, h2, w.w_gate, gate);
+    linear(be, lc.prepared, h2, w.w_up, up);
     be.swiglu_fwd(gate, up, act);
     be.copy(out, x1);
-    be.gemm(act, false, w.w_down, true, out, 1.0f, 1.0f);
+    linear(be, lc.prepared, act, w.w_down, out, 1.0f);
 }
 
 }  // namespace
@@ -122,19 +124,19 @@ void attention_core_forward(const LayerContext& lc, const LayerWeights& w, const
     a.q_lin = buf({Sq, d.H * d.Dh});
     a.rstd_q = f32({Sq * d.H});
     a.q = buf({Sq, d.H, d.Dh});
-    linear(be, hq, w.wq, w.bq, a.q_lin);
+    project(lc, hq, w.wq, w.bq, a.q_lin);
     norm_and_rope(lc, a.q_lin, w.q_norm, a.rstd_q, q_pos, a.q);
     a.k_lin = buf({Sk, d.Hkv * d.Dh});
     a.rstd_k = f32({Sk * d.Hkv});
     a.k = buf({Sk, d.Hkv, d.Dh});
     a.v = buf({Sk, d.Hkv, d.Dh});
-    linear(be, a.kv_in, w.wk, w.bk, a.k_lin);
+    project(lc, a.kv_in, w.wk, w.bk, a.k_lin);
     norm_and_rope(lc, a.k_lin, w.k_norm, a.rstd_k, kv_pos, a.k);
-    linear(be, a.kv_in, w.wv, w.bv, a.v.reshape({Sk, d.Hkv * d.Dh}));
+    project(lc, a.kv_in, w.wv, w.bv, a.v.reshape({Sk, d.Hkv * d.Dh}));
     a.attn = buf({Sq, d.H * d.Dh});
     a.lse = f32({d.H, Sq});
     be.attention_fwd(a.q, a.k, a.v, mask, a.attn.reshape({Sq, d.H, d.Dh}), a.lse);
-    linear(be, a.attn, w.wo, w.bo, o, accumulate);
+    project(lc, a.attn, w.wo, w.bo, o, accumulate);
 }
 
 void mlp_core_forward(const LayerContext& lc, const LayerWeights& w, const Tensor& h2, LayerActs& a,
@@ -266,12 +268,12 @@ void write_kv(const LayerContext& lc, const LayerWeights& w, const Tensor& in, c
     Backend& be = lc.be;
     const int64_t n = in.dim(0);
     const Tensor k_lin = lc.ws.take({n, d.Hkv * d.Dh}, be.compute_dtype());
-    linear(be, in, w.wk, w.bk, k_lin);
+    project(lc, in, w.wk, w.bk, k_lin);
     const Tensor k = lc.ws.take({n, d.Hkv, d.Dh}, be.compute_dtype());
     norm_and_rope(lc, k_lin, w.k_norm, lc.ws.take({n * d.Hkv}, DType::f32), pos, k);
     be.write_rows(cache.k.view(), row0, k);
     const Tensor v = lc.ws.take({n, d.Hkv, d.Dh}, be.compute_dtype());
-    linear(be, in, w.wv, w.bv, v.reshape({n, d.Hkv * d.Dh}));
+    project(lc, in, w.wv, w.bv, v.reshape({n, d.Hkv * d.Dh}));
     be.write_rows(cache.v.view(), row0, v);
 }
 
@@ -298,7 +300,7 @@ void layer_forward_cached(const LayerContext& lc, const LayerWeights& w, const T
     be.rmsnorm_fwd(x, w.input_ln, d.eps, h, f32({Sq}));
     Tensor q_lin = buf({Sq, d.H * d.Dh});
     Tensor q = buf({Sq, d.H, d.Dh});
-    linear(be, h, w.wq, w.bq, q_lin);
+    project(lc, h, w.wq, w.bq, q_lin);
     norm_and_rope(lc, q_lin, w.q_norm, f32({Sq * d.H}), pos, q);
     write_kv(lc, w, h, pos, cache, row0);
     Tensor attn = buf({Sq, d.H * d.Dh});
@@ -306,7 +308,7 @@ void layer_forward_cached(const LayerContext& lc, const LayerWeights& w, const T
                      attn.reshape({Sq, d.H, d.Dh}), Tensor());
     Tensor x1 = buf({Sq, d.D});
     be.copy(x1, x);
-    linear(be, attn, w.wo, w.bo, x1, true);
+    project(lc, attn, w.wo, w.bo, x1, true);
     mlp_forward(lc, w, x1, f32({Sq}), buf({Sq, d.D}), buf({Sq, d.I}), buf({Sq, d.I}),
                 buf({Sq, d.I}), out);
     lc.ws.release(mark);

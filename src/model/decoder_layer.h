@@ -13,6 +13,7 @@
 #include "backend/workspace.h"
 #include "model/hf_config.h"
 #include "model/params.h"
+#include "model/prepared_weights.h"
 
 namespace dflash {
 
@@ -74,6 +75,9 @@ struct LayerContext {
     Workspace& ws;
     const LayerDims& dims;
     const Tensor& inv_freq;
+    // Drafting: the weights' bf16 copies the cached forward multiplies with (null: every product
+    // reads its weight in place).
+    const PreparedWeights* prepared = nullptr;
 };
 
 // Training forward. q_pos i32 [Sq], kv_pos i32 [Sc+Sq] (positions of [ctx ; x]), on the device.

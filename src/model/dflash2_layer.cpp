@@ -52,7 +52,7 @@ SublayerIn prepare(const LayerContext& lc, const Tensor& x, const Tensor& norm_w
     SublayerIn in{lc.ws.take({R, D}, act), lc.ws.take({R}, DType::f32),
                   lc.ws.take({R, cw.proj.dim(0)}, act), lc.ws.take({R, D}, act)};
     be.rmsnorm_fwd(x, norm_w, lc.dims.eps, in.hn, in.rstd);
-    be.gemm(in.hn, false, cw.proj, true, in.delta);
+    linear(be, lc.prepared, in.hn, cw.proj, in.delta);
     be.dyn_conv_fwd(in.hn, cw.base, in.delta, 0, bs, in.hc);
     return in;
 }
@@ -111,23 +111,23 @@ void dflash2_layer_forward_cached(const LayerContext& lc, const LayerWeights& w,
     // cache after the context's.
     const SublayerIn a = prepare(lc, x, w.input_ln, cw.attn, Sq);
     Tensor q_lin = buf({Sq, d.H * d.Dh}), q = buf({Sq, d.H, d.Dh});
-    be.gemm(a.hc, false, w.wq, true, q_lin);
+    linear(be, lc.prepared, a.hc, w.wq, q_lin);
     be.rmsnorm_fwd(q_lin.reshape({Sq * d.H, d.Dh}), w.q_norm, d.eps, q.reshape({Sq * d.H, d.Dh}),
                    lc.ws.take({Sq * d.H}, DType::f32));
     be.rope_fwd(q, pos, lc.inv_freq);
     layer_append_context(lc, w, a.hc, pos, cache, row0);
     Tensor attn = buf({Sq, d.H * d.Dh}), o = buf({Sq, d.D}), x1 = buf({Sq, d.D});
     draft_attention(lc, q, cache, cache_len + Sq, kv_len, att, attn);
-    be.gemm(attn, false, w.wo, true, o);
+    linear(be, lc.prepared, attn, w.wo, o);
     finish(be, cw.attn, a.delta, Sq, o, x, x1);
 
     // MLP.
     const SublayerIn m = prepare(lc, x1, w.post_ln, cw.mlp, Sq);
     Tensor gate = buf({Sq, d.I}), up = buf({Sq, d.I}), act = buf({Sq, d.I}), y = buf({Sq, d.D});
-    be.gemm(m.hc, false, w.w_gate, true, gate);
-    be.gemm(m.hc, false, w.w_up, true, up);
+    linear(be, lc.prepared, m.hc, w.w_gate, gate);
+    linear(be, lc.prepared, m.hc, w.w_up, up);
     be.swiglu_fwd(gate, up, act);
-    be.gemm(act, false, w.w_down, true, y);
+    linear(be, lc.prepared, act, w.w_down, y);
     finish(be, cw.mlp, m.delta, Sq, y, x1, out);
     lc.ws.release(mark);
 }

@@ -112,13 +112,27 @@ int64_t DrafterModel::feature_dim() const {
     return static_cast<int64_t>(cfg_.target_layer_ids.size()) * dims_.D;
 }
 
+std::vector<Tensor> DrafterModel::linear_weights() const {
+    std::vector<Tensor> w{params_.value("fc.weight")};
+    for (const LayerWeights& l : layers_)
+        for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+            w.push_back(*t);
+    for (const Dflash2LayerWeights& c : convs_) {
+        w.push_back(c.attn.proj);
+        w.push_back(c.mlp.proj);
+    }
+    if (cfg_.dflash2()) w.push_back(params_.value("candidate_selector.hidden_projection.weight"));
+    return w;
+}
+
 void DrafterModel::project_context(Backend& be, const Tensor& features, const Tensor& ctx,
-                                   const Tensor& pre, const Tensor& rstd) const {
+                                   const Tensor& pre, const Tensor& rstd,
+                                   const PreparedWeights* prepared) const {
     DF_CHECK(features.dim(1) == feature_dim(),
              "drafter features have {} columns but K*D = {}*{} = {} were expected", features.dim(1),
              cfg_.target_layer_ids.size(), dims_.D, feature_dim());
     const Tensor p = pre.empty() ? ctx : pre;
-    be.gemm(features, false, params_.value("fc.weight"), true, p);
+    linear(be, prepared, features, params_.value("fc.weight"), p);
     be.rmsnorm_fwd(p, params_.value("hidden_norm.weight"), dims_.eps, ctx, rstd);
 }
 
@@ -355,7 +369,7 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const Tensor& embed,
 
 DrafterSession::DrafterSession(const DrafterModel& model, Backend& be, const Tensor& embed,
                                const Tensor& lm_head, int64_t capacity, int64_t max_block,
-                               int64_t max_new_rows)
+                               int64_t max_new_rows, const PreparedWeights* prepared)
     : model_(model),
       be_(be),
       owner_(be),
@@ -364,7 +378,8 @@ DrafterSession::DrafterSession(const DrafterModel& model, Backend& be, const Ten
       capacity_(capacity),
       max_block_(max_block > 0 ? max_block : model.block_size()),
       max_new_rows_(
-          std::max<int64_t>(1, std::min(max_new_rows > 0 ? max_new_rows : max_block_, capacity))) {
+          std::max<int64_t>(1, std::min(max_new_rows > 0 ? max_new_rows : max_block_, capacity))),
+      prepared_(prepared) {
     const LayerDims& d = model.dims();
     cache_.resize(model.config().layer.num_hidden_layers);
     for (auto& c : cache_) {
@@ -426,11 +441,11 @@ void DrafterSession::run(Backend& be, Workspace& ws, const Tensor& new_features,
     const StepKey key{
         owner_.id(), "drafter.draft", {T, B, address_of(new_features), address_of(logits)}};
     const std::function<void()> record = [&] {
-        const LayerContext lc{be, ws, model_.dims(), model_.inv_freq()};
+        const LayerContext lc{be, ws, model_.dims(), model_.inv_freq(), prepared_};
         const DType act = be.compute_dtype();
         if (T > 0) {
             Tensor ctx = ws.take({T, D}, act);
-            model_.project_context(be, new_features, ctx, Tensor(), Tensor());
+            model_.project_context(be, new_features, ctx, Tensor(), Tensor(), prepared_);
             const Tensor pos = ctx_pos.device.rows(0, T);
             for (size_t l = 0; l < cache_.size(); ++l)
                 layer_append_context(lc, model_.layer(static_cast<int64_t>(l)), ctx, pos, cache_[l],
@@ -451,10 +466,11 @@ void DrafterSession::run(Backend& be, Workspace& ws, const Tensor& new_features,
         Tensor h = ws.take({B - 1, D}, act);
         be.rmsnorm_fwd(x.rows(1, B), model_.params().value("norm.weight"), model_.dims().eps, h,
                        Tensor());
-        be.gemm(h, false, lm_head_, true, logits);
+        linear(be, prepared_, h, lm_head_, logits);
         if (model_.config().dflash2())
-            be.gemm(h, false, model_.params().value("candidate_selector.hidden_projection.weight"),
-                    true, z_.view().rows(0, B - 1));
+            linear(be, prepared_, h,
+                   model_.params().value("candidate_selector.hidden_projection.weight"),
+                   z_.view().rows(0, B - 1));
     };
     // A sliding window that hides keys splits the attention by the cache length, known on the
     // host: such a step runs eagerly (draft_attention); every other one is recorded.

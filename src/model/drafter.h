@@ -71,8 +71,13 @@ class DrafterModel {
 
     // Context features: ctx [T, D] = hidden_norm(features [T, K*D] · fcᵀ). pre [T, D] and rstd [T]
     // receive the intermediate values when non-empty (training).
+    // fc's product goes through its copy in `prepared` when there is one (drafting).
     void project_context(Backend& be, const Tensor& features, const Tensor& ctx, const Tensor& pre,
-                         const Tensor& rstd) const;
+                         const Tensor& rstd, const PreparedWeights* prepared = nullptr) const;
+    // The weights drafting multiplies as x · Wᵀ: fc, every layer's projections and (DFlash2) the
+    // convolutions' kernel projections and the selector's hidden projection; the LM head, the
+    // target's, is not among them.
+    std::vector<Tensor> linear_weights() const;
 
     // Sum of decay weights of one sequence's blocks (what the loss is normalised by), computable
     // before the forward so the trainer can normalise across micro-batches and workers.
@@ -119,10 +124,12 @@ class DrafterModel {
 class DrafterSession {
   public:
     // capacity: context rows; max_block: the largest block drafted (0 = the drafter's block size);
-    // max_new_rows: the most context rows one draft() appends (0 = max_block).
+    // max_new_rows: the most context rows one draft() appends (0 = max_block). prepared: copies
+    // of model.linear_weights() and of lm_head to multiply with (may be null; owned by the
+    // caller, who keeps it alive and current while the session lives).
     DrafterSession(const DrafterModel& model, Backend& be, const Tensor& embed,
                    const Tensor& lm_head, int64_t capacity, int64_t max_block = 0,
-                   int64_t max_new_rows = 0);
+                   int64_t max_new_rows = 0, const PreparedWeights* prepared = nullptr);
     int64_t context_length() const { return ctx_len_; }
 
     // Appends the features [T, K*D] (device) of newly committed tokens at positions
@@ -158,6 +165,7 @@ class DrafterSession {
     int64_t capacity_;
     int64_t max_block_;
     int64_t max_new_rows_;
+    const PreparedWeights* prepared_;
     std::vector<LayerKvCache> cache_;
     DeviceTensor z_;  // DFlash2: [max_block-1, r]
     int64_t ctx_len_ = 0;

@@ -217,6 +217,8 @@ std::unique_ptr<DecodeEvalSetup> make_decode_setup(const fs::path& given, const 
     const auto count = static_cast<size_t>(s.get<int64_t>("train.eval_prompt_count"));
     if (setup->prompts.size() > count) setup->prompts.resize(count);
     setup->options.max_new_tokens = s.get<int64_t>("train.eval_max_new_tokens");
+    setup->options.draft_precision =
+        parse_draft_precision(s.get<std::string>("infer.cpu_draft_precision"));
     setup->options.stop_tokens = default_stop_tokens(target.config(), &tok);
     log.info("evaluation decodes {} prompt(s) of {} greedily, up to {} tokens each",
              setup->prompts.size(), path.string(), setup->options.max_new_tokens);

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "backend/backend.h"
+#include "backend/cpu/bf16_linear.h"
 #include "config/registry.h"
 #include "infer/spec_decode.h"
 #include "support/test_util.h"
@@ -52,13 +53,15 @@ std::vector<int32_t> random_prompt(int64_t n, int64_t vocab, uint64_t seed) {
     return t;
 }
 
-void expect_lossless(const Pair& p, Backend& be, int64_t prompts, std::vector<int64_t>& hist) {
+void expect_lossless(const Pair& p, Backend& be, int64_t prompts, std::vector<int64_t>& hist,
+                     DraftPrecision precision = DraftPrecision::f32) {
     SpeculativeEngine spec(p.target, &p.drafter, be);
     SpeculativeEngine plain(p.target, nullptr, be);
     for (int64_t i = 0; i < prompts; ++i) {
         const auto prompt = random_prompt(1 + (i * 7) % 12, p.target.config().vocab_size, 100 + i);
         GenerateOptions o;
         o.max_new_tokens = 5 + (i * 5) % 30;
+        o.draft_precision = precision;
         auto a = plain.generate(prompt, o);
         std::vector<int32_t> streamed;
         auto b = spec.generate(prompt, o, [&](std::span<const int32_t> t) {
@@ -119,6 +122,73 @@ TEST(SpecDecode, Dflash2WithSlidingCausalLayersIsLossless) {
     Pair p = make_dflash2_pair(14, 4, 6, 4, DraftAttention{true, 4});
     std::vector<int64_t> hist(5, 0);
     expect_lossless(p, *be, 12, hist);
+}
+
+// Drafting in bf16 (Note [bf16 drafting]) changes what is proposed, never the output; where the
+// CPU has no AMX-BF16, auto drafts in f32 and bf16 is refused naming the setting.
+TEST(SpecDecode, Bf16DraftingIsLosslessOrRefusedWithoutAmx) {
+    auto be = make_cpu_backend(1);
+    Pair p = make_pair(21, 5);
+    Pair p2 = make_dflash2_pair(22, 5, 6, 3);
+    SpeculativeEngine probe(p.target, &p.drafter, *be);
+    GenerateOptions o;
+    o.max_new_tokens = 4;
+    probe.generate(random_prompt(3, 37, 1), o);
+    EXPECT_EQ(probe.draft_precision(), "f32");
+    o.draft_precision = DraftPrecision::auto_;
+    probe.generate(random_prompt(3, 37, 1), o);
+    if (!cpu::amx_bf16_available()) {
+        EXPECT_EQ(probe.draft_precision(), "f32");
+        o.draft_precision = DraftPrecision::bf16;
+        EXPECT_TRUE(test::has(test::error_of([&] { probe.generate(random_prompt(3, 37, 1), o); }),
+                              "infer.cpu_draft_precision = bf16"));
+        return;
+    }
+    EXPECT_EQ(probe.draft_precision(), "bf16 copies");
+    for (const Pair* pair : {&p, &p2}) {
+        std::vector<int64_t> hist(6, 0);
+        expect_lossless(*pair, *be, 16, hist, DraftPrecision::bf16);
+        int64_t accepted = 0;
+        for (int k = 2; k < 6; ++k) accepted += hist[k];
+        EXPECT_GT(accepted, 0);
+    }
+}
+
+// A bf16 draft is the f32 draft to within bf16's rounding: the logits of the same block from
+// the same context, with and without the drafter's bf16 copies.
+TEST(SpecDecode, Bf16DraftsAreCloseToF32Drafts) {
+    if (!cpu::amx_bf16_available()) GTEST_SKIP() << "no AMX-BF16 on this CPU: no bf16 copies";
+    auto be = make_cpu_backend(1);
+    Pair p = make_pair(23, 6);
+    std::vector<Tensor> weights = p.drafter.linear_weights();
+    weights.push_back(p.target.lm_head());
+    const PreparedWeights copies(*be, weights);
+    ASSERT_EQ(copies.count(), weights.size());
+    const int64_t T = 9, B = 6, V = p.target.config().vocab_size;
+    HostTensor feats({T, p.drafter.feature_dim()});
+    Rng rng(4);
+    for (int64_t i = 0; i < feats.numel(); ++i) feats.f32()[i] = rng.normal();
+    HostTensor f32_logits({B - 1, V}), bf16_logits({B - 1, V});
+    DrafterSession exact(p.drafter, *be, p.target.embed(), p.target.lm_head(), 32, B);
+    DrafterSession narrow(p.drafter, *be, p.target.embed(), p.target.lm_head(), 32, B, 0, &copies);
+    exact.draft(feats.view(), 3, f32_logits.view());
+    narrow.draft(feats.view(), 3, bf16_logits.view());
+    double max_abs = 0, max_diff = 0;
+    int64_t same_argmax = 0;
+    for (int64_t r = 0; r < B - 1; ++r) {
+        int64_t a = 0, b = 0;
+        for (int64_t v = 0; v < V; ++v) {
+            const float x = f32_logits.f32()[r * V + v], y = bf16_logits.f32()[r * V + v];
+            max_abs = std::max(max_abs, std::fabs(static_cast<double>(x)));
+            max_diff = std::max(max_diff, std::fabs(static_cast<double>(x) - y));
+            if (x > f32_logits.f32()[r * V + a]) a = v;
+            if (y > bf16_logits.f32()[r * V + b]) b = v;
+        }
+        same_argmax += a == b;
+    }
+    EXPECT_GT(max_diff, 0.0);             // the copies were used
+    EXPECT_LT(max_diff, 0.03 * max_abs);  // bf16 rounding, not another computation
+    EXPECT_GE(same_argmax, B - 2);
 }
 
 // --trace's records: one per step, accepted + 1 tokens committed each, the next token committed

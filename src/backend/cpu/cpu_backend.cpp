@@ -6,11 +6,17 @@
 #include <cstring>
 
 #include "backend/backend.h"
+#include "backend/cpu/bf16_linear.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/host_collectives.h"
 
 namespace dflash {
 namespace {
+
+// The CPU's PreparedWeight: the weight in bf16 tiles for cpu::linear_bf16.
+struct CpuBf16Weight final : PreparedWeight {
+    cpu::Bf16Weight packed;
+};
 
 class CpuBackend final : public Backend {
   public:
@@ -54,6 +60,30 @@ class CpuBackend final : public Backend {
     void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, float alpha,
               float beta) override {
         cpu::gemm(ex_, a, ta, b, tb, c, alpha, beta);
+    }
+    std::unique_ptr<PreparedWeight> prepare_bf16_weight(const Tensor& w) override {
+        if (!cpu::amx_bf16_available()) return nullptr;  // gemm's fp32 kernels are faster
+        cpu::check_cpu_f32(w, "prepare_bf16_weight", "W");
+        DF_CHECK(w.rank() == 2, "prepare_bf16_weight: W has shape {}; expected [N, K]",
+                 w.shape().to_string());
+        auto p = std::make_unique<CpuBf16Weight>();
+        p->packed = cpu::pack_bf16_weight(ex_, w.f32(), w.dim(0), w.dim(1));
+        return p;
+    }
+    void linear(const Tensor& x, const Tensor& w, const PreparedWeight* prepared, const Tensor& y,
+                float beta) override {
+        if (prepared == nullptr) return cpu::gemm(ex_, x, false, w, true, y, 1.0f, beta);
+        const auto* p = dynamic_cast<const CpuBf16Weight*>(prepared);
+        DF_CHECK(p != nullptr, "linear: the prepared weight is not the CPU backend's");
+        DF_CHECK(p->packed.source == w.f32() && p->packed.n == w.dim(0) && p->packed.k == w.dim(-1),
+                 "linear: the prepared weight was made from another tensor than {}", w.describe());
+        cpu::check_cpu_f32(x, "linear", "x");
+        cpu::check_cpu_f32(y, "linear", "y");
+        const int64_t k = x.dim(-1), m = k == 0 ? 0 : x.numel() / k;
+        DF_CHECK(k == p->packed.k && y.dim(-1) == p->packed.n && y.numel() == m * p->packed.n,
+                 "linear: x {} · Wᵀ (W [{}, {}]) into y {}", x.shape().to_string(), p->packed.n,
+                 p->packed.k, y.shape().to_string());
+        cpu::linear_bf16(ex_, m, x.f32(), k, p->packed, beta, y.f32(), p->packed.n);
     }
     void embedding_fwd(const Tensor& table, const Tensor& ids, const Tensor& out) override {
         cpu::embedding_fwd(ex_, table, ids, out);

@@ -1,0 +1,321 @@
+// bf16 linear layers on AMX tiles and their portable twin (bf16_linear.h, Note [bf16 drafting]).
+#include "backend/cpu/bf16_linear.h"
+
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cpuid.h>
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace dflash::cpu {
+namespace {
+
+constexpr int64_t kTileK = 32;              // k per tile: 16 pairs of bf16 (64 bytes a row)
+constexpr int64_t kTileElems = 16 * 32;     // bf16 per weight tile (1 KB)
+constexpr int64_t kChunkTiles = 32;         // x is converted 1024 columns at a time (32 KB a block)
+constexpr int kGroup = 4;                   // column blocks per pass over a chunk of x (4 C tiles)
+constexpr double kParallelFlops = 1 << 18;  // as gemm: below this a wake-up costs more
+
+bool cpu_has_amx_bf16() {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+    const bool amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1;
+    if (!amx_bf16 || !amx_tile) return false;
+    // AMX kernels convert x with AVX512-BF16 (leaf 7, subleaf 1, EAX bit 5).
+    unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+    if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) == 0) return false;
+    return ((a1 >> 5) & 1) && __builtin_cpu_supports("avx512f");
+}
+
+// Linux hands out the 8 KB tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM): once per
+// process, for all its threads.
+bool request_amx_state() {
+    constexpr int kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+// Rows [m0, m0 + mr) of x and columns [t0 * 32, (t0 + tiles) * 32) into a [16][tiles * 32] block
+// of bf16, zero past x's rows and columns.
+void convert_x_portable(const float* x, int64_t ldx, int64_t m0, int64_t mr, int64_t k, int64_t t0,
+                        int64_t tiles, uint16_t* block) {
+    const int64_t width = tiles * kTileK, c0 = t0 * kTileK;
+    for (int64_t r = 0; r < 16; ++r) {
+        uint16_t* out = block + r * width;
+        const float* row = x + (m0 + r) * ldx;
+        for (int64_t c = 0; c < width; ++c)
+            out[c] = r < mr && c0 + c < k ? to_bf16(row[c0 + c]) : uint16_t{0};
+    }
+}
+
+// The column blocks [b0, b1) of rows [m0, m0 + mr) into acc[b - b0][row][col]; tiles of the weight
+// are read in order, each output one chain over k (the order of the AMX kernel).
+void blocks_portable(const Bf16Weight& w, const uint16_t* xb, int64_t width, int64_t t0,
+                     int64_t tiles, int64_t mr, int64_t b0, int64_t b1, float (*acc)[16][16]) {
+    for (int64_t b = b0; b < b1; ++b) {
+        const uint16_t* tile0 = w.data.get() + (b * w.k_tiles + t0) * kTileElems;
+        for (int64_t r = 0; r < mr; ++r) {
+            float* out = acc[b - b0][r];
+            const uint16_t* xr = xb + r * width;
+            for (int64_t t = 0; t < tiles; ++t) {
+                const uint16_t* tile = tile0 + t * kTileElems;
+                for (int p = 0; p < 16; ++p) {
+                    const float a0 = from_bf16(xr[t * kTileK + 2 * p]),
+                                a1 = from_bf16(xr[t * kTileK + 2 * p + 1]);
+                    const uint16_t* wp = tile + p * 32;
+                    for (int j = 0; j < 16; ++j) {
+                        out[j] = out[j] + a0 * from_bf16(wp[2 * j]);
+                        out[j] = out[j] + a1 * from_bf16(wp[2 * j + 1]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// y's rows [m0, m0 + mr), columns of blocks [b0, b1) = acc (+ beta * y).
+void store_blocks(const Bf16Weight& w, const float (*acc)[16][16], int64_t m0, int64_t mr,
+                  int64_t b0, int64_t b1, float beta, float* y, int64_t ldy) {
+    for (int64_t b = b0; b < b1; ++b) {
+        const int64_t cols = std::min<int64_t>(16, w.n - b * 16);
+        for (int64_t r = 0; r < mr; ++r) {
+            float* out = y + (m0 + r) * ldy + b * 16;
+            const float* a = acc[b - b0][r];
+            for (int64_t j = 0; j < cols; ++j) out[j] = beta == 0.0f ? a[j] : a[j] + beta * out[j];
+        }
+    }
+}
+
+void run_portable(const Bf16Weight& w, int64_t m, const float* x, int64_t ldx, int64_t b0,
+                  int64_t b1, float beta, float* y, int64_t ldy) {
+    alignas(64) uint16_t xb[16 * kChunkTiles * kTileK];
+    alignas(64) float acc[kGroup][16][16];
+    for (int64_t m0 = 0; m0 < m; m0 += 16) {
+        const int64_t mr = std::min<int64_t>(16, m - m0);
+        for (int64_t g0 = b0; g0 < b1; g0 += kGroup) {
+            const int64_t g1 = std::min<int64_t>(b1, g0 + kGroup);
+            std::memset(acc, 0, sizeof acc);
+            for (int64_t t0 = 0; t0 < w.k_tiles; t0 += kChunkTiles) {
+                const int64_t tiles = std::min(kChunkTiles, w.k_tiles - t0);
+                convert_x_portable(x, ldx, m0, mr, w.k, t0, tiles, xb);
+                blocks_portable(w, xb, tiles * kTileK, t0, tiles, mr, g0, g1, acc);
+            }
+            store_blocks(w, acc, m0, mr, g0, g1, beta, y, ldy);
+        }
+    }
+}
+
+// ---- AMX -------------------------------------------------------------------------------------
+
+struct alignas(64) TileConfig {
+    uint8_t palette = 1;
+    uint8_t start_row = 0;
+    uint8_t reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+};
+
+// As convert_x_portable, with AVX512-BF16's conversion (to nearest even, denormals to zero: the
+// same bits, tested).
+__attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) void convert_x_avx512(
+    const float* x, int64_t ldx, int64_t m0, int64_t mr, int64_t k, int64_t t0, int64_t tiles,
+    uint16_t* block) {
+    const int64_t width = tiles * kTileK, c0 = t0 * kTileK;
+    for (int64_t r = 0; r < 16; ++r) {
+        uint16_t* out = block + r * width;
+        if (r >= mr) {
+            std::memset(out, 0, static_cast<size_t>(width) * 2);
+            continue;
+        }
+        const float* row = x + (m0 + r) * ldx + c0;
+        const int64_t valid = std::clamp<int64_t>(k - c0, 0, width);
+        for (int64_t c = 0; c < width; c += 32) {
+            const int64_t n = std::clamp<int64_t>(valid - c, 0, 32);
+            const __mmask16 lo = static_cast<__mmask16>(n >= 16 ? 0xffff : (1u << n) - 1),
+                            hi = static_cast<__mmask16>(n >= 32   ? 0xffff
+                                                        : n <= 16 ? 0
+                                                                  : (1u << (n - 16)) - 1);
+            const __m512 a = _mm512_maskz_loadu_ps(lo, row + c),
+                         b = _mm512_maskz_loadu_ps(hi, row + c + 16);
+            _mm512_storeu_si512(out + c, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+        }
+    }
+}
+
+// Tiles: 0-3 the C blocks of a group, 4 the x tile, 5 and 6 weight tiles in turn.
+template <int G>
+__attribute__((target("amx-tile,amx-bf16"))) void group_amx(const Bf16Weight& w, const uint16_t* xb,
+                                                            int64_t width, int64_t t0,
+                                                            int64_t tiles, int64_t g0) {
+    const uint16_t* base = w.data.get();
+    const int64_t stride_x = width * 2;
+    for (int64_t t = 0; t < tiles; ++t) {
+        _tile_loadd(4, xb + t * kTileK, stride_x);
+        const uint16_t* tile = base + ((g0 * w.k_tiles) + t0 + t) * kTileElems;
+        const int64_t next_block = w.k_tiles * kTileElems;
+        _tile_loadd(5, tile, 64);
+        _tile_dpbf16ps(0, 4, 5);
+        if constexpr (G > 1) {
+            _tile_loadd(6, tile + next_block, 64);
+            _tile_dpbf16ps(1, 4, 6);
+        }
+        if constexpr (G > 2) {
+            _tile_loadd(5, tile + 2 * next_block, 64);
+            _tile_dpbf16ps(2, 4, 5);
+        }
+        if constexpr (G > 3) {
+            _tile_loadd(6, tile + 3 * next_block, 64);
+            _tile_dpbf16ps(3, 4, 6);
+        }
+    }
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) void zero_c_tiles() {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) void store_c_tiles(int g, float (*acc)[16][16]) {
+    _tile_stored(0, acc[0], 64);
+    if (g > 1) _tile_stored(1, acc[1], 64);
+    if (g > 2) _tile_stored(2, acc[2], 64);
+    if (g > 3) _tile_stored(3, acc[3], 64);
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) void run_amx(const Bf16Weight& w, int64_t m,
+                                                          const float* x, int64_t ldx, int64_t b0,
+                                                          int64_t b1, float beta, float* y,
+                                                          int64_t ldy) {
+    TileConfig cfg;
+    for (int t = 0; t < 7; ++t) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+    alignas(64) uint16_t xb[16 * kChunkTiles * kTileK];
+    alignas(64) float acc[kGroup][16][16];
+    const bool one_chunk = w.k_tiles <= kChunkTiles;
+    for (int64_t m0 = 0; m0 < m; m0 += 16) {
+        const int64_t mr = std::min<int64_t>(16, m - m0);
+        if (one_chunk) convert_x_avx512(x, ldx, m0, mr, w.k, 0, w.k_tiles, xb);
+        for (int64_t g0 = b0; g0 < b1; g0 += kGroup) {
+            const int g = static_cast<int>(std::min<int64_t>(kGroup, b1 - g0));
+            zero_c_tiles();
+            for (int64_t t0 = 0; t0 < w.k_tiles; t0 += kChunkTiles) {
+                const int64_t tiles = std::min(kChunkTiles, w.k_tiles - t0);
+                if (!one_chunk) convert_x_avx512(x, ldx, m0, mr, w.k, t0, tiles, xb);
+                const int64_t width = tiles * kTileK;
+                switch (g) {
+                    case 4:
+                        group_amx<4>(w, xb, width, t0, tiles, g0);
+                        break;
+                    case 3:
+                        group_amx<3>(w, xb, width, t0, tiles, g0);
+                        break;
+                    case 2:
+                        group_amx<2>(w, xb, width, t0, tiles, g0);
+                        break;
+                    default:
+                        group_amx<1>(w, xb, width, t0, tiles, g0);
+                        break;
+                }
+            }
+            store_c_tiles(g, acc);
+            store_blocks(w, acc, m0, mr, g0, g0 + g, beta, y, ldy);
+        }
+    }
+    // Released so that a context switch of this thread saves no tile state.
+    _tile_release();
+}
+
+}  // namespace
+
+bool amx_bf16_available() {
+    static const bool available = cpu_has_amx_bf16() && request_amx_state();  // once per process
+    return available;
+}
+
+Bf16Kernel best_bf16_kernel() {
+    return amx_bf16_available() ? Bf16Kernel::amx : Bf16Kernel::portable;
+}
+
+const char* bf16_kernel_name(Bf16Kernel kernel) {
+    return kernel == Bf16Kernel::amx ? "amx" : "portable";
+}
+
+uint16_t to_bf16(float f) {
+    uint32_t u = 0;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0) return static_cast<uint16_t>((u >> 16) & 0x8000u);  // 0, denormal
+    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return static_cast<uint16_t>(u >> 16);
+}
+
+float from_bf16(uint16_t h) {
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    float f = 0;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+Bf16Weight pack_bf16_weight(const Exec& ex, const float* w, int64_t n, int64_t k) {
+    DF_CHECK(n >= 0 && k >= 0, "pack_bf16_weight: a weight of [{}, {}]", n, k);
+    Bf16Weight out;
+    out.n = n;
+    out.k = k;
+    out.k_tiles = (k + kTileK - 1) / kTileK;
+    out.source = w;
+    const int64_t blocks = out.blocks();
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(1, blocks * out.k_tiles)) *
+                         kTileElems * sizeof(uint16_t);
+    out.data.reset(static_cast<uint16_t*>(std::aligned_alloc(64, bytes)));
+    DF_CHECK(out.data != nullptr, "out of host memory packing a [{}, {}] weight in bf16 ({} bytes)",
+             n, k, bytes);
+    uint16_t* dst = out.data.get();
+    parallel_for(
+        ex, blocks, static_cast<double>(n) * k >= kParallelFlops, [&](int64_t b0, int64_t b1) {
+            for (int64_t b = b0; b < b1; ++b)
+                for (int64_t t = 0; t < out.k_tiles; ++t) {
+                    uint16_t* tile = dst + (b * out.k_tiles + t) * kTileElems;
+                    for (int64_t p = 0; p < 16; ++p)
+                        for (int64_t j = 0; j < 16; ++j)
+                            for (int64_t e = 0; e < 2; ++e) {
+                                const int64_t row = b * 16 + j, col = t * kTileK + 2 * p + e;
+                                tile[p * 32 + 2 * j + e] =
+                                    row < n && col < k ? to_bf16(w[row * k + col]) : uint16_t{0};
+                            }
+                }
+        });
+    return out;
+}
+
+void linear_bf16_with(Bf16Kernel kernel, const Exec& ex, int64_t m, const float* x, int64_t ldx,
+                      const Bf16Weight& w, float beta, float* y, int64_t ldy) {
+    DF_CHECK(kernel != Bf16Kernel::amx || amx_bf16_available(),
+             "linear_bf16: AMX-BF16 is not available on this CPU");
+    DF_CHECK(w.data != nullptr || w.n == 0, "linear_bf16: an empty packed weight");
+    if (m == 0 || w.n == 0) return;
+    const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(w.n) * w.k;
+    const int64_t blocks = w.blocks();
+    const int64_t groups = (blocks + kGroup - 1) / kGroup;
+    parallel_for(ex, groups, flops >= kParallelFlops, [&](int64_t q0, int64_t q1) {
+        const int64_t b0 = q0 * kGroup, b1 = std::min(blocks, q1 * kGroup);
+        if (kernel == Bf16Kernel::amx)
+            run_amx(w, m, x, ldx, b0, b1, beta, y, ldy);
+        else
+            run_portable(w, m, x, ldx, b0, b1, beta, y, ldy);
+    });
+}
+
+void linear_bf16(const Exec& ex, int64_t m, const float* x, int64_t ldx, const Bf16Weight& w,
+                 float beta, float* y, int64_t ldy) {
+    linear_bf16_with(best_bf16_kernel(), ex, m, x, ldx, w, beta, y, ldy);
+}
+
+}  // namespace dflash::cpu

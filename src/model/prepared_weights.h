@@ -1,0 +1,43 @@
+// PreparedWeights: a backend's bf16 copies of a model's linear weights, looked up by the weight
+// they were made from. Drafting multiplies through them (Note [bf16 drafting] in
+// backend/cpu/bf16_linear.h); every other product reads its weight in place. Tested by
+// tests/infer/spec_decode_test.cpp and tests/ops/bf16_linear_test.cpp.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace dflash {
+
+// Which precision a CPU draft's products run in (infer.cpu_draft_precision).
+enum class DraftPrecision {
+    auto_,  // bf16 where the CPU has AMX-BF16, else f32
+    f32,    // the drafter's own fp32 forward
+    bf16,   // bf16; an error on a CPU without AMX-BF16
+};
+DraftPrecision parse_draft_precision(const std::string& s);
+const char* to_string(DraftPrecision p);
+
+class PreparedWeights {
+  public:
+    PreparedWeights() = default;
+    // Copies of `weights` made by be.prepare_bf16_weight, from their values now: whoever changes
+    // the weights afterwards makes a new set. Weights the backend gives no copy for are read in
+    // place (count() tells how many have one).
+    PreparedWeights(Backend& be, const std::vector<Tensor>& weights);
+    // The copy made from w, or null.
+    const PreparedWeight* find(const Tensor& w) const;
+    size_t count() const { return copies_.size(); }
+
+  private:
+    std::map<const void*, std::unique_ptr<PreparedWeight>> copies_;
+};
+
+// y = x · Wᵀ + beta * y, through W's copy in `prepared` when there is one.
+void linear(Backend& be, const PreparedWeights* prepared, const Tensor& x, const Tensor& w,
+            const Tensor& y, float beta = 0.0f);
+
+}  // namespace dflash
