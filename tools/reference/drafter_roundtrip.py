@@ -242,7 +242,7 @@ def dflash_traced_drafts(args, prompt_ids, max_new):
     """Each step's drafted tokens as `dflash generate --trace` prints them."""
     cmd = [args.dflash, "generate", "--target", args.target, "--drafter", args.drafter,
            "--prompt-ids", ",".join(str(t) for t in prompt_ids), "--infer.max_new_tokens",
-           str(max_new), "--trace", "--print-ids"]
+           str(max_new), "--trace", "--print-ids", "--infer.cpu_draft_precision", "f32"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stderr
     steps = []
     for line in out.splitlines():
@@ -278,7 +278,9 @@ def main():
     bench_json = os.path.join(args.out, "bench.json")
     cmd = [args.dflash, "bench", "--target", args.target, "--drafter", args.drafter, "--prompts",
            args.prompts, "--json", bench_json, "--limit", str(args.limit),
-           "--infer.max_new_tokens", str(args.max_new_tokens)]
+           "--infer.max_new_tokens", str(args.max_new_tokens),
+           # The reference drafts in float32: so must dflash (on AMX CPUs it drafts in bf16).
+           "--infer.cpu_draft_precision", "f32"]
     print("$", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
     with open(bench_json) as f:
