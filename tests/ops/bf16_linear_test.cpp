@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/bf16_linear.h"
+#include "core/dtype.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 
@@ -50,9 +51,9 @@ TEST(Bf16LinearTest, RoundsToNearestEvenAndFlushesDenormals) {
     EXPECT_EQ(cpu::to_bf16(std::numeric_limits<float>::infinity()), 0x7f80);
     EXPECT_EQ(cpu::to_bf16(std::numeric_limits<float>::max()), 0x7f80);  // rounds past the top
     const uint16_t nan = cpu::to_bf16(std::numeric_limits<float>::quiet_NaN());
-    EXPECT_TRUE(std::isnan(cpu::from_bf16(nan)));
-    EXPECT_TRUE(std::isnan(cpu::from_bf16(cpu::to_bf16(from_bits(0x7f800001u)))));  // signalling
-    EXPECT_EQ(bits(cpu::from_bf16(0x3f81)), 0x3f810000u);
+    EXPECT_TRUE(std::isnan(bf16_to_f32(nan)));
+    EXPECT_TRUE(std::isnan(bf16_to_f32(cpu::to_bf16(from_bits(0x7f800001u)))));  // signalling
+    EXPECT_EQ(bits(bf16_to_f32(0x3f81)), 0x3f810000u);
 }
 
 struct Shape3 {
@@ -84,8 +85,8 @@ void expect_close(const Problem& p, const std::vector<float>& y, float beta, con
         for (int64_t j = 0; j < p.n; ++j) {
             double exact = 0, mag = 0;
             for (int64_t c = 0; c < p.k; ++c) {
-                const double a = cpu::from_bf16(cpu::to_bf16(p.x[i * p.ldx + c])),
-                             b = cpu::from_bf16(cpu::to_bf16(p.w[j * p.k + c]));
+                const double a = bf16_to_f32(cpu::to_bf16(p.x[i * p.ldx + c])),
+                             b = bf16_to_f32(cpu::to_bf16(p.w[j * p.k + c]));
                 exact += a * b;
                 mag += std::fabs(a * b);
             }
@@ -162,7 +163,7 @@ TEST(Bf16LinearTest, AmxConvertsXAsTheScalarRoundingDoes) {
     cpu::linear_bf16_with(Bf16Kernel::amx, one, m, x.data(), 1, w, 0.0f, y.data(), 16);
     for (int64_t i = 0; i < m; ++i) {
         // The sum starts at +0, so a zero product gives +0 whatever its sign.
-        const float want = 0.0f + cpu::from_bf16(cpu::to_bf16(x[i]));
+        const float want = 0.0f + bf16_to_f32(cpu::to_bf16(x[i]));
         for (int64_t j = 0; j < 16; ++j)
             ASSERT_EQ(bits(y[i * 16 + j]), bits(want))
                 << "x = " << x[i] << " (0x" << std::hex << bits(x[i]) << ")";

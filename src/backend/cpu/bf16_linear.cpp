@@ -9,16 +9,16 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace dflash::cpu {
 namespace {
 
-constexpr int64_t kTileK = 32;              // k per tile: 16 pairs of bf16 (64 bytes a row)
-constexpr int64_t kTileElems = 16 * 32;     // bf16 per weight tile (1 KB)
-constexpr int64_t kChunkTiles = 32;         // x is converted 1024 columns at a time (32 KB a block)
-constexpr int kGroup = 4;                   // column blocks per pass over a chunk of x (4 C tiles)
-constexpr double kParallelFlops = 1 << 18;  // as gemm: below this a wake-up costs more
+constexpr int64_t kTileK = 32;           // k per tile: 16 pairs of bf16 (64 bytes a row)
+constexpr int64_t kTileElems = 16 * 32;  // bf16 per weight tile (1 KB)
+constexpr int64_t kChunkTiles = 32;      // x is converted 1024 columns at a time (32 KB a block)
+constexpr int kGroup = 4;                // column blocks per pass over a chunk of x (4 C tiles)
 
 bool cpu_has_amx_bf16() {
     unsigned a = 0, b = 0, c = 0, d = 0;
@@ -63,12 +63,12 @@ void blocks_portable(const Bf16Weight& w, const uint16_t* xb, int64_t width, int
             for (int64_t t = 0; t < tiles; ++t) {
                 const uint16_t* tile = tile0 + t * kTileElems;
                 for (int p = 0; p < 16; ++p) {
-                    const float a0 = from_bf16(xr[t * kTileK + 2 * p]),
-                                a1 = from_bf16(xr[t * kTileK + 2 * p + 1]);
+                    const float a0 = bf16_to_f32(xr[t * kTileK + 2 * p]),
+                                a1 = bf16_to_f32(xr[t * kTileK + 2 * p + 1]);
                     const uint16_t* wp = tile + p * 32;
                     for (int j = 0; j < 16; ++j) {
-                        out[j] = out[j] + a0 * from_bf16(wp[2 * j]);
-                        out[j] = out[j] + a1 * from_bf16(wp[2 * j + 1]);
+                        out[j] = out[j] + a0 * bf16_to_f32(wp[2 * j]);
+                        out[j] = out[j] + a1 * bf16_to_f32(wp[2 * j + 1]);
                     }
                 }
             }
@@ -252,16 +252,7 @@ uint16_t to_bf16(float f) {
     uint32_t u = 0;
     std::memcpy(&u, &f, 4);
     if ((u & 0x7f800000u) == 0) return static_cast<uint16_t>((u >> 16) & 0x8000u);  // 0, denormal
-    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // NaN
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return static_cast<uint16_t>(u >> 16);
-}
-
-float from_bf16(uint16_t h) {
-    const uint32_t u = static_cast<uint32_t>(h) << 16;
-    float f = 0;
-    std::memcpy(&f, &u, 4);
-    return f;
+    return f32_to_bf16(f);
 }
 
 Bf16Weight pack_bf16_weight(const Exec& ex, const float* w, int64_t n, int64_t k) {

@@ -51,9 +51,9 @@ enum class Bf16Kernel { amx, portable };
 Bf16Kernel best_bf16_kernel();
 const char* bf16_kernel_name(Bf16Kernel kernel);
 
-// fp32 -> bf16, to nearest with ties to even, denormals to (signed) zero, NaN kept a NaN.
+// fp32 -> bf16 as AMX reads its inputs: f32_to_bf16 (core/dtype.h: to nearest, ties to even,
+// NaN kept a NaN) with denormals to (signed) zero. Back: bf16_to_f32.
 uint16_t to_bf16(float f);
-float from_bf16(uint16_t h);
 
 // w: [n, k] row-major fp32. Uses ex's threads for large weights.
 Bf16Weight pack_bf16_weight(const Exec& ex, const float* w, int64_t n, int64_t k);

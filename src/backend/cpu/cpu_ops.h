@@ -36,6 +36,10 @@ class PooledExec {
     Exec ex_{pool_.get()};
 };
 
+// Products of fewer floating-point operations run on one thread: a wake-up costs more than the
+// split saves (gemm, linear_bf16).
+constexpr double kParallelFlops = 1 << 18;
+
 // Calls fn(begin, end) on near-equal contiguous ranges of [0, n), one per thread of ex (like
 // OpenMP's schedule(static)), or once on [0, n) when `parallel` is false or there is one thread.
 // A range's bounds depend only on n and the thread count.

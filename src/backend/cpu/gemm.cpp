@@ -17,7 +17,6 @@ namespace {
 // gets a ragged edge it need not have.
 constexpr int64_t kRowAlign = 24;  // a multiple of every kernel's row tile (8, 6, 4)
 constexpr int64_t kColAlign = 64;  // a multiple of every kernel's column tile (3 rows: any; 64)
-constexpr double kParallelFlops = 1 << 18;  // below this a wake-up costs more than it saves
 
 // Part p of `parts` of [0, n), aligned to `align`.
 int64_t split(int64_t n, int64_t parts, int64_t p, int64_t align) {
