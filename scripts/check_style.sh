@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# House rules CI enforces (design §2, §9): clang-format, no thread_local, no getenv outside the
-# settings registry (src/config/), no mutable statics.
+# House rules CI enforces (docs/design.md "Layers", docs/design.md "Memory and threads",
+# docs/design.md "Builds and tests"): clang-format, no thread_local, no getenv outside the settings
+# registry (src/config/), no mutable statics.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0

@@ -1,8 +1,9 @@
-// Replayable steps (design §6): what a caller names when it asks a backend to run a step that a
-// CUDA backend may record into a graph once and replay afterwards, the graph cache's options (the
-// cuda_graphs.* settings) and its counters. Device-generic: the CPU backend simply runs steps.
-// The CUDA graph cache itself is backend/cuda/graph_cache.h. Tested by
-// tests/backend/step_graph_test.cpp and tests/cuda/graph_cuda_test.cpp.
+// Replayable steps (docs/engine.md "Recorded steps (CUDA graphs)"): what a caller names when it
+// asks a backend to run a step that a CUDA backend may record into a graph once and replay
+// afterwards, the graph cache's options (the cuda_graphs.* settings) and its counters.
+// Device-generic: the CPU backend simply runs steps. The CUDA graph cache itself is
+// backend/cuda/graph_cache.h. Tested by tests/backend/step_graph_test.cpp and
+// tests/cuda/graph_cuda_test.cpp.
 #pragma once
 
 #include <cstdint>

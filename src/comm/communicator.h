@@ -1,7 +1,8 @@
-// The collective-communication interface every worker uses for data parallelism (design §7): an
-// in-process implementation for CPU threads (in_process.h), NCCL for GPUs. A Communicator belongs
-// to one rank and is driven by that rank's thread only; every rank must call the same collectives
-// in the same order. Implementations are tested by tests/comm/in_process_test.cpp.
+// The collective-communication interface every worker uses for data parallelism (docs/design.md
+// "Memory and threads"): an in-process implementation for CPU threads (in_process.h), NCCL for
+// GPUs. A Communicator belongs to one rank and is driven by that rank's thread only; every rank
+// must call the same collectives in the same order. Implementations are tested by
+// tests/comm/in_process_test.cpp.
 #pragma once
 
 #include <cstddef>

@@ -2,7 +2,7 @@
 """PyTorch reference benchmarks for dflash.cpp (run on the GPU machine beside the C++ benches).
 
 Subcommands (each prints one JSON object per measured case on stdout, a table line on stderr):
-  drafter  DFlash drafter training step, target features given (dflash-spec 3.2-3.4); JSON bench
+  drafter  DFlash drafter training step, target features given (docs/training.md); JSON bench
            "drafter_train_step", the same workload, presets and FLOP count as bench/train_step_bench
   decode   bs=1 greedy decode step (and a --verify N-token verify) of a Qwen3 target, static KV cache;
            JSON bench "target_decode", as bench/decode_bench
