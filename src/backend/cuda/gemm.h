@@ -12,7 +12,7 @@
 // step and a 16-token verify step must give the same logits for the same position, or greedy
 // speculative decoding could pick another token than plain decoding at a near-tie.
 // Created on the thread that drives the device; not thread-safe (one per CudaBackend).
-// Tested by tests/cuda/gemm_cuda_test.cpp; measured by bench/gemm_bench.cpp.
+// Tested by tests/cuda/gemm_cuda_test.cpp; measured by bench/cuda/gemm_bench.cpp.
 #pragma once
 
 #include <cstddef>
