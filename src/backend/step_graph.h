@@ -34,7 +34,7 @@ struct StepKeyHash {
 
 // cudaStreamCaptureMode: this_thread is CUDA's ThreadLocal (setting value "thread_local"): only
 // the capturing thread's unsafe calls break its capture, so other threads may allocate and copy
-// meanwhile (device-notes.md: 8 of 8 concurrent captures succeed, 0 of 8 in global mode).
+// meanwhile (docs/performance.md: 8 of 8 concurrent captures succeed, 0 of 8 in global mode).
 enum class CaptureMode { this_thread, global, relaxed };
 CaptureMode parse_capture_mode(const std::string& s);  // "thread_local" | "global" | "relaxed"
 std::string to_string(CaptureMode m);

@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 PEAK_FLOPS = 989.4e12  # H200 dense bf16
-HBM_BPS = 4.24e12      # measured D2D copy on the H200 (device-notes.md)
+HBM_BPS = 4.24e12      # measured D2D copy on the H200 (docs/performance.md)
 MASK_ID = 151669
 HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
 HAS_RMS = hasattr(F, "rms_norm")
