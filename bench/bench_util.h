@@ -21,7 +21,7 @@
 namespace dflash::bench {
 
 // The dense bf16 peak of an H100/H200 SXM (what MFU is quoted against) and the copy bandwidth
-// measured on the H200 (shared/device-notes.md).
+// measured on the H200 (docs/performance.md).
 inline constexpr double kPeakTflops = 989.4;
 inline constexpr double kHbmBytesPerS = 4.24e12;
 

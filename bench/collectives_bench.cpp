@@ -4,7 +4,7 @@
 // sharded one (train.shard_optimizer_state). Prints, per size, the median time of one op (after
 // warm-up; each timed call ends with a device wait), the algorithm bandwidth (bytes / time) and
 // the bus bandwidth as nccl-tests defines it (all-reduce: x 2(n-1)/n; reduce-scatter and
-// all-gather: x (n-1)/n), to compare with the NCCL ceiling of shared/device-notes.md (311-360
+// all-gather: x (n-1)/n), to compare with the NCCL ceiling of docs/performance.md (311-360
 // GB/s on 4 H200s). One JSON object per case on stdout, the table on stderr.
 // Usage: collectives_bench [--gpus N] [--mib 64,256,1024,4000] [--library libnccl.so.2].
 // With one GPU the ops are the identity and the bus bandwidth is n/a; without a GPU it says so.

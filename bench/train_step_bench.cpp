@@ -5,8 +5,8 @@
 // as whole steps (median of repeated steps after warm-up). The same workload, shapes and FLOP
 // count as tools/reference/torch_bench.py `drafter`, so the two are compared in one GPU call.
 // Usage: train_step_bench [--backend cpu|cuda] [--preset NAME|all] [--steps N]. Presets: d1024,
-// d2048, d4096 (perf-targets #1), qwen3_4b, qwen3_8b (#2, SpecForge's geometries), tiny (CPU
-// smoke). Prints a table on stderr and one JSON object per case on stdout.
+// d2048, d4096 (docs/performance.md target #1), qwen3_4b, qwen3_8b (#2, SpecForge's geometries),
+// tiny (CPU smoke). Prints a table on stderr and one JSON object per case on stdout.
 #include <cstdio>
 #include <cstring>
 #include <string>

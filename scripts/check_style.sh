@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# House rules CI enforces (design §2, §9): clang-format, no thread_local, no getenv outside the
-# settings registry (src/config/), no mutable statics.
+# House rules CI enforces (scripts/test.sh runs this): clang-format, the layering of src/
+# (docs/design.md "Layers"), no thread_local, no getenv outside the settings registry (src/config/),
+# no mutable statics (docs/design.md "Memory and threads", "Builds and tests").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
@@ -10,6 +11,32 @@ if [ -n "$files" ]; then
         echo "style: files above are not clang-formatted (run: clang-format -i FILE)"
         fail=1
     fi
+fi
+# Layers, lowest first (docs/design.md "Layers"): a file in src/<layer>/ may include headers of its
+# own layer and of lower ones only. A directory of src/ that is not listed is an error too, so a new
+# layer gets its place here and in docs/design.md.
+layers="core config comm backend tokenizer data model infer train options demo cli"
+if ! find src -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' \) \
+        -print0 | sort -z | xargs -0 -r awk -v order="$layers" '
+    BEGIN { n = split(order, names, " "); for (i = 1; i <= n; ++i) rank[names[i]] = i; bad = 0 }
+    FNR == 1 {
+        split(FILENAME, parts, "/"); own = parts[2]
+        if (!(own in rank)) {
+            printf "%s: src/%s/ is not a known layer (add it to scripts/check_style.sh and docs/design.md)\n", FILENAME, own
+            bad = 1; nextfile
+        }
+    }
+    /^[ \t]*#[ \t]*include[ \t]*"[^"\/]+\// {
+        inc = $0; sub(/^[^"]*"/, "", inc); sub(/".*$/, "", inc)
+        split(inc, p, "/"); to = p[1]
+        if ((to in rank) && rank[to] > rank[own]) {
+            printf "%s:%d: %s (layer %s) includes %s of the higher layer %s\n", FILENAME, FNR, $0, own, inc, to
+            bad = 1
+        }
+    }
+    END { exit bad }'; then
+    echo "style: an include goes up the layers (order: ${layers// / < }; see docs/design.md \"Layers\")"
+    fail=1
 fi
 # The keyword, not the word inside a string literal (the cuda_graphs.capture_mode choice "thread_local").
 if grep -rnE '\bthread_local\b' src | grep -vE '"[^"]*\bthread_local\b[^"]*"'; then

@@ -2,7 +2,7 @@
 # online-train-check.sh), from the repository root: unpacks gpu-bundle/bundle.tar.xz
 # (scripts/gpu-bundle.sh) into a fresh folder, $run, and points the loader at cuBLASLt and NCCL
 # (which GPU workers load at run time to sum on the devices) where the CUDA toolkit or the
-# machine's Python environment has them. NVLink multicast stays off (shared/device-notes.md).
+# machine's Python environment has them. NVLink multicast stays off (docs/performance.md).
 run=$(mktemp -d)
 tar -C "$run" -xJf gpu-bundle/bundle.tar.xz
 pylib() {  # the lib/ folder of an nvidia.* Python package (a namespace package has no __file__)

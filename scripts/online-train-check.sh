@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Online drafter training at Qwen3-8B geometry (perf-targets #11 and #12; issue 12): a randomly
-# initialised Qwen3-8B-shaped target (36 layers, hidden 4096, 152K vocabulary, bf16) runs its
-# forward inside every step and a 5-layer drafter (block 16) trains on its features, sequences of
-# 3072 tokens with 512 anchors, one sequence per GPU per step (torch and safetensors make the
+# Online drafter training at Qwen3-8B geometry (docs/performance.md targets #11 and #12; issue 12):
+# a randomly initialised Qwen3-8B-shaped target (36 layers, hidden 4096, 152K vocabulary, bf16) runs
+# its forward inside every step and a 5-layer drafter (block 16) trains on its features, sequences
+# of 3072 tokens with 512 anchors, one sequence per GPU per step (torch and safetensors make the
 # target's random weights; dflash reads them like any HF checkpoint). From binaries built elsewhere
 # (gpu-bundle/bundle.tar.xz, scripts/gpu-bundle.sh); the data is this repository's own text,
 # byte-tokenized and packed. Prints the median step time over the steps after the first three,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU machine's whole round in one call (design §9): unpacks gpu-bundle/bundle.tar.xz
+# The GPU machine's whole round in one call (docs/design.md): unpacks gpu-bundle/bundle.tar.xz
 # (scripts/gpu-bundle.sh), runs every CUDA test binary, then (unless --tests-only) the benchmarks
 # and the PyTorch reference of the same workloads (tools/reference/run_gpu_bench.sh), and a quick
 # demo on the GPU, and `dflash bench` end to end on a Qwen3-0.6B-shaped random target (with a

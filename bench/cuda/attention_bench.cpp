@@ -3,7 +3,7 @@
 // the DFlash block mask with a 4096-row context and N = 512 blocks of B = 16; decoding over a KV
 // cache with Sq = 1 and 16 at kv_len 4096 and 32768. Prints a table: median of 20 timed runs
 // (cudaEvents, after warm-up), TFLOP/s against the bf16 GEMM ceiling (790) or GB/s of K/V read
-// against the HBM copy ceiling (4.24 TB/s) of /work/shared/device-notes.md. Skips with a message
+// against the HBM copy ceiling (4.24 TB/s) of docs/performance.md. Skips with a message
 // when there is no GPU. Correctness is tests/cuda/attention_cuda_test.cpp's job.
 #include <algorithm>
 #include <cstdio>
@@ -164,7 +164,7 @@ void run() {
     ex.sm_count = prop.multiProcessorCount;
     ex.device = 0;
     std::printf(
-        "attention on %s (%d SMs); ceilings (device-notes.md): bf16 GEMM %.0f TFLOP/s, "
+        "attention on %s (%d SMs); ceilings (docs/performance.md): bf16 GEMM %.0f TFLOP/s, "
         "HBM copy %.0f GB/s\n",
         prop.name, prop.multiProcessorCount, kGemmCeiling, kHbmCeiling);
     std::printf(

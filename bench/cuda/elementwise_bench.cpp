@@ -3,7 +3,7 @@
 // gradient adds, f32 -> bf16 copy, embedding fwd/bwd at S = 16K, D = 4096 (vocab 151,936), and
 // AdamW + sum_squares over 1e9 parameters. Prints time (median of 25 runs timed with cudaEvents
 // after warm-up), the bytes each op must move, GB/s and the share of the 4.24 TB/s HBM copy
-// ceiling (shared/device-notes.md). The ops run through the Tensor-level cuda:: functions on a
+// ceiling (docs/performance.md). The ops run through the Tensor-level cuda:: functions on a
 // stream of the bench's own (so events can bracket them). Usage: elementwise_bench [--no-adamw].
 // Skips with a message when no GPU is present.
 #include <cstdio>

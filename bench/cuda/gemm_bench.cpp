@@ -3,7 +3,7 @@
 // dW += dYᵀ · X with f32 dW), at hidden 1024 / 2048 / 4096 (Qwen3-0.6B / 1.7B / 8B geometry) and
 // 16K tokens, plus the LM head at V = 151,936 (full-vocabulary logits and the per-chunk GEMMs of
 // lm_head_ce). Prints time (median of 25 runs timed with cudaEvents after warm-up), TFLOP/s and
-// the share of the ~790 TFLOP/s bf16 ceiling (shared/device-notes.md), and a layer-weighted total
+// the share of the ~790 TFLOP/s bf16 ceiling (docs/performance.md), and a layer-weighted total
 // per hidden size. Usage: gemm_bench [tokens]. Skips with a message when no GPU is present.
 #include <cuda_runtime_api.h>
 

@@ -1,11 +1,11 @@
-// Backend: one device's memory, ordering and op set (design §5). Model, training and decoding code
-// is written once against it and never dereferences activation memory on the host: it uploads a
-// step's inputs once and downloads its small outputs once (backend/workspace.h).
-// Implementations: the CPU reference (backend/cpu, fp32, runs immediately), CUDA (backend/cuda,
-// bf16 storage, fp32 accumulation, ordered on the device's stream) and the planning backend (no
-// work at all: it sizes workspaces). All tensors are row-major and contiguous; shapes are in the
-// comments and checked by each op; a tensor of another device is an error naming it.
-// Tested through the CPU backend by tests/ops/*_test.cpp and every model test; the CUDA backend
+// Backend: one device's memory, ordering and op set (docs/design.md "The op contract"). Model,
+// training and decoding code is written once against it and never dereferences activation memory on
+// the host: it uploads a step's inputs once and downloads its small outputs once
+// (backend/workspace.h). Implementations: the CPU reference (backend/cpu, fp32, runs immediately),
+// CUDA (backend/cuda, bf16 storage, fp32 accumulation, ordered on the device's stream) and the
+// planning backend (no work at all: it sizes workspaces). All tensors are row-major and contiguous;
+// shapes are in the comments and checked by each op; a tensor of another device is an error naming
+// it. Tested through the CPU backend by tests/ops/*_test.cpp and every model test; the CUDA backend
 // against the CPU one by tests/cuda/*_test.cpp.
 #pragma once
 
@@ -45,7 +45,7 @@ class DeviceCollectives {
     virtual void join() = 0;
     // From any thread: this worker's device stops waiting for its peers. The wait in progress,
     // or the next one, fails with `reason` after aborting the collectives (a failed worker must
-    // not leave the others hanging, design §2).
+    // not leave the others hanging, docs/design.md "Errors").
     virtual void abort(const std::string& reason) = 0;
     // From the driving thread, when it gives up on its own (its step failed): stops every
     // collective queued or running now, so that no wait on the device during the clean-up is
@@ -106,7 +106,7 @@ class Backend {
     // Waits until every operation queued on this backend has finished.
     virtual void synchronize() = 0;
 
-    // ---- replayable steps (design §6, backend/step_graph.h) -------------------------------------
+    // ---- replayable steps (docs/engine.md, backend/step_graph.h) --------------------------------
     // Runs `record` as the step `key`. The CUDA backend runs it eagerly GraphOptions::warmup_runs
     // times, then records it into a CUDA graph and from then on replays the graph: `record` is
     // still called every time (its host code stages inputs into pinned memory), but its ops are
@@ -250,7 +250,7 @@ class Backend {
     virtual void sample_rows(const Tensor& logits, const SampleParams& p, const Tensor& uniforms,
                              const Tensor& out) = 0;
 
-    // ---- DFlash2 (dflash2-spec §A.3, §A.5) ------------------------------------------------------
+    // ---- DFlash2 (docs/formats.md "DFlash2 drafter directory") ----------------------------------
     // Grouped dynamic causal convolution over x [R, D], R rows made of consecutive blocks of
     // block_size rows (R % block_size == 0; row r sits at in-block position r % block_size, so taps
     // never cross a block). base [2, k, D] (k taps), delta [R, 2*k*G] (the kernel projection of the
@@ -286,7 +286,7 @@ class Backend {
     // 1 <= K <= V.
     virtual void topk_rows(const Tensor& x, const Tensor& values, const Tensor& indices) = 0;
 
-    // ---- DFlash2 selector loss (dflash2-spec §B.3; backend/cpu/selector_loss.cpp) -------------
+    // ---- DFlash2 selector loss (docs/training.md; backend/cpu/selector_loss.cpp) ---------------
     // Hard target injection after topk_rows(logits, values, ids): for a row r with labels[r] >= 0
     // whose label is candidate k, label_pos[r] = k and hit[r] = 1; a label outside the strict
     // top-K replaces the weakest candidate (k = K-1) with its own logit (values[r, K-1] =

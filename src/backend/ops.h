@@ -1,4 +1,4 @@
-// The op set (design §5): the plain data types every backend's ops share.
+// The op set (docs/design.md "The op contract"): the plain data types every backend's ops share.
 // The CPU reference lives in backend/cpu/, one op family per file; backend.h is the interface.
 // Tested by tests/ops/attention_test.cpp (AttnMask), tests/ops/lm_head_ce_test.cpp
 // (LmHeadCeOut) and tests/ops/lm_head_kl_test.cpp (LmHeadKlOut).
@@ -31,7 +31,7 @@ struct RopeConfig {
 enum class AttnMaskKind {
     causal,        // query i sits at absolute position q_offset + i and sees keys j <= q_offset + i
     full,          // every query sees every key (drafter inference: context cache + block)
-    dflash_block,  // DFlash training mask (dflash-spec §3.2), see AttnMask
+    dflash_block,  // DFlash training mask (docs/training.md), see AttnMask
 };
 
 // For dflash_block the keys are [ctx_len context rows ; Sq block rows] and queries are the Sq block
@@ -138,8 +138,8 @@ struct LmHeadKlOut {
 };
 
 // ---- DFlash2 selector loss ---------------------------------------------------------------------
-// Arguments of Backend::selector_ce (dflash2-spec §B.3): R rows (drafted slots), K candidates.
-// Tensors left empty are not computed (grad_weights empty: no gradient).
+// Arguments of Backend::selector_ce (docs/training.md "The selector's loss"): R rows (drafted
+// slots), K candidates. Tensors left empty are not computed (grad_weights empty: no gradient).
 struct SelectorCeArgs {
     Tensor values;        // f32 [R, K]: the candidates' raw logits (topk_rows, selector_inject)
     Tensor pair;          // f32 [R, K]: pair scores of the slot's one predecessor to each candidate

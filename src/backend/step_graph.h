@@ -1,8 +1,9 @@
-// Replayable steps (design §6): what a caller names when it asks a backend to run a step that a
-// CUDA backend may record into a graph once and replay afterwards, the graph cache's options (the
-// cuda_graphs.* settings) and its counters. Device-generic: the CPU backend simply runs steps.
-// The CUDA graph cache itself is backend/cuda/graph_cache.h. Tested by
-// tests/backend/step_graph_test.cpp and tests/cuda/graph_cuda_test.cpp.
+// Replayable steps (docs/engine.md "Recorded steps (CUDA graphs)"): what a caller names when it
+// asks a backend to run a step that a CUDA backend may record into a graph once and replay
+// afterwards, the graph cache's options (the cuda_graphs.* settings) and its counters.
+// Device-generic: the CPU backend simply runs steps. The CUDA graph cache itself is
+// backend/cuda/graph_cache.h. Tested by tests/backend/step_graph_test.cpp and
+// tests/cuda/graph_cuda_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,7 @@ struct StepKeyHash {
 
 // cudaStreamCaptureMode: this_thread is CUDA's ThreadLocal (setting value "thread_local"): only
 // the capturing thread's unsafe calls break its capture, so other threads may allocate and copy
-// meanwhile (device-notes.md: 8 of 8 concurrent captures succeed, 0 of 8 in global mode).
+// meanwhile (docs/performance.md: 8 of 8 concurrent captures succeed, 0 of 8 in global mode).
 enum class CaptureMode { this_thread, global, relaxed };
 CaptureMode parse_capture_mode(const std::string& s);  // "thread_local" | "global" | "relaxed"
 std::string to_string(CaptureMode m);

@@ -1,4 +1,4 @@
-// Workspace: the memory of one step (design §2 "large buffers are planned up front"), in three
+// Workspace: the memory of one step (docs/design.md "Memory and threads"), in three
 // regions carved by bump allocation and never reallocated:
 //   - device scratch (`take`): activations and op temporaries;
 //   - inputs (`input`): pinned host memory the caller fills, mirrored on the device and sent in one

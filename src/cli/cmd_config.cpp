@@ -1,5 +1,5 @@
-// `dflash config`: list / show / explain / dump / diff / hash of every setting (design §4).
-// Tested by tests/cli/config_cli_test.cpp.
+// `dflash config`: list / show / explain / dump / diff / hash of every setting (docs/design.md
+// "Settings"). Tested by tests/cli/config_cli_test.cpp.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 

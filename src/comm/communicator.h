@@ -1,7 +1,11 @@
-// The collective-communication interface every worker uses for data parallelism (design §7): an
-// in-process implementation for CPU threads (in_process.h), NCCL for GPUs. A Communicator belongs
-// to one rank and is driven by that rank's thread only; every rank must call the same collectives
-// in the same order. Implementations are tested by tests/comm/in_process_test.cpp.
+// The host collective-communication interface every worker uses for data parallelism
+// (docs/design.md "Memory and threads"): an in-process implementation for CPU threads
+// (in_process.h) and, across processes, a WorldGroup over TCP (world_group.h, tcp_group.h). NCCL is
+// not here: the GPUs' own sums live in the CUDA backend (Backend::make_device_collectives,
+// backend/cuda/nccl_collectives.h), whose set-up travels over a Communicator. A Communicator
+// belongs to one rank and is driven by that rank's thread only; every rank must call the same
+// collectives in the same order. Implementations are tested by tests/comm/in_process_test.cpp and
+// tests/comm/world_group_test.cpp.
 #pragma once
 
 #include <cstddef>

@@ -1,8 +1,9 @@
 // InProcessGroup: N ranks that are N threads of one process, each driving its own Communicator.
 // Gives the multi-worker training logic the same shape on CPU threads as on GPUs, so it is tested
-// without a GPU (design §7). Sums are bitwise deterministic: every element is added in rank order
-// 0..N-1 whatever the thread timing. abort() wakes every rank blocked in a collective (a failed
-// worker must not leave its peers hanging, design §2). Tested by tests/comm/in_process_test.cpp.
+// without a GPU (docs/design.md "Memory and threads"). Sums are bitwise deterministic: every
+// element is added in rank order 0..N-1 whatever the thread timing. abort() wakes every rank
+// blocked in a collective (a failed worker must not leave its peers hanging, docs/design.md
+// "Errors"). Tested by tests/comm/in_process_test.cpp.
 #pragma once
 
 #include <memory>

@@ -1,8 +1,8 @@
-// Where this process stands in a multi-process run (design §7), read from the launch.* settings,
-// which also take torchrun's, mpirun's and Slurm's own variables (settings_catalog.cpp). One
-// process per node runs runtime.devices workers; processes meet through a TcpGroup at
-// launch.master_addr:launch.master_port. Tested by tests/comm/world_group_test.cpp and, end to
-// end, tests/train/multiprocess_test.cpp.
+// Where this process stands in a multi-process run (docs/training.md "Several processes (one per
+// node)"), read from the launch.* settings, which also take torchrun's, mpirun's and Slurm's own
+// variables (settings_catalog.cpp). One process per node runs runtime.devices workers; processes
+// meet through a TcpGroup at launch.master_addr:launch.master_port. Tested by
+// tests/comm/world_group_test.cpp and, end to end, tests/train/multiprocess_test.cpp.
 #pragma once
 
 #include <memory>

@@ -1,8 +1,9 @@
-// TcpGroup: collectives between the processes of a multi-process run (one process per node, design
-// §7), over plain TCP sockets in a star around process 0. It carries what must agree across nodes
-// on the CPU path (gradients, the step's loss sums, the stop vote, data positions) and, on GPUs,
-// the NCCL unique id at start-up. Sums are deterministic: process 0 adds the ranks' buffers in
-// rank order 0..N-1, so every process gets the same bits on every run.
+// TcpGroup: collectives between the processes of a multi-process run (one process per node,
+// docs/training.md "Several processes (one per node)"), over plain TCP sockets in a star around
+// process 0. It carries what must agree across nodes on the CPU path (gradients, the step's loss
+// sums, the stop vote, data positions) and, on GPUs, the NCCL unique id at start-up. Sums are
+// deterministic: process 0 adds the ranks' buffers in rank order 0..N-1, so every process gets the
+// same bits on every run.
 //
 // Every wait has a deadline (launch.timeout_s): a peer that died or hangs makes the collective
 // throw dflash::Error naming that peer, never a hang. abort() (any thread) shuts every socket down,

@@ -1,11 +1,12 @@
 // WorldGroup: every worker of a run, whether it is a thread of this process or of another
-// process (design §7: one process per node, one worker thread per device). Worker w of process p
-// is global rank p * local + w; every process runs the same number of workers. A collective is
-// taken in three parts: the process's threads combine through an InProcessGroup, process leaders
-// (local worker 0) combine those results through a TcpGroup, and the leader hands the result back
-// to its threads. Sums are therefore deterministic for a given (processes, workers) layout, and
-// with one process they are exactly InProcessGroup's; with one worker per process they are the
-// global rank-order sum. Tested by tests/comm/world_group_test.cpp.
+// process (docs/training.md "Several processes (one per node)": one process per node, one worker
+// thread per device). Worker w of process p is global rank p * local + w; every process runs the
+// same number of workers. A collective is taken in three parts: the process's threads combine
+// through an InProcessGroup, process leaders (local worker 0) combine those results through a
+// TcpGroup, and the leader hands the result back to its threads. Sums are therefore deterministic
+// for a given (processes, workers) layout, and with one process they are exactly InProcessGroup's;
+// with one worker per process they are the global rank-order sum. Tested by
+// tests/comm/world_group_test.cpp.
 #pragma once
 
 #include <memory>

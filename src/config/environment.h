@@ -1,7 +1,7 @@
 // The environment layer of the settings. This directory is the only place that reads the process
-// environment (design §2); everything else receives the Settings snapshot. Every variable that
-// starts with DFLASH_ must be a setting's mirror (strict: a typo is an error, not a no-op).
-// Tested by tests/config/environment_test.cpp.
+// environment (docs/design.md "Settings"); everything else receives the Settings snapshot. Every
+// variable that starts with DFLASH_ must be a setting's mirror (strict: a typo is an error, not a
+// no-op). Tested by tests/config/environment_test.cpp.
 #pragma once
 
 #include <map>

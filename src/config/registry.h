@@ -1,7 +1,7 @@
 // The settings registry: every tunable declared once with its dotted key, type, default, doc,
-// range or choices, environment mirror and readers (design §4). The registry validates values
-// ("set time" checks) and suggests the nearest key for a misspelt one. make_registry() returns the
-// registry of every dflash setting (settings_catalog.cpp). Tested by
+// range or choices, environment mirror and readers (docs/design.md "Settings"). The registry
+// validates values ("set time" checks) and suggests the nearest key for a misspelt one.
+// make_registry() returns the registry of every dflash setting (settings_catalog.cpp). Tested by
 // tests/config/registry_test.cpp.
 #pragma once
 

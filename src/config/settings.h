@@ -1,6 +1,6 @@
-// The immutable settings snapshot the rest of the program receives (design §4): every key's value
-// and where it came from, typed getters, and a stable hash over all values. Built by layering
-// assignments (default < file < environment < command line, see loader.h).
+// The immutable settings snapshot the rest of the program receives (docs/design.md "Settings"):
+// every key's value and where it came from, typed getters, and a stable hash over all values. Built
+// by layering assignments (default < file < environment < command line, see loader.h).
 // Tested by tests/config/settings_test.cpp.
 #pragma once
 

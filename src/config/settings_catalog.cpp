@@ -1,5 +1,5 @@
-// The catalog: every dflash setting, declared once (design §4). A new tunable is added here and
-// nowhere else; `dflash config list` and docs/settings.md show the result.
+// The catalog: every dflash setting, declared once (docs/design.md "Settings"). A new tunable is
+// added here and nowhere else; `dflash config list` and docs/settings.md show the result.
 // Tested by tests/config/catalog_test.cpp.
 #include <cstdint>
 #include <limits>
@@ -62,8 +62,9 @@ void add_runtime(Registry& r) {
 }
 
 void add_launch(Registry& r) {
-    // How a multi-process run finds itself (design §7): one process per node, each running
-    // runtime.devices workers. Launchers set their own variables; each setting also reads them.
+    // How a multi-process run finds itself (docs/design.md "Memory and threads"): one process per
+    // node, each running runtime.devices workers. Launchers set their own variables; each setting
+    // also reads them.
     const char* reader = "train::Trainer and pretraining (comm/launch.h): the process group";
     r.add(D::integer("launch.world_size", 1,
                      "processes of the run (one per node); their workers together form the "
@@ -112,8 +113,8 @@ void add_cuda_graphs(Registry& r) {
               .read_by(reader));
     r.add(D::enumeration("cuda_graphs.capture_mode", "thread_local",
                          {"thread_local", "global", "relaxed"},
-                         "cudaStreamCaptureMode of a capture (design §6): thread_local lets other "
-                         "threads allocate and copy while one captures")
+                         "cudaStreamCaptureMode of a capture (docs/engine.md): thread_local lets "
+                         "other threads allocate and copy while one captures")
               .read_by(reader));
     r.add(D::integer("cuda_graphs.max_rerecords", 3,
                      "failed captures of one step retried before that step stays eager (each "
@@ -139,7 +140,8 @@ void add_drafter(Registry& r) {
               .range(1, 64)
               .read_by("model::Drafter config"));
     r.add(D::int_list("drafter.target_layer_ids", {},
-                      "target layers whose outputs feed the drafter; empty = spec §1.2 rule")
+                      "target layers whose outputs feed the drafter; empty = the reference rule "
+                      "(docs/formats.md)")
               .range(0, 4095)
               .read_by("model::Drafter config, target feature capture"));
     r.add(D::integer("drafter.mask_token_id", -1, "MASK token id; -1 = derive from the tokenizer")
@@ -218,7 +220,7 @@ void add_train(Registry& r) {
               .read_by("train loss (lm_head_ce / lm_head_kl), arena planning"));
     r.add(D::real("train.selector_loss_alpha", 1.0,
                   "DFlash2 drafters: loss = unary + alpha * selector K-way cross-entropy "
-                  "(dflash2-spec B.3); 0 = unary only (the selector's metrics are still "
+                  "(docs/training.md); 0 = unary only (the selector's metrics are still "
                   "reported); ignored for DFlash drafters")
               .range(0, 1e6)
               .read_by("train loss (selector_loss)"));

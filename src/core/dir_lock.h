@@ -1,9 +1,9 @@
-// One writer per directory (design §2 "loses nothing"): every command that writes a run,
-// dataset or model directory holds an exclusive flock(2) on `<dir>/.dflash.lock`, which records the
-// holder's pid and command. A second writer — another process, or a second lock in this one — is
-// refused at once with the holder's pid instead of interleaving its files with the first's. The
-// kernel releases the lock when the holder exits, however it exits, so the file left behind never
-// blocks anyone. Tested by tests/core/dir_lock_test.cpp.
+// One writer per directory (docs/design.md "Errors", nothing is lost): every command that writes a
+// run, dataset or model directory holds an exclusive flock(2) on `<dir>/.dflash.lock`, which
+// records the holder's pid and command. A second writer — another process, or a second lock in this
+// one — is refused at once with the holder's pid instead of interleaving its files with the
+// first's. The kernel releases the lock when the holder exits, however it exits, so the file left
+// behind never blocks anyone. Tested by tests/core/dir_lock_test.cpp.
 #pragma once
 
 #include <filesystem>

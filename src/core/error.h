@@ -1,6 +1,6 @@
-// Errors a person can act on (design §2): DF_CHECK for bad input, DF_ASSERT for internal
-// invariants. Both throw dflash::Error; the CLI prints its message alone and exits non-zero. Tested
-// by tests/core/error_test.cpp.
+// Errors a person can act on (docs/design.md "Errors"): DF_CHECK for bad input, DF_ASSERT for
+// internal invariants. Both throw dflash::Error; the CLI prints its message alone and exits
+// non-zero. Tested by tests/core/error_test.cpp.
 #pragma once
 
 #include <fmt/format.h>

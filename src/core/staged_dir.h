@@ -1,8 +1,8 @@
-// A directory replaced whole or not at all (design §2 "loses nothing"): the new content is built in
-// a hidden sibling (`.<name>.dflash-partial`) and swapped in by commit() only when complete, so an
-// error, a crash or Ctrl-C before that leaves the directory exactly as it was (`data prepare
-// --overwrite`, `data regenerate`). Both directories are locked (DirLock) while it lives.
-// Tested by tests/core/staged_dir_test.cpp.
+// A directory replaced whole or not at all (docs/design.md "Errors", nothing is lost): the new
+// content is built in a hidden sibling (`.<name>.dflash-partial`) and swapped in by commit() only
+// when complete, so an error, a crash or Ctrl-C before that leaves the directory exactly as it was
+// (`data prepare --overwrite`, `data regenerate`). Both directories are locked (DirLock) while it
+// lives. Tested by tests/core/staged_dir_test.cpp.
 #pragma once
 
 #include <filesystem>

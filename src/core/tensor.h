@@ -1,6 +1,6 @@
 // Tensor: a non-owning view (data, dtype, shape, device). HostTensor: an owning CPU buffer.
-// Row-major, contiguous. Shape letters follow design §9 (S sequence, D hidden, H heads, ...).
-// Tested by tests/core/tensor_test.cpp.
+// Row-major, contiguous. Shape letters follow docs/design.md "Shape letters" (S sequence, D hidden,
+// H heads, ...). Tested by tests/core/tensor_test.cpp.
 #pragma once
 
 #include <array>

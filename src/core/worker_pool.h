@@ -1,8 +1,8 @@
 // WorkerPool: runs one function on N fresh threads (one per device) and makes a failing worker say
-// why (design §2): the first exception is recorded with worker id, device, phase and message, the
-// other workers are told to stop (abort hooks wake any blocked in a collective), and after all have
-// joined run() rethrows that first cause. A StopSource carries a request to stop (Ctrl-C) that may
-// come before the workers start: it is never cleared by run(). Tested by
+// why (docs/design.md "Errors"): the first exception is recorded with worker id, device, phase and
+// message, the other workers are told to stop (abort hooks wake any blocked in a collective), and
+// after all have joined run() rethrows that first cause. A StopSource carries a request to stop
+// (Ctrl-C) that may come before the workers start: it is never cleared by run(). Tested by
 // tests/core/worker_pool_test.cpp.
 #pragma once
 

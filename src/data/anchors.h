@@ -1,6 +1,6 @@
-// Anchor sampling for DFlash training (dflash-spec.md §3.3, SpecForge HEAD rule): the positions
-// whose token starts a draft block, over the whole packed sequence or document by document
-// (train.documents). Tested by tests/data/anchors_test.cpp.
+// Anchor sampling for DFlash training (docs/data.md "Anchors": SpecForge's HEAD rule): the
+// positions whose token starts a draft block, over the whole packed sequence or document by
+// document (train.documents). Tested by tests/data/anchors_test.cpp.
 #pragma once
 
 #include <cstdint>

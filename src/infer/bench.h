@@ -1,7 +1,8 @@
 // `dflash bench` as a library: for each prompt, plain decoding and speculative decoding with the
-// same engine and options, the metrics of dflash-spec §2.5 (tau, acceptance histogram, time per
-// output token, speed-up, time to first token) and a losslessness check (greedy outputs must be
-// identical token for token). Tested by tests/infer/bench_test.cpp.
+// same engine and options, the metrics of docs/speculative-sampling.md "What `dflash bench`
+// measures" (tau, acceptance histogram, time per output token, speed-up, time to first token) and a
+// losslessness check (greedy outputs must be identical token for token). Tested by
+// tests/infer/bench_test.cpp.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -80,7 +81,8 @@ struct BenchReport {
     BenchTotals total;
     std::vector<BenchMismatch> mismatches;  // empty when lossless (or not checked)
     GraphStats graphs;                      // the device's graph cache after both engines ran
-    // Mean over prompts of each prompt's tau (the §2.5 definition); prompts without steps skipped.
+    // Mean over prompts of each prompt's tau (docs/speculative-sampling.md "What `dflash bench`
+    // measures"); prompts without steps skipped.
     double mean_request_tau() const;
     bool lossless() const { return mismatches.empty(); }
 };

@@ -1,7 +1,8 @@
-// Regenerating training responses with the target itself (dflash-spec §3.1: drafters learn from
-// the target's own outputs, not from the corpus): for each prompt, the target's continuation, as a
-// sample whose loss mask covers the response only. Several CPU workers, one prompt at a time each;
-// the result does not depend on the worker count. Tested by tests/infer/regenerate_test.cpp.
+// Regenerating training responses with the target itself (docs/data.md "Regenerating responses":
+// drafters learn from the target's own outputs, not from the corpus): for each prompt, the target's
+// continuation, as a sample whose loss mask covers the response only. Several CPU workers, one
+// prompt at a time each; the result does not depend on the worker count. Tested by
+// tests/infer/regenerate_test.cpp.
 #pragma once
 
 #include <filesystem>

@@ -1,7 +1,7 @@
-// The DFlash2 selector's walk over a block's candidate lattice (dflash2-spec §A.5), on the host:
-// greedy (T = 0: at each slot the best-scoring candidate given the token chosen before it, ties
-// to the lowest candidate index) or sampled (q_p = softmax(S_p / T) over the K candidates, one
-// draw per slot). The walk starts at the verified anchor. Tested by
+// The DFlash2 selector's walk over a block's candidate lattice (docs/formats.md "DFlash2 drafter
+// directory"), on the host: greedy (T = 0: at each slot the best-scoring candidate given the token
+// chosen before it, ties to the lowest candidate index) or sampled (q_p = softmax(S_p / T) over the
+// K candidates, one draw per slot). The walk starts at the verified anchor. Tested by
 // tests/infer/selector_walk_test.cpp.
 #pragma once
 

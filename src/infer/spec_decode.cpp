@@ -181,9 +181,10 @@ void choose_drafts(Decode& run, const Tensor& draft_logits, std::vector<int32_t>
     std::copy(ids.begin(), ids.end(), drafts.begin());
 }
 
-// DFlash2 (dflash2-spec §A.5): the selector's walk over the block's candidate lattice from the
-// anchor; greedy, or sampled from q = softmax(S / T) over the K candidates (draft_probs then holds
-// that q scattered onto the vocabulary, which the acceptance rule's residual needs).
+// DFlash2 (docs/formats.md "DFlash2 drafter directory"): the selector's walk over the block's
+// candidate lattice from the anchor; greedy, or sampled from q = softmax(S / T) over the K
+// candidates (draft_probs then holds that q scattered onto the vocabulary, which the acceptance
+// rule's residual needs).
 void choose_dflash2_drafts(Decode& run, const DrafterSession& dft, CandidateSelector& sel,
                            const Tensor& draft_logits, int32_t anchor, std::vector<int32_t>& drafts,
                            std::vector<std::vector<double>>& draft_probs) {
@@ -201,9 +202,10 @@ void choose_dflash2_drafts(Decode& run, const DrafterSession& dft, CandidateSele
     std::copy(path.tokens.begin(), path.tokens.end(), drafts.begin());
 }
 
-// dflash-spec §2.2: draft B-1 tokens after the anchor in one drafter forward, verify the block in
-// one target forward, keep the accepted prefix and the target's next token, crop the target cache
-// and hand the kept rows' features to the drafter's context.
+// docs/speculative-sampling.md "The decoding step": draft B-1 tokens after the anchor in one
+// drafter forward, verify the block in one target forward, keep the accepted prefix and the
+// target's next token, crop the target cache and hand the kept rows' features to the drafter's
+// context.
 void decode_speculative(Decode& run, SpeculativeEngine::Sessions& ss, const Tensor& prompt_features,
                         int32_t anchor) {
     const int64_t B = run.B;
@@ -339,7 +341,8 @@ GenerateResult SpeculativeEngine::generate(std::span<const int32_t> prompt,
     DF_CHECK(B >= 1 && (!drafter_ || B >= 2),
              "block size {} is too small for speculative decoding (need >= 2)", B);
     // The convolution's taps and the selector were trained on whole blocks of that size
-    // (dflash2-spec §A.3): a DFlash2 drafter is served at its own block size only.
+    // (docs/formats.md "DFlash2 drafter directory"): a DFlash2 drafter is served at its own block
+    // size only.
     DF_CHECK(!drafter_ || !drafter_->config().dflash2() || B == drafter_->block_size(),
              "block size {} but this DFlash2 drafter was trained with block_size {}; DFlash2 "
              "drafters decode at their own block size only (set infer.block_size to 0 or {})",

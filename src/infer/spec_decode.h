@@ -1,8 +1,8 @@
-// The speculative decoding engine (dflash-spec §2.2): target prefill, then per step one drafter
-// forward over [anchor, MASK x (B-1)], one target forward verifying the block, acceptance of the
-// longest valid prefix plus one target token, and cache cropping. With no drafter the same engine
-// decodes plainly (block size 1): that is the baseline every speed-up is measured against.
-// Tested by tests/infer/spec_decode_test.cpp.
+// The speculative decoding engine (docs/speculative-sampling.md "The decoding step"): target
+// prefill, then per step one drafter forward over [anchor, MASK x (B-1)], one target forward
+// verifying the block, acceptance of the longest valid prefix plus one target token, and cache
+// cropping. With no drafter the same engine decodes plainly (block size 1): that is the baseline
+// every speed-up is measured against. Tested by tests/infer/spec_decode_test.cpp.
 #pragma once
 
 #include <functional>

@@ -1,8 +1,8 @@
-// The DFlash2 candidate selector at inference (dflash2-spec §A.4-A.5): per drafted slot p, the
-// unary top-K of the drafter's logits (after output_multiplier and the soft cap) and the pair
-// scores of every (candidate of slot p-1, candidate of slot p) edge, on the device in three ops
-// (topk_rows, one copy, selector_scores_fwd), downloaded once as a small K x K lattice per slot.
-// The walk over it (greedy or sampled) runs on the host: infer/selector_walk.h.
+// The DFlash2 candidate selector at inference (docs/formats.md "DFlash2 drafter directory"): per
+// drafted slot p, the unary top-K of the drafter's logits (after output_multiplier and the soft
+// cap) and the pair scores of every (candidate of slot p-1, candidate of slot p) edge, on the
+// device in three ops (topk_rows, one copy, selector_scores_fwd), downloaded once as a small K x K
+// lattice per slot. The walk over it (greedy or sampled) runs on the host: infer/selector_walk.h.
 // Tested by tests/model/dflash2_drafter_test.cpp and tests/infer/selector_walk_test.cpp.
 #pragma once
 
@@ -28,8 +28,9 @@ struct CandidateLattice {
     }
 };
 
-// The unary post-processing of dflash2-spec §A.4 on one logit: l * m, then s * tanh(l / s) when
-// the cap s > 0. Increasing in l (m > 0), so top-K may be taken on the raw logits.
+// The unary post-processing of docs/formats.md "DFlash2 drafter directory" on one logit: l * m,
+// then s * tanh(l / s) when the cap s > 0. Increasing in l (m > 0), so top-K may be taken on the
+// raw logits.
 float dflash2_unary(float logit, const Dflash2Config& c);
 
 class CandidateSelector {

@@ -1,8 +1,8 @@
 // One Qwen3/Llama pre-norm decoder layer, written once against the Backend op set and shared by the
-// target and the DFlash drafter (dflash-spec §1.3). The layer attends from its query rows x to keys
-// and values computed from [ctx ; norm(x)]: the target passes no ctx (plain self-attention); the
-// drafter passes its projected target features as ctx ("KV injection": context rows go through
-// k_proj/k_norm/RoPE and v_proj only, never through Q, o_proj or the MLP).
+// target and the DFlash drafter (docs/formats.md "DFlash drafter directory"). The layer attends
+// from its query rows x to keys and values computed from [ctx ; norm(x)]: the target passes no ctx
+// (plain self-attention); the drafter passes its projected target features as ctx ("KV injection":
+// context rows go through k_proj/k_norm/RoPE and v_proj only, never through Q, o_proj or the MLP).
 // Tested by tests/model/decoder_layer_test.cpp (finite differences) and the model tests.
 #pragma once
 

@@ -1,5 +1,6 @@
-// The DFlash2 drafter layer, at inference and in training (dflash2-spec §A.3): the Qwen3 pre-norm
-// layer of decoder_layer.h with a grouped dynamic causal convolution around each sublayer,
+// The DFlash2 drafter layer, at inference and in training (docs/formats.md "DFlash2 drafter
+// directory"): the Qwen3 pre-norm layer of decoder_layer.h with a grouped dynamic causal
+// convolution around each sublayer,
 //   h = input_ln(x); d = attention_conv.kernel_projection(h);
 //   x1 = x + conv_after(o_proj(attn(conv_before(h))));   (both kernels use d, taken from h)
 //   h2 = post_ln(x1); e = mlp_conv.kernel_projection(h2);
@@ -26,9 +27,9 @@ struct Dflash2LayerWeights {
 Dflash2LayerWeights dflash2_layer_weights(const ParamSet& p, const std::string& prefix);
 Dflash2LayerWeights dflash2_layer_grads(const ParamSet& p, const std::string& prefix);
 
-// How a drafter layer's block queries see the keys (dflash2-spec §A.1): query at absolute
-// position qpos sees key kpos iff (causal => kpos <= qpos) and (window > 0 => qpos - kpos <
-// window and, when not causal, kpos - qpos < window).
+// How a drafter layer's block queries see the keys (docs/formats.md "DFlash2 drafter directory"):
+// query at absolute position qpos sees key kpos iff (causal => kpos <= qpos) and (window > 0 =>
+// qpos - kpos < window and, when not causal, kpos - qpos < window).
 struct DraftAttention {
     bool causal = false;
     int64_t window = 0;  // 0: no window

@@ -21,8 +21,9 @@ TargetConfig layer_config(const DrafterConfig& cfg) {
     return cfg.layer;
 }
 
-// Loss weight of block row k of the block anchored at `a` (dflash-spec §3.4): 0 for the anchor
-// itself, for positions past the sequence and for non-response tokens; the decay weight otherwise.
+// Loss weight of block row k of the block anchored at `a` (docs/training.md "The drafter's training
+// forward"): 0 for the anchor itself, for positions past the sequence and for non-response tokens;
+// the decay weight otherwise.
 float block_row_weight(int64_t a, int64_t k, std::span<const uint8_t> loss_mask, double gamma) {
     const int64_t p = a + k;
     const bool valid = k > 0 && p < static_cast<int64_t>(loss_mask.size()) && loss_mask[p];

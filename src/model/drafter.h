@@ -1,8 +1,9 @@
-// The DFlash drafter (dflash-spec §1): fc over K concatenated target features, hidden_norm,
-// N decoder layers with KV injection and non-causal attention, final norm, and the target's frozen
-// embedding and LM head (passed in, never owned). Training forward/backward over a packed sequence
-// with N anchors and the block-sparse mask (§3.2-3.4), and an inference session whose context KV
-// cache keeps only committed context rows (§2.2). Tested by tests/model/drafter_test.cpp.
+// The DFlash drafter (docs/formats.md "DFlash drafter directory"): fc over K concatenated target
+// features, hidden_norm, N decoder layers with KV injection and non-causal attention, final norm,
+// and the target's frozen embedding and LM head (passed in, never owned). Training forward/backward
+// over a packed sequence with N anchors and the block-sparse mask (docs/training.md "The drafter's
+// training forward"), and an inference session whose context KV cache keeps only committed context
+// rows (docs/speculative-sampling.md "The decoding step"). Tested by tests/model/drafter_test.cpp.
 #pragma once
 
 #include <filesystem>

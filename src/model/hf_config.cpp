@@ -228,7 +228,8 @@ auto load_config(const std::filesystem::path& dir, Fn parse) {
 // transformers' last hidden_states entry is taken after the final norm, so transformers-based code
 // (z-lab's reference decoder, SpecForge training) feeds the normed state; SGLang captures "the
 // input of layer id+1", which does not exist for the last layer. A drafter trained on it here
-// (raw output) loses acceptance when served elsewhere (dflash-spec §1.2), so no config may name it.
+// (raw output) loses acceptance when served elsewhere (docs/formats.md "DFlash drafter directory"),
+// so no config may name it.
 std::string last_layer_problem(size_t i, int64_t id, int64_t num_target_layers) {
     return fmt::format(
         "target_layer_ids[{}]={} is the target's last layer; engines disagree on its feature "
@@ -248,7 +249,8 @@ bool names_architecture(const json& j, const char* arch) {
     return false;
 }
 
-// dflash2-spec §A.1: a DFlash2 key is read from dflash_config first, then the top level.
+// docs/formats.md "DFlash2 drafter directory": a DFlash2 key is read from dflash_config first, then
+// the top level.
 const json* dflash2_key(const json& j, const json& dc, const char* key) {
     if (present(dc, key)) return &dc[key];
     if (present(j, key)) return &j[key];
@@ -611,8 +613,9 @@ json DrafterConfig::to_json() const {
     if (dflash2()) dflash2_json(j);
     return j;
 }
-// The reference's layout (dflash2-spec §A.1): the DFlash2 keys inside dflash_config (block_size
-// too), the optional ones only when they are not their defaults, per-layer layer_types.
+// The reference's layout (docs/formats.md "DFlash2 drafter directory"): the DFlash2 keys inside
+// dflash_config (block_size too), the optional ones only when they are not their defaults,
+// per-layer layer_types.
 void DrafterConfig::dflash2_json(json& j) const {
     j["architectures"] = {"DFlash2DraftModel"};
     j.erase("auto_map");  // the reference's remote-code class name is not ours to promise

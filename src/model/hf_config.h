@@ -1,8 +1,8 @@
-// HF `config.json` of target models (Qwen3, Llama) and DFlash drafters (dflash-spec §1.2, §1.5).
-// Reading is lenient where HF is (defaults for absent keys, `rope_type` or `type`, block_size
-// top-level or inside dflash_config); writing emits exactly what HF transformers (targets) and
-// z-lab/SGLang/vLLM (drafters) load. Every loaded config is validated, and the error lists every
-// problem found with the offending value. Tested by tests/model/hf_config_test.cpp.
+// HF `config.json` of target models (Qwen3, Llama) and DFlash drafters (docs/formats.md "DFlash
+// drafter directory"). Reading is lenient where HF is (defaults for absent keys, `rope_type` or
+// `type`, block_size top-level or inside dflash_config); writing emits exactly what HF transformers
+// (targets) and z-lab/SGLang/vLLM (drafters) load. Every loaded config is validated, and the error
+// lists every problem found with the offending value. Tested by tests/model/hf_config_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -76,7 +76,7 @@ struct TargetConfig {
 
 // Which drafter a config describes: DFlash (architectures DFlashDraftModel) or DFlash2
 // (DFlash2DraftModel: a grouped dynamic convolution around every sublayer and a candidate
-// selector, dflash2-spec §A).
+// selector, docs/formats.md "DFlash2 drafter directory").
 enum class DrafterArch { dflash, dflash2 };
 
 // Largest selector_top_k and selector_rank accepted: far above the released 16 and 256, small
@@ -84,8 +84,8 @@ enum class DrafterArch { dflash, dflash2 };
 inline constexpr int64_t kMaxSelectorTopK = 1024;
 inline constexpr int64_t kMaxSelectorRank = 8192;
 
-// The DFlash2-only keys (dflash2-spec §A.1), each read from dflash_config first, then the top
-// level, then its default (the reference's lookup rule).
+// The DFlash2-only keys (docs/formats.md "DFlash2 drafter directory"), each read from dflash_config
+// first, then the top level, then its default (the reference's lookup rule).
 struct Dflash2Config {
     int64_t conv_kernel_size = 2;          // k taps (required in config.json)
     int64_t conv_group_size = 16;          // S channels per group, G = D / S (required)
@@ -108,10 +108,10 @@ struct DrafterConfig {
     std::vector<int64_t> target_layer_ids;
     DrafterArch arch = DrafterArch::dflash;
     Dflash2Config d2;  // arch == dflash2 only
-    // Attention of DFlash2 drafters (dflash2-spec §A.1; DFlash drafters are always full,
-    // non-causal): one flag per layer (layer_types "sliding_attention"), the window of those
-    // layers (sliding_window; 0 = none) and is_causal (top level, else dflash_config.causal;
-    // absent: a layer is causal iff it is sliding, as the reference decides).
+    // Attention of DFlash2 drafters (docs/formats.md "DFlash2 drafter directory"; DFlash drafters
+    // are always full, non-causal): one flag per layer (layer_types "sliding_attention"), the
+    // window of those layers (sliding_window; 0 = none) and is_causal (top level, else
+    // dflash_config.causal; absent: a layer is causal iff it is sliding, as the reference decides).
     std::vector<bool> sliding_layers;
     int64_t sliding_window = 0;
     int is_causal = -1;  // -1 absent, 0 false, 1 true
@@ -129,10 +129,11 @@ struct DrafterConfig {
     int64_t num_features() const { return static_cast<int64_t>(target_layer_ids.size()); }  // K
 };
 
-// The DFlash reference rule (spec §1.2): n == 1 -> [L/2] (L-2 when L == 2); otherwise n ids spread
-// evenly from layer 1 to layer L-3, rounded half to even as Python's round() does. Never the last
-// layer (Note [Last target layer] in hf_config.cpp); an error when an id would fall outside
-// [0, L-2]. Shallow targets can get a layer twice, as from the reference code.
+// The DFlash reference rule (docs/formats.md "DFlash drafter directory"): n == 1 -> [L/2] (L-2 when
+// L == 2); otherwise n ids spread evenly from layer 1 to layer L-3, rounded half to even as
+// Python's round() does. Never the last layer (Note [Last target layer] in hf_config.cpp); an error
+// when an id would fall outside [0, L-2]. Shallow targets can get a layer twice, as from the
+// reference code.
 std::vector<int64_t> default_target_layer_ids(int64_t num_target_layers, int64_t n);
 
 // A drafter for `t`: its per-layer dims, vocab and rope, `num_layers` Qwen3-style layers. An empty

@@ -186,7 +186,7 @@ std::string guess_kind(const DirState& st) {
     return "unknown";
 }
 
-// The DFlash2 modules and the drafter's attention (dflash2-spec §A.1).
+// The DFlash2 modules and the drafter's attention (docs/formats.md "DFlash2 drafter directory").
 void describe_dflash2(const DrafterConfig& d, std::string& out) {
     const Dflash2Config& c = d.d2;
     const int64_t groups = c.conv_group_size > 0 ? d.layer.hidden_size / c.conv_group_size : 0;

@@ -1,12 +1,12 @@
-// The DFlash2 candidate selector's training loss (train.selector_loss_alpha; dflash2-spec §B.3)
-// on a drafter's block rows, entirely in backend ops (a recorded step replays it): per trained
-// slot, the strict unary top-K of the slot's logits (chunks of rows through the frozen LM head,
-// then topk_rows), the target injected over the weakest candidate when it is missing (hard target
-// injection, with its own unary value), the edge scores U(c) + pair(pred, c) with the data token
-// before the slot as the teacher-forced predecessor, and the K-way cross-entropy, weighted like the
-// unary loss. Gradients flow into the unary logits (hence the block rows), the hidden projection
-// and both codebooks: nothing is detached. docs/training.md says why. Tested by
-// tests/model/dflash2_selector_loss_test.cpp.
+// The DFlash2 candidate selector's training loss (train.selector_loss_alpha; docs/training.md "The
+// selector's loss") on a drafter's block rows, entirely in backend ops (a recorded step replays
+// it): per trained slot, the strict unary top-K of the slot's logits (chunks of rows through the
+// frozen LM head, then topk_rows), the target injected over the weakest candidate when it is
+// missing (hard target injection, with its own unary value), the edge scores U(c) + pair(pred, c)
+// with the data token before the slot as the teacher-forced predecessor, and the K-way
+// cross-entropy, weighted like the unary loss. Gradients flow into the unary logits (hence the
+// block rows), the hidden projection and both codebooks: nothing is detached. docs/training.md says
+// why. Tested by tests/model/dflash2_selector_loss_test.cpp.
 #pragma once
 
 #include <cstdint>

@@ -1,9 +1,9 @@
 // The target: a Qwen3 / Llama-3 dense decoder loaded from (or written to) an HF directory, its
 // weights on one backend's device. Full-sequence forward with captured layer outputs (the
-// drafter's features, dflash-spec §1.2), next-token training (pretrain), and a KV-cached session
-// for prefill / decode / verify with cropping. Every step takes its memory from a Workspace and
-// exchanges only its inputs (token ids, positions, labels) and small outputs with the host.
-// Tested by tests/model/target_test.cpp.
+// drafter's features, docs/formats.md "DFlash drafter directory"), next-token training (pretrain),
+// and a KV-cached session for prefill / decode / verify with cropping. Every step takes its memory
+// from a Workspace and exchanges only its inputs (token ids, positions, labels) and small outputs
+// with the host. Tested by tests/model/target_test.cpp.
 #pragma once
 
 #include <filesystem>

@@ -74,7 +74,8 @@ std::vector<TensorSpec> drafter_tensor_specs(const DrafterConfig& c) {
     }
     out.push_back({"norm.weight", {d}});
     if (c.dflash2()) {
-        // The codebooks' stored names carry no ".weight" (dflash2-spec §A.2).
+        // The codebooks' stored names carry no ".weight" (docs/formats.md "DFlash2 drafter
+        // directory").
         out.push_back({"candidate_selector.hidden_projection.weight", {r, d}});
         out.push_back({"candidate_selector.predecessor_codebook", {c.layer.vocab_size, r}});
         out.push_back({"candidate_selector.successor_codebook", {c.layer.vocab_size, r}});

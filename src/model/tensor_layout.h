@@ -1,7 +1,8 @@
 // The tensor names and shapes of target checkpoints (HF Qwen3/Llama naming) and DFlash drafter
-// checkpoints (dflash-spec §1.6), computed from a config without touching any data. Loaders check
-// files against these lists (check_model_files, before allocating); `dflash inspect` reports what
-// is missing, unexpected or misshapen. Tested by tests/model/tensor_layout_test.cpp.
+// checkpoints (docs/formats.md "DFlash drafter directory"), computed from a config without touching
+// any data. Loaders check files against these lists (check_model_files, before allocating); `dflash
+// inspect` reports what is missing, unexpected or misshapen. Tested by
+// tests/model/tensor_layout_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +33,8 @@ std::vector<TensorSpec> target_tensor_specs(const TargetConfig& c);
 // drafter borrows the target's. DFlash2 adds per layer layers.{i}.{attention,mlp}_conv.base_kernel
 // [2, k, D] and .kernel_projection.weight [2*k*G, D], and
 // candidate_selector.hidden_projection.weight [r, D],
-// candidate_selector.{predecessor,successor}_codebook [V, r] (dflash2-spec §A.2).
+// candidate_selector.{predecessor,successor}_codebook [V, r] (docs/formats.md "DFlash2 drafter
+// directory").
 std::vector<TensorSpec> drafter_tensor_specs(const DrafterConfig& c);
 
 // Before a model is allocated (TargetConfig::load, DrafterConfig::load): when `dir` holds weights

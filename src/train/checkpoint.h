@@ -1,9 +1,9 @@
-// Training checkpoints (design §2 "loses nothing"): <run>/checkpoint-<step>/ holds the model in
-// its HF layout (written by the caller) plus training_state.safetensors (fp32 master weights and
-// AdamW moments of every parameter) and training_state.json (step, epoch, every worker's loader
-// state, seeds, the settings dump and hash, format version), and settings.toml. A checkpoint is
-// written into a temporary directory and renamed; <run>/latest names the newest and is replaced
-// atomically. Tested by tests/train/checkpoint_test.cpp and, for damaged checkpoints,
+// Training checkpoints (docs/design.md "Errors", nothing is lost): <run>/checkpoint-<step>/ holds
+// the model in its HF layout (written by the caller) plus training_state.safetensors (fp32 master
+// weights and AdamW moments of every parameter) and training_state.json (step, epoch, every
+// worker's loader state, seeds, the settings dump and hash, format version), and settings.toml. A
+// checkpoint is written into a temporary directory and renamed; <run>/latest names the newest and
+// is replaced atomically. Tested by tests/train/checkpoint_test.cpp and, for damaged checkpoints,
 // tests/train/resume_test.cpp.
 #pragma once
 

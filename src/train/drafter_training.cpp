@@ -269,7 +269,7 @@ DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const 
              mask, tc.vocab_size);
     auto ids = s.get<std::vector<int64_t>>("drafter.target_layer_ids");
     if (ids.empty()) {
-        // Spacing the ids by at least one layer needs L-3 >= n (spec §1.2 rule).
+        // Spacing the ids by at least one layer needs L-3 >= n (the reference rule).
         const int64_t n = std::clamp<int64_t>(tc.num_hidden_layers - 3, 1,
                                               s.get<int64_t>("drafter.num_target_features"));
         ids = default_target_layer_ids(tc.num_hidden_layers, n);

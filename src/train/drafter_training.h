@@ -1,9 +1,9 @@
 // `dflash train` as a library function: a DFlash drafter trained for a frozen target on a
-// tokenized dataset (dflash-spec §3), with the data-parallel loop of trainer.h. The target is
-// loaded once and shared read-only by every worker; each worker owns its drafter replica.
-// Evaluations can also decode held-out prompts speculatively with the current weights (real tau).
-// Tested by tests/train/trainer_test.cpp, tests/train/checkpoint_test.cpp and
-// tests/train/eval_decode_test.cpp.
+// tokenized dataset (docs/training.md "The drafter's training forward"), with the data-parallel
+// loop of trainer.h. The target is loaded once and shared read-only by every worker; each worker
+// owns its drafter replica. Evaluations can also decode held-out prompts speculatively with the
+// current weights (real tau). Tested by tests/train/trainer_test.cpp,
+// tests/train/checkpoint_test.cpp and tests/train/eval_decode_test.cpp.
 #pragma once
 
 #include <filesystem>
@@ -36,7 +36,7 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Sett
                                   const Logger& log);
 
 // The drafter a fresh run starts from: make_drafter_config from the target's dims and the
-// drafter.* settings (mask id -1 = the tokenizer's MASK; empty target_layer_ids = the spec §1.2
+// drafter.* settings (mask id -1 = the tokenizer's MASK; empty target_layer_ids = the reference
 // rule with drafter.num_target_features ids, fewer for shallow targets), weights N(0, 0.02^2)
 // seeded by runtime.seed.
 DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const Tokenizer& tok,

@@ -1,11 +1,12 @@
-// GradientExchange: how one training worker's gradients meet the other workers' (design §7),
-// owned by that worker and driven by its thread. Through the host (the worker's Communicator:
-// download, rank-order sum, upload), or on the devices (Backend::make_device_collectives: NCCL
-// on GPUs), then in buckets beside the backward (Note [Gradient buckets]) or in one sum inside
-// the recorded update; with train.shard_optimizer_state, the reduce-scatter / all-gather of
-// Note [Optimizer-state sharding] around an AdamW that updates this worker's FlatShard only.
-// Tested by tests/train/trainer_test.cpp, optimizer_shard_test.cpp, gradient_bucket_test.cpp
-// and, on GPUs, tests/cuda/nccl_cuda_test.cpp and scripts/multi-gpu-check.sh.
+// GradientExchange: how one training worker's gradients meet the other workers' (docs/training.md
+// "Several GPUs"), owned by that worker and driven by its thread. Through the host (the worker's
+// Communicator: download, rank-order sum, upload), or on the devices
+// (Backend::make_device_collectives: NCCL on GPUs), then in buckets beside the backward (Note
+// [Gradient buckets]) or in one sum inside the recorded update; with train.shard_optimizer_state,
+// the reduce-scatter / all-gather of Note [Optimizer-state sharding] around an AdamW that updates
+// this worker's FlatShard only. Tested by tests/train/trainer_test.cpp, optimizer_shard_test.cpp,
+// gradient_bucket_test.cpp and, on GPUs, tests/cuda/nccl_cuda_test.cpp and
+// scripts/multi-gpu-check.sh.
 #pragma once
 
 #include <functional>

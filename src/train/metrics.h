@@ -1,4 +1,4 @@
-// Training metrics (design §3, dflash-spec §2.5): per-position accuracy of the drafted block, the
+// Training metrics (docs/training.md "Metrics"): per-position accuracy of the drafted block, the
 // acceptance length it implies, the real acceptance length of speculative decoding on held-out
 // prompts, throughput, and DFlash2's selector metrics; appended to <run>/metrics.jsonl and shown as
 // a progress line. Tested by tests/train/optimizer_test.cpp, tests/train/eval_decode_test.cpp
@@ -29,7 +29,7 @@ struct DecodeEval {
     double tau() const;
 };
 
-// DFlash2's candidate selector (dflash2-spec §B.3 metrics), over the rows and blocks that carry
+// DFlash2's candidate selector (docs/training.md "Metrics"), over the rows and blocks that carry
 // loss weight; r.loss of a record with these is unary_loss + alpha * selector_loss.
 struct SelectorMetrics {
     int64_t top_k = 0;

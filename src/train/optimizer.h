@@ -1,9 +1,10 @@
 // AdamW over a ParamSet's flat f32 master weights with flat f32 moments on the same device
-// (dflash-spec §3.5: fp32 master weights, decoupled weight decay), the global gradient norm and its
-// clipping factor, all computed on the device (no host round trip inside a step). With
-// train.shard_optimizer_state each of W workers keeps the moments of, and updates, one FlatShard
-// of the flat parameters (Note [Optimizer-state sharding] in train/gradient_exchange.cpp).
-// Tested by tests/train/optimizer_test.cpp and, sharded, tests/train/optimizer_shard_test.cpp.
+// (docs/training.md "What a step does": fp32 master weights, decoupled weight decay), the global
+// gradient norm and its clipping factor, all computed on the device (no host round trip inside a
+// step). With train.shard_optimizer_state each of W workers keeps the moments of, and updates, one
+// FlatShard of the flat parameters (Note [Optimizer-state sharding] in
+// train/gradient_exchange.cpp). Tested by tests/train/optimizer_test.cpp and, sharded,
+// tests/train/optimizer_shard_test.cpp.
 #pragma once
 
 #include <cstdint>

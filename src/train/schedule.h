@@ -1,5 +1,5 @@
-// Learning-rate schedules (dflash-spec §3.1, §3.5): linear warm-up over warmup_ratio * total_steps
-// optimizer steps, then cosine (to 0), linear (to 0) or constant. Tested by
+// Learning-rate schedules (docs/training.md "What a step does"): linear warm-up over warmup_ratio *
+// total_steps optimizer steps, then cosine (to 0), linear (to 0) or constant. Tested by
 // tests/train/optimizer_test.cpp.
 #pragma once
 

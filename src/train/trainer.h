@@ -1,17 +1,18 @@
 // The data-parallel training loop shared by `dflash train` (drafters) and `dflash pretrain`
-// (targets), design §3 and §7: runtime.devices workers, each a WorkerPool thread with its own
-// Backend, model replica, Workspace, optimizer and PackedLoader slice, exchanging gradients through
-// a Communicator (a WorldGroup: threads of this process, and with launch.world_size > 1 the
-// workers of the other processes, comm/world_group.h). What is trained is a WorkerTask; the loop
-// owns batching, loss normalisation, all-reduce, clipping, AdamW, the schedule, metrics,
-// evaluation, checkpoints, resume and Ctrl-C. Note [Worker-invariant loss]: every micro-batch's
-// loss weight is known before its forward (anchors are drawn first, from (seed, epoch, global
-// sequence index) only), the global weight sum W is all-reduced, each forward/backward runs with
-// grad_scale 1/W and the gradients are summed — so N workers x batch b match 1 worker x batch N*b
-// to float rounding. Tested by tests/train/trainer_test.cpp, tests/train/pretrain_test.cpp and, for
-// evaluation by decoding, metrics on resume, data.shuffle, a NaN loss, resume rules and
-// run-directory locks, and Ctrl-C, tests/train/eval_decode_test.cpp, metrics_resume_test.cpp,
-// data_order_test.cpp, divergence_test.cpp, resume_test.cpp and signal_test.cpp.
+// (targets), docs/training.md "What a step does", docs/training.md "Several GPUs": runtime.devices
+// workers, each a WorkerPool thread with its own Backend, model replica, Workspace, optimizer and
+// PackedLoader slice, exchanging gradients through a Communicator (a WorldGroup: threads of this
+// process, and with launch.world_size > 1 the workers of the other processes, comm/world_group.h).
+// What is trained is a WorkerTask; the loop owns batching, loss normalisation, all-reduce,
+// clipping, AdamW, the schedule, metrics, evaluation, checkpoints, resume and Ctrl-C. Note
+// [Worker-invariant loss]: every micro-batch's loss weight is known before its forward (anchors are
+// drawn first, from (seed, epoch, global sequence index) only), the global weight sum W is
+// all-reduced, each forward/backward runs with grad_scale 1/W and the gradients are summed — so N
+// workers x batch b match 1 worker x batch N*b to float rounding. Tested by
+// tests/train/trainer_test.cpp, tests/train/pretrain_test.cpp and, for evaluation by decoding,
+// metrics on resume, data.shuffle, a NaN loss, resume rules and run-directory locks, and Ctrl-C,
+// tests/train/eval_decode_test.cpp, metrics_resume_test.cpp, data_order_test.cpp,
+// divergence_test.cpp, resume_test.cpp and signal_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -183,11 +184,12 @@ LoaderOptions training_loader_options(const config::Settings& settings, int64_t 
 void prepare_run_dir(const std::filesystem::path& run_dir, const config::Settings& settings,
                      bool resuming);
 
-// The settings a resumed run uses, so that `--resume` alone continues the run it names (design
-// §4): the checkpoint's own settings, except keys the user set explicitly (config file,
-// environment, command line), which win and are logged. An explicit value for a model-shape key
-// that differs from the checkpoint's is refused, naming every such key: `shape_keys` lists them
-// (an entry ending in '.' covers a namespace, "drafter."), as the checkpoint's weights fix them.
+// The settings a resumed run uses, so that `--resume` alone continues the run it names
+// (docs/design.md "Settings"): the checkpoint's own settings, except keys the user set explicitly
+// (config file, environment, command line), which win and are logged. An explicit value for a
+// model-shape key that differs from the checkpoint's is refused, naming every such key:
+// `shape_keys` lists them (an entry ending in '.' covers a namespace, "drafter."), as the
+// checkpoint's weights fix them.
 config::Settings settings_for_resume(const config::Settings& given,
                                      const std::filesystem::path& checkpoint_dir,
                                      const std::vector<std::string>& shape_keys, const Logger& log);

@@ -72,8 +72,8 @@ TEST(WorkerPool, CleanRunReturnsNormally) {
     EXPECT_EQ(ready, 4);
 }
 
-// The scenario of design §2: worker 1 fails while starting up; the others are blocked in a
-// barrier waiting for it. Repeated with random timing: the cause must never be masked by the
+// The scenario of docs/design.md "Errors": worker 1 fails while starting up; the others are blocked
+// in a barrier waiting for it. Repeated with random timing: the cause must never be masked by the
 // peers' "aborted" errors, and nobody may hang.
 TEST(WorkerPool, StartupFailureNamesTheCauseAndWakesBlockedPeers) {
     for (int iter = 0; iter < 30; ++iter) {

@@ -29,8 +29,9 @@ std::string on_fresh_thread(const std::function<void()>& fn) {
     return error;
 }
 
-// Design §2: any thread may drive a device, one at a time. Each fresh thread has no CUDA state of
-// its own (no current device); the backend must make its device current there.
+// docs/design.md "Memory and threads": any thread may drive a device, one at a time. Each fresh
+// thread has no CUDA state of its own (no current device); the backend must make its device current
+// there.
 TEST(CudaBackend, DrivenFromEightFreshThreadsInTurn) {
     REQUIRE_CUDA_DEVICE();
     const int index = cuda_device_count() - 1;  // not device 0 where there are several

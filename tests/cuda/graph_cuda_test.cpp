@@ -53,7 +53,7 @@ constexpr int64_t kVocab = 300;
 
 // Called around the steps of a case: after its memory is allocated and before it is freed.
 // cudaFree synchronises the whole device, which breaks every capture open on it in any mode
-// (device-notes.md), so threads sharing one GPU allocate and free outside each other's steps.
+// (docs/performance.md), so threads sharing one GPU allocate and free outside each other's steps.
 struct Around {
     std::function<void()> before_steps = [] {};
     std::function<void()> after_steps = [] {};

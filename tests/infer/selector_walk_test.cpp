@@ -1,6 +1,7 @@
-// The DFlash2 selector's walks (dflash2-spec §A.5) on hand-made lattices: the greedy walk follows
-// the predecessor it chose (not the unary argmax), breaks ties to the lowest candidate index, and
-// the sampled walk draws each slot from softmax(S / T) given the previous draw.
+// The DFlash2 selector's walks (docs/formats.md "DFlash2 drafter directory") on hand-made lattices:
+// the greedy walk follows the predecessor it chose (not the unary argmax), breaks ties to the
+// lowest candidate index, and the sampled walk draws each slot from softmax(S / T) given the
+// previous draw.
 #include <cmath>
 #include <map>
 

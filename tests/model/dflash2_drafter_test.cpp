@@ -1,8 +1,8 @@
-// DFlash2 drafters (dflash2-spec §A): config.json as the released drafters lay it out (lookup
-// rule, defaults, errors), the 15-per-layer + 6 tensor layout with bare codebook names, save/load,
-// a DFlash drafter converted with neutral modules drafting exactly as before, the sliding-window
-// / causal draft attention against a naive masked attention, and the selector's lattice against
-// the §A.5 formula computed on the host.
+// DFlash2 drafters (docs/formats.md "DFlash2 drafter directory"): config.json as the released
+// drafters lay it out (lookup rule, defaults, errors), the 15-per-layer + 6 tensor layout with bare
+// codebook names, save/load, a DFlash drafter converted with neutral modules drafting exactly as
+// before, the sliding-window / causal draft attention against a naive masked attention, and the
+// selector's lattice against the docs/formats.md formula computed on the host.
 #include <cmath>
 #include <map>
 
@@ -20,7 +20,7 @@ namespace {
 
 using nlohmann::json;
 
-// The released Muse-Glimmer DFlash2 config's shape (dflash2-spec §A.1), scaled down.
+// The released Muse-Glimmer DFlash2 config's shape (docs/formats.md), scaled down.
 json released_style_json() {
     return json::parse(R"({
       "architectures": ["DFlash2DraftModel"], "model_type": "qwen3",
@@ -118,7 +118,7 @@ TEST(Dflash2Layout, FifteenTensorsPerLayerPlusSix) {
     j["num_hidden_layers"] = 5;
     j["layer_types"] = std::vector<std::string>(5, "sliding_attention");
     const auto specs = drafter_tensor_specs(DrafterConfig::from_json(j));
-    EXPECT_EQ(specs.size(), 81u);  // the released 5-layer count (dflash2-spec §A.2)
+    EXPECT_EQ(specs.size(), 81u);  // the released 5-layer count (docs/formats.md)
     auto shape_of = [&](const std::string& name) {
         for (const auto& s : specs)
             if (s.name == name) return s.shape;
@@ -278,8 +278,8 @@ TEST(Dflash2Drafter, ConvertedFromDflashDraftsTheSame) {
     EXPECT_TRUE(differs);
 }
 
-// The device lattice (top-K, shifted predecessors, pair scores) against the §A.4-A.5 formulas on
-// the host values of the same draft.
+// The device lattice (top-K, shifted predecessors, pair scores) against the docs/formats.md
+// formulas on the host values of the same draft.
 TEST(Dflash2Drafter, SelectorLatticeMatchesFormula) {
     auto be = make_cpu_backend(1);
     const auto tc = test::tiny_target_config(true, 4);

@@ -1,8 +1,8 @@
-// DFlash2's selector training loss through the drafter (model/selector_loss.h, dflash2-spec §B.3):
-// the gradient of unary + alpha * selector loss against finite differences for the selector's
-// tensors and the backbone's, with injected targets among the rows; the metrics against a host
-// recomputation from the inference lattice (CandidateSelector) of the same weights; alpha = 0
-// leaves the selector without gradient; and a neutral selector (the init of `dflash init
+// DFlash2's selector training loss through the drafter (model/selector_loss.h, docs/training.md
+// "The selector's loss"): the gradient of unary + alpha * selector loss against finite differences
+// for the selector's tensors and the backbone's, with injected targets among the rows; the metrics
+// against a host recomputation from the inference lattice (CandidateSelector) of the same weights;
+// alpha = 0 leaves the selector without gradient; and a neutral selector (the init of `dflash init
 // drafter`) learns: a few AdamW steps move all three selector tensors and lower the selector loss.
 #include <algorithm>
 #include <cmath>

@@ -42,7 +42,7 @@ json llama31_json() {
       "use_cache": true, "vocab_size": 128256})");
 }
 
-// z-lab/Qwen3-8B-DFlash-b16 config.json (dflash-spec §1.5).
+// z-lab/Qwen3-8B-DFlash-b16 config.json (docs/formats.md "DFlash drafter directory").
 json qwen3_8b_drafter_json() {
     return json::parse(R"({
       "architectures": ["DFlashDraftModel"], "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},

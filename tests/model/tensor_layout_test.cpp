@@ -1,5 +1,5 @@
-// Tensor names and shapes of targets and drafters (dflash-spec §1.5, §1.6), computed from configs
-// at full size without allocating anything.
+// Tensor names and shapes of targets and drafters (docs/formats.md "DFlash drafter directory"),
+// computed from configs at full size without allocating anything.
 #include "model/tensor_layout.h"
 
 #include <map>
@@ -27,7 +27,7 @@ int64_t total_params(const std::vector<TensorSpec>& specs) {
     return n;
 }
 
-// The §1.5 config: Qwen3-8B-DFlash-b16.
+// The docs/formats.md config: Qwen3-8B-DFlash-b16.
 DrafterConfig qwen3_8b_drafter() {
     TargetConfig t;
     t.model_type = "qwen3";
@@ -45,7 +45,7 @@ DrafterConfig qwen3_8b_drafter() {
 }
 
 TEST(TensorLayout, Qwen3_8bDrafterIsExactlyThe58TensorsOfTheSpec) {
-    // §1.6, written out independently of the code under test.
+    // docs/formats.md's table, written out independently of the code under test.
     Shapes want = {
         {"fc.weight", {4096, 20480}}, {"hidden_norm.weight", {4096}}, {"norm.weight", {4096}}};
     for (int i = 0; i < 5; ++i) {
@@ -66,7 +66,7 @@ TEST(TensorLayout, Qwen3_8bDrafterIsExactlyThe58TensorsOfTheSpec) {
     const auto specs = drafter_tensor_specs(qwen3_8b_drafter());
     EXPECT_EQ(specs.size(), 58u);
     EXPECT_EQ(as_map(specs), want);
-    // "~1.05B parameters (~2.1 GB bf16)" (§1.6).
+    // ~1.05B parameters, ~2.1 GB in bf16 (docs/formats.md).
     EXPECT_EQ(total_params(specs), 1048626432);
 }
 

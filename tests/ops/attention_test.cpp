@@ -1,8 +1,8 @@
 // cpu::attention_fwd / attention_bwd against a dense double-precision reference that builds the
-// [Sq, Sk] visibility mask explicitly from the mask's definition (ops.h, dflash-spec §3.2).
-// Tolerances: fp32 forward vs double reference 2e-5 (relative to max(1, |ref|)); backward vs
-// central finite differences of the double reference 1e-4 (the FD error itself is ~1e-9, so the
-// tolerance only covers fp32 rounding in the op).
+// [Sq, Sk] visibility mask explicitly from the mask's definition (ops.h, docs/training.md "The
+// drafter's training forward"). Tolerances: fp32 forward vs double reference 2e-5 (relative to
+// max(1, |ref|)); backward vs central finite differences of the double reference 1e-4 (the FD error
+// itself is ~1e-9, so the tolerance only covers fp32 rounding in the op).
 
 #include <cmath>
 #include <cstring>

@@ -1,7 +1,7 @@
-// cpu::dyn_conv_fwd/bwd (DFlash2's grouped dynamic causal convolution, dflash2-spec §A.3): a
-// hand-computed tiny case, the forward against a double formula written from the spec (blocks,
-// both halves, awkward sizes), taps never crossing a block, the backward against finite
-// differences, and shape errors.
+// cpu::dyn_conv_fwd/bwd (DFlash2's grouped dynamic causal convolution, docs/formats.md "DFlash2
+// drafter directory"): a hand-computed tiny case, the forward against a double formula written from
+// the spec (blocks, both halves, awkward sizes), taps never crossing a block, the backward against
+// finite differences, and shape errors.
 #include <cmath>
 #include <vector>
 

@@ -41,7 +41,7 @@ struct Dims {
 };
 
 // fp32 against double: rounding grows like sqrt(K) * 6e-8 relative to the largest output;
-// 1e-5 (design §8's fp32 bound) leaves a wide margin for K <= 65.
+// 1e-5 (the fp32 bound of docs/design.md "Numerics") leaves a wide margin for K <= 65.
 constexpr double kFwdTol = 1e-5;
 
 TEST(Gemm, AllTransposesMatchNaiveWithAlphaBeta) {

@@ -1,8 +1,8 @@
 // cpu::selector_inject / selector_ce / selector_stats / selector_unary_bwd (DFlash2's selector
-// loss, dflash2-spec §B.3): hard target injection on a hand-made row, the K-way cross-entropy
-// against a double formula (with output multiplier and soft cap) and its gradients against finite
-// differences, the metrics of hand-made blocks (recall, teacher-forced accuracy, path and oracle
-// runs), and the unary backward against its formula.
+// loss, docs/training.md "The selector's loss"): hard target injection on a hand-made row, the
+// K-way cross-entropy against a double formula (with output multiplier and soft cap) and its
+// gradients against finite differences, the metrics of hand-made blocks (recall, teacher-forced
+// accuracy, path and oracle runs), and the unary backward against its formula.
 #include <algorithm>
 #include <cmath>
 #include <vector>

@@ -1,7 +1,7 @@
-// cpu::selector_scores_fwd/bwd (DFlash2's candidate-selector pair scores, dflash2-spec §A.5): a
-// hand-computed case, the forward against a double formula on awkward sizes with repeated ids,
-// the backward (dz, and the codebook gradients accumulated at repeated rows) against finite
-// differences, and id/shape errors.
+// cpu::selector_scores_fwd/bwd (DFlash2's candidate-selector pair scores, docs/formats.md "DFlash2
+// drafter directory"): a hand-computed case, the forward against a double formula on awkward sizes
+// with repeated ids, the backward (dz, and the codebook gradients accumulated at repeated rows)
+// against finite differences, and id/shape errors.
 #include <algorithm>
 #include <vector>
 

@@ -1,10 +1,10 @@
-// `dflash train` over several processes on localhost (design §7; comm/launch.h): two processes of
-// one worker each, one started with torchrun's variables and one with --launch.* settings, train
-// exactly the run of one process with two workers (every loss, gradient norm and the checkpoint's
-// weights, bit for bit). A checkpoint of 2 workers resumes with 1 worker at the same data position
-// (the losses match to float rounding), and a worker count that cannot continue it exactly is
-// refused. A process killed mid-run makes the other fail naming it, not hang, and its last
-// checkpoint resumes in one process.
+// `dflash train` over several processes on localhost (docs/training.md "Several processes (one per
+// node)"; comm/launch.h): two processes of one worker each, one started with torchrun's variables
+// and one with --launch.* settings, train exactly the run of one process with two workers (every
+// loss, gradient norm and the checkpoint's weights, bit for bit). A checkpoint of 2 workers resumes
+// with 1 worker at the same data position (the losses match to float rounding), and a worker count
+// that cannot continue it exactly is refused. A process killed mid-run makes the other fail naming
+// it, not hang, and its last checkpoint resumes in one process.
 #include <gtest/gtest.h>
 
 #include <signal.h>

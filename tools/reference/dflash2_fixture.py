@@ -2,7 +2,7 @@
 
 Copies the DFlash2 drafter --drafter into --out with its convolutions and candidate selector drawn
 at random (seeded): base kernels 0.7 + N(0, 0.3^2), kernel projections N(0, 0.3^2), selector
-tensors N(0, 0.5^2), so that drafting exercises every part of dflash2-spec §A; optionally makes
+tensors N(0, 0.5^2), so that drafting exercises every part of the DFlash2 drafter; optionally makes
 every layer sliding with --window W and causal with --causal. Writes f32 safetensors.
 
 usage: python3 tools/reference/dflash2_fixture.py --drafter DIR --out DIR [--seed 1]

@@ -3,22 +3,22 @@
 The target runs in HF transformers (AutoModelForCausalLM, float32), or with --plain-target in the
 plain PyTorch Qwen3/Llama of plain_torch.py (no transformers needed); the drafter runs in the
 straightforward PyTorch re-implementation of the DFlash drafter forward below, written from
-dflash-spec §1-§2 (not from dflash's code): per draft layer, queries from the block only, keys and
+docs/formats.md (not from dflash's code): per draft layer, queries from the block only, keys and
 values from [context features ; block], non-causal attention over both, Qwen3-style layer, the
-target's frozen embedding and lm_head. Greedy speculative decoding follows spec §2.2 with the
+target's frozen embedding and lm_head. Greedy decoding (docs/speculative-sampling.md) uses the
 options `dflash bench --json` reports (block size, max new tokens, stop tokens, the prompts' ids),
 and each prompt's acceptance histogram is compared with dflash's.
 
-DFlash2 drafters (architectures DFlash2DraftModel) are decoded from dflash2-spec §A, also written
-here from the spec: the grouped dynamic causal convolution around every attention and MLP sublayer
-(§A.3), the layers' causality and sliding window (§A.1), the unary logits times output_multiplier
-and soft-capped (§A.4), and the candidate selector's greedy walk from the verified anchor over the
-unary top-K (§A.5, ties to the first candidate; candidates in descending order, equal logits by
+DFlash2 drafters (architectures DFlash2DraftModel) are decoded from docs/formats.md, also written
+here from the spec: the grouped dynamic causal convolution around every attention and MLP sublayer,
+the layers' causality and sliding window, the unary logits times output_multiplier
+and soft-capped, and the candidate selector's greedy walk from the verified anchor over the
+unary top-K (ties to the first candidate; candidates in descending order, equal logits by
 ascending id).
 
 A target layer id l is the output of target decoder layer l, i.e. transformers' hidden_states[l+1].
 The last layer is refused: transformers' last hidden_states entry is taken after the final norm
-(dflash-spec §1.2), which is why dflash never lets a drafter read it.
+(docs/formats.md), which is why dflash never lets a drafter read it.
 
 usage (repo root, with the demo's pair or any trained pair):
   python3 tools/reference/drafter_roundtrip.py --dflash build/dflash --demo DEMO_DIR --out OUT_DIR
@@ -88,7 +88,7 @@ class Drafter:
             self.read_dflash2(c, dc)
 
     def read_dflash2(self, c, dc):
-        """dflash2-spec §A.1: dflash_config first, then the top level, then the default."""
+        """dflash_config first, then the top level, then the default (docs/formats.md)."""
         def key(name, default=None):
             v = dc.get(name)
             return c.get(name, default) if v is None else v
@@ -105,7 +105,7 @@ class Drafter:
         self.causal = [bool(causal) if causal is not None else s for s in self.sliding]
 
     def conv(self, prefix, y, delta, half):
-        """§A.3 over one block: y [B, D], delta [B, 2*k*G] (the sublayer input's projection)."""
+        """Conv over one block: y [B, D], delta [B, 2*k*G] (the sublayer input's projection)."""
         B, D = y.shape
         k, G = self.taps, D // self.group
         base = self.w[prefix + ".base_kernel"]  # [2, k, D]
@@ -118,7 +118,7 @@ class Drafter:
         return out
 
     def visible(self, layer, start, B):
-        """[B, start + B] mask of the keys each block query sees (§A.1)."""
+        """[B, start + B] mask of the keys each block query sees (docs/formats.md)."""
         q = torch.arange(start, start + B)[:, None]
         kp = torch.arange(0, start + B)[None, :]
         vis = torch.ones(B, start + B, dtype=torch.bool)
@@ -131,7 +131,7 @@ class Drafter:
         return vis
 
     def select(self, raw, hn, anchor):
-        """§A.4-A.5: unary top-K of the raw logits [B-1, V], the greedy walk from the anchor."""
+        """Selector: unary top-K of the raw logits [B-1, V], the greedy walk from the anchor."""
         vals, idx = torch.sort(raw, dim=-1, descending=True, stable=True)
         vals, idx = vals[:, :self.top_k], idx[:, :self.top_k]
         u = vals * self.mult
@@ -206,7 +206,7 @@ def target_pass(model, ids, layer_ids):
 
 
 def speculative_greedy(model, drafter, prompt, max_new, stops, steps=None):
-    """dflash-spec §2.2, greedy. Returns (new tokens, histogram [B+1] of tokens per step); each
+    """The decoding step, greedy. Returns (new tokens, histogram [B+1] of tokens per step); each
     step's drafts are appended to `steps` when given."""
     B = drafter.block
     hist = [0] * (B + 1)

@@ -2,7 +2,7 @@
 """PyTorch reference benchmarks for dflash.cpp (run on the GPU machine beside the C++ benches).
 
 Subcommands (each prints one JSON object per measured case on stdout, a table line on stderr):
-  drafter  DFlash drafter training step, target features given (dflash-spec 3.2-3.4); JSON bench
+  drafter  DFlash drafter training step, target features given (docs/training.md); JSON bench
            "drafter_train_step", the same workload, presets and FLOP count as bench/train_step_bench
   decode   bs=1 greedy decode step (and a --verify N-token verify) of a Qwen3 target, static KV cache;
            JSON bench "target_decode", as bench/decode_bench
@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 PEAK_FLOPS = 989.4e12  # H200 dense bf16
-HBM_BPS = 4.24e12      # measured D2D copy on the H200 (device-notes.md)
+HBM_BPS = 4.24e12      # measured D2D copy on the H200 (docs/performance.md)
 MASK_ID = 151669
 HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
 HAS_RMS = hasattr(F, "rms_norm")

@@ -1,5 +1,6 @@
-// DFlash2's grouped dynamic causal convolution (dflash2-spec §A.3; semantics on
-// Backend::dyn_conv_fwd) and its backward, in plain loops. Tested by tests/ops/dyn_conv_test.cpp.
+// DFlash2's grouped dynamic causal convolution (docs/formats.md "DFlash2 drafter directory";
+// semantics on Backend::dyn_conv_fwd) and its backward, in plain loops. Tested by
+// tests/ops/dyn_conv_test.cpp.
 #include <algorithm>
 
 #include "backend/cpu/cpu_ops.h"

@@ -1,9 +1,9 @@
-// DFlash2's selector loss family (dflash2-spec §B.3; semantics on Backend::selector_inject,
-// selector_ce, selector_stats and selector_unary_bwd): hard target injection into the unary top-K,
-// the K-way cross-entropy of the edge scores and its gradients, the selector's metrics (recall,
-// teacher-forced accuracy, self-conditioned path and top-K oracle runs), and the gradient the
-// candidates' logits send to the hidden state. Tested by tests/ops/selector_loss_test.cpp (and as
-// the oracle of tests/cuda/selector_loss_cuda_test.cpp).
+// DFlash2's selector loss family (docs/training.md "The selector's loss"; semantics on
+// Backend::selector_inject, selector_ce, selector_stats and selector_unary_bwd): hard target
+// injection into the unary top-K, the K-way cross-entropy of the edge scores and its gradients, the
+// selector's metrics (recall, teacher-forced accuracy, self-conditioned path and top-K oracle
+// runs), and the gradient the candidates' logits send to the hidden state. Tested by
+// tests/ops/selector_loss_test.cpp (and as the oracle of tests/cuda/selector_loss_cuda_test.cpp).
 #include <cmath>
 #include <vector>
 

@@ -1,5 +1,6 @@
-// DFlash2's candidate-selector pair scores (dflash2-spec §A.5; semantics on
-// Backend::selector_scores_fwd) and their backward. Tested by tests/ops/selector_scores_test.cpp.
+// DFlash2's candidate-selector pair scores (docs/formats.md "DFlash2 drafter directory"; semantics
+// on Backend::selector_scores_fwd) and their backward. Tested by
+// tests/ops/selector_scores_test.cpp.
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"

@@ -1,5 +1,5 @@
-// ThreadPool: the CPU backend's own worker threads (one backend, one pool; design §2: state lives
-// in objects you are handed). Tested by tests/ops/thread_pool_test.cpp.
+// ThreadPool: the CPU backend's own worker threads (one backend, one pool; docs/design.md "Memory
+// and threads": state lives in objects you are handed). Tested by tests/ops/thread_pool_test.cpp.
 //
 // Note [CPU threads]: the CPU ops used to run on OpenMP teams. libgomp's threads spin at every
 // barrier, so on a loaded machine a team waits for a descheduled member while its other members

@@ -1,9 +1,9 @@
-// The CUDA backend (design §5-§6): one GPU as a Backend. It owns the device's stream, the
-// cuBLASLt engine, the op workspace and the graph cache (run_step) and nothing else; every op is
-// queued on the stream and checked at its launch. Any thread may drive it, one at a time: the first
-// thread to use it becomes its driver (the GPU is made current there); another thread using it
-// while it is held is an error naming both threads, until release_thread(). Tested by
-// tests/cuda/*_test.cpp.
+// The CUDA backend (docs/design.md "The op contract", docs/design.md "Memory and threads"): one GPU
+// as a Backend. It owns the device's stream, the cuBLASLt engine, the op workspace and the graph
+// cache (run_step) and nothing else; every op is queued on the stream and checked at its launch.
+// Any thread may drive it, one at a time: the first thread to use it becomes its driver (the GPU is
+// made current there); another thread using it while it is held is an error naming both threads,
+// until release_thread(). Tested by tests/cuda/*_test.cpp.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,6 @@
-// DF_CUDA_CHECK(stmt): wraps every CUDA runtime call and kernel launch (design §2). A failure
-// throws dflash::Error naming the CUDA error, the statement, file:line and the current device.
-// Included only by code in src/backend/cuda (it needs the CUDA headers). Tested by
+// DF_CUDA_CHECK(stmt): wraps every CUDA runtime call and kernel launch (docs/design.md "Errors"). A
+// failure throws dflash::Error naming the CUDA error, the statement, file:line and the current
+// device. Included only by code in src/backend/cuda (it needs the CUDA headers). Tested by
 // tests/cuda/cuda_device_test.cpp.
 //
 // Note [No fmt in .cu files]: nvcc 13 rejects fmt 9's compile-time format strings (consteval), so

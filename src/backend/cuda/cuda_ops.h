@@ -29,10 +29,11 @@ struct Exec {
 };
 
 // Throws a dflash::Error naming op and argument when `t` is not on device ex.device or not of one
-// of the listed dtypes (copy.cpp).
+// of the listed dtypes (checks.cpp).
 void check_device(const Exec& ex, const Tensor& t, const char* op, const char* name);
 
-// copy.cpp: same-device copies with f32 <-> bf16 conversion, column-block copy, fill.
+// copy.cpp: same-device copies with f32 <-> bf16 conversion, column-block copy, fill, row writes
+// at a device-held offset (write_rows).
 void copy(const Exec& ex, const Tensor& dst, const Tensor& src);
 void copy_columns(const Exec& ex, const Tensor& dst, int64_t col, const Tensor& src);
 void fill(const Exec& ex, const Tensor& t, float value);

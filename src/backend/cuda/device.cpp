@@ -1,5 +1,6 @@
 // CudaDevice, DeviceBuffer, device_count and the DF_CUDA_CHECK error path. Host code only (built
-// by the C++ compiler into dflash_cuda). Tested by tests/cuda/cuda_device_test.cpp.
+// by the C++ compiler into dflash_lib, with the rest of src/backend/cuda). Tested by
+// tests/cuda/cuda_device_test.cpp.
 #include "backend/cuda/device.h"
 
 #include <cuda_runtime_api.h>

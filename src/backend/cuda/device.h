@@ -1,9 +1,9 @@
-// CudaDevice: one GPU as an object (design §2, §6): its index and its own non-blocking stream.
-// Any thread may drive it, one thread at a time: a thread acquire()s it (or holds a Guard), which
-// makes the GPU current on that thread and records the owner; use from a second thread at the same
-// time is an error, not a race. Also DeviceBuffer (device memory for setup and tests). This header
-// needs no CUDA headers, so plain C++ code can hold devices. Tested by
-// tests/cuda/cuda_device_test.cpp.
+// CudaDevice: one GPU as an object (docs/design.md "Memory and threads"): its index and its own
+// non-blocking stream. Any thread may drive it, one thread at a time: a thread acquire()s it (or
+// holds a Guard), which makes the GPU current on that thread and records the owner; use from a
+// second thread at the same time is an error, not a race. Also DeviceBuffer (device memory for
+// setup and tests). This header needs no CUDA headers, so plain C++ code can hold devices. Tested
+// by tests/cuda/cuda_device_test.cpp.
 #pragma once
 
 #include <cstddef>

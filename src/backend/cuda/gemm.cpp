@@ -1,7 +1,7 @@
 // cuda::gemm and the GemmEngine (gemm.h): bf16 GEMMs through cuBLASLt with fp32 accumulation and a
 // plan cache. Host code (built by the C++ compiler). Tested by tests/cuda/gemm_cuda_test.cpp
 // (against the CPU gemm) and tests/ops/gemm_layout_test.cpp (the row-major mapping); measured by
-// bench/gemm_bench.cpp.
+// bench/cuda/gemm_bench.cpp.
 #include "backend/cuda/gemm.h"
 
 #include "backend/op_shapes.h"

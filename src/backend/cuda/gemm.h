@@ -1,9 +1,9 @@
-// GemmEngine: bf16 GEMMs through cuBLASLt on one device (design §5): one handle, an explicit
-// workspace (32 MiB by default, what cuBLAS asks for on Hopper), and a plan cache keyed by
-// (m, n, k, transposes, output dtype, beta == 0, pointer alignments) holding the matmul
-// descriptor, layouts and the heuristic's algorithm, so a steady-state call does no descriptor
-// set-up. Row-major tensors are mapped onto cuBLASLt's column-major convention by computing
-// Cᵀ = op(B)ᵀ · op(A)ᵀ (gemm_layout.h).
+// GemmEngine: bf16 GEMMs through cuBLASLt on one device (docs/design.md "The op contract"): one
+// handle, an explicit workspace (32 MiB by default, what cuBLAS asks for on Hopper), and a plan
+// cache keyed by (m, n, k, transposes, output dtype, beta == 0, pointer alignments) holding the
+// matmul descriptor, layouts and the heuristic's algorithm, so a steady-state call does no
+// descriptor set-up. Row-major tensors are mapped onto cuBLASLt's column-major convention by
+// computing Cᵀ = op(B)ᵀ · op(A)ᵀ (gemm_layout.h).
 //
 // Row invariance: a GEMM of at most kRowInvariantRows rows runs the algorithm chosen for exactly
 // kRowInvariantRows rows (16-byte alignment assumed; K split, if at all, the same way and reduced
@@ -12,7 +12,7 @@
 // step and a 16-token verify step must give the same logits for the same position, or greedy
 // speculative decoding could pick another token than plain decoding at a near-tie.
 // Created on the thread that drives the device; not thread-safe (one per CudaBackend).
-// Tested by tests/cuda/gemm_cuda_test.cpp; measured by bench/gemm_bench.cpp.
+// Tested by tests/cuda/gemm_cuda_test.cpp; measured by bench/cuda/gemm_bench.cpp.
 #pragma once
 
 #include <cstddef>

@@ -1,13 +1,14 @@
-// GraphCache: one CUDA device's recorded steps (design §6). A step key is run eagerly for its
-// warm-up runs, then captured on the device's stream in the configured capture mode (ThreadLocal
-// by default, so threads driving other devices, or allocating, do not break it), instantiated and
-// replayed from then on: the step's host code still runs (it stages inputs) while the backend
-// queues none of its ops (StepMode::replaying), then the graph is launched. A capture that fails
-// leaves the stream usable: the step runs eagerly, the failure is counted by reason and told once
-// through GraphOptions::warn, and the key is tried again up to max_rerecords times before it stays
-// eager. Keys that never got a graph are forgotten once they are many and old (trim), so one-off
-// keys do not pile up over a long run. Owned by the CUDA backend, used by whichever thread drives
-// it (one at a time). Tested by tests/cuda/graph_cuda_test.cpp.
+// GraphCache: one CUDA device's recorded steps (docs/engine.md "Recorded steps (CUDA graphs)"). A
+// step key is run eagerly for its warm-up runs, then captured on the device's stream in the
+// configured capture mode (ThreadLocal by default, so threads driving other devices, or allocating,
+// do not break it), instantiated and replayed from then on: the step's host code still runs (it
+// stages inputs) while the backend queues none of its ops (StepMode::replaying), then the graph is
+// launched. A capture that fails leaves the stream usable: the step runs eagerly, the failure is
+// counted by reason and told once through GraphOptions::warn, and the key is tried again up to
+// max_rerecords times before it stays eager. Keys that never got a graph are forgotten once they
+// are many and old (trim), so one-off keys do not pile up over a long run. Owned by the CUDA
+// backend, used by whichever thread drives it (one at a time). Tested by
+// tests/cuda/graph_cuda_test.cpp.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // cuda::lm_head_ce: the LM head + cross-entropy over vocabulary chunks, never the whole [R, V]
 // logits, with the CPU reference's semantics (backend/cpu/lm_head_ce.cpp). Host code: checks,
 // workspace carving, and the sequence of cuBLASLt GEMMs and row kernels (kernels/lm_head_ce.cu).
-// Tested by tests/cuda/lm_head_ce_cuda_test.cpp; measured by bench/lm_head_ce_bench.cpp.
+// Tested by tests/cuda/lm_head_ce_cuda_test.cpp; measured by bench/cuda/lm_head_ce_bench.cpp.
 //
 // Note [Flash-style dh]
 // Pass 1 walks the chunks once: logits_c = h · w_cᵀ (f32), then per row the running max M, the
