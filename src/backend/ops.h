@@ -101,12 +101,18 @@ struct AdamWStepScalars {
 AdamWStepScalars adamw_step_scalars(const AdamWParams& p);
 
 // ---- Sampling ---------------------------------------------------------------------------------
-// What Backend::sample_rows draws from (backend/sampling.h): softmax(logits / temperature), top_k
-// most likely tokens (0: all), then the top_p nucleus (1: off).
+// What tokens are sampled from (backend/sampling.h): softmax(logits / temperature), the top_k most
+// likely tokens (0: all), then the top_p nucleus (1: off). The one sampling struct of the project:
+// Backend::sample_rows draws with it on the device and the decoding engine computes the same
+// distribution with it on the host (infer/sampler.h). Its fields are floats because the device
+// kernel computes in floats: the host's acceptance probabilities must use the very temperature and
+// top_p the device drew with, so the settings' doubles are rounded to float once, where the
+// struct is filled from them (generate_options_from_settings), and never again.
 struct SampleParams {
-    float temperature = 1.0f;  // > 0
+    float temperature = 0.0f;  // 0: greedy (argmax; callers do not call sample_rows then), else > 0
     int64_t top_k = 0;
     float top_p = 1.0f;
+    bool greedy() const { return temperature <= 0.0f; }
 };
 
 // ---- LM head + cross-entropy ------------------------------------------------------------------

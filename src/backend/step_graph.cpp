@@ -5,21 +5,16 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace dflash {
 
 size_t StepKeyHash::operator()(const StepKey& k) const noexcept {
     // FNV-1a over the owner, the phase's bytes and the dims: keys are few and compared exactly.
-    uint64_t h = 1469598103934665603ull;
-    auto mix = [&h](uint64_t v) {
-        for (int i = 0; i < 8; ++i) {
-            h ^= (v >> (8 * i)) & 0xffu;
-            h *= 1099511628211ull;
-        }
-    };
-    mix(k.owner);
-    for (char c : k.phase) mix(static_cast<unsigned char>(c));
-    for (int64_t d : k.dims) mix(static_cast<uint64_t>(d));
+    // (An in-process table's hash: its values are never stored.)
+    uint64_t h = fnv1a64_u64(k.owner, kFnv1a64Offset);
+    h = fnv1a64(k.phase, h);
+    for (int64_t d : k.dims) h = fnv1a64_u64(static_cast<uint64_t>(d), h);
     return static_cast<size_t>(h);
 }
 

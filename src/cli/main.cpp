@@ -1,11 +1,14 @@
 // The `dflash` binary: picks the subcommand, builds the settings snapshot (defaults < --config
 // files < DFLASH_* environment < command-line flags), runs the command, and turns any error into
-// one readable line (`dflash: error: ...`) and exit status 1; output that cannot be written to
-// stdout (`> /dev/full`) is an error too.
-// Tested by tests/cli/config_cli_test.cpp and tests/cli/main_cli_test.cpp.
+// one readable line and exit status 1, worded by its kind (core/error.h): `dflash: error: ...` for
+// bad input, `dflash: internal error: ...` for a bug in dflash, `dflash: device error: ...` for a
+// failed CUDA/cuBLASLt/NCCL call. Output that cannot be written to stdout (`> /dev/full`) is an
+// error too. Tested by tests/cli/config_cli_test.cpp and tests/cli/main_cli_test.cpp (the wording
+// per kind by tests/core/error_test.cpp).
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <new>
 #include <string>
@@ -95,11 +98,9 @@ int run_help(const CommandInfo& cmd, CommandContext& ctx) {
     }
 }
 
-// Errors are one line: the message alone, no stack, no noise.
-void print_error(std::string msg) {
-    for (char& c : msg)
-        if (c == '\n' || c == '\r') c = ' ';
-    std::fprintf(stderr, "dflash: error: %s\n", msg.c_str());
+// Errors are one line: the kind and the message, no stack, no noise.
+void print_error(const std::exception& e, bool with_origin = false) {
+    std::fprintf(stderr, "dflash: %s\n", describe_error(e, with_origin).c_str());
 }
 
 // `--log-level debug|trace` anywhere on the line (the settings may not have loaded).
@@ -130,8 +131,8 @@ int run(const std::vector<std::string>& args) {
 int finish(int status) {
     if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return status;
     const int err = errno;
-    print_error(fmt::format("writing to standard output failed: {}",
-                            err != 0 ? std::strerror(err) : "unknown error"));
+    print_error(UserError(fmt::format("writing to standard output failed: {}",
+                                      err != 0 ? std::strerror(err) : "unknown error")));
     return status != 0 ? status : 1;
 }
 
@@ -146,16 +147,12 @@ int run_main(const std::vector<std::string>& args) {
     }
     try {
         return run(args);
-    } catch (const dflash::Error& e) {
-        print_error(e.what());
-        if (!e.where().empty() && wants_debug(args))
-            std::fprintf(stderr, "dflash: (raised at %s)\n", e.where().c_str());
     } catch (const std::bad_alloc&) {
-        print_error(
+        print_error(UserError(
             "out of memory: an allocation failed (the inputs may be larger than this machine's "
-            "memory; `dflash inspect DIR` shows a model's size)");
-    } catch (const std::exception& e) {  // CLI::Error and the rest alike
-        print_error(e.what());
+            "memory; `dflash inspect DIR` shows a model's size)"));
+    } catch (const std::exception& e) {  // dflash::Error by its kind; CLI::Error and the rest alike
+        print_error(e, wants_debug(args));
     }
     return 1;
 }

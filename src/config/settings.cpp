@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace dflash::config {
 namespace {
@@ -111,15 +112,6 @@ std::string Settings::canonical_text() const {
         text += fmt::format("{} = {}\n", decls[i].key, toml_literal(entries_[i].value));
     }
     return text;
-}
-
-uint64_t fnv1a64(std::string_view text) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const char c : text) {
-        h ^= static_cast<unsigned char>(c);
-        h *= 0x100000001b3ull;
-    }
-    return h;
 }
 
 std::string Settings::hash() const {

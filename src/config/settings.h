@@ -13,6 +13,7 @@
 
 #include "config/registry.h"
 #include "config/value.h"
+#include "core/hash.h"
 
 namespace dflash::config {
 
@@ -48,8 +49,8 @@ class Settings {
 
     // "key = literal\n" for every key, sorted: what hash() is computed over.
     std::string canonical_text() const;
-    // 16 hex digits of FNV-1a 64 over canonical_text(): identical settings give identical hashes,
-    // in any process.
+    // 16 hex digits of FNV-1a 64 (core/hash.h) over canonical_text(): identical settings give
+    // identical hashes, in any process.
     std::string hash() const;
 
     const Registry& registry() const { return *registry_; }
@@ -66,6 +67,8 @@ class Settings {
     const Entry& entry(std::string_view key) const;
 };
 
-uint64_t fnv1a64(std::string_view text);
+// Settings hashes are core/hash.h's FNV-1a 64. Kept under this name for callers that still write
+// config::fnv1a64 (src/train/trainer.cpp); new code calls dflash::fnv1a64.
+using ::dflash::fnv1a64;
 
 }  // namespace dflash::config

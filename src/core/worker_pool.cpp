@@ -90,16 +90,23 @@ void WorkerPool::record_failure(WorkerFailure f) {
 }
 
 void WorkerPool::run_one(WorkerContext& ctx, const std::function<void(WorkerContext&)>& fn) {
-    std::string message;
+    WorkerFailure f;
     try {
         fn(ctx);
         return;
+    } catch (const Error& e) {
+        f.message = e.what();
+        f.kind = e.kind();
+        f.where = e.where();
     } catch (const std::exception& e) {
-        message = e.what();
+        f.message = e.what();
     } catch (...) {
-        message = "unknown exception (not derived from std::exception)";
+        f.message = "unknown exception (not derived from std::exception)";
     }
-    record_failure(WorkerFailure{ctx.id(), ctx.device(), ctx.phase(), std::move(message)});
+    f.worker = ctx.id();
+    f.device = ctx.device();
+    f.phase = ctx.phase();
+    record_failure(std::move(f));
 }
 
 void WorkerPool::run(const std::function<void(WorkerContext&)>& fn) {
@@ -124,15 +131,19 @@ void WorkerPool::run(const std::function<void(WorkerContext&)>& fn) {
             threads.emplace_back([this, &fn, c = ctx.get()] { run_one(*c, fn); });
         } catch (const std::system_error& e) {
             // Workers already started may be waiting for this one: fail as it would have.
-            record_failure(WorkerFailure{ctx->id(), ctx->device(), "thread start",
-                                         fmt::format("cannot start a thread: {}", e.what())});
+            WorkerFailure f;
+            f.worker = ctx->id();
+            f.device = ctx->device();
+            f.phase = "thread start";
+            f.message = fmt::format("cannot start a thread: {}", e.what());
+            record_failure(std::move(f));
             break;
         }
     }
     for (auto& t : threads) t.join();
 
     std::lock_guard lock(mutex_);
-    if (failure_) throw Error(describe_failure(*failure_));
+    if (failure_) throw_error(failure_->kind, describe_failure(*failure_), failure_->where);
 }
 
 }  // namespace dflash

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/logging.h"
 
 namespace dflash {
@@ -37,6 +38,10 @@ struct WorkerFailure {
     std::string device;
     std::string phase;
     std::string message;
+    // The failing exception's kind and origin, so that run() rethrows a bug as a bug and a device
+    // failure as one (main prints each kind its own way).
+    ErrorKind kind = ErrorKind::user;
+    std::string where;
 };
 
 // "worker 1 (cpu:1) failed during startup: <message>"
@@ -86,8 +91,9 @@ class WorkerPool {
 
     // Runs fn on `workers` fresh std::threads and joins them all. If any throws, the first failure
     // is recorded, stop is requested for the others and every abort hook is called with the
-    // failure's description; after all have joined, run() throws dflash::Error carrying that
-    // description. Each run starts with a clear failure; a stop request stays (see StopSource).
+    // failure's description; after all have joined, run() throws that description as an error of
+    // the failure's kind (UserError, InternalError or DeviceError). Each run starts with a clear
+    // failure; a stop request stays (see StopSource).
     void run(const std::function<void(WorkerContext&)>& fn);
 
     // Called (from the failing worker's thread) when a worker fails, e.g. to abort a communicator

@@ -13,6 +13,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace dflash {
 
@@ -50,14 +51,6 @@ uint64_t sample_checksum(std::span<const int32_t> tokens, std::span<const uint8_
 }
 
 }  // namespace
-
-uint64_t fnv1a64(std::span<const uint8_t> bytes, uint64_t h) {
-    for (uint8_t b : bytes) {
-        h ^= b;
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
 
 // ---- writer ------------------------------------------------------------------------------------
 

@@ -21,10 +21,6 @@ inline constexpr const char* kShardExtension = ".dfshard";
 inline constexpr uint64_t kShardFixedHeaderBytes = 48;
 inline constexpr uint64_t kShardIndexEntryBytes = 24;
 
-// FNV-1a 64, continuing from `h` (start with kFnvOffset).
-inline constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
-uint64_t fnv1a64(std::span<const uint8_t> bytes, uint64_t h = kFnvOffset);
-
 struct ShardInfo {
     uint32_t version = 0;
     int64_t num_samples = 0;

@@ -41,9 +41,10 @@ std::string token_text(int32_t t) {
 
 GenerateOptions generate_options_from_settings(const config::Settings& s) {
     GenerateOptions o;
-    o.sampling.temperature = s.get<double>("infer.temperature");
+    // The one rounding of the settings' doubles to the floats sampling computes with (ops.h).
+    o.sampling.temperature = static_cast<float>(s.get<double>("infer.temperature"));
     o.sampling.top_k = s.get<int64_t>("infer.top_k");
-    o.sampling.top_p = s.get<double>("infer.top_p");
+    o.sampling.top_p = static_cast<float>(s.get<double>("infer.top_p"));
     o.max_new_tokens = s.get<int64_t>("infer.max_new_tokens");
     o.block_size = s.get<int64_t>("infer.block_size");
     o.max_context = s.get<int64_t>("infer.max_context");

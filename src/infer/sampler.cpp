@@ -16,7 +16,7 @@ int32_t argmax(std::span<const float> logits) {
     return best;
 }
 
-std::vector<double> sampling_probs(std::span<const float> logits, const SamplingParams& p) {
+std::vector<double> sampling_probs(std::span<const float> logits, const SampleParams& p) {
     if (p.greedy()) {
         std::vector<double> probs(logits.size(), 0.0);
         probs[argmax(logits)] = 1.0;
@@ -29,7 +29,7 @@ int32_t sample_from(std::span<const double> probs, Rng& rng) {
     return pick_from(probs, rng.uniform_f64());
 }
 
-int32_t sample_token(std::span<const float> logits, const SamplingParams& p, Rng& rng) {
+int32_t sample_token(std::span<const float> logits, const SampleParams& p, Rng& rng) {
     if (p.greedy()) return argmax(logits);
     const auto probs = sampling_probs(logits, p);
     return sample_from(probs, rng);

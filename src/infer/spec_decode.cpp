@@ -51,14 +51,12 @@ class Picker {
     }
     // One token from the first row: the argmax, or a draw from the sampling distribution on the
     // device (one uniform up, one id down; the row itself never crosses).
-    int32_t sample(const Tensor& logits, const SamplingParams& p, Rng& rng) {
+    int32_t sample(const Tensor& logits, const SampleParams& p, Rng& rng) {
         if (p.greedy()) return argmax(logits, 1)[0];
         const auto u = static_cast<float>(rng.uniform_f64());
         u_host_.f32()[0] = std::min(u, std::nextafter(1.0f, 0.0f));
         be_.upload(u_dev_, u_host_.view());
-        const SampleParams sp{static_cast<float>(p.temperature), p.top_k,
-                              static_cast<float>(p.top_p)};
-        be_.sample_rows(logits.rows(0, 1), sp, u_dev_, argmax_.view().rows(0, 1));
+        be_.sample_rows(logits.rows(0, 1), p, u_dev_, argmax_.view().rows(0, 1));
         be_.download(ids_.view().rows(0, 1), argmax_.view().rows(0, 1));
         return ids_.i32()[0];
     }

@@ -32,7 +32,7 @@ using StepTraceSink = std::function<void(const StepTrace&)>;
 
 struct GenerateOptions {
     int64_t max_new_tokens = 256;
-    SamplingParams sampling;
+    SampleParams sampling;
     bool draft_sampling = false;  // draw drafts from the drafter's distribution instead of argmax
     int64_t block_size = 0;       // 0 = the drafter's block size
     std::vector<int32_t> stop_tokens;

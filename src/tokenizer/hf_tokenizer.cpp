@@ -7,9 +7,9 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "config/settings.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_level.h"
@@ -65,7 +65,7 @@ class HfTokenizer final : public Tokenizer {
                                                        files_.origin + "/tokenizer_config.json"));
         if (!files_.chat_template_jinja.empty()) cfg.chat_template = files_.chat_template_jinja;
         vocab_size_ = std::max(bpe_.max_id(), added_.max_id()) + 1;
-        name_ = fmt::format("hf-bpe:{:016x}", config::fnv1a64(files_.tokenizer_json));
+        name_ = fmt::format("hf-bpe:{:016x}", fnv1a64(files_.tokenizer_json));
         set_specials(around, cfg);
         set_chat_template(cfg, chat);
     }

@@ -1,8 +1,11 @@
 // The `dflash` entry point (src/cli/main.cpp) through the built binary: usage and version, an
 // unknown command with the nearest suggested, every error as one `dflash: error:` line with exit
-// status 1, `--config DIR` refused, and output that cannot be written (stdout on /dev/full) turning
-// success into failure.
+// status 1 (never called a bug: the wording of each error kind is tested by
+// tests/core/error_test.cpp), `--config DIR` refused, and output that cannot be written (stdout on
+// /dev/full) turning success into failure.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "support/test_util.h"
 
@@ -30,6 +33,17 @@ TEST(MainCli, UnknownCommandSuggestsTheNearest) {
     EXPECT_EQ(r.output,
               "dflash: error: unknown command `trian` (did you mean `train`?); `dflash "
               "--help` lists the commands\n");
+}
+
+TEST(MainCli, AUserErrorIsNeverCalledABug) {
+    // With `--log-level debug`, the same one line says where the error was raised.
+    const auto r = test::run_dflash("trian --log-level debug");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_TRUE(r.output.starts_with("dflash: error: unknown command `trian`")) << r.output;
+    EXPECT_TRUE(has(r.output, " (raised at main.cpp:")) << r.output;
+    EXPECT_FALSE(has(r.output, "internal error")) << r.output;
+    EXPECT_FALSE(has(r.output, "bug")) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
 }
 
 TEST(MainCli, AConfigDirectoryIsAnError) {

@@ -6,8 +6,11 @@
 #include <signal.h>
 
 #include <atomic>
+#include <optional>
 #include <set>
+#include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "comm/in_process.h"
 #include "comm/rank_threads.h"
@@ -142,6 +145,36 @@ TEST(WorkerPool, NonStandardExceptionIsStillReported) {
     EXPECT_EQ(err,
               "worker 0 (cpu:0) failed during checkpoint: unknown exception (not derived from "
               "std::exception)");
+}
+
+TEST(WorkerPool, TheFailuresKindIsKept) {
+    // A bug in a worker stays a bug and a device failure stays one when run() rethrows, so that
+    // the command prints each as what it is (core/error.h); a user error stays a user error.
+    auto rethrown = [](const std::function<void()>& fail) {
+        WorkerPool pool(2, {"cuda:0", "cuda:1"}, Logger());
+        std::optional<ErrorKind> kind;
+        std::string where;
+        try {
+            pool.run([&](WorkerContext& ctx) {
+                if (ctx.id() == 1) fail();
+            });
+        } catch (const Error& e) {
+            kind = e.kind();
+            where = e.where();
+            EXPECT_EQ(std::string(e.what()).rfind("worker 1 (cuda:1) failed during startup: ", 0),
+                      0u)
+                << e.what();
+        }
+        EXPECT_TRUE(kind.has_value()) << "run() did not throw";
+        return std::pair{kind.value_or(ErrorKind::user), where};
+    };
+    const auto bug = rethrown([] { DF_ASSERT(1 + 1 == 3); });
+    EXPECT_EQ(bug.first, ErrorKind::internal);
+    EXPECT_TRUE(bug.second.starts_with("worker_pool_test.cpp:")) << bug.second;
+    EXPECT_EQ(rethrown([] { throw DeviceError("CUDA error cudaErrorLaunchFailure"); }).first,
+              ErrorKind::device);
+    EXPECT_EQ(rethrown([] { DF_CHECK(false, "shard is truncated"); }).first, ErrorKind::user);
+    EXPECT_EQ(rethrown([] { throw std::out_of_range("vector"); }).first, ErrorKind::user);
 }
 
 TEST(WorkerPool, RequestStopReachesEveryWorker) {

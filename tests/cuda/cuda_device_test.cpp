@@ -1,7 +1,8 @@
-// CudaDevice and DF_CUDA_CHECK: error messages naming the statement, error and location;
-// device_count without a GPU; one device held by one thread at a time (re-entrant for the owner,
-// an error naming both threads for another). The backend driven from many threads is
+// CudaDevice, DF_CUDA_CHECK and DF_CUBLAS_CHECK: DeviceErrors naming the statement, error and
+// location; device_count without a GPU; one device held by one thread at a time (re-entrant for
+// the owner, an error naming both threads for another). The backend driven from many threads is
 // tests/cuda/cuda_backend_test.cpp. GPU tests skip visibly when no device is present.
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <thread>
@@ -25,7 +26,9 @@ TEST(CudaCheck, NamesStatementErrorAndLocation) {
     try {
         DF_CUDA_CHECK(cudaErrorInvalidValue);
         FAIL() << "DF_CUDA_CHECK did not throw";
-    } catch (const Error& e) {
+    } catch (const DeviceError& e) {  // printed as a device error, neither bad input nor a bug
+        EXPECT_EQ(e.kind(), ErrorKind::device);
+        EXPECT_TRUE(e.where().starts_with("cuda_device_test.cpp:")) << e.where();
         const std::string msg = e.what();
         EXPECT_NE(msg.find("cudaErrorInvalidValue"), std::string::npos) << msg;
         EXPECT_NE(msg.find("`cudaErrorInvalidValue`"), std::string::npos) << msg;
@@ -33,6 +36,20 @@ TEST(CudaCheck, NamesStatementErrorAndLocation) {
         EXPECT_NE(msg.find(" on "), std::string::npos) << msg;  // the device (or its absence)
     }
     EXPECT_NO_THROW(DF_CUDA_CHECK(cudaSuccess));
+}
+
+TEST(CudaCheck, CublasFailuresAreDeviceErrors) {
+    try {
+        DF_CUBLAS_CHECK(CUBLAS_STATUS_NOT_SUPPORTED);
+        FAIL() << "DF_CUBLAS_CHECK did not throw";
+    } catch (const DeviceError& e) {
+        const std::string msg = e.what();
+        EXPECT_TRUE(msg.starts_with("cuBLASLt error CUBLAS_STATUS_NOT_SUPPORTED")) << msg;
+        EXPECT_NE(msg.find("`CUBLAS_STATUS_NOT_SUPPORTED`"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("cuda_device_test.cpp:"), std::string::npos) << msg;
+        EXPECT_NE(msg.find(" on "), std::string::npos) << msg;
+    }
+    EXPECT_NO_THROW(DF_CUBLAS_CHECK(CUBLAS_STATUS_SUCCESS));
 }
 
 TEST(CudaDeviceCount, NeverThrows) {

@@ -265,7 +265,7 @@ TEST_F(CudaModels, GreedySpeculativeEqualsPlainDecoding) {
 
 // Exact distribution of the first 2 generated tokens at temperature 1.3 under the target.
 std::vector<double> exact_two(const TargetModel& t, Backend& be, const std::vector<int32_t>& prompt,
-                              const SamplingParams& sp) {
+                              const SampleParams& sp) {
     const int64_t V = t.config().vocab_size;
     auto probs_after = [&](const std::vector<int32_t>& seq) {
         TargetSession s(t, be, 32, {}, 8);
@@ -292,7 +292,7 @@ TEST_F(CudaModels, SampledTokensFollowTheTargetDistribution) {
     for (bool draft_sampling : {false, true}) {
         GenerateOptions o;
         o.max_new_tokens = 2;
-        o.sampling.temperature = 1.3;
+        o.sampling.temperature = 1.3f;
         o.draft_sampling = draft_sampling;
         const auto exact = exact_two(p.target, *gpu_, prompt, o.sampling);
         const int64_t n = 4000;

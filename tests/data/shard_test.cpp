@@ -202,11 +202,5 @@ TEST(Shard, ListShardsIsSortedAndFiltered) {
     EXPECT_THROW(list_shards(dir / "missing"), Error);
 }
 
-TEST(Shard, Fnv1aKnownValues) {
-    EXPECT_EQ(fnv1a64({}), 0xcbf29ce484222325ull);
-    const uint8_t a[] = {'a'};
-    EXPECT_EQ(fnv1a64(a), 0xaf63dc4c8601ec8cull);
-}
-
 }  // namespace
 }  // namespace dflash

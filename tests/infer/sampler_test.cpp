@@ -11,15 +11,15 @@ TEST(Sampler, GreedyIsArgmaxLowestIndexOnTies) {
     const std::vector<float> l = {1, 3, 3, 2};
     EXPECT_EQ(argmax(l), 1);
     Rng rng(0);
-    EXPECT_EQ(sample_token(l, SamplingParams{}, rng), 1);
-    const auto p = sampling_probs(l, SamplingParams{});
+    EXPECT_EQ(sample_token(l, SampleParams{}, rng), 1);
+    const auto p = sampling_probs(l, SampleParams{});
     EXPECT_EQ(p[1], 1.0);
 }
 
 TEST(Sampler, TemperatureTopKTopP) {
     const std::vector<float> l = {0.0f, 1.0f, 2.0f, 3.0f};
-    SamplingParams sp;
-    sp.temperature = 2.0;
+    SampleParams sp;
+    sp.temperature = 2.0f;
     auto p = sampling_probs(l, sp);
     double z = 0;
     for (float x : l) z += std::exp(x / 2.0);
@@ -30,11 +30,11 @@ TEST(Sampler, TemperatureTopKTopP) {
     EXPECT_EQ(p[1], 0.0);
     EXPECT_NEAR(p[2] + p[3], 1.0, 1e-12);
     sp.top_k = 0;
-    sp.temperature = 1.0;
-    sp.top_p = 0.6;  // softmax = .032 .087 .237 .644: the top token alone covers 0.6
+    sp.temperature = 1.0f;
+    sp.top_p = 0.6f;  // softmax = .032 .087 .237 .644: the top token alone covers 0.6
     p = sampling_probs(l, sp);
     EXPECT_EQ(p[3], 1.0);
-    sp.top_p = 0.7;
+    sp.top_p = 0.7f;
     p = sampling_probs(l, sp);
     EXPECT_GT(p[2], 0.0);
     EXPECT_EQ(p[1], 0.0);

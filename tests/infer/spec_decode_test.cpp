@@ -255,7 +255,7 @@ TEST(SpecDecode, StopTokensBudgetsAndBadInput) {
 
 // Exact distribution of the first 3 generated tokens under the target at temperature 1.
 std::vector<double> exact_three(const TargetModel& t, Backend& be,
-                                const std::vector<int32_t>& prompt, const SamplingParams& sp) {
+                                const std::vector<int32_t>& prompt, const SampleParams& sp) {
     const int64_t V = t.config().vocab_size;
     std::vector<double> out(V * V * V, 0.0);
     auto probs_after = [&](const std::vector<int32_t>& seq) {
@@ -291,7 +291,7 @@ TEST_P(SpecSampling, FirstTokensFollowTargetDistribution) {
     const std::vector<int32_t> prompt = {1, 3, 2};
     GenerateOptions o;
     o.max_new_tokens = 3;
-    o.sampling.temperature = 1.3;
+    o.sampling.temperature = 1.3f;
     o.draft_sampling = GetParam().second;
     const auto exact = exact_three(p.target, *be, prompt, o.sampling);
     const int64_t n = 12000;

@@ -16,13 +16,33 @@ namespace dflash::cuda {
 
 namespace detail {
 
-void throw_cuda_error(cudaError_t err, const char* stmt, const char* file, int line) {
+namespace {
+
+std::string current_device() {
     int dev = -1;
-    const std::string device =
-        cudaGetDevice(&dev) == cudaSuccess ? fmt::format("cuda:{}", dev) : "no current device";
+    return cudaGetDevice(&dev) == cudaSuccess ? fmt::format("cuda:{}", dev) : "no current device";
+}
+
+std::string origin(const char* file, int line) {
     const char* slash = std::strrchr(file, '/');
-    throw Error(fmt::format("CUDA error {} ({}) in `{}` at {}:{} on {}", cudaGetErrorName(err),
-                            cudaGetErrorString(err), stmt, slash ? slash + 1 : file, line, device));
+    return fmt::format("{}:{}", slash ? slash + 1 : file, line);
+}
+
+}  // namespace
+
+void throw_cuda_error(cudaError_t err, const char* stmt, const char* file, int line) {
+    const std::string where = origin(file, line);
+    throw DeviceError(fmt::format("CUDA error {} ({}) in `{}` at {} on {}", cudaGetErrorName(err),
+                                  cudaGetErrorString(err), stmt, where, current_device()),
+                      where);
+}
+
+void throw_library_error(const char* library, const char* status, const char* description,
+                         const char* stmt, const char* file, int line) {
+    const std::string where = origin(file, line);
+    throw DeviceError(fmt::format("{} error {} ({}) in `{}` at {} on {}", library, status,
+                                  description, stmt, where, current_device()),
+                      where);
 }
 
 }  // namespace detail

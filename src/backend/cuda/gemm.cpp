@@ -21,13 +21,6 @@
 namespace dflash::cuda {
 namespace {
 
-#define DF_CUBLAS_CHECK(stmt)                                                                     \
-    do {                                                                                          \
-        const cublasStatus_t df_cublas_st_ = (stmt);                                              \
-        DF_CHECK(df_cublas_st_ == CUBLAS_STATUS_SUCCESS, "cuBLASLt: `{}` failed: {} ({})", #stmt, \
-                 cublasLtGetStatusName(df_cublas_st_), cublasLtGetStatusString(df_cublas_st_));   \
-    } while (0)
-
 cublasLtHandle_t lt(void* handle) {
     return static_cast<cublasLtHandle_t>(handle);
 }

@@ -88,8 +88,9 @@ class NcclCollectives final : public DeviceCollectives, public CollectiveWatch {
         ncclUniqueId id{};
         if (host.rank() == 0) {
             const ncclResult_t r = api_.get_unique_id(&id);
-            DF_CHECK(r == ncclSuccess, "ncclGetUniqueId failed on cuda:{}: {}", b_.device,
-                     api_.text(r));
+            if (r != ncclSuccess)
+                throw DeviceError(
+                    fmt::format("ncclGetUniqueId failed on cuda:{}: {}", b_.device, api_.text(r)));
         }
         host.broadcast(&id, sizeof(id), 0);
         ranks_ = host.size();
@@ -266,14 +267,14 @@ class NcclCollectives final : public DeviceCollectives, public CollectiveWatch {
         return r == ncclSuccess;
     }
 
-    // Throws at once, and stops every operation of this communicator on a thread of its own
-    // (NCCL may take a while to do so; the device can then finish its stream, so that the
+    // Throws a DeviceError at once, and stops every operation of this communicator on a thread of
+    // its own (NCCL may take a while to do so; the device can then finish its stream, so that the
     // unwinding's waits end). The communicator itself is freed only by the destructor, after
     // that thread and once the recorded steps that hold its collectives are gone (revoke); where
     // the library has no revoke, abort stops and frees it at once.
     [[noreturn]] void fail(const std::string& message) {
         start_stopping();
-        DF_FAIL("{}", message);
+        throw DeviceError(message);
     }
     void start_stopping() {
         if (failed_ || !comm_) return;
