@@ -3,9 +3,10 @@
 // the host: it uploads a step's inputs once and downloads its small outputs once
 // (backend/workspace.h). Implementations: the CPU reference (backend/cpu, fp32, runs immediately),
 // CUDA (backend/cuda, bf16 storage, fp32 accumulation, ordered on the device's stream) and the
-// planning backend (no work at all: it sizes workspaces). All tensors are row-major and contiguous;
-// shapes are in the comments and checked by each op; a tensor of another device is an error naming
-// it. Tested through the CPU backend by tests/ops/*_test.cpp and every model test; the CUDA backend
+// planning backend (no work at all: it sizes workspaces). All tensors are row-major and contiguous.
+// The op set is declared once, in backend/op_list.h, with each op's contract; shapes are checked by
+// backend/op_shapes.h; a tensor of another device is an error naming it.
+// Tested through the CPU backend by tests/ops/*_test.cpp and every model test; the CUDA backend
 // against the CPU one by tests/cuda/*_test.cpp.
 #pragma once
 
@@ -91,18 +92,7 @@ class Backend {
     virtual void upload(const Tensor& dst, const Tensor& src_host) = 0;
     // Copies a device tensor into host memory and waits for it (and for all work before it).
     virtual void download(const Tensor& dst_host, const Tensor& src) = 0;
-    // dst = src on the device, same element count; f32 <-> bf16 convert (round to nearest even),
-    // other dtypes must match.
-    virtual void copy(const Tensor& dst, const Tensor& src) = 0;
-    // dst[:, col : col + C] = src for dst [R, W] and src [R, C] (same dtype).
-    virtual void copy_columns(const Tensor& dst, int64_t col, const Tensor& src) = 0;
-    // Every element = value (f32, bf16; i32 takes the value as an integer).
-    virtual void fill(const Tensor& t, float value) = 0;
-    // dst[row0[0] + i] = src[i] for every row i of src (rows: the first dimension; the rest of the
-    // shape and the dtype equal). row0 i32 [1] lives on the device, so the step that writes a KV
-    // cache row is the same step at every position (one captured graph serves them all). Rows
-    // that would land past dst's end are not written: callers check the capacity on the host.
-    virtual void write_rows(const Tensor& dst, const Tensor& row0, const Tensor& src) = 0;
+    // Copies on the device (copy, copy_columns, fill, write_rows) are ops: backend/op_list.h.
     // Waits until every operation queued on this backend has finished.
     virtual void synchronize() = 0;
 
@@ -138,14 +128,12 @@ class Backend {
         return nullptr;
     }
 
-    // ---- the op set -----------------------------------------------------------------------------
-    // C = alpha * op(A) · op(B) + beta * C, op(X) = X or Xᵀ. A linear layer with an HF weight
-    // W [out, in] is gemm(x, false, W, true, y): y[M, out] = x[M, in] · Wᵀ. Tensors of rank > 2
-    // are viewed as [numel / last, last]. CUDA: A and B bf16, C bf16 or f32 (f32 for parameter
-    // gradients, accumulated with beta = 1).
-    virtual void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
-                      float alpha = 1.0f, float beta = 0.0f) = 0;
+    // ---- the op set: backend/op_list.h, one entry per op with its contract ----------------------
+#define DFLASH_OP_DEFAULT(value) = value
+#define DFLASH_OP(name, params, args) virtual void name params = 0;
+#include "backend/op_list.h"
 
+    // ---- ops each backend does its own way ------------------------------------------------------
     // A bf16 copy of the weight w [N, K] for linear(), for products that may trade precision for
     // speed (drafting: Note [bf16 drafting] in backend/cpu/bf16_linear.h), or null where this
     // backend has no faster bf16 product than gemm (CUDA, whose gemm is bf16 already; a CPU
@@ -161,158 +149,12 @@ class Backend {
         (void)prepared;
         gemm(x, false, w, true, y, 1.0f, beta);
     }
-
-    // out[S, D] = table[ids[s]]; ids i32 [S], table [V, D].
-    virtual void embedding_fwd(const Tensor& table, const Tensor& ids, const Tensor& out) = 0;
-    // dtable[ids[s]] += dout[s]; dtable f32. Deterministic (no floating-point atomics).
-    virtual void embedding_bwd(const Tensor& ids, const Tensor& dout, const Tensor& dtable) = 0;
-
-    // RMSNorm over the last dim C = w.numel(); x, y viewed as [R, C]; rstd f32 [R] (may be empty).
-    virtual void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, const Tensor& y,
-                             const Tensor& rstd) = 0;
-    // dx overwritten, dw (f32) accumulated (+=). rstd from the forward.
-    virtual void rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                             const Tensor& dx, const Tensor& dw) = 0;
-
-    // In place on x [S, Hx, Dh] with positions i32 [S]; inv_freq f32 [Dh/2] (rope_inv_freq, on
-    // this device). Angles, cos and sin in f32 as the HF reference computes them.
-    virtual void rope_fwd(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) = 0;
-    // In place on dx: the transpose of the rotation (rotation by the negative angle).
-    virtual void rope_bwd(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq) = 0;
-
-    // q [Sq, H, Dh], k/v [Sk, Hkv, Dh], out [Sq, H, Dh], lse f32 [H, Sq] (may be empty).
-    // GQA: head h reads kv head h / (H / Hkv). Scale Dh^-1/2. A row that sees no key gets out 0 and
-    // lse -inf. See AttnMask for which keys a query sees.
-    virtual void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v,
-                               const AttnMask& mask, const Tensor& out, const Tensor& lse) = 0;
-    // dq, dk, dv overwritten. Deterministic.
-    virtual void attention_bwd(const Tensor& dout, const Tensor& q, const Tensor& k,
-                               const Tensor& v, const Tensor& out, const Tensor& lse,
-                               const AttnMask& mask, const Tensor& dq, const Tensor& dk,
-                               const Tensor& dv) = 0;
-
-    // out = silu(gate) * up over [R, I]. dgate, dup overwritten.
-    virtual void swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
-    virtual void swiglu_bwd(const Tensor& dout, const Tensor& gate, const Tensor& up,
-                            const Tensor& dgate, const Tensor& dup) = 0;
-
-    // y += alpha * x (residual add, gradient accumulation; y may be f32 with x bf16); y *= alpha.
-    virtual void add_inplace(const Tensor& y, const Tensor& x, float alpha = 1.0f) = 0;
-    virtual void scale_inplace(const Tensor& y, float alpha) = 0;
-    // y [R, C] += bias [C] on every row (Qwen2's q/k/v projection biases).
-    virtual void add_row_bias(const Tensor& y, const Tensor& bias) = 0;
-
-    // Final projection + cross-entropy over vocabulary chunks of `chunk` rows of w (never the
-    // whole [R, V] logits). h [R, D], w [V, D], labels i32 [R], weights f32 [R]. Rows with weight 0
-    // are ignored (their label may be -1). See LmHeadCeOut; out.workspace must hold
-    // lm_head_ce_workspace(R, D, V, chunk) f32 elements.
-    virtual void lm_head_ce(const Tensor& h, const Tensor& w, const Tensor& labels,
-                            const Tensor& weights, float grad_scale, int64_t chunk,
-                            const LmHeadCeOut& out) = 0;
+    // The f32 elements of LmHeadCeOut::workspace / LmHeadKlOut::workspace for R rows, dim D,
+    // vocabulary V and chunk (each backend keeps its own per-chunk temporaries there).
     virtual int64_t lm_head_ce_workspace(int64_t rows, int64_t dim, int64_t vocab,
                                          int64_t chunk) const = 0;
-
-    // Final projection + distillation over vocabulary chunks of `chunk` rows of w (never a whole
-    // [R, V] logits matrix): per row r, the teacher p = softmax(t_r · Wᵀ) (no gradient flows into
-    // it), the draft q = softmax(h_r · Wᵀ) and loss_r = KL(p || q) = sum_v p_v (log p_v - log q_v)
-    // at temperature 1. h, t [R, D], w [V, D], weights f32 [R]; rows with weight 0 are ignored.
-    // The gradient with respect to the draft logits is weight_r * (q - p). See LmHeadKlOut;
-    // out.workspace must hold lm_head_kl_workspace(R, D, V, chunk) f32 elements.
-    virtual void lm_head_kl(const Tensor& h, const Tensor& t, const Tensor& w,
-                            const Tensor& weights, float grad_scale, int64_t chunk,
-                            const LmHeadKlOut& out) = 0;
     virtual int64_t lm_head_kl_workspace(int64_t rows, int64_t dim, int64_t vocab,
                                          int64_t chunk) const = 0;
-
-    // Adds one micro-batch's loss and accuracy sums into stats f32 [2 + 2P] (see LossStatsLayout):
-    // rows r with weights[r] > 0 add weights[r] * loss_rows[r] to the loss sum, weights[r] to the
-    // weight sum, and count at position r % P (correct when argmax[r] == labels[r]).
-    virtual void loss_stats(const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,
-                            const Tensor& weights, int64_t period, const Tensor& stats) = 0;
-
-    // out f32 [1] = sum of x² over x f32 (overwritten). Deterministic.
-    virtual void sum_squares(const Tensor& x, const Tensor& out) = 0;
-    // scale f32 [1] = max_norm / (sqrt(norm_sq) + 1e-6) when max_norm > 0 and the norm exceeds it,
-    // else 1 (torch.nn.utils.clip_grad_norm_'s rule), computed on the device.
-    virtual void clip_scale(const Tensor& norm_sq, float max_norm, const Tensor& scale) = 0;
-    // Decoupled-weight-decay Adam on fp32 master/grad/moments (any equal element counts: a whole
-    // flat parameter buffer at once). The gradient is multiplied by grad_scale[0] (f32 [1], on
-    // the device; empty = 1) first. `value` (may be empty) receives the updated master in its own
-    // dtype (the bf16 compute copy).
-    virtual void adamw_step(const Tensor& master, const Tensor& grad, const Tensor& m,
-                            const Tensor& v, const AdamWParams& p, const Tensor& grad_scale,
-                            const Tensor& value) = 0;
-
-    // out i32 [R] = index of the largest element of each row of x [R, V] (lowest on ties).
-    virtual void argmax_rows(const Tensor& x, const Tensor& out) = 0;
-    // out i32 [R]: for each row of logits f32 [R, V], the token that uniforms[r] (f32 in [0, 1),
-    // on the device) picks from the row's sampling distribution (backend/sampling.h).
-    virtual void sample_rows(const Tensor& logits, const SampleParams& p, const Tensor& uniforms,
-                             const Tensor& out) = 0;
-
-    // ---- DFlash2 (docs/formats.md "DFlash2 drafter directory") ----------------------------------
-    // Grouped dynamic causal convolution over x [R, D], R rows made of consecutive blocks of
-    // block_size rows (R % block_size == 0; row r sits at in-block position r % block_size, so taps
-    // never cross a block). base [2, k, D] (k taps), delta [R, 2*k*G] (the kernel projection of the
-    // sublayer input, G groups of S = D / G contiguous channels), half 0 (before the sublayer) or 1
-    // (after it). The dynamic coefficient belongs to the OUTPUT row:
-    //   y[r, c] = sum_{t < k, t <= r % block_size} (base[half, t, c] + delta[r, (half*k + t)*G +
-    //             c / S]) * x[r - t, c].
-    // y [R, D] may not alias x.
-    virtual void dyn_conv_fwd(const Tensor& x, const Tensor& base, const Tensor& delta,
-                              int64_t half, int64_t block_size, const Tensor& y) = 0;
-    // dx [R, D] overwritten; dbase f32 [2, k, D] accumulated (+=) in its half; ddelta [R, 2*k*G]
-    // (compute dtype) overwritten in the half's k*G columns, the other half's left alone.
-    // Deterministic.
-    virtual void dyn_conv_bwd(const Tensor& dy, const Tensor& x, const Tensor& base,
-                              const Tensor& delta, int64_t half, int64_t block_size,
-                              const Tensor& dx, const Tensor& dbase, const Tensor& ddelta) = 0;
-
-    // The candidate selector's pair scores (without the unary term): for slot p, predecessor i and
-    // candidate j, out[p, i, j] = sum_r A[pred[p, i], r] * z[p, r] * Bc[cand[p, j], r], summed in
-    // f32. z [P, r] (hidden_projection of the slot's hidden state), pred i32 [P, Kp], cand i32
-    // [P, K] (ids in [0, V)), A / Bc [V, r] (predecessor / successor codebooks), out f32
-    // [P, Kp, K].
-    virtual void selector_scores_fwd(const Tensor& z, const Tensor& pred, const Tensor& cand,
-                                     const Tensor& a, const Tensor& bc, const Tensor& out) = 0;
-    // dscores f32 [P, Kp, K]; dz [P, r] (compute dtype) overwritten; da / dbc f32 [V, r]
-    // accumulated (+=) at the rows the ids name. Deterministic (no floating-point atomics).
-    virtual void selector_scores_bwd(const Tensor& dscores, const Tensor& z, const Tensor& pred,
-                                     const Tensor& cand, const Tensor& a, const Tensor& bc,
-                                     const Tensor& dz, const Tensor& da, const Tensor& dbc) = 0;
-
-    // values f32 [R, K] and indices i32 [R, K]: the K largest entries of each row of x f32 [R, V],
-    // largest first, equal values in ascending index order (so indices[r, 0] == argmax_rows).
-    // 1 <= K <= V.
-    virtual void topk_rows(const Tensor& x, const Tensor& values, const Tensor& indices) = 0;
-
-    // ---- DFlash2 selector loss (docs/training.md; backend/cpu/selector_loss.cpp) ---------------
-    // Hard target injection after topk_rows(logits, values, ids): for a row r with labels[r] >= 0
-    // whose label is candidate k, label_pos[r] = k and hit[r] = 1; a label outside the strict
-    // top-K replaces the weakest candidate (k = K-1) with its own logit (values[r, K-1] =
-    // logits[r, labels[r]], ids[r, K-1] = labels[r]), label_pos[r] = K-1 and hit[r] = 0. Rows
-    // with labels[r] < 0: label_pos -1, hit 0, candidates unchanged. logits f32 [R, V], labels /
-    // label_pos / hit i32 [R], values f32 [R, K] and ids i32 [R, K] updated in place.
-    virtual void selector_inject(const Tensor& logits, const Tensor& labels, const Tensor& values,
-                                 const Tensor& ids, const Tensor& label_pos, const Tensor& hit) = 0;
-    // The selector's K-way cross-entropy (see SelectorCeArgs): per row, scores S_k = u(values_k)
-    // + pair_k with u the unary post-processing (x multiplier, then the soft cap), loss
-    // -log softmax(S)[label_pos] and its gradients.
-    virtual void selector_ce(const SelectorCeArgs& a) = 0;
-    // Adds one micro-batch's selector sums into stats f32 [SelectorStatsLayout{block}.size()]:
-    // rows in blocks of `block` rows (row 0 of each block is the anchor), per row the loss,
-    // the teacher-forced pick, label_pos and hit of selector_inject / selector_ce and its weight.
-    // The self-conditioned path of a block is alive at row k while every trained row 1..k hit and
-    // picked the target (teacher-forced predecessors = the path's own while it is alive); the
-    // oracle run lasts while the target is in the strict top-K.
-    virtual void selector_stats(const Tensor& loss_rows, const Tensor& pick,
-                                const Tensor& label_pos, const Tensor& hit, const Tensor& weights,
-                                int64_t block, const Tensor& stats) = 0;
-    // out f32 [R, D] = sum_k dvalues[r, k] * w[ids[r, k]] (overwritten): the gradient that the
-    // candidates' logits (h_r . w[id]) send to h. dvalues f32 [R, K], ids i32 [R, K], w [V, D]
-    // (the compute dtype). Deterministic.
-    virtual void selector_unary_bwd(const Tensor& dvalues, const Tensor& ids, const Tensor& w,
-                                    const Tensor& out) = 0;
 };
 
 // An owner of step keys for as long as it lives: a session or worker whose buffers stay put holds

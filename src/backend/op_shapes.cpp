@@ -1,10 +1,45 @@
-// Shared op argument checks. Tested by
-// tests/ops/{gemm,adamw,lm_head_ce,lm_head_kl,embedding}_test.cpp.
+// The ops' shape contracts, one section per op family in backend/op_list.h's order. Tested by
+// the wrong-argument cases of tests/ops/<family>_test.cpp and tests/cuda/<family>_cuda_test.cpp.
 #include "backend/op_shapes.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
+#include <string>
+
+#include "backend/backend.h"
+#include "core/error.h"
 
 namespace dflash {
+
+// ---- copies on the device -----------------------------------------------------------------------
+
+void check_copy_shapes(const Tensor& dst, const Tensor& src) {
+    DF_CHECK(dst.numel() == src.numel(),
+             "copy: dst is {} but src is {}; they need the same element count", dst.describe(),
+             src.describe());
+}
+
+void check_copy_columns_shapes(const Tensor& dst, int64_t col, const Tensor& src) {
+    DF_CHECK(dst.rank() == 2 && src.rank() == 2 && dst.dtype() == src.dtype() &&
+                 dst.dim(0) == src.dim(0) && col >= 0 && col + src.dim(1) <= dst.dim(1),
+             "copy_columns: cannot place src {} at column {} of dst {}", src.describe(), col,
+             dst.describe());
+}
+
+size_t check_write_rows_args(const Tensor& dst, const Tensor& row0, const Tensor& src) {
+    bool rows_match = dst.rank() == src.rank() && dst.rank() >= 1;
+    for (int64_t d = 1; rows_match && d < dst.rank(); ++d) rows_match = dst.dim(d) == src.dim(d);
+    DF_CHECK(rows_match && dst.dtype() == src.dtype(),
+             "write_rows: src {} does not fit the rows of dst {} (same dtype and row shape)",
+             src.describe(), dst.describe());
+    DF_CHECK(row0.dtype() == DType::i32 && row0.numel() == 1, "write_rows: row0 {} must be i32 [1]",
+             row0.describe());
+    return dst.dim(0) > 0 ? dst.nbytes() / static_cast<size_t>(dst.dim(0)) : 0;
+}
+
+// ---- GEMM ---------------------------------------------------------------------------------------
+
 namespace {
 
 struct Mat {
@@ -40,29 +75,220 @@ GemmDims check_gemm_shapes(const Tensor& a, bool trans_a, const Tensor& b, bool 
     return {m, n, k};
 }
 
-void check_adamw_args(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
-                      const AdamWParams& p) {
-    DF_CHECK(grad.numel() == master.numel() && m.numel() == master.numel() &&
-                 v.numel() == master.numel(),
-             "adamw_step: master {} grad {} m {} v {} must have the same element count",
-             master.shape().to_string(), grad.shape().to_string(), m.shape().to_string(),
-             v.shape().to_string());
-    DF_CHECK(p.step >= 1, "adamw_step: step={} but steps are 1-based (bias correction)", p.step);
-    DF_CHECK(p.beta1 >= 0 && p.beta1 < 1 && p.beta2 >= 0 && p.beta2 < 1,
-             "adamw_step: betas ({}, {}) must lie in [0, 1)", p.beta1, p.beta2);
+// ---- embedding ----------------------------------------------------------------------------------
+
+void check_embedding_shapes(const Tensor& table, const Tensor& ids, const Tensor& rows,
+                            const char* op, const char* table_name, const char* rows_name) {
+    DF_CHECK(table.rank() == 2, "{}: {} has shape {}; expected [V, D]", op, table_name,
+             table.shape().to_string());
+    const int64_t d = table.dim(1);
+    DF_CHECK(rows.rank() >= 1 && rows.dim(-1) == d && rows.numel() == ids.numel() * d,
+             "{}: {} has shape {} but ids has {} entries and {} is {}; expected [{}, {}]", op,
+             rows_name, rows.shape().to_string(), ids.numel(), table_name,
+             table.shape().to_string(), ids.numel(), d);
 }
 
-void check_sample_rows_args(const Tensor& logits, const SampleParams& p, const Tensor& uniforms,
-                            const Tensor& out) {
-    DF_CHECK(logits.dtype() == DType::f32 && logits.rank() == 2 && uniforms.dtype() == DType::f32 &&
-                 uniforms.numel() == logits.dim(0) && out.dtype() == DType::i32 &&
-                 out.numel() == logits.dim(0),
-             "sample_rows: logits {}, uniforms {}, out {}; expected f32 [R, V], f32 [R], i32 [R]",
-             logits.describe(), uniforms.describe(), out.describe());
-    DF_CHECK(p.temperature > 0 && p.top_k >= 0 && p.top_p > 0 && p.top_p <= 1,
-             "sample_rows: temperature {} (> 0), top_k {} (>= 0), top_p {} (in (0, 1])",
-             p.temperature, p.top_k, p.top_p);
+// ---- RMSNorm ------------------------------------------------------------------------------------
+
+namespace {
+
+// x viewed as [R, C], C = w.numel(); returns R.
+int64_t check_norm_rows(const Tensor& x, const Tensor& w, const char* op) {
+    const int64_t c = w.numel();
+    DF_CHECK(c > 0 && x.rank() >= 1 && x.dim(-1) == c,
+             "{}: x has shape {} but w has {} elements; the norm runs over x's last dim, which "
+             "must equal w.numel() (per-head norm: x [S, H, Dh] with w [Dh])",
+             op, x.shape().to_string(), c);
+    return x.numel() / c;
 }
+
+void check_shaped_like(const Tensor& t, const Tensor& ref, const char* op, const char* name,
+                       const char* ref_name) {
+    DF_CHECK(t.shape() == ref.shape(), "{}: {} has shape {} but {} has {}; they must match", op,
+             name, t.shape().to_string(), ref_name, ref.shape().to_string());
+}
+
+void check_rstd(const Tensor& rstd, int64_t rows, const char* op) {
+    DF_CHECK(rstd.empty() || rstd.numel() == rows,
+             "{}: rstd has shape {} but x has {} rows of the norm dim", op,
+             rstd.shape().to_string(), rows);
+}
+
+}  // namespace
+
+int64_t check_rmsnorm_fwd_shapes(const Tensor& x, const Tensor& w, const Tensor& y,
+                                 const Tensor& rstd) {
+    const int64_t rows = check_norm_rows(x, w, "rmsnorm_fwd");
+    check_shaped_like(y, x, "rmsnorm_fwd", "y", "x");
+    check_rstd(rstd, rows, "rmsnorm_fwd");
+    return rows;
+}
+
+int64_t check_rmsnorm_bwd_shapes(const Tensor& dy, const Tensor& x, const Tensor& w,
+                                 const Tensor& rstd, const Tensor& dx, const Tensor& dw) {
+    const int64_t rows = check_norm_rows(x, w, "rmsnorm_bwd");
+    check_shaped_like(dy, x, "rmsnorm_bwd", "dy", "x");
+    check_shaped_like(dx, x, "rmsnorm_bwd", "dx", "x");
+    DF_CHECK(dw.numel() == w.numel(), "rmsnorm_bwd: dw has shape {} but w has {}",
+             dw.shape().to_string(), w.shape().to_string());
+    DF_CHECK(!rstd.empty() || rows == 0,
+             "rmsnorm_bwd: rstd is empty; pass the rstd [{}] that rmsnorm_fwd wrote", rows);
+    check_rstd(rstd, rows, "rmsnorm_bwd");
+    return rows;
+}
+
+// ---- RoPE ---------------------------------------------------------------------------------------
+
+void check_rope_shapes(const Tensor& x, const Tensor& positions, const Tensor& inv_freq,
+                       const char* op) {
+    DF_CHECK(x.rank() == 3, "{}: x has shape {}; expected [S, H, Dh]", op, x.shape().to_string());
+    const int64_t s_len = x.dim(0), dh = x.dim(2);
+    DF_CHECK(dh % 2 == 0 && inv_freq.numel() == dh / 2,
+             "{}: head_dim Dh={} needs an even Dh and inv_freq of Dh/2 entries, got {} (compute "
+             "it with rope_inv_freq(cfg, Dh))",
+             op, dh, inv_freq.describe());
+    DF_CHECK(positions.dtype() == DType::i32 && positions.numel() == s_len,
+             "{}: positions is {} but x has S={} rows; expected i32 [{}]", op, positions.describe(),
+             s_len, s_len);
+}
+
+// ---- attention ----------------------------------------------------------------------------------
+
+namespace {
+
+void check_heads_tensor(const Tensor& t, const char* op, const char* name) {
+    DF_CHECK(t.rank() == 3, "{}: {} is {}, expected rank 3 ([S, heads, Dh])", op, name,
+             t.describe());
+}
+
+void check_attention_like(const Tensor& t, const Tensor& like, const char* op, const char* name,
+                          const char* like_name) {
+    DF_CHECK(t.shape() == like.shape(), "{}: {} is {}, expected the shape of {} {}", op, name,
+             t.describe(), like_name, like.shape().to_string());
+}
+
+void check_attention_mask(const AttnMask& m, const AttentionDims& d, const char* op) {
+    if (!m.kv_len.empty()) {
+        DF_CHECK(m.kind != AttnMaskKind::dflash_block && m.kv_len.dtype() == DType::i32 &&
+                     m.kv_len.numel() == 1,
+                 "{}: mask.kv_len is {}, expected i32 [1] with a causal or full mask", op,
+                 m.kv_len.describe());
+    }
+    switch (m.kind) {
+        case AttnMaskKind::causal:
+            if (!m.kv_len.empty()) break;  // the query offset follows the cache length
+            DF_CHECK(m.q_offset >= 0 && m.q_offset + d.sq <= d.sk,
+                     "{}: causal mask with q_offset={} and Sq={} needs q_offset + Sq <= Sk={} "
+                     "(the keys must include every query's own position)",
+                     op, m.q_offset, d.sq, d.sk);
+            break;
+        case AttnMaskKind::full:
+            break;
+        case AttnMaskKind::dflash_block: {
+            DF_CHECK(m.block_size > 0, "{}: dflash_block mask has block_size={}, expected > 0", op,
+                     m.block_size);
+            DF_CHECK(d.sq % m.block_size == 0,
+                     "{}: dflash_block has Sq={} queries, expected a multiple of block_size={} "
+                     "(Sq = N * block_size)",
+                     op, d.sq, m.block_size);
+            DF_CHECK(m.ctx_len >= 0 && d.sk == m.ctx_len + d.sq,
+                     "{}: dflash_block has Sk={} keys but ctx_len={} and Sq={}; expected "
+                     "Sk = ctx_len + Sq (keys are [context rows ; block rows])",
+                     op, d.sk, m.ctx_len, d.sq);
+            const int64_t n = d.sq / m.block_size;
+            DF_CHECK(m.anchors.dtype() == DType::i32 && m.anchors.numel() >= n &&
+                         (n == 0 || !m.anchors.empty()),
+                     "{}: dflash_block mask with {} blocks has anchors {}, expected i32 [{}]", op,
+                     n, m.anchors.describe(), n);
+            DF_CHECK(m.ctx_start.empty() ||
+                         (m.ctx_start.dtype() == DType::i32 && m.ctx_start.numel() >= n),
+                     "{}: dflash_block mask with {} blocks has ctx_start {}, expected i32 [{}]", op,
+                     n, m.ctx_start.describe(), n);
+            break;
+        }
+    }
+}
+
+AttentionDims check_attention_common(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const AttnMask& mask, const Tensor& lse, bool lse_needed,
+                                     const char* op) {
+    check_heads_tensor(q, op, "q");
+    check_heads_tensor(k, op, "k");
+    check_heads_tensor(v, op, "v");
+    check_attention_like(v, k, op, "v", "k");
+    const AttentionDims d{q.dim(0), k.dim(0), q.dim(1), k.dim(1), q.dim(2)};
+    DF_CHECK(k.dim(2) == d.dh, "{}: k head dim {} != q head dim {} (q {}, k {})", op, k.dim(2),
+             d.dh, q.describe(), k.describe());
+    DF_CHECK(d.dh > 0, "{}: head dim is 0 (q {})", op, q.describe());
+    DF_CHECK(d.hkv > 0 && d.h % d.hkv == 0,
+             "{}: q has H={} heads and k has Hkv={}; expected H to be a positive multiple of Hkv "
+             "(GQA)",
+             op, d.h, d.hkv);
+    DF_CHECK(!lse_needed || !lse.empty() || d.h * d.sq == 0,
+             "{}: lse is empty; the backward needs the lse [H, Sq] of the forward", op);
+    DF_CHECK(lse.empty() || (lse.dtype() == DType::f32 && lse.shape() == Shape({d.h, d.sq})),
+             "{}: lse is {}, expected f32[{}, {}] ([H, Sq])", op, lse.describe(), d.h, d.sq);
+    check_attention_mask(mask, d, op);
+    return d;
+}
+
+}  // namespace
+
+AttentionDims check_attention_fwd_shapes(const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const AttnMask& mask, const Tensor& out,
+                                         const Tensor& lse) {
+    constexpr const char* op = "attention_fwd";
+    const AttentionDims d = check_attention_common(q, k, v, mask, lse, false, op);
+    check_attention_like(out, q, op, "out", "q");
+    return d;
+}
+
+AttentionDims check_attention_bwd_shapes(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                         const Tensor& v, const Tensor& out, const Tensor& lse,
+                                         const AttnMask& mask, const Tensor& dq, const Tensor& dk,
+                                         const Tensor& dv) {
+    constexpr const char* op = "attention_bwd";
+    const AttentionDims d = check_attention_common(q, k, v, mask, lse, true, op);
+    check_attention_like(dout, q, op, "dout", "q");
+    check_attention_like(out, q, op, "out", "q");
+    check_attention_like(dq, q, op, "dq", "q");
+    check_attention_like(dk, k, op, "dk", "k");
+    check_attention_like(dv, k, op, "dv", "k");
+    return d;
+}
+
+// ---- SwiGLU -------------------------------------------------------------------------------------
+
+void check_swiglu_fwd_shapes(const Tensor& gate, const Tensor& up, const Tensor& out) {
+    check_shaped_like(up, gate, "swiglu_fwd", "up", "gate");
+    check_shaped_like(out, gate, "swiglu_fwd", "out", "gate");
+}
+
+void check_swiglu_bwd_shapes(const Tensor& dout, const Tensor& gate, const Tensor& up,
+                             const Tensor& dgate, const Tensor& dup) {
+    check_shaped_like(dout, gate, "swiglu_bwd", "dout", "gate");
+    check_shaped_like(up, gate, "swiglu_bwd", "up", "gate");
+    check_shaped_like(dgate, gate, "swiglu_bwd", "dgate", "gate");
+    check_shaped_like(dup, gate, "swiglu_bwd", "dup", "gate");
+}
+
+// ---- element-wise -------------------------------------------------------------------------------
+
+void check_add_inplace_shapes(const Tensor& y, const Tensor& x) {
+    DF_CHECK(y.numel() == x.numel(),
+             "add_inplace: y has shape {} ({} elements) but x has {} ({} elements); they need the "
+             "same element count",
+             y.shape().to_string(), y.numel(), x.shape().to_string(), x.numel());
+}
+
+void check_add_row_bias_shapes(const Tensor& y, const Tensor& bias) {
+    const int64_t c = bias.numel();
+    DF_CHECK(c > 0 && y.numel() % c == 0 && y.dim(-1) == c,
+             "add_row_bias: y is {} but bias is {}; expected y [R, C] and bias [C]", y.describe(),
+             bias.describe());
+}
+
+// ---- LM head losses -----------------------------------------------------------------------------
 
 namespace {
 
@@ -109,27 +335,276 @@ void check_lm_head_kl_shapes(const Tensor& h, const Tensor& t, const Tensor& w,
              h.describe());
 }
 
-void check_embedding_shapes(const Tensor& table, const Tensor& ids, const Tensor& rows,
-                            const char* op, const char* table_name, const char* rows_name) {
-    DF_CHECK(table.rank() == 2, "{}: {} has shape {}; expected [V, D]", op, table_name,
-             table.shape().to_string());
-    const int64_t d = table.dim(1);
-    DF_CHECK(rows.rank() >= 1 && rows.dim(-1) == d && rows.numel() == ids.numel() * d,
-             "{}: {} has shape {} but ids has {} entries and {} is {}; expected [{}, {}]", op,
-             rows_name, rows.shape().to_string(), ids.numel(), table_name,
-             table.shape().to_string(), ids.numel(), d);
+// ---- training statistics and the optimizer ------------------------------------------------------
+
+int64_t check_loss_stats_shapes(const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,
+                                const Tensor& weights, int64_t period, const Tensor& stats) {
+    const int64_t r = loss_rows.numel();
+    const LossStatsLayout lay{period};
+    DF_CHECK(period >= 1 && stats.dtype() == DType::f32 && stats.numel() == lay.size(),
+             "loss_stats: stats is {}, expected f32 [{}] for period {}", stats.describe(),
+             lay.size(), period);
+    DF_CHECK(loss_rows.dtype() == DType::f32 && weights.dtype() == DType::f32 &&
+                 argmax.dtype() == DType::i32 && labels.dtype() == DType::i32 &&
+                 argmax.numel() == r && labels.numel() == r && weights.numel() == r,
+             "loss_stats: loss_rows {}, argmax {}, labels {}, weights {}; expected f32, i32, i32, "
+             "f32 of {} rows",
+             loss_rows.describe(), argmax.describe(), labels.describe(), weights.describe(), r);
+    return r;
 }
 
-size_t check_write_rows_args(const Tensor& dst, const Tensor& row0, const Tensor& src) {
-    bool rows_match = dst.rank() == src.rank() && dst.rank() >= 1;
-    for (int64_t d = 1; rows_match && d < dst.rank(); ++d) rows_match = dst.dim(d) == src.dim(d);
-    DF_CHECK(rows_match && dst.dtype() == src.dtype(),
-             "write_rows: src {} does not fit the rows of dst {} (same dtype and row shape)",
-             src.describe(), dst.describe());
-    DF_CHECK(row0.dtype() == DType::i32 && row0.numel() == 1, "write_rows: row0 {} must be i32 [1]",
-             row0.describe());
-    return dst.dim(0) > 0 ? dst.nbytes() / static_cast<size_t>(dst.dim(0)) : 0;
+void check_one_element(const Tensor& t, const char* op, const char* name) {
+    DF_CHECK(t.numel() == 1 && !t.empty(), "{}: {} is {}, expected f32 [1]", op, name,
+             t.describe());
 }
+
+void check_adamw_args(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
+                      const AdamWParams& p, const Tensor& grad_scale, const Tensor& value) {
+    DF_CHECK(grad.numel() == master.numel() && m.numel() == master.numel() &&
+                 v.numel() == master.numel(),
+             "adamw_step: master {} grad {} m {} v {} must have the same element count",
+             master.shape().to_string(), grad.shape().to_string(), m.shape().to_string(),
+             v.shape().to_string());
+    DF_CHECK(p.step >= 1, "adamw_step: step={} but steps are 1-based (bias correction)", p.step);
+    DF_CHECK(p.beta1 >= 0 && p.beta1 < 1 && p.beta2 >= 0 && p.beta2 < 1,
+             "adamw_step: betas ({}, {}) must lie in [0, 1)", p.beta1, p.beta2);
+    if (!grad_scale.empty()) check_one_element(grad_scale, "adamw_step", "grad_scale");
+    DF_CHECK(value.empty() || value.numel() == master.numel(),
+             "adamw_step: value is {} but master is {}; they need the same element count",
+             value.describe(), master.describe());
+    DF_CHECK(p.scalars.empty() || p.scalars.numel() == 3,
+             "adamw_step: scalars is {}, expected f32 [3]", p.scalars.describe());
+}
+
+// ---- decoding -----------------------------------------------------------------------------------
+
+void check_argmax_rows_shapes(const Tensor& x, const Tensor& out) {
+    DF_CHECK(x.rank() == 2 && out.dtype() == DType::i32 && out.numel() == x.dim(0),
+             "argmax_rows: x {} and out {}; expected x [R, V] and out i32 [R]", x.describe(),
+             out.describe());
+}
+
+void check_sample_rows_args(const Tensor& logits, const SampleParams& p, const Tensor& uniforms,
+                            const Tensor& out) {
+    DF_CHECK(logits.dtype() == DType::f32 && logits.rank() == 2 && uniforms.dtype() == DType::f32 &&
+                 uniforms.numel() == logits.dim(0) && out.dtype() == DType::i32 &&
+                 out.numel() == logits.dim(0),
+             "sample_rows: logits {}, uniforms {}, out {}; expected f32 [R, V], f32 [R], i32 [R]",
+             logits.describe(), uniforms.describe(), out.describe());
+    DF_CHECK(p.temperature > 0 && p.top_k >= 0 && p.top_p > 0 && p.top_p <= 1,
+             "sample_rows: temperature {} (> 0), top_k {} (>= 0), top_p {} (in (0, 1])",
+             p.temperature, p.top_k, p.top_p);
+}
+
+// ---- DFlash2: grouped dynamic convolution -------------------------------------------------------
+
+namespace {
+
+DynConvDims check_dyn_conv_common(const Tensor& x, const Tensor& base, const Tensor& delta,
+                                  int64_t half, int64_t block_size, const Tensor& y,
+                                  const char* op) {
+    DF_CHECK(x.rank() == 2, "{}: x is {}; expected [R, D]", op, x.describe());
+    DynConvDims d;
+    d.R = x.dim(0);
+    d.D = x.dim(1);
+    DF_CHECK(base.rank() == 3 && base.dim(0) == 2 && base.dim(2) == d.D && base.dim(1) >= 1,
+             "{}: base is {}; expected [2, k, D={}]", op, base.describe(), d.D);
+    d.k = base.dim(1);
+    DF_CHECK(delta.rank() == 2 && delta.dim(0) == d.R && delta.dim(1) % (2 * d.k) == 0 &&
+                 delta.dim(1) > 0,
+             "{}: delta is {}; expected [R={}, 2*k*G] with k={}", op, delta.describe(), d.R, d.k);
+    d.G = delta.dim(1) / (2 * d.k);
+    DF_CHECK(d.D % d.G == 0, "{}: {} groups (delta {}) do not divide D={} channels", op, d.G,
+             delta.describe(), d.D);
+    d.S = d.D / d.G;
+    DF_CHECK(half == 0 || half == 1, "{}: half={}; expected 0 (before) or 1 (after the sublayer)",
+             op, half);
+    DF_CHECK(block_size >= 1 && d.R % block_size == 0,
+             "{}: block_size={} does not divide R={} rows (rows are whole blocks)", op, block_size,
+             d.R);
+    DF_CHECK(y.empty() || y.shape() == x.shape(), "{}: output is {}; expected {} like x", op,
+             y.describe(), x.shape().to_string());
+    return d;
+}
+
+}  // namespace
+
+DynConvDims check_dyn_conv_fwd_shapes(const Tensor& x, const Tensor& base, const Tensor& delta,
+                                      int64_t half, int64_t block_size, const Tensor& y) {
+    const DynConvDims d =
+        check_dyn_conv_common(x, base, delta, half, block_size, y, "dyn_conv_fwd");
+    DF_CHECK(y.empty() || y.data() != x.data(), "dyn_conv_fwd: y may not alias x");
+    return d;
+}
+
+DynConvDims check_dyn_conv_bwd_shapes(const Tensor& dy, const Tensor& x, const Tensor& base,
+                                      const Tensor& delta, int64_t half, int64_t block_size,
+                                      const Tensor& dx, const Tensor& dbase, const Tensor& ddelta) {
+    const DynConvDims d =
+        check_dyn_conv_common(x, base, delta, half, block_size, dx, "dyn_conv_bwd");
+    DF_CHECK(
+        dy.shape() == x.shape() && dbase.shape() == base.shape() && ddelta.shape() == delta.shape(),
+        "dyn_conv_bwd: dy {}, dbase {}, ddelta {}; expected the shapes of x {}, base {}, "
+        "delta {}",
+        dy.describe(), dbase.describe(), ddelta.describe(), x.describe(), base.describe(),
+        delta.describe());
+    return d;
+}
+
+// ---- DFlash2: the candidate selector's pair scores and top-K ------------------------------------
+
+namespace {
+
+SelectorDims check_selector_common(const Tensor& z, const Tensor& pred, const Tensor& cand,
+                                   const Tensor& a, const Tensor& bc, const Tensor& scores,
+                                   const char* op) {
+    DF_CHECK(z.rank() == 2, "{}: z is {}; expected [P, r]", op, z.describe());
+    SelectorDims d;
+    d.P = z.dim(0);
+    d.r = z.dim(1);
+    DF_CHECK(pred.rank() == 2 && pred.dtype() == DType::i32 && pred.dim(0) == d.P,
+             "{}: pred is {}; expected i32 [P={}, Kp]", op, pred.describe(), d.P);
+    DF_CHECK(cand.rank() == 2 && cand.dtype() == DType::i32 && cand.dim(0) == d.P,
+             "{}: cand is {}; expected i32 [P={}, K]", op, cand.describe(), d.P);
+    d.Kp = pred.dim(1);
+    d.K = cand.dim(1);
+    DF_CHECK(a.rank() == 2 && a.dim(1) == d.r, "{}: predecessor codebook is {}; expected [V, r={}]",
+             op, a.describe(), d.r);
+    d.V = a.dim(0);
+    DF_CHECK(bc.shape() == a.shape(),
+             "{}: successor codebook is {}; expected {} like the predecessor codebook", op,
+             bc.describe(), a.shape().to_string());
+    DF_CHECK(scores.dtype() == DType::f32 && scores.shape() == Shape({d.P, d.Kp, d.K}),
+             "{}: scores is {}; expected f32 [P={}, Kp={}, K={}]", op, scores.describe(), d.P, d.Kp,
+             d.K);
+    return d;
+}
+
+}  // namespace
+
+SelectorDims check_selector_scores_fwd_shapes(const Tensor& z, const Tensor& pred,
+                                              const Tensor& cand, const Tensor& a, const Tensor& bc,
+                                              const Tensor& out) {
+    return check_selector_common(z, pred, cand, a, bc, out, "selector_scores_fwd");
+}
+
+SelectorDims check_selector_scores_bwd_shapes(const Tensor& dscores, const Tensor& z,
+                                              const Tensor& pred, const Tensor& cand,
+                                              const Tensor& a, const Tensor& bc, const Tensor& dz,
+                                              const Tensor& da, const Tensor& dbc) {
+    const SelectorDims d =
+        check_selector_common(z, pred, cand, a, bc, dscores, "selector_scores_bwd");
+    DF_CHECK(dz.shape() == z.shape() && da.shape() == a.shape() && dbc.shape() == bc.shape(),
+             "selector_scores_bwd: dz {}, dA {}, dB {}; expected the shapes of z {} and the "
+             "codebooks {}",
+             dz.describe(), da.describe(), dbc.describe(), z.describe(), a.describe());
+    return d;
+}
+
+void check_topk_shapes(const Tensor& x, const Tensor& values, const Tensor& indices) {
+    DF_CHECK(x.rank() == 2 && x.dtype() == DType::f32, "topk_rows: x is {}; expected f32 [R, V]",
+             x.describe());
+    DF_CHECK(values.rank() == 2 && values.dtype() == DType::f32 && values.dim(0) == x.dim(0),
+             "topk_rows: values is {}; expected f32 [R={}, K]", values.describe(), x.dim(0));
+    const int64_t k = values.dim(1);
+    DF_CHECK(k >= 1 && k <= x.dim(1), "topk_rows: K={} is outside [1, V={}]", k, x.dim(1));
+    DF_CHECK(indices.dtype() == DType::i32 && indices.shape() == values.shape(),
+             "topk_rows: indices is {}; expected i32 [R={}, K={}]", indices.describe(), x.dim(0),
+             k);
+}
+
+// ---- DFlash2: the selector loss -----------------------------------------------------------------
+
+namespace {
+
+// t is dtype [R] (or [R, K] when k > 0).
+void check_rows(const Tensor& t, DType dtype, int64_t rows, int64_t k, const char* op,
+                const char* name) {
+    const bool ok =
+        t.dtype() == dtype &&
+        (k > 0 ? t.rank() == 2 && t.dim(0) == rows && t.dim(1) == k : t.numel() == rows);
+    DF_CHECK(ok, "{}: {} is {}; expected {} [{}{}]", op, name, t.describe(), dtype_name(dtype),
+             rows, k > 0 ? fmt::format(", {}", k) : std::string());
+}
+
+}  // namespace
+
+SelectorLossDims check_selector_inject_shapes(const Tensor& logits, const Tensor& labels,
+                                              const Tensor& values, const Tensor& ids,
+                                              const Tensor& label_pos, const Tensor& hit) {
+    constexpr const char* op = "selector_inject";
+    DF_CHECK(logits.rank() == 2 && logits.dtype() == DType::f32,
+             "{}: logits is {}; expected f32 [R, V]", op, logits.describe());
+    DF_CHECK(values.rank() == 2, "{}: values is {}; expected f32 [R, K]", op, values.describe());
+    const SelectorLossDims d{logits.dim(0), values.dim(1)};
+    DF_CHECK(d.K >= 1 && d.K <= logits.dim(1), "{}: K={} is outside [1, V={}]", op, d.K,
+             logits.dim(1));
+    check_rows(values, DType::f32, d.R, d.K, op, "values");
+    check_rows(ids, DType::i32, d.R, d.K, op, "ids");
+    check_rows(labels, DType::i32, d.R, 0, op, "labels");
+    check_rows(label_pos, DType::i32, d.R, 0, op, "label_pos");
+    check_rows(hit, DType::i32, d.R, 0, op, "hit");
+    return d;
+}
+
+SelectorLossDims check_selector_ce_shapes(const SelectorCeArgs& a) {
+    constexpr const char* op = "selector_ce";
+    DF_CHECK(a.values.rank() == 2, "{}: values is {}; expected f32 [R, K]", op,
+             a.values.describe());
+    const SelectorLossDims d{a.values.dim(0), a.values.dim(1)};
+    check_rows(a.values, DType::f32, d.R, d.K, op, "values");
+    DF_CHECK(a.pair.dtype() == DType::f32 && a.pair.numel() == d.R * d.K && a.pair.dim(0) == d.R,
+             "{}: pair is {}; expected f32 [R={}, (1,) K={}]", op, a.pair.describe(), d.R, d.K);
+    check_rows(a.label_pos, DType::i32, d.R, 0, op, "label_pos");
+    check_rows(a.weights, DType::f32, d.R, 0, op, "weights");
+    check_rows(a.loss_rows, DType::f32, d.R, 0, op, "loss_rows");
+    check_rows(a.pick, DType::i32, d.R, 0, op, "pick");
+    DF_CHECK(a.multiplier > 0, "{}: multiplier {} must be > 0", op, a.multiplier);
+    const bool grads = !a.grad_weights.empty();
+    DF_CHECK(!grads || (!a.dvalues.empty() && !a.dpair.empty()),
+             "{}: grad_weights given but dvalues or dpair is missing", op);
+    if (grads) {
+        check_rows(a.grad_weights, DType::f32, d.R, 0, op, "grad_weights");
+        check_rows(a.dvalues, DType::f32, d.R, d.K, op, "dvalues");
+        DF_CHECK(a.dpair.dtype() == DType::f32 && a.dpair.numel() == d.R * d.K,
+                 "{}: dpair is {}; expected f32 [R={}, K={}]", op, a.dpair.describe(), d.R, d.K);
+    }
+    return d;
+}
+
+int64_t check_selector_stats_shapes(const Tensor& loss_rows, const Tensor& pick,
+                                    const Tensor& label_pos, const Tensor& hit,
+                                    const Tensor& weights, int64_t block, const Tensor& stats) {
+    constexpr const char* op = "selector_stats";
+    const int64_t R = loss_rows.numel();
+    DF_CHECK(block >= 2 && R % block == 0,
+             "{}: block={} must be >= 2 and divide the {} rows (rows are whole blocks)", op, block,
+             R);
+    check_rows(loss_rows, DType::f32, R, 0, op, "loss_rows");
+    check_rows(pick, DType::i32, R, 0, op, "pick");
+    check_rows(label_pos, DType::i32, R, 0, op, "label_pos");
+    check_rows(hit, DType::i32, R, 0, op, "hit");
+    check_rows(weights, DType::f32, R, 0, op, "weights");
+    const SelectorStatsLayout lay{block};
+    DF_CHECK(stats.dtype() == DType::f32 && stats.numel() == lay.size(),
+             "{}: stats is {}; expected f32 [{}] for blocks of {}", op, stats.describe(),
+             lay.size(), block);
+    return R;
+}
+
+SelectorLossDims check_selector_unary_bwd_shapes(const Tensor& dvalues, const Tensor& ids,
+                                                 const Tensor& w, const Tensor& out) {
+    constexpr const char* op = "selector_unary_bwd";
+    DF_CHECK(dvalues.rank() == 2, "{}: dvalues is {}; expected f32 [R, K]", op, dvalues.describe());
+    const SelectorLossDims d{dvalues.dim(0), dvalues.dim(1)};
+    check_rows(dvalues, DType::f32, d.R, d.K, op, "dvalues");
+    check_rows(ids, DType::i32, d.R, d.K, op, "ids");
+    DF_CHECK(w.rank() == 2, "{}: w is {}; expected [V, D]", op, w.describe());
+    check_rows(out, DType::f32, d.R, w.dim(1), op, "out");
+    return d;
+}
+
+// ---- AdamW's per-step scalars (declared in backend/ops.h) ---------------------------------------
 
 AdamWStepScalars adamw_step_scalars(const AdamWParams& p) {
     const double t = static_cast<double>(p.step);

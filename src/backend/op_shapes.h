@@ -1,11 +1,15 @@
-// Argument checks that every backend's ops share (dtypes and devices are each backend's own
-// business): GEMM, LM head + CE and embedding shapes, AdamW's element counts and
-// hyper-parameters, sampling's shapes and parameters. A violation is a
-// dflash::Error naming the op, the tensors and what was expected.
-// Tested by tests/ops/{gemm,adamw,lm_head_ce,lm_head_kl,embedding,sampling}_test.cpp and their
-// CUDA twins.
+// The shape contracts of the ops (backend/op_list.h), one section per op family in the list's
+// order, each checked by ONE function that the CPU reference and the CUDA op both call first, so
+// a bad argument fails with the same message on every backend. A check covers shapes, scalar
+// arguments and the dtypes every backend shares (i32 ids, f32 statistics); the compute dtype
+// and the device are each backend's own business, and so are kernel limits (CUDA's widest
+// RMSNorm row, supported head dims) and checks that read tensor values (ids in range). A
+// violation is a dflash::Error naming the op, the tensors and what was expected. Several checks
+// return the sizes they derived, which the ops use. Tested by the wrong-argument cases of
+// tests/ops/<family>_test.cpp and tests/cuda/<family>_cuda_test.cpp.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "backend/ops.h"
@@ -13,6 +17,16 @@
 
 namespace dflash {
 
+// ---- copies on the device ---------------------------------------------------------------------
+// copy: dst and src of equal element counts.
+void check_copy_shapes(const Tensor& dst, const Tensor& src);
+// copy_columns: dst [R, W] and src [R, C] of one dtype, 0 <= col, col + C <= W.
+void check_copy_columns_shapes(const Tensor& dst, int64_t col, const Tensor& src);
+// write_rows: dst and src of one dtype with equal rows' shape (all but the first dimension);
+// row0 i32 [1]. Returns the bytes of one row.
+size_t check_write_rows_args(const Tensor& dst, const Tensor& row0, const Tensor& src);
+
+// ---- GEMM ---------------------------------------------------------------------------------------
 // C [m, n] = op(A) [m, k] · op(B) [k, n]; tensors of rank > 2 are viewed as [numel/last, last].
 struct GemmDims {
     int64_t m = 0, n = 0, k = 0;
@@ -20,10 +34,56 @@ struct GemmDims {
 GemmDims check_gemm_shapes(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
                            const Tensor& c);
 
-// master, grad, m, v of equal element counts; step >= 1; betas in [0, 1).
-void check_adamw_args(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
-                      const AdamWParams& p);
+// ---- embedding ----------------------------------------------------------------------------------
+// table [V, D]; rows (out or dout) holding ids.numel() rows of D.
+void check_embedding_shapes(const Tensor& table, const Tensor& ids, const Tensor& rows,
+                            const char* op, const char* table_name, const char* rows_name);
 
+// ---- RMSNorm ------------------------------------------------------------------------------------
+// x viewed as [R, C] with C = w.numel() > 0 its last dim; y (dy, dx) shaped like x; rstd [R] or
+// empty (the backward needs it); dw of w's element count. Return R.
+int64_t check_rmsnorm_fwd_shapes(const Tensor& x, const Tensor& w, const Tensor& y,
+                                 const Tensor& rstd);
+int64_t check_rmsnorm_bwd_shapes(const Tensor& dy, const Tensor& x, const Tensor& w,
+                                 const Tensor& rstd, const Tensor& dx, const Tensor& dw);
+
+// ---- RoPE ---------------------------------------------------------------------------------------
+// x [S, H, Dh] with Dh even, positions i32 [S], inv_freq [Dh/2]. op: rope_fwd or rope_bwd.
+void check_rope_shapes(const Tensor& x, const Tensor& positions, const Tensor& inv_freq,
+                       const char* op);
+
+// ---- attention ----------------------------------------------------------------------------------
+struct AttentionDims {
+    int64_t sq = 0, sk = 0, h = 0, hkv = 0, dh = 0;  // Sk: the rows of k (a cache's capacity)
+};
+// q [Sq, H, Dh], k and v [Sk, Hkv, Dh] with Dh > 0 and H a positive multiple of Hkv; out (dout,
+// dq) shaped like q, dk and dv like k; lse f32 [H, Sq] or empty (the backward needs it). The
+// mask's sizes: kv_len i32 [1] only with a causal or full mask; without kv_len a causal mask
+// needs q_offset + Sq <= Sk; a dflash_block mask needs Sq = N * block_size, Sk = ctx_len + Sq,
+// anchors i32 [N] and ctx_start i32 [N] or empty (at least N entries are read). What the
+// mask's tensors hold is checked where it can be read (the CPU reference).
+AttentionDims check_attention_fwd_shapes(const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const AttnMask& mask, const Tensor& out,
+                                         const Tensor& lse);
+AttentionDims check_attention_bwd_shapes(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                         const Tensor& v, const Tensor& out, const Tensor& lse,
+                                         const AttnMask& mask, const Tensor& dq, const Tensor& dk,
+                                         const Tensor& dv);
+
+// ---- SwiGLU -------------------------------------------------------------------------------------
+// Every tensor shaped like gate.
+void check_swiglu_fwd_shapes(const Tensor& gate, const Tensor& up, const Tensor& out);
+void check_swiglu_bwd_shapes(const Tensor& dout, const Tensor& gate, const Tensor& up,
+                             const Tensor& dgate, const Tensor& dup);
+
+// ---- element-wise -------------------------------------------------------------------------------
+// add_inplace: y and x of equal element counts (contiguous: a [S, H, Dh] view may be added to its
+// [S, H*Dh] twin).
+void check_add_inplace_shapes(const Tensor& y, const Tensor& x);
+// add_row_bias: y [R, C] and bias [C], C > 0.
+void check_add_row_bias_shapes(const Tensor& y, const Tensor& bias);
+
+// ---- LM head losses -----------------------------------------------------------------------------
 // lm_head_ce: h [R, D] and w [V, D] (V >= 1) of the backend's dtypes (checked by the caller);
 // labels i32 [R], weights f32 [R], chunk >= 1; the outputs asked for: loss_rows f32 [R], argmax
 // i32 [R], dh shaped like h, dw f32 shaped like w.
@@ -33,16 +93,69 @@ void check_lm_head_ce_shapes(const Tensor& h, const Tensor& w, const Tensor& lab
 void check_lm_head_kl_shapes(const Tensor& h, const Tensor& t, const Tensor& w,
                              const Tensor& weights, int64_t chunk, const LmHeadKlOut& out);
 
-// embedding: table [V, D]; rows (out or dout) holding ids.numel() rows of D.
-void check_embedding_shapes(const Tensor& table, const Tensor& ids, const Tensor& rows,
-                            const char* op, const char* table_name, const char* rows_name);
+// ---- training statistics and the optimizer --------------------------------------------------
+// loss_stats: loss_rows and weights f32 [R], argmax and labels i32 [R], period >= 1, stats f32
+// [LossStatsLayout{period}.size()]. Returns R.
+int64_t check_loss_stats_shapes(const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,
+                                const Tensor& weights, int64_t period, const Tensor& stats);
+// t holds exactly one element (sum_squares' out, clip_scale's norm_sq and scale).
+void check_one_element(const Tensor& t, const char* op, const char* name);
+// adamw_step: master, grad, m, v (and value, when given) of equal element counts; grad_scale
+// [1] or empty; p.scalars [3] or empty; step >= 1; betas in [0, 1).
+void check_adamw_args(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
+                      const AdamWParams& p, const Tensor& grad_scale, const Tensor& value);
 
-// write_rows: dst and src of one dtype with equal rows' shape (all but the first dimension);
-// row0 i32 [1]. Returns the bytes of one row.
-size_t check_write_rows_args(const Tensor& dst, const Tensor& row0, const Tensor& src);
-
+// ---- decoding -----------------------------------------------------------------------------------
+// argmax_rows: x [R, V], out i32 [R].
+void check_argmax_rows_shapes(const Tensor& x, const Tensor& out);
 // logits f32 [R, V], uniforms f32 [R], out i32 [R]; temperature > 0, top_k >= 0, top_p in (0, 1].
 void check_sample_rows_args(const Tensor& logits, const SampleParams& p, const Tensor& uniforms,
                             const Tensor& out);
+
+// ---- DFlash2: grouped dynamic convolution ---------------------------------------------------
+struct DynConvDims {
+    int64_t R = 0, D = 0, k = 0, G = 0, S = 0;  // rows, channels, taps, groups, channels per group
+};
+// x [R, D], base [2, k, D], delta [R, 2*k*G] with G dividing D, half 0 or 1, block_size >= 1
+// dividing R; y shaped like x and not x itself.
+DynConvDims check_dyn_conv_fwd_shapes(const Tensor& x, const Tensor& base, const Tensor& delta,
+                                      int64_t half, int64_t block_size, const Tensor& y);
+// As the forward, with dy and dx shaped like x, dbase like base and ddelta like delta.
+DynConvDims check_dyn_conv_bwd_shapes(const Tensor& dy, const Tensor& x, const Tensor& base,
+                                      const Tensor& delta, int64_t half, int64_t block_size,
+                                      const Tensor& dx, const Tensor& dbase, const Tensor& ddelta);
+
+// ---- DFlash2: the candidate selector's pair scores and top-K --------------------------------
+struct SelectorDims {
+    int64_t P = 0, Kp = 0, K = 0, r = 0, V = 0;
+};
+// z [P, r], pred i32 [P, Kp], cand i32 [P, K], a and bc [V, r], out f32 [P, Kp, K].
+SelectorDims check_selector_scores_fwd_shapes(const Tensor& z, const Tensor& pred,
+                                              const Tensor& cand, const Tensor& a, const Tensor& bc,
+                                              const Tensor& out);
+// As the forward with dscores for out, and dz, da, dbc shaped like z, a, bc.
+SelectorDims check_selector_scores_bwd_shapes(const Tensor& dscores, const Tensor& z,
+                                              const Tensor& pred, const Tensor& cand,
+                                              const Tensor& a, const Tensor& bc, const Tensor& dz,
+                                              const Tensor& da, const Tensor& dbc);
+// x f32 [R, V], values f32 [R, K], indices i32 [R, K], 1 <= K <= V.
+void check_topk_shapes(const Tensor& x, const Tensor& values, const Tensor& indices);
+
+// ---- DFlash2: the selector loss -----------------------------------------------------------------
+// selector_inject, selector_ce, selector_stats, selector_unary_bwd: R rows, K candidates, and the
+// dtypes of the i32 and f32 arguments (both backends keep these in f32 / i32; only
+// selector_unary_bwd's w is the compute dtype).
+struct SelectorLossDims {
+    int64_t R = 0, K = 0;
+};
+SelectorLossDims check_selector_inject_shapes(const Tensor& logits, const Tensor& labels,
+                                              const Tensor& values, const Tensor& ids,
+                                              const Tensor& label_pos, const Tensor& hit);
+SelectorLossDims check_selector_ce_shapes(const SelectorCeArgs& a);
+int64_t check_selector_stats_shapes(const Tensor& loss_rows, const Tensor& pick,
+                                    const Tensor& label_pos, const Tensor& hit,
+                                    const Tensor& weights, int64_t block, const Tensor& stats);
+SelectorLossDims check_selector_unary_bwd_shapes(const Tensor& dvalues, const Tensor& ids,
+                                                 const Tensor& w, const Tensor& out);
 
 }  // namespace dflash

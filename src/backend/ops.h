@@ -1,5 +1,5 @@
 // The op set (docs/design.md "The op contract"): the plain data types every backend's ops share.
-// The CPU reference lives in backend/cpu/, one op family per file; backend.h is the interface.
+// The CPU reference lives in backend/cpu/, one op family per file; backend/op_list.h lists the ops.
 // Tested by tests/ops/attention_test.cpp (AttnMask), tests/ops/lm_head_ce_test.cpp
 // (LmHeadCeOut) and tests/ops/lm_head_kl_test.cpp (LmHeadKlOut).
 #pragma once

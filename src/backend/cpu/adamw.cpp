@@ -28,24 +28,12 @@ void adamw_step(const Exec& ex, const Tensor& master, const Tensor& grad, const 
     check_cpu_f32(grad, "adamw_step", "grad");
     check_cpu_f32(m, "adamw_step", "m");
     check_cpu_f32(v, "adamw_step", "v");
-    check_adamw_args(master, grad, m, v, p);
-    if (!grad_scale.empty()) {
-        check_cpu_f32(grad_scale, "adamw_step", "grad_scale");
-        DF_CHECK(grad_scale.numel() == 1, "adamw_step: grad_scale is {}, expected f32 [1]",
-                 grad_scale.describe());
-    }
-    if (!value.empty()) {
-        check_cpu_f32(value, "adamw_step", "value");
-        DF_CHECK(value.numel() == master.numel(), "adamw_step: value {} for master {}",
-                 value.describe(), master.describe());
-    }
+    if (!grad_scale.empty()) check_cpu_f32(grad_scale, "adamw_step", "grad_scale");
+    if (!value.empty()) check_cpu_f32(value, "adamw_step", "value");
+    if (!p.scalars.empty()) check_cpu_f32(p.scalars, "adamw_step", "scalars");
+    check_adamw_args(master, grad, m, v, p, grad_scale, value);
     AdamWStepScalars sc = adamw_step_scalars(p);
-    if (!p.scalars.empty()) {
-        check_cpu_f32(p.scalars, "adamw_step", "scalars");
-        DF_CHECK(p.scalars.numel() == 3, "adamw_step: scalars is {}, expected f32 [3]",
-                 p.scalars.describe());
-        sc = {p.scalars.f32()[0], p.scalars.f32()[1], p.scalars.f32()[2]};
-    }
+    if (!p.scalars.empty()) sc = {p.scalars.f32()[0], p.scalars.f32()[1], p.scalars.f32()[2]};
     const AdamWLoop loop{.decay = sc.decay,
                          .step_size = sc.step_size,
                          .bc2_sqrt = sc.bc2_sqrt,
@@ -71,7 +59,7 @@ void adamw_step(const Exec& ex, const Tensor& master, const Tensor& grad, const 
 void sum_squares(const Exec& ex, const Tensor& t, const Tensor& out) {
     check_cpu_f32(t, "sum_squares", "t");
     check_cpu_f32(out, "sum_squares", "out");
-    DF_CHECK(out.numel() == 1, "sum_squares: out is {}, expected f32 [1]", out.describe());
+    check_one_element(out, "sum_squares", "out");
     const int64_t n = t.numel();
     const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
     const float* p = t.f32();
@@ -92,6 +80,8 @@ void sum_squares(const Exec& ex, const Tensor& t, const Tensor& out) {
 void clip_scale(const Exec&, const Tensor& norm_sq, float max_norm, const Tensor& scale) {
     check_cpu_f32(norm_sq, "clip_scale", "norm_sq");
     check_cpu_f32(scale, "clip_scale", "scale");
+    check_one_element(norm_sq, "clip_scale", "norm_sq");
+    check_one_element(scale, "clip_scale", "scale");
     const double norm = std::sqrt(static_cast<double>(norm_sq.f32()[0]));
     // The small epsilon follows torch.nn.utils.clip_grad_norm_ (max / (norm + 1e-6)).
     const bool clip = max_norm > 0 && norm > max_norm;

@@ -24,6 +24,7 @@
 #include "backend/cpu/row_kernels.h"
 #include "backend/cpu/sgemm.h"
 #include "backend/cpu/vexp.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cpu {
 namespace {
@@ -108,29 +109,16 @@ struct Geometry {
     }
 };
 
-void check_f32_3d(const Tensor& t, const char* name) {
-    DF_CHECK(t.device().kind == DeviceKind::cpu, "attention: {} is {}, expected a CPU tensor", name,
-             t.describe());
-    DF_CHECK(t.dtype() == DType::f32 && t.rank() == 3,
-             "attention: {} is {}, expected f32 of rank 3 ([S, heads, Dh])", name, t.describe());
-}
-
-void check_dflash_mask(const AttnMask& m, int64_t sq, int64_t sk) {
-    DF_CHECK(m.block_size > 0, "attention: dflash_block mask has block_size={}, expected > 0",
-             m.block_size);
-    DF_CHECK(sq % m.block_size == 0,
-             "attention: dflash_block has Sq={} queries, expected a multiple of block_size={} "
-             "(Sq = N * block_size)",
-             sq, m.block_size);
-    DF_CHECK(m.ctx_len >= 0 && sk == m.ctx_len + sq,
-             "attention: dflash_block has Sk={} keys but ctx_len={} and Sq={}; expected "
-             "Sk = ctx_len + Sq (keys are [context rows ; block rows])",
-             sk, m.ctx_len, sq);
+// What the mask's tensors hold (the shapes are op_shapes' check_attention_*_shapes): on the CPU
+// they are host memory, so the values are checked too.
+void check_mask_values(const AttnMask& m, int64_t sq, const char* op) {
+    for (const auto& [t, name] : {std::pair{&m.kv_len, "kv_len"}, std::pair{&m.anchors, "anchors"},
+                                  std::pair{&m.ctx_start, "ctx_start"}}) {
+        DF_CHECK(t->empty() || t->device().kind == DeviceKind::cpu,
+                 "{}: mask.{} is {}, expected a CPU tensor", op, name, t->describe());
+    }
+    if (m.kind != AttnMaskKind::dflash_block) return;
     const int64_t n = sq / m.block_size;
-    DF_CHECK(m.anchors.dtype() == DType::i32 && m.anchors.numel() >= n &&
-                 (n == 0 || (!m.anchors.empty() && m.anchors.device().kind == DeviceKind::cpu)),
-             "attention: dflash_block mask with {} blocks has anchors {}, expected CPU i32 [{}]", n,
-             m.anchors.describe(), n);
     for (int64_t b = 0; b < n; ++b) {
         DF_CHECK(m.anchors.i32()[b] <= m.ctx_len,
                  "attention: anchors[{}]={} but there are only ctx_len={} context rows (a block "
@@ -138,10 +126,6 @@ void check_dflash_mask(const AttnMask& m, int64_t sq, int64_t sk) {
                  b, m.anchors.i32()[b], m.ctx_len);
     }
     if (m.ctx_start.empty()) return;
-    DF_CHECK(m.ctx_start.dtype() == DType::i32 && m.ctx_start.numel() >= n &&
-                 m.ctx_start.device().kind == DeviceKind::cpu,
-             "attention: dflash_block mask with {} blocks has ctx_start {}, expected CPU i32 [{}]",
-             n, m.ctx_start.describe(), n);
     for (int64_t b = 0; b < n; ++b) {
         const int32_t a = m.anchors.i32()[b], c = m.ctx_start.i32()[b];
         DF_CHECK(a < 0 || (c >= 0 && c <= a),
@@ -151,20 +135,16 @@ void check_dflash_mask(const AttnMask& m, int64_t sq, int64_t sk) {
     }
 }
 
-Geometry make_geometry(const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask) {
-    check_f32_3d(q, "q");
-    check_f32_3d(k, "k");
-    check_f32_3d(v, "v");
+// The sizes of a call whose shapes check_attention_*_shapes accepted, and the mask's values.
+Geometry make_geometry(const AttentionDims& d, const AttnMask& mask, const Tensor& k,
+                       const char* op) {
+    check_mask_values(mask, d.sq, op);
     Geometry g;
-    g.sq = q.dim(0), g.h = q.dim(1), g.dh = q.dim(2);
-    g.sk = k.dim(0), g.hkv = k.dim(1);
+    g.sq = d.sq, g.h = d.h, g.dh = d.dh;
+    g.sk = d.sk, g.hkv = d.hkv;
     g.mask = mask;
     if (!mask.kv_len.empty()) {
         // A KV cache: only its first kv_len rows exist, and causal queries are the last Sq of them.
-        DF_CHECK(mask.kind != AttnMaskKind::dflash_block && mask.kv_len.dtype() == DType::i32 &&
-                     mask.kv_len.numel() == 1 && mask.kv_len.device().kind == DeviceKind::cpu,
-                 "attention: kv_len is {}, expected a CPU i32 [1] with a causal or full mask",
-                 mask.kv_len.describe());
         const int64_t len = mask.kv_len.i32()[0];
         DF_CHECK(len >= 0 && len <= g.sk, "attention: kv_len={} but the cache holds {} rows (k {})",
                  len, g.sk, k.describe());
@@ -175,44 +155,12 @@ Geometry make_geometry(const Tensor& q, const Tensor& k, const Tensor& v, const 
             g.mask.q_offset = len - g.sq;
         }
     }
-    DF_CHECK(v.shape() == k.shape(), "attention: v is {} but k is {}; expected equal shapes",
-             v.describe(), k.describe());
-    DF_CHECK(k.dim(2) == g.dh, "attention: k head dim {} != q head dim {} (q {}, k {})", k.dim(2),
-             g.dh, q.describe(), k.describe());
-    DF_CHECK(g.dh > 0, "attention: head dim is 0 (q {})", q.describe());
-    DF_CHECK(g.hkv > 0 && g.h % g.hkv == 0,
-             "attention: q has H={} heads and k has Hkv={}; expected H to be a positive multiple "
-             "of Hkv (GQA)",
-             g.h, g.hkv);
     g.group = g.h / g.hkv;
     g.scale = 1.0f / std::sqrt(static_cast<float>(g.dh));
-    switch (mask.kind) {
-        case AttnMaskKind::causal:
-            DF_CHECK(g.mask.q_offset >= 0 && g.mask.q_offset + g.sq <= g.sk,
-                     "attention: causal mask with q_offset={} and Sq={} needs q_offset + Sq <= "
-                     "Sk={} (the keys must include every query's own position)",
-                     g.mask.q_offset, g.sq, g.sk);
-            break;
-        case AttnMaskKind::full:
-            break;
-        case AttnMaskKind::dflash_block:
-            check_dflash_mask(mask, g.sq, g.sk);
-            g.chunk_rows = std::max<int64_t>(1, kChunkRows / mask.block_size) * mask.block_size;
-            break;
-    }
+    if (mask.kind == AttnMaskKind::dflash_block)
+        g.chunk_rows = std::max<int64_t>(1, kChunkRows / mask.block_size) * mask.block_size;
     g.num_chunks = (g.sq + g.chunk_rows - 1) / g.chunk_rows;
     return g;
-}
-
-void check_same(const Tensor& t, const Tensor& like, const char* name, const char* like_name) {
-    DF_CHECK(t.dtype() == DType::f32 && t.shape() == like.shape(),
-             "attention: {} is {}, expected f32 with the shape of {} {}", name, t.describe(),
-             like_name, like.shape().to_string());
-}
-
-void check_lse(const Tensor& lse, const Geometry& g) {
-    DF_CHECK(lse.dtype() == DType::f32 && lse.shape() == Shape({g.h, g.sq}),
-             "attention: lse is {}, expected f32[{}, {}] ([H, Sq])", lse.describe(), g.h, g.sq);
 }
 
 // Row 0 of one head in an [S, heads, Dh] tensor; rows are `ld` floats apart.
@@ -391,9 +339,12 @@ void bwd_chunk(const Args& a, const Tensor& dout, const Tensor& dq, const Tensor
 
 void attention_fwd(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v,
                    const AttnMask& mask, const Tensor& out, const Tensor& lse) {
-    const Geometry g = make_geometry(q, k, v, mask);
-    check_same(out, q, "out", "q");
-    if (!lse.empty()) check_lse(lse, g);
+    for (const auto& [t, name] :
+         {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"}, std::pair{&out, "out"}})
+        check_cpu_f32(*t, "attention_fwd", name);
+    if (!lse.empty()) check_cpu_f32(lse, "attention_fwd", "lse");
+    const Geometry g = make_geometry(check_attention_fwd_shapes(q, k, v, mask, out, lse), mask, k,
+                                     "attention_fwd");
     const Args a{g, q, k, v, out, lse};
     const int64_t units = g.h * g.num_chunks;
     parallel_for(ex, units, units > 1, [&](int64_t u0, int64_t u1) {
@@ -405,15 +356,14 @@ void attention_fwd(const Exec& ex, const Tensor& q, const Tensor& k, const Tenso
 void attention_bwd(const Exec& ex, const Tensor& dout, const Tensor& q, const Tensor& k,
                    const Tensor& v, const Tensor& out, const Tensor& lse, const AttnMask& mask,
                    const Tensor& dq, const Tensor& dk, const Tensor& dv) {
-    const Geometry g = make_geometry(q, k, v, mask);
-    check_same(dout, q, "dout", "q");
-    check_same(out, q, "out", "q");
-    check_same(dq, q, "dq", "q");
-    check_same(dk, k, "dk", "k");
-    check_same(dv, k, "dv", "k");
-    DF_CHECK(!lse.empty() || g.h * g.sq == 0,
-             "attention_bwd: lse is empty; the backward needs the lse [H, Sq] of the forward");
-    if (!lse.empty()) check_lse(lse, g);
+    for (const auto& [t, name] :
+         {std::pair{&dout, "dout"}, std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"},
+          std::pair{&out, "out"}, std::pair{&dq, "dq"}, std::pair{&dk, "dk"}, std::pair{&dv, "dv"}})
+        check_cpu_f32(*t, "attention_bwd", name);
+    if (!lse.empty()) check_cpu_f32(lse, "attention_bwd", "lse");
+    const Geometry g =
+        make_geometry(check_attention_bwd_shapes(dout, q, k, v, out, lse, mask, dq, dk, dv), mask,
+                      k, "attention_bwd");
     fill_f32(dk, 0.0f);
     fill_f32(dv, 0.0f);
     const Args a{g, q, k, v, out, lse};

@@ -19,8 +19,7 @@ void check_cpu(const Tensor& t, const char* op, const char* name) {
 void copy(const Exec& ex, const Tensor& dst, const Tensor& src) {
     check_cpu(dst, "copy", "dst");
     check_cpu(src, "copy", "src");
-    DF_CHECK(dst.numel() == src.numel(), "copy: dst {} and src {} differ in element count",
-             dst.describe(), src.describe());
+    check_copy_shapes(dst, src);
     const int64_t n = src.numel();
     if (n == 0) return;
     if (dst.dtype() == src.dtype()) {
@@ -49,10 +48,7 @@ void copy(const Exec& ex, const Tensor& dst, const Tensor& src) {
 void copy_columns(const Exec&, const Tensor& dst, int64_t col, const Tensor& src) {
     check_cpu(dst, "copy_columns", "dst");
     check_cpu(src, "copy_columns", "src");
-    DF_CHECK(dst.rank() == 2 && src.rank() == 2 && dst.dtype() == src.dtype() &&
-                 dst.dim(0) == src.dim(0) && col >= 0 && col + src.dim(1) <= dst.dim(1),
-             "copy_columns: cannot place src {} at column {} of dst {}", src.describe(), col,
-             dst.describe());
+    check_copy_columns_shapes(dst, col, src);
     const size_t es = dtype_size(src.dtype());
     const size_t row_bytes = static_cast<size_t>(src.dim(1)) * es;
     const auto* s = static_cast<const char*>(src.data());

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "backend/cpu/cpu_ops.h"
-#include "backend/dflash2_op_shapes.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cpu {
 namespace {
@@ -24,21 +24,21 @@ struct Conv {
     int64_t taps(int64_t r) const { return std::min(d.k, r % bs + 1); }
 };
 
-Conv make_conv(const Tensor& x, const Tensor& base, const Tensor& delta, int64_t half,
-               int64_t block_size, const Tensor& y, const char* op) {
+void check_inputs(const Tensor& x, const Tensor& base, const Tensor& delta, const Tensor& y,
+                  const char* op) {
     check_cpu_f32(x, op, "x");
     check_cpu_f32(base, op, "base");
     check_cpu_f32(delta, op, "delta");
     check_cpu_f32(y, op, "output");
-    return Conv{check_dyn_conv_shapes(x, base, delta, half, block_size, y, op), half, block_size,
-                base.f32(), delta.f32()};
 }
 
 }  // namespace
 
 void dyn_conv_fwd(const Exec& ex, const Tensor& x, const Tensor& base, const Tensor& delta,
                   int64_t half, int64_t block_size, const Tensor& y) {
-    const Conv cv = make_conv(x, base, delta, half, block_size, y, "dyn_conv_fwd");
+    check_inputs(x, base, delta, y, "dyn_conv_fwd");
+    const Conv cv{check_dyn_conv_fwd_shapes(x, base, delta, half, block_size, y), half, block_size,
+                  base.f32(), delta.f32()};
     const int64_t D = cv.d.D;
     const float* xs = x.f32();
     float* ys = y.f32();
@@ -56,16 +56,13 @@ void dyn_conv_fwd(const Exec& ex, const Tensor& x, const Tensor& base, const Ten
 void dyn_conv_bwd(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& base,
                   const Tensor& delta, int64_t half, int64_t block_size, const Tensor& dx,
                   const Tensor& dbase, const Tensor& ddelta) {
-    const Conv cv = make_conv(x, base, delta, half, block_size, dx, "dyn_conv_bwd");
+    check_inputs(x, base, delta, dx, "dyn_conv_bwd");
     check_cpu_f32(dy, "dyn_conv_bwd", "dy");
     check_cpu_f32(dbase, "dyn_conv_bwd", "dbase");
     check_cpu_f32(ddelta, "dyn_conv_bwd", "ddelta");
-    DF_CHECK(
-        dy.shape() == x.shape() && dbase.shape() == base.shape() && ddelta.shape() == delta.shape(),
-        "dyn_conv_bwd: dy {}, dbase {}, ddelta {}; expected the shapes of x {}, base {}, "
-        "delta {}",
-        dy.describe(), dbase.describe(), ddelta.describe(), x.describe(), base.describe(),
-        delta.describe());
+    const Conv cv{
+        check_dyn_conv_bwd_shapes(dy, x, base, delta, half, block_size, dx, dbase, ddelta), half,
+        block_size, base.f32(), delta.f32()};
     const int64_t R = cv.d.R, D = cv.d.D, k = cv.d.k, G = cv.d.G, S = cv.d.S;
     const float* xs = x.f32();
     const float* g = dy.f32();

@@ -1,17 +1,14 @@
 // Residual add / gradient accumulation (y += alpha * x), scaling (y *= alpha) and row biases.
 // Tested by tests/ops/elementwise_test.cpp.
 #include "backend/cpu/cpu_ops.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cpu {
 
-// Tensors are contiguous, so only the element count has to agree (a [S, H, Dh] view may be added
-// to its [S, H*Dh] twin).
 void add_inplace(const Exec& ex, const Tensor& y, const Tensor& x, float alpha) {
     check_cpu_f32(y, "add_inplace", "y");
     check_cpu_f32(x, "add_inplace", "x");
-    DF_CHECK(y.numel() == x.numel(),
-             "add_inplace: y has shape {} ({} elements) but x has {} ({} elements)",
-             y.shape().to_string(), y.numel(), x.shape().to_string(), x.numel());
+    check_add_inplace_shapes(y, x);
     const int64_t n = y.numel();
     float* py = y.f32();
     const float* px = x.f32();
@@ -33,10 +30,8 @@ void add_inplace(const Exec& ex, const Tensor& y, const Tensor& x, float alpha) 
 void add_row_bias(const Exec& ex, const Tensor& y, const Tensor& bias) {
     check_cpu_f32(y, "add_row_bias", "y");
     check_cpu_f32(bias, "add_row_bias", "bias");
+    check_add_row_bias_shapes(y, bias);
     const int64_t c = bias.numel();
-    DF_CHECK(c > 0 && y.numel() % c == 0 && y.dim(-1) == c,
-             "add_row_bias: y is {} but bias is {}; expected y [R, C] and bias [C]", y.describe(),
-             bias.describe());
     const int64_t rows = y.numel() / c;
     float* py = y.f32();
     const float* pb = bias.f32();

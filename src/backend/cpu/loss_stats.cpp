@@ -4,6 +4,7 @@
 // tests/cuda/loss_stats_cuda_test.cpp).
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cpu {
 
@@ -12,15 +13,8 @@ void loss_stats(const Exec&, const Tensor& loss_rows, const Tensor& argmax, cons
     check_cpu_f32(loss_rows, "loss_stats", "loss_rows");
     check_cpu_f32(weights, "loss_stats", "weights");
     check_cpu_f32(stats, "loss_stats", "stats");
-    const int64_t r = loss_rows.numel();
+    const int64_t r = check_loss_stats_shapes(loss_rows, argmax, labels, weights, period, stats);
     const LossStatsLayout lay{period};
-    DF_CHECK(period >= 1 && stats.numel() == lay.size(),
-             "loss_stats: stats is {}, expected f32 [{}] for period {}", stats.describe(),
-             lay.size(), period);
-    DF_CHECK(argmax.dtype() == DType::i32 && labels.dtype() == DType::i32 && argmax.numel() == r &&
-                 labels.numel() == r && weights.numel() == r,
-             "loss_stats: argmax {}, labels {}, weights {} for {} rows", argmax.describe(),
-             labels.describe(), weights.describe(), r);
     const float* loss = loss_rows.f32();
     const float* w = weights.f32();
     const int32_t* am = argmax.i32();
@@ -41,9 +35,7 @@ void loss_stats(const Exec&, const Tensor& loss_rows, const Tensor& argmax, cons
 
 void argmax_rows(const Exec& ex, const Tensor& x, const Tensor& out) {
     check_cpu_f32(x, "argmax_rows", "x");
-    DF_CHECK(x.rank() == 2 && out.dtype() == DType::i32 && out.numel() == x.dim(0),
-             "argmax_rows: x {} and out {}; expected x [R, V] and out i32 [R]", x.describe(),
-             out.describe());
+    check_argmax_rows_shapes(x, out);
     const int64_t rows = x.dim(0), v = x.dim(1);
     parallel_for(ex, rows, rows > 4, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {

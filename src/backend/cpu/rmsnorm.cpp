@@ -6,37 +6,13 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/row_kernels.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cpu {
 namespace {
 
 // Columns per work item of the dw reduction.
 constexpr int64_t kColBlock = 64;
-
-// Returns the number of rows R of x viewed as [R, C], C = w.numel().
-int64_t check_rows(const Tensor& x, const Tensor& w, const char* op) {
-    check_cpu_f32(x, op, "x");
-    check_cpu_f32(w, op, "w");
-    const int64_t c = w.numel();
-    DF_CHECK(c > 0 && x.rank() >= 1 && x.dim(-1) == c,
-             "{}: x has shape {} but w has {} elements; the norm runs over x's last dim, which "
-             "must equal w.numel() (per-head norm: x [S, H, Dh] with w [Dh])",
-             op, x.shape().to_string(), c);
-    return x.numel() / c;
-}
-
-void check_like(const Tensor& t, const Tensor& x, const char* op, const char* name) {
-    check_cpu_f32(t, op, name);
-    DF_CHECK(t.shape() == x.shape(), "{}: {} has shape {} but x has {}; they must match", op, name,
-             t.shape().to_string(), x.shape().to_string());
-}
-
-void check_rstd(const Tensor& rstd, int64_t rows, const char* op) {
-    if (rstd.empty()) return;
-    check_cpu_f32(rstd, op, "rstd");
-    DF_CHECK(rstd.numel() == rows, "{}: rstd has shape {} but x has {} rows of the norm dim", op,
-             rstd.shape().to_string(), rows);
-}
 
 // 1 / sqrt(mean(x^2) + eps), the mean accumulated in double so long rows lose nothing. Eight
 // partial sums (element i goes to i mod 8, row_kernels.h), added in a fixed tree: one running sum
@@ -51,9 +27,11 @@ float row_rstd(const float* x, int64_t c, float eps) {
 
 void rmsnorm_fwd(const Exec& ex, const Tensor& x, const Tensor& w, float eps, const Tensor& y,
                  const Tensor& rstd) {
-    const int64_t rows = check_rows(x, w, "rmsnorm_fwd");
-    check_like(y, x, "rmsnorm_fwd", "y");
-    check_rstd(rstd, rows, "rmsnorm_fwd");
+    check_cpu_f32(x, "rmsnorm_fwd", "x");
+    check_cpu_f32(w, "rmsnorm_fwd", "w");
+    check_cpu_f32(y, "rmsnorm_fwd", "y");
+    if (!rstd.empty()) check_cpu_f32(rstd, "rmsnorm_fwd", "rstd");
+    const int64_t rows = check_rmsnorm_fwd_shapes(x, w, y, rstd);
     const int64_t c = w.numel();
     const float* px = x.f32();
     const float* pw = w.f32();
@@ -75,17 +53,13 @@ void rmsnorm_fwd(const Exec& ex, const Tensor& x, const Tensor& w, float eps, co
 // dw_i += sum_rows dy_i x_i r.
 void rmsnorm_bwd(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& w,
                  const Tensor& rstd, const Tensor& dx, const Tensor& dw) {
-    const int64_t rows = check_rows(x, w, "rmsnorm_bwd");
-    check_like(dy, x, "rmsnorm_bwd", "dy");
-    check_like(dx, x, "rmsnorm_bwd", "dx");
+    check_cpu_f32(dy, "rmsnorm_bwd", "dy");
+    check_cpu_f32(x, "rmsnorm_bwd", "x");
+    check_cpu_f32(w, "rmsnorm_bwd", "w");
+    check_cpu_f32(dx, "rmsnorm_bwd", "dx");
     check_cpu_f32(dw, "rmsnorm_bwd", "dw");
-    DF_CHECK(dw.numel() == w.numel(), "rmsnorm_bwd: dw has shape {} but w has {}",
-             dw.shape().to_string(), w.shape().to_string());
-    DF_CHECK(!rstd.empty() || rows == 0,
-             "rmsnorm_bwd: rstd is empty; pass the rstd [{}] that "
-             "rmsnorm_fwd wrote",
-             rows);
-    check_rstd(rstd, rows, "rmsnorm_bwd");
+    if (!rstd.empty()) check_cpu_f32(rstd, "rmsnorm_bwd", "rstd");
+    const int64_t rows = check_rmsnorm_bwd_shapes(dy, x, w, rstd, dx, dw);
     const int64_t c = w.numel();
     const float* pdy = dy.f32();
     const float* px = x.f32();

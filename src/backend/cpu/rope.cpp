@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cpu {
 namespace {
@@ -14,21 +15,13 @@ namespace {
 // by the negative angle (the transpose, used by the backward).
 void rotate(const Exec& ex, const Tensor& x, const Tensor& positions, const Tensor& inv_freq,
             float sign, const char* op) {
-    DF_CHECK(x.dtype() == DType::f32 && x.device().kind == DeviceKind::cpu,
-             "{}: x is {}, expected a CPU f32 tensor", op, x.describe());
-    DF_CHECK(x.rank() == 3, "{}: x has shape {}; expected [S, H, Dh]", op, x.shape().to_string());
+    check_cpu_f32(x, op, "x");
+    check_rope_shapes(x, positions, inv_freq, op);
+    check_cpu_f32(inv_freq, op, "inv_freq");
     const int64_t s_len = x.dim(0);
     const int64_t heads = x.dim(1);
     const int64_t dh = x.dim(2);
     const int64_t half = dh / 2;
-    DF_CHECK(dh % 2 == 0 && inv_freq.numel() == half,
-             "{}: head_dim Dh={} needs an even Dh and inv_freq of Dh/2 entries, got {} (compute "
-             "it with rope_inv_freq(cfg, Dh))",
-             op, dh, inv_freq.describe());
-    check_cpu_f32(inv_freq, op, "inv_freq");
-    DF_CHECK(positions.dtype() == DType::i32 && positions.numel() == s_len,
-             "{}: positions is {} but x has S={} rows; expected i32 [{}]", op, positions.describe(),
-             s_len, s_len);
     const int32_t* pos = positions.i32();
     const float* freq = inv_freq.f32();
     float* px = x.f32();

@@ -9,7 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
-#include "backend/dflash2_op_shapes.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cpu {
 

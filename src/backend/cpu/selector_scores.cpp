@@ -4,32 +4,35 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
-#include "backend/dflash2_op_shapes.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cpu {
 namespace {
 
-SelectorDims check_args(const Tensor& z, const Tensor& pred, const Tensor& cand, const Tensor& a,
-                        const Tensor& bc, const Tensor& scores, const char* op) {
+void check_inputs(const Tensor& z, const Tensor& a, const Tensor& bc, const Tensor& scores,
+                  const char* op) {
     check_cpu_f32(z, op, "z");
     check_cpu_f32(a, op, "predecessor codebook");
     check_cpu_f32(bc, op, "successor codebook");
     check_cpu_f32(scores, op, "scores");
-    const SelectorDims d = check_selector_shapes(z, pred, cand, a, bc, scores, op);
-    // The ids index codebook rows: an id outside the vocabulary would read past them.
+}
+
+// The ids index codebook rows: an id outside the vocabulary would read past them.
+void check_ids(const Tensor& pred, const Tensor& cand, const SelectorDims& d, const char* op) {
     for (const Tensor* ids : {&pred, &cand})
         for (int64_t i = 0; i < ids->numel(); ++i)
             DF_CHECK(ids->i32()[i] >= 0 && ids->i32()[i] < d.V,
                      "{}: {} id {} at entry {} is outside the vocabulary [0, {})", op,
                      ids == &pred ? "predecessor" : "candidate", ids->i32()[i], i, d.V);
-    return d;
 }
 
 }  // namespace
 
 void selector_scores_fwd(const Exec& ex, const Tensor& z, const Tensor& pred, const Tensor& cand,
                          const Tensor& a, const Tensor& bc, const Tensor& out) {
-    const SelectorDims d = check_args(z, pred, cand, a, bc, out, "selector_scores_fwd");
+    check_inputs(z, a, bc, out, "selector_scores_fwd");
+    const SelectorDims d = check_selector_scores_fwd_shapes(z, pred, cand, a, bc, out);
+    check_ids(pred, cand, d, "selector_scores_fwd");
     parallel_for(ex, d.P, d.P * d.Kp * d.K * d.r > 65536, [&](int64_t p0, int64_t p1) {
         std::vector<float> w(d.r);
         for (int64_t p = p0; p < p1; ++p)
@@ -49,14 +52,13 @@ void selector_scores_fwd(const Exec& ex, const Tensor& z, const Tensor& pred, co
 void selector_scores_bwd(const Exec& ex, const Tensor& dscores, const Tensor& z, const Tensor& pred,
                          const Tensor& cand, const Tensor& a, const Tensor& bc, const Tensor& dz,
                          const Tensor& da, const Tensor& dbc) {
-    const SelectorDims d = check_args(z, pred, cand, a, bc, dscores, "selector_scores_bwd");
+    check_inputs(z, a, bc, dscores, "selector_scores_bwd");
     check_cpu_f32(dz, "selector_scores_bwd", "dz");
     check_cpu_f32(da, "selector_scores_bwd", "dA");
     check_cpu_f32(dbc, "selector_scores_bwd", "dB");
-    DF_CHECK(dz.shape() == z.shape() && da.shape() == a.shape() && dbc.shape() == bc.shape(),
-             "selector_scores_bwd: dz {}, dA {}, dB {}; expected the shapes of z {} and the "
-             "codebooks {}",
-             dz.describe(), da.describe(), dbc.describe(), z.describe(), a.describe());
+    const SelectorDims d =
+        check_selector_scores_bwd_shapes(dscores, z, pred, cand, a, bc, dz, da, dbc);
+    check_ids(pred, cand, d, "selector_scores_bwd");
     const float* g = dscores.f32();
     // One rank column per iteration: every sum over slots runs in order, so repeated ids
     // accumulate deterministically without atomics.

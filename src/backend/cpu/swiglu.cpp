@@ -4,15 +4,10 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/row_kernels.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cpu {
 namespace {
-
-void check_like(const Tensor& t, const Tensor& gate, const char* op, const char* name) {
-    check_cpu_f32(t, op, name);
-    DF_CHECK(t.shape() == gate.shape(), "{}: {} has shape {} but gate has {}; they must match", op,
-             name, t.shape().to_string(), gate.shape().to_string());
-}
 
 // Elements whose sigmoids are taken at once (row_sigmoid: exp(-|g|), then 1/(1+e) or e/(1+e)).
 constexpr int64_t kBlock = 256;
@@ -31,9 +26,10 @@ void for_each_sigmoid(const float* g, int64_t i0, int64_t i1, Fn&& fn) {
 }  // namespace
 
 void swiglu_fwd(const Exec& ex, const Tensor& gate, const Tensor& up, const Tensor& out) {
-    check_like(gate, gate, "swiglu_fwd", "gate");
-    check_like(up, gate, "swiglu_fwd", "up");
-    check_like(out, gate, "swiglu_fwd", "out");
+    check_cpu_f32(gate, "swiglu_fwd", "gate");
+    check_cpu_f32(up, "swiglu_fwd", "up");
+    check_cpu_f32(out, "swiglu_fwd", "out");
+    check_swiglu_fwd_shapes(gate, up, out);
     const int64_t n = gate.numel();
     const float* g = gate.f32();
     const float* u = up.f32();
@@ -51,11 +47,12 @@ void swiglu_fwd(const Exec& ex, const Tensor& gate, const Tensor& up, const Tens
 // d silu(g)/dg = s + g s (1 - s), s = sigmoid(g).
 void swiglu_bwd(const Exec& ex, const Tensor& dout, const Tensor& gate, const Tensor& up,
                 const Tensor& dgate, const Tensor& dup) {
-    check_like(gate, gate, "swiglu_bwd", "gate");
-    check_like(dout, gate, "swiglu_bwd", "dout");
-    check_like(up, gate, "swiglu_bwd", "up");
-    check_like(dgate, gate, "swiglu_bwd", "dgate");
-    check_like(dup, gate, "swiglu_bwd", "dup");
+    check_cpu_f32(dout, "swiglu_bwd", "dout");
+    check_cpu_f32(gate, "swiglu_bwd", "gate");
+    check_cpu_f32(up, "swiglu_bwd", "up");
+    check_cpu_f32(dgate, "swiglu_bwd", "dgate");
+    check_cpu_f32(dup, "swiglu_bwd", "dup");
+    check_swiglu_bwd_shapes(dout, gate, up, dgate, dup);
     const int64_t n = gate.numel();
     const float* d = dout.f32();
     const float* g = gate.f32();

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
-#include "backend/dflash2_op_shapes.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cpu {
 

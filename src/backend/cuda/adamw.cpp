@@ -1,8 +1,8 @@
-// CUDA optimizer family (backend.h: adamw_step, sum_squares, clip_scale): master, grad, m, v f32
-// of equal element counts (a whole flat parameter buffer at once), grad_scale f32 [1] on the device
-// or empty, value bf16 (the compute copy) or empty; sum_squares and clip_scale f32 [1] outputs.
-// The step's scalars are computed here in double exactly as the CPU reference computes them.
-// Tested by tests/cuda/adamw_cuda_test.cpp.
+// CUDA optimizer family (backend/op_list.h: adamw_step, sum_squares, clip_scale): master, grad, m,
+// v f32 of equal element counts (a whole flat parameter buffer at once), grad_scale f32 [1] on the
+// device or empty, value bf16 (the compute copy) or empty; sum_squares and clip_scale f32 [1]
+// outputs. The step's scalars are computed here in double exactly as the CPU reference computes
+// them. Tested by tests/cuda/adamw_cuda_test.cpp.
 #include <cmath>
 
 #include "backend/cuda/cuda_ops.h"
@@ -20,8 +20,7 @@ float* fptr(const Tensor& t) {
 
 void check_one(const Exec& ex, const Tensor& t, const char* op, const char* name) {
     check_tensor(ex, t, DType::f32, op, name);
-    DF_CHECK(t.numel() == 1 && !t.empty(), "{}: {} is {}, expected f32 [1]", op, name,
-             t.describe());
+    check_one_element(t, op, name);
 }
 
 }  // namespace
@@ -34,17 +33,10 @@ void adamw_step(const Exec& ex, const Tensor& master, const Tensor& grad, const 
     check_tensor(ex, grad, DType::f32, op, "grad");
     check_tensor(ex, m, DType::f32, op, "m");
     check_tensor(ex, v, DType::f32, op, "v");
-    check_adamw_args(master, grad, m, v, p);
-    if (!grad_scale.empty()) check_one(ex, grad_scale, op, "grad_scale");
-    if (!value.empty()) {
-        check_tensor(ex, value, DType::bf16, op, "value");
-        check_numel(value, master, op, "value", "master");
-    }
-    if (!p.scalars.empty()) {
-        check_tensor(ex, p.scalars, DType::f32, op, "scalars");
-        DF_CHECK(p.scalars.numel() == 3, "adamw_step: scalars is {}, expected f32 [3]",
-                 p.scalars.describe());
-    }
+    check_tensor(ex, grad_scale, DType::f32, op, "grad_scale");
+    check_tensor(ex, value, DType::bf16, op, "value");
+    check_tensor(ex, p.scalars, DType::f32, op, "scalars");
+    check_adamw_args(master, grad, m, v, p, grad_scale, value);
     if (master.numel() == 0) return;
     const AdamWStepScalars step = adamw_step_scalars(p);
     kernels::AdamWScalars sc{};

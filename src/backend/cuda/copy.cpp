@@ -1,6 +1,6 @@
-// CUDA copy family (backend.h: copy, copy_columns, fill): checks here, kernels in kernels/copy.cu.
-// Also the dtype checks every element-wise family shares (op_checks.h).
-// Tested by tests/cuda/copy_cuda_test.cpp and tests/cuda/cuda_backend_test.cpp.
+// CUDA copy family (backend/op_list.h: copy, copy_columns, fill): checks here, kernels in
+// kernels/copy.cu. Also the dtype checks every element-wise family shares (op_checks.h). Tested by
+// tests/cuda/copy_cuda_test.cpp and tests/cuda/cuda_backend_test.cpp.
 #include <bit>
 
 #include "backend/cuda/cuda_ops.h"
@@ -15,7 +15,7 @@ namespace dflash::cuda {
 void copy(const Exec& ex, const Tensor& dst, const Tensor& src) {
     check_device(ex, dst, "copy", "dst");
     check_device(ex, src, "copy", "src");
-    check_numel(dst, src, "copy", "dst", "src");
+    check_copy_shapes(dst, src);
     const int64_t n = src.numel();
     if (n == 0) return;
     if (dst.dtype() == src.dtype()) {
@@ -35,10 +35,7 @@ void copy(const Exec& ex, const Tensor& dst, const Tensor& src) {
 void copy_columns(const Exec& ex, const Tensor& dst, int64_t col, const Tensor& src) {
     check_device(ex, dst, "copy_columns", "dst");
     check_device(ex, src, "copy_columns", "src");
-    DF_CHECK(dst.rank() == 2 && src.rank() == 2 && dst.dtype() == src.dtype() &&
-                 dst.dim(0) == src.dim(0) && col >= 0 && col + src.dim(1) <= dst.dim(1),
-             "copy_columns: cannot place src {} at column {} of dst {}", src.describe(), col,
-             dst.describe());
+    check_copy_columns_shapes(dst, col, src);
     if (src.numel() == 0) return;
     const size_t es = dtype_size(src.dtype());
     auto* d = static_cast<char*>(dst.data()) + static_cast<size_t>(col) * es;

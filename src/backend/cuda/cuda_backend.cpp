@@ -104,14 +104,6 @@ class CudaBackend final : public Backend {
                                           cudaMemcpyDeviceToHost, dev_.stream()));
         wait_stream();
     }
-    void copy(const Tensor& dst, const Tensor& src) override { run(cuda::copy, dst, src); }
-    void copy_columns(const Tensor& dst, int64_t col, const Tensor& src) override {
-        run(cuda::copy_columns, dst, col, src);
-    }
-    void fill(const Tensor& t, float value) override { run(cuda::fill, t, value); }
-    void write_rows(const Tensor& dst, const Tensor& row0, const Tensor& src) override {
-        run(cuda::write_rows, dst, row0, src);
-    }
     void synchronize() override {
         hold();
         wait_stream();
@@ -139,119 +131,20 @@ class CudaBackend final : public Backend {
         return make_nccl_collectives(b, host, opt);
     }
 
-    void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, float alpha,
-              float beta) override {
-        run(cuda::gemm, a, ta, b, tb, c, alpha, beta);
+    // Every op of backend/op_list.h queues the cuda:: op of the same name on the stream (see run).
+#define DFLASH_OP(name, params, args)         \
+    void name params override {               \
+        run(cuda::name, DFLASH_UNPAREN args); \
     }
-    void embedding_fwd(const Tensor& table, const Tensor& ids, const Tensor& out) override {
-        run(cuda::embedding_fwd, table, ids, out);
-    }
-    void embedding_bwd(const Tensor& ids, const Tensor& dout, const Tensor& dtable) override {
-        run(cuda::embedding_bwd, ids, dout, dtable);
-    }
-    void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, const Tensor& y,
-                     const Tensor& rstd) override {
-        run(cuda::rmsnorm_fwd, x, w, eps, y, rstd);
-    }
-    void rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                     const Tensor& dx, const Tensor& dw) override {
-        run(cuda::rmsnorm_bwd, dy, x, w, rstd, dx, dw);
-    }
-    void rope_fwd(const Tensor& x, const Tensor& pos, const Tensor& f) override {
-        run(cuda::rope_fwd, x, pos, f);
-    }
-    void rope_bwd(const Tensor& dx, const Tensor& pos, const Tensor& f) override {
-        run(cuda::rope_bwd, dx, pos, f);
-    }
-    void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask,
-                       const Tensor& out, const Tensor& lse) override {
-        run(cuda::attention_fwd, q, k, v, mask, out, lse);
-    }
-    void attention_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                       const Tensor& out, const Tensor& lse, const AttnMask& mask, const Tensor& dq,
-                       const Tensor& dk, const Tensor& dv) override {
-        run(cuda::attention_bwd, dout, q, k, v, out, lse, mask, dq, dk, dv);
-    }
-    void swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor& out) override {
-        run(cuda::swiglu_fwd, gate, up, out);
-    }
-    void swiglu_bwd(const Tensor& dout, const Tensor& gate, const Tensor& up, const Tensor& dgate,
-                    const Tensor& dup) override {
-        run(cuda::swiglu_bwd, dout, gate, up, dgate, dup);
-    }
-    void add_inplace(const Tensor& y, const Tensor& x, float alpha) override {
-        run(cuda::add_inplace, y, x, alpha);
-    }
-    void scale_inplace(const Tensor& y, float alpha) override {
-        run(cuda::scale_inplace, y, alpha);
-    }
-    void add_row_bias(const Tensor& y, const Tensor& bias) override {
-        run(cuda::add_row_bias, y, bias);
-    }
-    void lm_head_ce(const Tensor& h, const Tensor& w, const Tensor& labels, const Tensor& weights,
-                    float grad_scale, int64_t chunk, const LmHeadCeOut& out) override {
-        run(cuda::lm_head_ce, h, w, labels, weights, grad_scale, chunk, out);
-    }
+#include "backend/op_list.h"
+
     int64_t lm_head_ce_workspace(int64_t rows, int64_t dim, int64_t vocab,
                                  int64_t chunk) const override {
         return cuda::lm_head_ce_workspace(rows, dim, vocab, chunk);
     }
-    void loss_stats(const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,
-                    const Tensor& weights, int64_t period, const Tensor& stats) override {
-        run(cuda::loss_stats, loss_rows, argmax, labels, weights, period, stats);
-    }
-    void sum_squares(const Tensor& x, const Tensor& out) override {
-        run(cuda::sum_squares, x, out);
-    }
-    void clip_scale(const Tensor& norm_sq, float max_norm, const Tensor& scale) override {
-        run(cuda::clip_scale, norm_sq, max_norm, scale);
-    }
-    void adamw_step(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
-                    const AdamWParams& p, const Tensor& grad_scale, const Tensor& value) override {
-        run(cuda::adamw_step, master, grad, m, v, p, grad_scale, value);
-    }
-    void argmax_rows(const Tensor& x, const Tensor& out) override {
-        run(cuda::argmax_rows, x, out);
-    }
-    void sample_rows(const Tensor& logits, const SampleParams& p, const Tensor& uniforms,
-                     const Tensor& out) override {
-        run(cuda::sample_rows, logits, p, uniforms, out);
-    }
-    // DFlash2 ops (kept together at the end of the op list).
-    void dyn_conv_fwd(const Tensor& x, const Tensor& base, const Tensor& delta, int64_t half,
-                      int64_t block_size, const Tensor& y) override {
-        run(cuda::dyn_conv_fwd, x, base, delta, half, block_size, y);
-    }
-    void dyn_conv_bwd(const Tensor& dy, const Tensor& x, const Tensor& base, const Tensor& delta,
-                      int64_t half, int64_t block_size, const Tensor& dx, const Tensor& dbase,
-                      const Tensor& ddelta) override {
-        run(cuda::dyn_conv_bwd, dy, x, base, delta, half, block_size, dx, dbase, ddelta);
-    }
-    void selector_scores_fwd(const Tensor& z, const Tensor& pred, const Tensor& cand,
-                             const Tensor& a, const Tensor& bc, const Tensor& out) override {
-        run(cuda::selector_scores_fwd, z, pred, cand, a, bc, out);
-    }
-    void selector_scores_bwd(const Tensor& dscores, const Tensor& z, const Tensor& pred,
-                             const Tensor& cand, const Tensor& a, const Tensor& bc,
-                             const Tensor& dz, const Tensor& da, const Tensor& dbc) override {
-        run(cuda::selector_scores_bwd, dscores, z, pred, cand, a, bc, dz, da, dbc);
-    }
-    void topk_rows(const Tensor& x, const Tensor& values, const Tensor& indices) override {
-        run(cuda::topk_rows, x, values, indices);
-    }
-    void selector_inject(const Tensor& logits, const Tensor& labels, const Tensor& values,
-                         const Tensor& ids, const Tensor& label_pos, const Tensor& hit) override {
-        run(cuda::selector_inject, logits, labels, values, ids, label_pos, hit);
-    }
-    void selector_ce(const SelectorCeArgs& a) override { run(cuda::selector_ce, a); }
-    void selector_stats(const Tensor& loss_rows, const Tensor& pick, const Tensor& label_pos,
-                        const Tensor& hit, const Tensor& weights, int64_t block,
-                        const Tensor& stats) override {
-        run(cuda::selector_stats, loss_rows, pick, label_pos, hit, weights, block, stats);
-    }
-    void selector_unary_bwd(const Tensor& dvalues, const Tensor& ids, const Tensor& w,
-                            const Tensor& out) override {
-        run(cuda::selector_unary_bwd, dvalues, ids, w, out);
+    int64_t lm_head_kl_workspace(int64_t rows, int64_t dim, int64_t vocab,
+                                 int64_t chunk) const override {
+        return cuda::lm_head_kl_workspace(rows, dim, vocab, chunk);
     }
 
     void release() {
@@ -259,15 +152,6 @@ class CudaBackend final : public Backend {
         DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream()));
         owner_.store(std::thread::id(), std::memory_order_relaxed);
         while (dev_.held_by_this_thread()) dev_.release();
-    }
-
-    void lm_head_kl(const Tensor& h, const Tensor& t, const Tensor& w, const Tensor& weights,
-                    float grad_scale, int64_t chunk, const LmHeadKlOut& out) override {
-        run(cuda::lm_head_kl, h, t, w, weights, grad_scale, chunk, out);
-    }
-    int64_t lm_head_kl_workspace(int64_t rows, int64_t dim, int64_t vocab,
-                                 int64_t chunk) const override {
-        return cuda::lm_head_kl_workspace(rows, dim, vocab, chunk);
     }
 
   private:

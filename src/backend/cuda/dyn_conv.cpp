@@ -1,9 +1,9 @@
-// CUDA grouped dynamic causal convolution (backend.h: dyn_conv_fwd, dyn_conv_bwd): x, base,
+// CUDA grouped dynamic causal convolution (backend/op_list.h: dyn_conv_fwd, dyn_conv_bwd): x, base,
 // delta, y, dy, dx, ddelta bf16; dbase f32. Tested by tests/cuda/dyn_conv_cuda_test.cpp.
 #include "backend/cuda/kernels/dyn_conv.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/op_checks.h"
-#include "backend/dflash2_op_shapes.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cuda {
 namespace {
@@ -28,8 +28,7 @@ void dyn_conv_fwd(const Exec& ex, const Tensor& x, const Tensor& base, const Ten
     check_tensor(ex, base, DType::bf16, op, "base");
     check_tensor(ex, delta, DType::bf16, op, "delta");
     check_tensor(ex, y, DType::bf16, op, "y");
-    const DynConvDims d = check_dyn_conv_shapes(x, base, delta, half, block_size, y, op);
-    DF_CHECK(y.data() != x.data(), "{}: y may not alias x", op);
+    const DynConvDims d = check_dyn_conv_fwd_shapes(x, base, delta, half, block_size, y);
     kernels::dyn_conv_fwd(cptr(x), cptr(base), cptr(delta), ptr(y), shape_of(d, block_size, half),
                           ex.stream);
 }
@@ -45,10 +44,8 @@ void dyn_conv_bwd(const Exec& ex, const Tensor& dy, const Tensor& x, const Tenso
     check_tensor(ex, dx, DType::bf16, op, "dx");
     check_tensor(ex, dbase, DType::f32, op, "dbase");
     check_tensor(ex, ddelta, DType::bf16, op, "ddelta");
-    const DynConvDims d = check_dyn_conv_shapes(x, base, delta, half, block_size, dx, op);
-    check_same_shape(dy, x, op, "dy", "x");
-    check_same_shape(dbase, base, op, "dbase", "base");
-    check_same_shape(ddelta, delta, op, "ddelta", "delta");
+    const DynConvDims d =
+        check_dyn_conv_bwd_shapes(dy, x, base, delta, half, block_size, dx, dbase, ddelta);
     kernels::dyn_conv_bwd(cptr(dy), cptr(x), cptr(base), cptr(delta), ptr(dx), dbase.f32(),
                           ptr(ddelta), shape_of(d, block_size, half), ex.stream);
 }

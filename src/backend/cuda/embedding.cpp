@@ -1,8 +1,8 @@
-// CUDA embedding family (backend.h: embedding_fwd, embedding_bwd): table bf16 [V, D], ids i32 [S]
-// on the device, out / dout bf16 [S, D], dtable f32 [V, D]. The ids cannot be validated here (they
-// live on the device): callers validate them on the host before upload, and the kernels skip (bwd)
-// or zero (fwd) an id outside [0, V) instead of reading out of bounds.
-// Tested by tests/cuda/embedding_cuda_test.cpp.
+// CUDA embedding family (backend/op_list.h: embedding_fwd, embedding_bwd): table bf16 [V, D], ids
+// i32 [S] on the device, out / dout bf16 [S, D], dtable f32 [V, D]. The ids cannot be validated
+// here (they live on the device): callers validate them on the host before upload, and the kernels
+// skip (bwd) or zero (fwd) an id outside [0, V) instead of reading out of bounds. Tested by
+// tests/cuda/embedding_cuda_test.cpp.
 #include <limits>
 
 #include "backend/cuda/cuda_ops.h"

@@ -1,11 +1,12 @@
 // cuda::loss_stats and cuda::argmax_rows: checks and dispatch (semantics: Backend::loss_stats and
-// Backend::argmax_rows in backend/backend.h; the CPU reference is backend/cpu/loss_stats.cpp).
+// Backend::argmax_rows in backend/op_list.h; the CPU reference is backend/cpu/loss_stats.cpp).
 // Tested by tests/cuda/loss_stats_cuda_test.cpp.
 #include "backend/cuda/kernels/loss_stats.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/kernels/row_stats.h"
 #include "backend/cuda/op_workspace.h"
+#include "backend/op_shapes.h"
 #include "core/error.h"
 
 namespace dflash::cuda {
@@ -17,19 +18,9 @@ void loss_stats(const Exec& ex, const Tensor& loss_rows, const Tensor& argmax, c
                                   std::pair{&stats, "stats"}}) {
         check_device(ex, *t, "loss_stats", name);
     }
-    const int64_t r = loss_rows.numel();
-    const LossStatsLayout lay{period};
     DF_CHECK(period >= 1 && period <= kLossStatsMaxPeriod,
              "loss_stats: period {} is outside [1, {}]", period, kLossStatsMaxPeriod);
-    DF_CHECK(stats.dtype() == DType::f32 && stats.numel() == lay.size(),
-             "loss_stats: stats is {}, expected f32 [{}] for period {}", stats.describe(),
-             lay.size(), period);
-    DF_CHECK(loss_rows.dtype() == DType::f32 && weights.dtype() == DType::f32 &&
-                 argmax.dtype() == DType::i32 && labels.dtype() == DType::i32 &&
-                 argmax.numel() == r && labels.numel() == r && weights.numel() == r,
-             "loss_stats: loss_rows {}, argmax {}, labels {}, weights {}; expected f32, i32, i32, "
-             "f32 of {} rows",
-             loss_rows.describe(), argmax.describe(), labels.describe(), weights.describe(), r);
+    const int64_t r = check_loss_stats_shapes(loss_rows, argmax, labels, weights, period, stats);
     if (r == 0) return;
     loss_stats_rows(loss_rows.f32(), argmax.i32(), labels.i32(), weights.f32(), r, period,
                     stats.f32(), ex.stream);
@@ -38,10 +29,8 @@ void loss_stats(const Exec& ex, const Tensor& loss_rows, const Tensor& argmax, c
 void argmax_rows(const Exec& ex, const Tensor& x, const Tensor& out) {
     check_device(ex, x, "argmax_rows", "x");
     check_device(ex, out, "argmax_rows", "out");
-    DF_CHECK(x.dtype() == DType::f32 && x.rank() == 2 && out.dtype() == DType::i32 &&
-                 out.numel() == x.dim(0),
-             "argmax_rows: x {} and out {}; expected x f32 [R, V] and out i32 [R]", x.describe(),
-             out.describe());
+    DF_CHECK(x.dtype() == DType::f32, "argmax_rows: x is {}, expected f32", x.describe());
+    check_argmax_rows_shapes(x, out);
     const int64_t rows = x.dim(0), v = x.dim(1);
     DF_CHECK(v >= 1 && v <= INT32_MAX, "argmax_rows: x {} has no columns or too many for i32",
              x.describe());

@@ -1,8 +1,9 @@
-// CUDA RoPE family (backend.h: rope_fwd, rope_bwd): x bf16 [S, H, Dh] rotated in place, positions
-// i32 [S] and inv_freq f32 [Dh/2] on the device. Tested by tests/cuda/rope_cuda_test.cpp.
+// CUDA RoPE family (backend/op_list.h: rope_fwd, rope_bwd): x bf16 [S, H, Dh] rotated in place,
+// positions i32 [S] and inv_freq f32 [Dh/2] on the device. Tested by tests/cuda/rope_cuda_test.cpp.
 #include "backend/cuda/kernels/rope.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/op_checks.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cuda {
 namespace {
@@ -12,17 +13,10 @@ void rotate(const Exec& ex, const Tensor& x, const Tensor& positions, const Tens
     check_tensor(ex, x, DType::bf16, op, "x");
     check_tensor(ex, positions, DType::i32, op, "positions");
     check_tensor(ex, inv_freq, DType::f32, op, "inv_freq");
-    DF_CHECK(x.rank() == 3, "{}: x has shape {}; expected [S, H, Dh]", op, x.shape().to_string());
+    check_rope_shapes(x, positions, inv_freq, op);
     const int64_t s_len = x.dim(0);
     const int64_t heads = x.dim(1);
     const int64_t dh = x.dim(2);
-    DF_CHECK(dh % 2 == 0 && inv_freq.numel() == dh / 2,
-             "{}: head_dim Dh={} needs an even Dh and inv_freq of Dh/2 entries, got {} (compute "
-             "it with rope_inv_freq(cfg, Dh))",
-             op, dh, inv_freq.describe());
-    DF_CHECK(positions.numel() == s_len,
-             "{}: positions is {} but x has S={} rows; expected i32 [{}]", op, positions.describe(),
-             s_len, s_len);
     DF_CHECK(heads < (int64_t{1} << 30) && dh < (int64_t{1} << 30),
              "{}: x {} has too many heads or too long a head", op, x.describe());
     if (x.numel() == 0) return;

@@ -1,11 +1,11 @@
-// CUDA selector loss family (backend.h: selector_inject, selector_ce, selector_stats,
+// CUDA selector loss family (backend/op_list.h: selector_inject, selector_ce, selector_stats,
 // selector_unary_bwd): checks and dispatch; every tensor f32 / i32 as on the CPU except the LM head
 // of selector_unary_bwd (bf16). Tested by tests/cuda/selector_loss_cuda_test.cpp.
 #include "backend/cuda/kernels/selector_loss.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/op_checks.h"
-#include "backend/dflash2_op_shapes.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cuda {
 

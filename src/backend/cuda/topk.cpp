@@ -1,4 +1,4 @@
-// CUDA top-K over rows (backend.h: topk_rows): x f32 [R, V], values f32 [R, K], indices i32
+// CUDA top-K over rows (backend/op_list.h: topk_rows): x f32 [R, V], values f32 [R, K], indices i32
 // [R, K]. Tested by tests/cuda/topk_cuda_test.cpp.
 #include "backend/cuda/kernels/topk.h"
 
@@ -6,7 +6,7 @@
 
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/op_checks.h"
-#include "backend/dflash2_op_shapes.h"
+#include "backend/op_shapes.h"
 
 namespace dflash::cuda {
 

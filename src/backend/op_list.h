@@ -1,0 +1,248 @@
+// The op set, written once: every Backend op that each backend implements the same way, as a
+// free function of its own (cpu::<name>, cuda::<name>) taking the backend's Exec and then the
+// op's arguments. Each entry is
+//     DFLASH_OP(name, (parameters), (arguments))
+// with the op's contract in the comment above it: shapes, the dtypes every backend shares, what
+// is overwritten and what accumulated. All tensors are row-major and contiguous. An op's shape
+// contract is checked by its check_* function in backend/op_shapes.h (grouped by family), which
+// the CPU reference and the CUDA op both call (so both reject a bad shape with the same message);
+// dtypes and devices differ per backend and are checked by each.
+//
+// No include guard: a file that needs the list defines DFLASH_OP (and DFLASH_OP_DEFAULT, for the
+// one declaration that carries the callers' default arguments) and includes this file, which
+// undefines both at its end. It generates the Backend virtuals (backend.h), the cpu:: and cuda::
+// declarations (cpu/cpu_ops.h, cuda/cuda_ops.h), the CPU and CUDA backends' forwarders and the
+// planning backend's no-ops.
+//
+// Adding an op: its entry here; its shape check in backend/op_shapes.{h,cpp}; its CPU reference
+// in cpu/<family>.cpp; its CUDA op in cuda/<family>.cpp with kernels/<family>.{cu,h}; their tests
+// (tests/ops/<family>_test.cpp, tests/cuda/<family>_cuda_test.cpp). Nothing else.
+// Written by hand on Backend instead, because each backend does them its own way: memory,
+// transfers and steps, prepare_bf16_weight / linear (an optional prepared weight) and the
+// lm_head_*_workspace queries (const, returning sizes; the planning backend asks the real one).
+// Covered by every op test (tests/ops, tests/cuda) through the declarations it generates.
+
+#ifndef DFLASH_OP
+#error "define DFLASH_OP(name, params, args) before including backend/op_list.h"
+#endif
+#ifndef DFLASH_OP_DEFAULT
+#define DFLASH_OP_DEFAULT(value)
+#endif
+#ifndef DFLASH_UNPAREN
+// DFLASH_UNPAREN params -> the parameters without their parentheses (to prepend an Exec).
+#define DFLASH_UNPAREN(...) __VA_ARGS__
+#endif
+
+// ---- copies on the device ---------------------------------------------------------------------
+// dst = src on the device, same element count; f32 <-> bf16 convert (round to nearest even),
+// other dtypes must match.
+DFLASH_OP(copy, (const Tensor& dst, const Tensor& src), (dst, src))
+// dst[:, col : col + C] = src for dst [R, W] and src [R, C] (same dtype).
+DFLASH_OP(copy_columns, (const Tensor& dst, int64_t col, const Tensor& src), (dst, col, src))
+// Every element = value (f32, bf16; i32 takes the value as an integer).
+DFLASH_OP(fill, (const Tensor& t, float value), (t, value))
+// dst[row0[0] + i] = src[i] for every row i of src (rows: the first dimension; the rest of the
+// shape and the dtype equal). row0 i32 [1] lives on the device, so the step that writes a KV
+// cache row is the same step at every position (one captured graph serves them all). Rows
+// that would land past dst's end are not written: callers check the capacity on the host.
+DFLASH_OP(write_rows, (const Tensor& dst, const Tensor& row0, const Tensor& src), (dst, row0, src))
+
+// ---- GEMM ---------------------------------------------------------------------------------------
+// C = alpha * op(A) · op(B) + beta * C, op(X) = X or Xᵀ. A linear layer with an HF weight
+// W [out, in] is gemm(x, false, W, true, y): y[M, out] = x[M, in] · Wᵀ. Tensors of rank > 2
+// are viewed as [numel / last, last]. CUDA: A and B bf16, C bf16 or f32 (f32 for parameter
+// gradients, accumulated with beta = 1).
+DFLASH_OP(gemm,
+          (const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
+           float alpha DFLASH_OP_DEFAULT(1.0f), float beta DFLASH_OP_DEFAULT(0.0f)),
+          (a, trans_a, b, trans_b, c, alpha, beta))
+
+// ---- embedding ----------------------------------------------------------------------------------
+// out[S, D] = table[ids[s]]; ids i32 [S], table [V, D].
+DFLASH_OP(embedding_fwd, (const Tensor& table, const Tensor& ids, const Tensor& out),
+          (table, ids, out))
+// dtable[ids[s]] += dout[s]; dtable f32. Deterministic (no floating-point atomics).
+DFLASH_OP(embedding_bwd, (const Tensor& ids, const Tensor& dout, const Tensor& dtable),
+          (ids, dout, dtable))
+
+// ---- RMSNorm ------------------------------------------------------------------------------------
+// RMSNorm over the last dim C = w.numel(); x, y viewed as [R, C]; rstd f32 [R] (may be empty).
+DFLASH_OP(rmsnorm_fwd,
+          (const Tensor& x, const Tensor& w, float eps, const Tensor& y, const Tensor& rstd),
+          (x, w, eps, y, rstd))
+// dx overwritten, dw (f32) accumulated (+=). rstd from the forward.
+DFLASH_OP(rmsnorm_bwd,
+          (const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
+           const Tensor& dw),
+          (dy, x, w, rstd, dx, dw))
+
+// ---- RoPE ---------------------------------------------------------------------------------------
+// In place on x [S, Hx, Dh] with positions i32 [S]; inv_freq f32 [Dh/2] (rope_inv_freq, on
+// this device). Angles, cos and sin in f32 as the HF reference computes them.
+DFLASH_OP(rope_fwd, (const Tensor& x, const Tensor& positions, const Tensor& inv_freq),
+          (x, positions, inv_freq))
+// In place on dx: the transpose of the rotation (rotation by the negative angle).
+DFLASH_OP(rope_bwd, (const Tensor& dx, const Tensor& positions, const Tensor& inv_freq),
+          (dx, positions, inv_freq))
+
+// ---- attention ----------------------------------------------------------------------------------
+// q [Sq, H, Dh], k/v [Sk, Hkv, Dh], out [Sq, H, Dh], lse f32 [H, Sq] (may be empty).
+// GQA: head h reads kv head h / (H / Hkv). Scale Dh^-1/2. A row that sees no key gets out 0 and
+// lse -inf. See AttnMask for which keys a query sees.
+DFLASH_OP(attention_fwd,
+          (const Tensor& q, const Tensor& k, const Tensor& v, const AttnMask& mask,
+           const Tensor& out, const Tensor& lse),
+          (q, k, v, mask, out, lse))
+// dq, dk, dv overwritten. Deterministic.
+DFLASH_OP(attention_bwd,
+          (const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+           const Tensor& lse, const AttnMask& mask, const Tensor& dq, const Tensor& dk,
+           const Tensor& dv),
+          (dout, q, k, v, out, lse, mask, dq, dk, dv))
+
+// ---- SwiGLU -------------------------------------------------------------------------------------
+// out = silu(gate) * up over [R, I]. dgate, dup overwritten.
+DFLASH_OP(swiglu_fwd, (const Tensor& gate, const Tensor& up, const Tensor& out), (gate, up, out))
+DFLASH_OP(swiglu_bwd,
+          (const Tensor& dout, const Tensor& gate, const Tensor& up, const Tensor& dgate,
+           const Tensor& dup),
+          (dout, gate, up, dgate, dup))
+
+// ---- element-wise -------------------------------------------------------------------------------
+// y += alpha * x (residual add, gradient accumulation; y may be f32 with x bf16); y *= alpha.
+DFLASH_OP(add_inplace, (const Tensor& y, const Tensor& x, float alpha DFLASH_OP_DEFAULT(1.0f)),
+          (y, x, alpha))
+DFLASH_OP(scale_inplace, (const Tensor& y, float alpha), (y, alpha))
+// y [R, C] += bias [C] on every row (Qwen2's q/k/v projection biases).
+DFLASH_OP(add_row_bias, (const Tensor& y, const Tensor& bias), (y, bias))
+
+// ---- LM head losses -----------------------------------------------------------------------------
+// Final projection + cross-entropy over vocabulary chunks of `chunk` rows of w (never the
+// whole [R, V] logits). h [R, D], w [V, D], labels i32 [R], weights f32 [R]. Rows with weight 0
+// are ignored (their label may be -1). See LmHeadCeOut; out.workspace must hold
+// lm_head_ce_workspace(R, D, V, chunk) f32 elements.
+DFLASH_OP(lm_head_ce,
+          (const Tensor& h, const Tensor& w, const Tensor& labels, const Tensor& weights,
+           float grad_scale, int64_t chunk, const LmHeadCeOut& out),
+          (h, w, labels, weights, grad_scale, chunk, out))
+// Final projection + distillation over vocabulary chunks of `chunk` rows of w (never a whole
+// [R, V] logits matrix): per row r, the teacher p = softmax(t_r · Wᵀ) (no gradient flows into
+// it), the draft q = softmax(h_r · Wᵀ) and loss_r = KL(p || q) = sum_v p_v (log p_v - log q_v)
+// at temperature 1. h, t [R, D], w [V, D], weights f32 [R]; rows with weight 0 are ignored.
+// The gradient with respect to the draft logits is weight_r * (q - p). See LmHeadKlOut;
+// out.workspace must hold lm_head_kl_workspace(R, D, V, chunk) f32 elements.
+DFLASH_OP(lm_head_kl,
+          (const Tensor& h, const Tensor& t, const Tensor& w, const Tensor& weights,
+           float grad_scale, int64_t chunk, const LmHeadKlOut& out),
+          (h, t, w, weights, grad_scale, chunk, out))
+
+// ---- training statistics and the optimizer --------------------------------------------------
+// Adds one micro-batch's loss and accuracy sums into stats f32 [2 + 2P] (see LossStatsLayout):
+// rows r with weights[r] > 0 add weights[r] * loss_rows[r] to the loss sum, weights[r] to the
+// weight sum, and count at position r % P (correct when argmax[r] == labels[r]).
+DFLASH_OP(loss_stats,
+          (const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,
+           const Tensor& weights, int64_t period, const Tensor& stats),
+          (loss_rows, argmax, labels, weights, period, stats))
+// out f32 [1] = sum of x² over x f32 (overwritten). Deterministic.
+DFLASH_OP(sum_squares, (const Tensor& x, const Tensor& out), (x, out))
+// scale f32 [1] = max_norm / (sqrt(norm_sq) + 1e-6) when max_norm > 0 and the norm exceeds it,
+// else 1 (torch.nn.utils.clip_grad_norm_'s rule), computed on the device.
+DFLASH_OP(clip_scale, (const Tensor& norm_sq, float max_norm, const Tensor& scale),
+          (norm_sq, max_norm, scale))
+// Decoupled-weight-decay Adam on fp32 master/grad/moments (any equal element counts: a whole
+// flat parameter buffer at once). The gradient is multiplied by grad_scale[0] (f32 [1], on
+// the device; empty = 1) first. `value` (may be empty) receives the updated master in its own
+// dtype (the bf16 compute copy).
+DFLASH_OP(adamw_step,
+          (const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
+           const AdamWParams& p, const Tensor& grad_scale, const Tensor& value),
+          (master, grad, m, v, p, grad_scale, value))
+
+// ---- decoding -----------------------------------------------------------------------------------
+// out i32 [R] = index of the largest element of each row of x [R, V] (lowest on ties).
+DFLASH_OP(argmax_rows, (const Tensor& x, const Tensor& out), (x, out))
+// out i32 [R]: for each row of logits f32 [R, V], the token that uniforms[r] (f32 in [0, 1),
+// on the device) picks from the row's sampling distribution (backend/sampling.h).
+DFLASH_OP(sample_rows,
+          (const Tensor& logits, const SampleParams& p, const Tensor& uniforms, const Tensor& out),
+          (logits, p, uniforms, out))
+
+// ---- DFlash2: grouped dynamic convolution ---------------------------------------------------
+// Grouped dynamic causal convolution over x [R, D], R rows made of consecutive blocks of
+// block_size rows (R % block_size == 0; row r sits at in-block position r % block_size, so taps
+// never cross a block). base [2, k, D] (k taps), delta [R, 2*k*G] (the kernel projection of the
+// sublayer input, G groups of S = D / G contiguous channels), half 0 (before the sublayer) or 1
+// (after it). The dynamic coefficient belongs to the OUTPUT row:
+//   y[r, c] = sum_{t < k, t <= r % block_size} (base[half, t, c] + delta[r, (half*k + t)*G +
+//             c / S]) * x[r - t, c].
+// y [R, D] may not alias x.
+DFLASH_OP(dyn_conv_fwd,
+          (const Tensor& x, const Tensor& base, const Tensor& delta, int64_t half,
+           int64_t block_size, const Tensor& y),
+          (x, base, delta, half, block_size, y))
+// dx [R, D] overwritten; dbase f32 [2, k, D] accumulated (+=) in its half; ddelta [R, 2*k*G]
+// (compute dtype) overwritten in the half's k*G columns, the other half's left alone.
+// Deterministic.
+DFLASH_OP(dyn_conv_bwd,
+          (const Tensor& dy, const Tensor& x, const Tensor& base, const Tensor& delta, int64_t half,
+           int64_t block_size, const Tensor& dx, const Tensor& dbase, const Tensor& ddelta),
+          (dy, x, base, delta, half, block_size, dx, dbase, ddelta))
+
+// ---- DFlash2: the candidate selector's pair scores and top-K --------------------------------
+// The candidate selector's pair scores (without the unary term): for slot p, predecessor i and
+// candidate j, out[p, i, j] = sum_r A[pred[p, i], r] * z[p, r] * Bc[cand[p, j], r], summed in
+// f32. z [P, r] (hidden_projection of the slot's hidden state), pred i32 [P, Kp], cand i32
+// [P, K] (ids in [0, V)), A / Bc [V, r] (predecessor / successor codebooks), out f32
+// [P, Kp, K].
+DFLASH_OP(selector_scores_fwd,
+          (const Tensor& z, const Tensor& pred, const Tensor& cand, const Tensor& a,
+           const Tensor& bc, const Tensor& out),
+          (z, pred, cand, a, bc, out))
+// dscores f32 [P, Kp, K]; dz [P, r] (compute dtype) overwritten; da / dbc f32 [V, r]
+// accumulated (+=) at the rows the ids name. Deterministic (no floating-point atomics).
+DFLASH_OP(selector_scores_bwd,
+          (const Tensor& dscores, const Tensor& z, const Tensor& pred, const Tensor& cand,
+           const Tensor& a, const Tensor& bc, const Tensor& dz, const Tensor& da,
+           const Tensor& dbc),
+          (dscores, z, pred, cand, a, bc, dz, da, dbc))
+// values f32 [R, K] and indices i32 [R, K]: the K largest entries of each row of x f32 [R, V],
+// largest first, equal values in ascending index order (so indices[r, 0] == argmax_rows).
+// 1 <= K <= V.
+DFLASH_OP(topk_rows, (const Tensor& x, const Tensor& values, const Tensor& indices),
+          (x, values, indices))
+
+// ---- DFlash2: the selector loss (backend/cpu/selector_loss.cpp) -----------------------------
+// Hard target injection after topk_rows(logits, values, ids): for a row r with labels[r] >= 0
+// whose label is candidate k, label_pos[r] = k and hit[r] = 1; a label outside the strict
+// top-K replaces the weakest candidate (k = K-1) with its own logit (values[r, K-1] =
+// logits[r, labels[r]], ids[r, K-1] = labels[r]), label_pos[r] = K-1 and hit[r] = 0. Rows
+// with labels[r] < 0: label_pos -1, hit 0, candidates unchanged. logits f32 [R, V], labels /
+// label_pos / hit i32 [R], values f32 [R, K] and ids i32 [R, K] updated in place.
+DFLASH_OP(selector_inject,
+          (const Tensor& logits, const Tensor& labels, const Tensor& values, const Tensor& ids,
+           const Tensor& label_pos, const Tensor& hit),
+          (logits, labels, values, ids, label_pos, hit))
+// The selector's K-way cross-entropy (see SelectorCeArgs): per row, scores S_k = u(values_k)
+// + pair_k with u the unary post-processing (x multiplier, then the soft cap), loss
+// -log softmax(S)[label_pos] and its gradients.
+DFLASH_OP(selector_ce, (const SelectorCeArgs& a), (a))
+// Adds one micro-batch's selector sums into stats f32 [SelectorStatsLayout{block}.size()]:
+// rows in blocks of `block` rows (row 0 of each block is the anchor), per row the loss,
+// the teacher-forced pick, label_pos and hit of selector_inject / selector_ce and its weight.
+// The self-conditioned path of a block is alive at row k while every trained row 1..k hit and
+// picked the target (teacher-forced predecessors = the path's own while it is alive); the
+// oracle run lasts while the target is in the strict top-K.
+DFLASH_OP(selector_stats,
+          (const Tensor& loss_rows, const Tensor& pick, const Tensor& label_pos, const Tensor& hit,
+           const Tensor& weights, int64_t block, const Tensor& stats),
+          (loss_rows, pick, label_pos, hit, weights, block, stats))
+// out f32 [R, D] = sum_k dvalues[r, k] * w[ids[r, k]] (overwritten): the gradient that the
+// candidates' logits (h_r . w[id]) send to h. dvalues f32 [R, K], ids i32 [R, K], w [V, D]
+// (the compute dtype). Deterministic.
+DFLASH_OP(selector_unary_bwd,
+          (const Tensor& dvalues, const Tensor& ids, const Tensor& w, const Tensor& out),
+          (dvalues, ids, w, out))
+
+#undef DFLASH_OP
+#undef DFLASH_OP_DEFAULT
