@@ -2,14 +2,13 @@
 // tests/tokenizer/hf_fixtures_test.cpp.
 #include "tokenizer/hf_tokenizer.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <unordered_map>
 
 #include "config/settings.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_level.h"
@@ -37,13 +36,10 @@ json parse_json(const std::string& text, const std::string& what) {
     }
 }
 
+// A tokenizer file: a regular file (a directory, a FIFO or /dev/zero behind the name is refused
+// at once) of at most kMaxTokenizerFileBytes.
 std::string read_file(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    DF_CHECK(in.good(), "cannot open {} for reading", p.string());
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    DF_CHECK(!in.bad(), "I/O error reading {}", p.string());
-    return ss.str();
+    return read_input_file(p, kMaxTokenizerFileBytes, "tokenizer file");
 }
 
 class HfTokenizer final : public Tokenizer {
