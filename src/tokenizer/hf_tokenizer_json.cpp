@@ -3,6 +3,7 @@
 #include "tokenizer/hf_tokenizer_json.h"
 
 #include "core/error.h"
+#include "core/json_int.h"
 #include "tokenizer/regex_split.h"
 
 namespace dflash::hf {
@@ -136,7 +137,14 @@ AddedAround read_post_processor(const json& j) {
                  "define its ids",
                  name);
         auto& dst = seen_sequence ? out.after : out.before;
-        for (const auto& id : specials[name]["ids"]) dst.push_back(id.get<int32_t>());
+        DF_CHECK(specials[name]["ids"].is_array(),
+                 "tokenizer.json TemplateProcessing special token \"{}\" has ids {}; expected a "
+                 "list of token ids",
+                 name, specials[name]["ids"].dump());
+        for (const auto& id : specials[name]["ids"])
+            dst.push_back(json_integer<int32_t>(
+                id,
+                fmt::format("tokenizer.json TemplateProcessing special token \"{}\" id", name)));
     }
     return out;
 }
