@@ -59,7 +59,10 @@ class HfTokenizer final : public Tokenizer {
                 ? hf::TokenizerConfig{}
                 : hf::read_tokenizer_config(parse_json(files_.tokenizer_config_json,
                                                        files_.origin + "/tokenizer_config.json"));
-        if (!files_.chat_template_jinja.empty()) cfg.chat_template = files_.chat_template_jinja;
+        if (!files_.chat_template_jinja.empty()) {
+            cfg.chat_template = files_.chat_template_jinja;
+            cfg.chat_template_problem.clear();  // the file wins over the config's entry
+        }
         vocab_size_ = std::max(bpe_.max_id(), added_.max_id()) + 1;
         name_ = fmt::format("hf-bpe:{:016x}", config::fnv1a64(files_.tokenizer_json));
         set_specials(around, cfg);
@@ -141,7 +144,9 @@ class HfTokenizer final : public Tokenizer {
         std::string want = chat.template_name;
         if (want == "auto") {
             want = detect_chat_template(cfg.chat_template);
-            if (cfg.chat_template.empty()) {
+            if (!cfg.chat_template_problem.empty()) {
+                chat_problem_ = cfg.chat_template_problem;
+            } else if (cfg.chat_template.empty()) {
                 chat_problem_ = "tokenizer_config.json has no chat_template";
             } else if (want.empty()) {
                 chat_problem_ =
