@@ -30,7 +30,9 @@ namespace {
 // The tokenizer of `data prepare`: the model directory's (with its chat template) or one by name.
 std::unique_ptr<Tokenizer> prepare_tokenizer(const std::string& model, const std::string& name,
                                              CommandContext& ctx) {
-    if (model.empty()) return make_tokenizer(name);
+    if (model.empty())
+        return make_tokenizer_with_chat(name, chat_options_from_settings(ctx.settings),
+                                        "--tokenizer " + name);
     return load_tokenizer_for_model(model, chat_options_from_settings(ctx.settings));
 }
 

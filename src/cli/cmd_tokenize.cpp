@@ -30,7 +30,7 @@ std::vector<int32_t> parse_ids(std::string text) {
         gap = false;
         joined += c;
     }
-    DF_CHECK(!joined.empty(), "--decode got no ids; give them as 1,2,3");
+    DF_CHECK(!joined.empty(), "--decode got no ids (\"{}\"); give them as 1,2,3", text);
     return parse_id_list(joined);
 }
 
@@ -50,9 +50,12 @@ int cmd_tokenize(CommandContext& ctx) {
     if (!parse_command_args(app, ctx, "tokenize")) return 0;
     DF_CHECK(app.count("text") + app.count("--decode") == 1,
              "give exactly one of TEXT (to encode) or --decode IDS");
-    DF_CHECK(!chat || decode.empty(), "--chat applies to TEXT, not to --decode");
+    // Whether --decode was given, not whether its value is empty: `--decode ""` is a request to
+    // decode no ids (an error), not a request to encode an empty TEXT.
+    const bool decoding = app.count("--decode") > 0;
+    DF_CHECK(!chat || !decoding, "--chat applies to TEXT, not to --decode");
     const auto tok = load_tokenizer_for_model(model, chat_options_from_settings(ctx.settings));
-    if (!decode.empty()) {
+    if (decoding) {
         const std::vector<int32_t> ids = parse_ids(decode);
         std::printf("%s\n", utf8_lossy(tok->decode(ids)).c_str());
         return 0;

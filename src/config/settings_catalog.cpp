@@ -334,8 +334,12 @@ void add_infer(Registry& r) {
     r.add(D::integer("infer.top_k", 0, "keep the k most likely tokens; 0 = off")
               .range(0, 1 << 24)
               .read_by("infer samplers"));
-    r.add(D::real("infer.top_p", 1.0, "nucleus sampling mass; 1 = off")
-              .range(0, 1)
+    // The nucleus always holds at least the most likely token, so a mass of 0 means nothing; the
+    // lower bound is the smallest mass the samplers take (as a float), which keeps that one token.
+    r.add(D::real("infer.top_p", 1.0,
+                  "nucleus sampling mass: keep the most likely tokens until their probability "
+                  "reaches it; 1 = off, 1e-6 = only the most likely token")
+              .range(1e-6, 1)
               .read_by("infer samplers"));
     r.add(D::integer("infer.max_new_tokens", 256, "tokens generated per prompt")
               .range(1, 1 << 24)

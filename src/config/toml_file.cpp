@@ -4,9 +4,6 @@
 #include <fmt/format.h>
 
 #include <toml++/toml.h>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
 
@@ -169,17 +166,9 @@ std::vector<Assignment> parse_toml_text(const Registry& registry, std::string_vi
     return out;
 }
 
-std::vector<Assignment> load_toml_file(const Registry& registry, const std::string& path) {
-    std::error_code ec;
-    // An ifstream opens a directory "successfully" and reads nothing: that would be an empty,
-    // valid config that silently sets nothing.
-    DF_CHECK(!std::filesystem::is_directory(path, ec),
-             "config file `{}` is a directory; --config takes a TOML file (e.g. run.toml)", path);
-    std::ifstream in(path, std::ios::binary);
-    DF_CHECK(in.good(), "config file `{}` cannot be read (does it exist?)", path);
-    std::ostringstream text;
-    text << in.rdbuf();
-    return parse_toml_text(registry, text.str(), path);
+std::vector<Assignment> load_toml_file(const Registry& registry, const std::string& path,
+                                       uint64_t max_bytes) {
+    return parse_toml_text(registry, read_input_file(path, max_bytes, "config file"), path);
 }
 
 }  // namespace dflash::config

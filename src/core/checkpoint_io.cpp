@@ -4,12 +4,11 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <fstream>
 #include <new>
 #include <set>
-#include <sstream>
 
 #include "core/atomic_file.h"
+#include "core/input_file.h"
 
 namespace dflash {
 
@@ -79,14 +78,12 @@ void remove_if_present(const std::filesystem::path& p) {
 
 }  // namespace
 
+// A regular file of at most kMaxJsonFileBytes (read_input_file): an index or config.json that is
+// a FIFO or /dev/zero is refused at once instead of being waited on or read without end.
 json read_json_file(const std::filesystem::path& path) {
-    std::ifstream in(path);
-    DF_CHECK(in.good(), "cannot open '{}' ({})", path.string(),
-             std::filesystem::exists(path) ? "not readable" : "no such file");
-    std::stringstream ss;
-    ss << in.rdbuf();
+    const std::string text = read_input_file(path, kMaxJsonFileBytes, "JSON file");
     try {
-        return json::parse(ss.str());
+        return json::parse(text);
     } catch (const json::parse_error& e) {
         DF_FAIL("'{}' is not valid JSON: {}", path.string(), e.what());
     }

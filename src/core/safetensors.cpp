@@ -16,8 +16,17 @@
 #include <set>
 
 #include "core/atomic_file.h"
+#include "core/input_file.h"
 
 namespace dflash {
+
+namespace {
+
+// Largest header accepted: the JSON of a checkpoint with a million tensors stays below it; a
+// corrupt length field fails with this cap named instead of an allocation of gigabytes.
+constexpr uint64_t kMaxSafetensorsHeaderBytes = uint64_t{100} << 20;
+
+}  // namespace
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; a big-endian host would need byte swapping");
@@ -204,14 +213,9 @@ size_t safetensors_dtype_size(const std::string& dtype) {
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
     SafetensorsFile f;
     f.path_ = path;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    DF_CHECK(fd >= 0, "cannot open safetensors file {}: {}", quoted(path), std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        ::close(fd);
-        DF_FAIL("safetensors file {} is not a regular file", quoted(path));
-    }
-    const auto file_size = static_cast<uint64_t>(st.st_size);
+    // A regular file only: a FIFO or a device named like a checkpoint is refused, not waited on.
+    uint64_t file_size = 0;
+    const int fd = open_input_file(path, "safetensors file", file_size);
     if (file_size < 8) {
         ::close(fd);
         DF_FAIL(
@@ -234,6 +238,10 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
              "safetensors file {}: header length {} is larger than the file ({} bytes); the file "
              "is truncated or not a safetensors file",
              quoted(path), header_len, file_size);
+    DF_CHECK(header_len <= kMaxSafetensorsHeaderBytes,
+             "safetensors file {}: the header is {}, more than the {} cap of a header; the file is "
+             "corrupt or not a safetensors file",
+             quoted(path), byte_size_text(header_len), byte_size_text(kMaxSafetensorsHeaderBytes));
     f.data_start_ = 8 + header_len;
 
     // nlohmann keeps the last of duplicate keys silently; the callback sees every top-level key.

@@ -3,10 +3,10 @@
 #include "data/jsonl.h"
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace dflash {
 
@@ -116,26 +116,32 @@ JsonlRecord parse_jsonl_line(std::string_view line, std::string_view where) {
 }
 
 void read_jsonl(const std::filesystem::path& path,
-                const std::function<void(const JsonlRecord&, const JsonlPosition&)>& fn) {
-    std::error_code ec;
-    const auto size = std::filesystem::file_size(path, ec);
-    DF_CHECK(!ec, "cannot read JSONL file {}: {}", path.string(), ec.message());
-    std::ifstream in(path, std::ios::binary);
-    DF_CHECK(in.good(), "cannot open JSONL file {} for reading", path.string());
+                const std::function<void(const JsonlRecord&, const JsonlPosition&)>& fn,
+                uint64_t max_line_bytes) {
+    // Streamed: a data file may be larger than memory; only one line is held at a time.
+    InputLines in(path, max_line_bytes, "JSONL file");
     JsonlPosition pos;
-    pos.file_bytes = size;
+    pos.file_bytes = in.file_bytes();
     std::string line;
-    while (std::getline(in, line)) {
-        ++pos.line;
-        pos.byte_end = std::min<uint64_t>(pos.byte_end + line.size() + 1, size);
+    while (in.next(line)) {
+        pos.line = in.line_number();
+        pos.byte_end = std::min<uint64_t>(in.offset(), pos.file_bytes);
         std::string_view body = line;
         if (pos.line == 1 && body.starts_with("\xEF\xBB\xBF")) body.remove_prefix(3);  // BOM
         if (!body.empty() && body.back() == '\r') body.remove_suffix(1);
         if (body.find_first_not_of(" \t") == std::string_view::npos) continue;
         const std::string where = fmt::format("{}:{}", path.string(), pos.line);
-        fn(parse_jsonl_line(body, where), pos);
+        const JsonlRecord rec = parse_jsonl_line(body, where);
+        try {
+            fn(rec, pos);
+        } catch (const Error& e) {
+            // What fails while a record is handled (its tokenization, most often) is about that
+            // record: the message names the file and the line, unless it already does.
+            const std::string msg = e.what();
+            if (msg.starts_with(where + ":")) throw;
+            throw Error(fmt::format("{}: {}", where, msg), e.where());
+        }
     }
-    DF_CHECK(!in.bad(), "I/O error reading {} after line {}", path.string(), pos.line);
 }
 
 std::vector<JsonlRecord> read_jsonl_file(const std::filesystem::path& path) {

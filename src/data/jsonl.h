@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/input_file.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dflash {
@@ -38,10 +39,13 @@ struct JsonlPosition {
 // "response" over "text".
 JsonlRecord parse_jsonl_line(std::string_view line, std::string_view where);
 
-// Calls `fn` for every non-empty line of `path`, in order. A malformed line throws an Error
-// naming the file, the line number and what is wrong.
+// Calls `fn` for every non-empty line of `path`, in order, reading one line at a time. `path`
+// must be a regular file (a FIFO or /dev/zero is refused at once) whose lines are at most
+// `max_line_bytes` long. A malformed or overlong line, and an Error thrown by `fn` (a record the
+// tokenizer cannot encode), throw an Error naming the file, the line number and what is wrong.
 void read_jsonl(const std::filesystem::path& path,
-                const std::function<void(const JsonlRecord&, const JsonlPosition&)>& fn);
+                const std::function<void(const JsonlRecord&, const JsonlPosition&)>& fn,
+                uint64_t max_line_bytes = kMaxJsonlLineBytes);
 
 // Convenience: all records of a file.
 std::vector<JsonlRecord> read_jsonl_file(const std::filesystem::path& path);

@@ -10,6 +10,7 @@
 #include "core/atomic_file.h"
 #include "core/checkpoint_io.h"
 #include "core/error.h"
+#include "core/json_int.h"
 
 namespace dflash {
 
@@ -24,6 +25,9 @@ T field(const json& j, const char* key, const std::string& source) {
              "{}: no \"{}\"; re-create the dataset with `dflash "
              "data prepare` (a manifest lists every shard)",
              source, key);
+    // Integers exactly: a get<int64_t>() of 1e30 would give -9223372036854775808.
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+        return json_integer<T>(j.at(key), fmt::format("{}: \"{}\"", source, key));
     try {
         return j.at(key).get<T>();
     } catch (const json::exception&) {

@@ -14,6 +14,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/input_file.h"
 
 namespace dflash {
 
@@ -121,13 +122,9 @@ void ShardWriter::finish() {
 // ---- reader ------------------------------------------------------------------------------------
 
 ShardReader::ShardReader(std::filesystem::path path) : path_(std::move(path)) {
-    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    DF_CHECK(fd_ >= 0, "cannot open shard {}: {}", path_.string(), std::strerror(errno));
+    // A regular file only: a FIFO or a device in a shard's place is refused, not waited on.
+    fd_ = open_input_file(path_, "shard", file_bytes_);
     try {
-        struct stat st {};
-        DF_CHECK(::fstat(fd_, &st) == 0, "cannot stat shard {}: {}", path_.string(),
-                 std::strerror(errno));
-        file_bytes_ = static_cast<uint64_t>(st.st_size);
         load_header_and_index();
     } catch (...) {
         ::close(fd_);

@@ -4,7 +4,6 @@
 
 #include <charconv>
 #include <cstdint>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -118,23 +117,26 @@ Prompt parse_prompt_line(std::string_view line, const Tokenizer* tok, int64_t vo
 }
 
 std::vector<Prompt> read_prompts(const std::filesystem::path& path, const Tokenizer* tok,
-                                 int64_t vocab_size) {
-    std::ifstream in(path, std::ios::binary);
-    DF_CHECK(in.good(), "cannot open prompts file '{}' for reading (does it exist?)",
-             path.string());
+                                 int64_t vocab_size, uint64_t max_line_bytes) {
+    InputLines in(path, max_line_bytes, "prompts file");
     std::vector<Prompt> out;
     std::string line;
-    int64_t lineno = 0;
-    while (std::getline(in, line)) {
-        ++lineno;
+    while (in.next(line)) {
+        const int64_t lineno = in.line_number();
         std::string_view body = line;
         if (lineno == 1 && body.starts_with("\xEF\xBB\xBF")) body.remove_prefix(3);  // BOM
         if (!body.empty() && body.back() == '\r') body.remove_suffix(1);
         if (body.find_first_not_of(" \t") == std::string_view::npos) continue;
-        out.push_back(
-            parse_prompt_line(body, tok, vocab_size, fmt::format("{}:{}", path.string(), lineno)));
+        const std::string where = fmt::format("{}:{}", path.string(), lineno);
+        try {
+            out.push_back(parse_prompt_line(body, tok, vocab_size, where));
+        } catch (const Error& e) {
+            // The tokenizer's own errors (a text it cannot encode) name the prompt's line too.
+            const std::string msg = e.what();
+            if (msg.starts_with(where + ":")) throw;
+            throw Error(fmt::format("{}: {}", where, msg), e.where());
+        }
     }
-    DF_CHECK(!in.bad(), "I/O error reading '{}' after line {}", path.string(), lineno);
     DF_CHECK(!out.empty(),
              "prompts file '{}' holds no prompts; expected one JSON object per line such as "
              "{{\"prompt\": \"Hello\"}}",

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/input_file.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dflash {
@@ -28,9 +29,10 @@ Prompt parse_prompt_line(std::string_view line, const Tokenizer* tok, int64_t vo
                          std::string_view where);
 
 // Every prompt of a JSONL file, in order; blank lines are skipped. Errors name FILE:LINE. A file
-// without any prompt is an error.
+// without any prompt is an error. The file must be a regular file (`--prompts /dev/zero` or a FIFO
+// is refused at once); it is read a line at a time, each line at most `max_line_bytes`.
 std::vector<Prompt> read_prompts(const std::filesystem::path& path, const Tokenizer* tok,
-                                 int64_t vocab_size);
+                                 int64_t vocab_size, uint64_t max_line_bytes = kMaxJsonlLineBytes);
 
 // Plain-text prompt tokens: [bos] text (bos where the tokenizer adds one), no eos.
 std::vector<int32_t> encode_text_prompt(const Tokenizer& tok, std::string_view text);

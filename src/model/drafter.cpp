@@ -51,7 +51,10 @@ DrafterModel::DrafterModel(Backend& be, DrafterConfig cfg)
 }
 
 DrafterModel DrafterModel::load(Backend& be, const std::filesystem::path& dir) {
-    DrafterModel m(be, DrafterConfig::load(dir));
+    DrafterConfig cfg = DrafterConfig::load(dir);
+    // Before anything is allocated; refuses tensors the config does not describe (as inspect does).
+    check_drafter_files(dir, cfg);
+    DrafterModel m(be, std::move(cfg));
     m.params_.load(dir);
     return m;
 }

@@ -10,7 +10,6 @@
 #include "core/atomic_file.h"
 #include "core/checkpoint_io.h"
 #include "core/error.h"
-#include "model/tensor_layout.h"
 
 namespace dflash {
 
@@ -486,7 +485,6 @@ TargetConfig TargetConfig::load(const std::filesystem::path& dir) {
             throw Error(fmt::format("{}: {}", gen.string(), e.what()));
         }
     }
-    check_model_files(dir, target_tensor_specs(c));
     return c;
 }
 
@@ -547,12 +545,24 @@ DrafterConfig DrafterConfig::from_json_unchecked(const json& j) {
     d.layer = parse_layer_fields(j, "qwen3", "a DFlash drafter", d.dflash2());
     const json dc = present(j, "dflash_config") ? j["dflash_config"] : json::object();
     DF_CHECK(dc.is_object(), "dflash_config is {} (expected an object)", dc.dump());
-    // SGLang also accepts block_size and num_target_layers inside dflash_config.
+    // SGLang also accepts block_size and num_target_layers inside dflash_config. Where both
+    // places hold one, engines differ in which they read, so they must agree.
     auto top_or_inner = [&](const char* key) -> int64_t {
-        if (present(j, key)) return as_int(j[key], key);
+        const std::string inner = fmt::format("dflash_config.{}", key);
+        if (present(j, key)) {
+            const int64_t top = as_int(j[key], key);
+            if (present(dc, key)) {
+                const int64_t in = as_int(dc[key], inner);
+                DF_CHECK(top == in,
+                         "{}={} at the top level but {}={}; engines differ in which one they "
+                         "read, so the two must agree",
+                         key, top, inner, in);
+            }
+            return top;
+        }
         DF_CHECK(present(dc, key),
                  "drafter config.json has no '{}' (top-level or in dflash_config)", key);
-        return as_int(dc[key], key);
+        return as_int(dc[key], inner);
     };
     d.block_size = top_or_inner("block_size");
     d.num_target_layers = top_or_inner("num_target_layers");
@@ -650,9 +660,7 @@ int64_t DrafterConfig::layer_window(int64_t l) const {
 }
 
 DrafterConfig DrafterConfig::load(const std::filesystem::path& dir) {
-    DrafterConfig d = load_config(dir, [](const json& j) { return DrafterConfig::from_json(j); });
-    check_model_files(dir, drafter_tensor_specs(d));
-    return d;
+    return load_config(dir, [](const json& j) { return DrafterConfig::from_json(j); });
 }
 
 void DrafterConfig::save(const std::filesystem::path& dir) const {

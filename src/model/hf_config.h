@@ -57,10 +57,9 @@ struct TargetConfig {
     // such as `dflash inspect` that report every problem instead of stopping at the first.
     static TargetConfig from_json_unchecked(const nlohmann::json& j);
     nlohmann::json to_json() const;
-    // dir/config.json, and dir/generation_config.json's eos ids when that file exists; when dir
-    // holds weights, they are checked against the layout the config implies (every tensor, its
-    // shape) and the model's f32 size against this machine's memory (check_model_files), so that
-    // a config that does not describe its weights fails before a model is allocated.
+    // dir/config.json, and dir/generation_config.json's eos ids when that file exists, parsed and
+    // checked for their own consistency (problems()). The weights are not looked at: the model
+    // loaders check them against the config (check_target_files in tensor_layout.h).
     static TargetConfig load(const std::filesystem::path& dir);
     void save(const std::filesystem::path& dir) const;  // atomic
     // Problems that make the config unusable, each a full sentence; empty when valid.
@@ -123,7 +122,8 @@ struct DrafterConfig {
     static DrafterConfig from_json(const nlohmann::json& j);
     static DrafterConfig from_json_unchecked(const nlohmann::json& j);  // see TargetConfig's
     nlohmann::json to_json() const;
-    static DrafterConfig load(const std::filesystem::path& dir);  // checked as TargetConfig::load
+    // dir/config.json, parsed and checked as TargetConfig::load (weights: check_drafter_files).
+    static DrafterConfig load(const std::filesystem::path& dir);
     void save(const std::filesystem::path& dir) const;
     std::vector<std::string> problems() const;
     int64_t num_features() const { return static_cast<int64_t>(target_layer_ids.size()); }  // K

@@ -120,46 +120,15 @@ void load_weights(const std::filesystem::path& dir, DirState& st,
     }
 }
 
-// Missing, unexpected and misshapen tensors against the layout the config implies.
+// Missing, unexpected and misshapen tensors against the layout the config implies: the check the
+// model loaders make (compare_layout), every difference reported.
 void check_layout(const std::vector<TensorSpec>& specs, DirState& st, bool tied, bool drafter,
                   std::vector<std::string>& problems) {
-    std::map<std::string, const TensorSpec*> want;
-    for (const auto& s : specs) want[s.name] = &s;
-    for (const auto& s : specs) {
-        auto it = st.tensors.find(s.name);
-        if (it == st.tensors.end()) {
-            problems.push_back(fmt::format("missing tensor '{}' {}", s.name, shape_str(s.shape)));
-        } else if (it->second.shape != s.shape) {
-            problems.push_back(fmt::format("tensor '{}' has shape {} but the config implies {}",
-                                           s.name, shape_str(it->second.shape),
-                                           shape_str(s.shape)));
-        }
-    }
-    for (const auto& [name, f] : st.tensors) {
-        if (!want.count(name)) {
-            if (name.ends_with("rotary_emb.inv_freq")) {
-                st.notes.push_back(fmt::format("'{}' is a RoPE buffer; ignored", name));
-            } else if (tied && name == "lm_head.weight") {
-                st.notes.push_back(
-                    "lm_head.weight is stored although tie_word_embeddings is "
-                    "true; the tied embedding is used");
-            } else if (drafter && param_group(name) == ParamGroup::embeddings) {
-                problems.push_back(
-                    fmt::format("unexpected tensor '{}' {}: a DFlash drafter "
-                                "borrows the target's embeddings and lm_head and "
-                                "must not store them",
-                                name, shape_str(f.shape)));
-            } else {
-                problems.push_back(
-                    fmt::format("unexpected tensor '{}' {} (not part of the layout "
-                                "the config describes)",
-                                name, shape_str(f.shape)));
-            }
-        } else if (f.dtype != "F32" && f.dtype != "BF16" && f.dtype != "F16") {
-            problems.push_back(
-                fmt::format("tensor '{}' is {}; weights must be F32, BF16 or F16", name, f.dtype));
-        }
-    }
+    std::map<std::string, StoredTensor> stored;
+    for (const auto& [name, f] : st.tensors) stored[name] = {f.dtype, f.shape};
+    const LayoutComparison cmp = compare_layout(specs, stored, tied, drafter);
+    for (const auto& d : cmp.differences) problems.push_back(d.sentence());
+    for (const auto& n : cmp.notes) st.notes.push_back(n);
 }
 
 // Every float tensor with NaN or infinite values.

@@ -54,7 +54,9 @@ TargetModel::TargetModel(Backend& be, TargetConfig cfg)
 }
 
 TargetModel TargetModel::load(Backend& be, const std::filesystem::path& dir) {
-    TargetModel m(be, TargetConfig::load(dir));
+    TargetConfig cfg = TargetConfig::load(dir);
+    check_target_files(dir, cfg);  // before anything is allocated for the model
+    TargetModel m(be, std::move(cfg));
     m.params_.load(dir);
     return m;
 }

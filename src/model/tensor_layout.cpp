@@ -93,7 +93,70 @@ ParamGroup param_group(std::string_view n) {
     return ParamGroup::other;
 }
 
-void check_model_files(const std::filesystem::path& dir, const std::vector<TensorSpec>& specs) {
+std::string LayoutDifference::sentence() const {
+    switch (kind) {
+        case Kind::missing:
+            return fmt::format("missing tensor '{}' [{}]", name, fmt::join(expected, ", "));
+        case Kind::misshapen:
+            return fmt::format("tensor '{}' has shape [{}] but the config implies [{}]", name,
+                               fmt::join(stored, ", "), fmt::join(expected, ", "));
+        case Kind::unexpected:
+            return fmt::format(
+                "unexpected tensor '{}' [{}] (not part of the layout the config describes)", name,
+                fmt::join(stored, ", "));
+        case Kind::stored_embedding:
+            return fmt::format(
+                "unexpected tensor '{}' [{}]: a DFlash drafter borrows the target's embeddings "
+                "and lm_head and must not store them",
+                name, fmt::join(stored, ", "));
+        case Kind::wrong_dtype:
+            return fmt::format("tensor '{}' is {}; weights must be F32, BF16 or F16", name, dtype);
+    }
+    return name;
+}
+
+LayoutComparison compare_layout(const std::vector<TensorSpec>& layout,
+                                const std::map<std::string, StoredTensor>& stored,
+                                bool tied_embeddings, bool drafter) {
+    using Kind = LayoutDifference::Kind;
+    LayoutComparison out;
+    std::map<std::string, const TensorSpec*> want;
+    for (const auto& s : layout) want[s.name] = &s;
+    for (const auto& s : layout) {
+        const auto it = stored.find(s.name);
+        if (it == stored.end())
+            out.differences.push_back({Kind::missing, s.name, {}, s.shape, ""});
+        else if (it->second.shape != s.shape)
+            out.differences.push_back(
+                {Kind::misshapen, s.name, it->second.shape, s.shape, it->second.dtype});
+    }
+    for (const auto& [name, t] : stored) {
+        if (want.count(name)) {
+            if (t.dtype != "F32" && t.dtype != "BF16" && t.dtype != "F16")
+                out.differences.push_back({Kind::wrong_dtype, name, t.shape, {}, t.dtype});
+        } else if (name.ends_with("rotary_emb.inv_freq")) {
+            out.notes.push_back(fmt::format("'{}' is a RoPE buffer; ignored", name));
+        } else if (tied_embeddings && name == "lm_head.weight") {
+            out.notes.push_back(
+                "lm_head.weight is stored although tie_word_embeddings is true; the tied "
+                "embedding is used");
+        } else {
+            const bool embedding = drafter && param_group(name) == ParamGroup::embeddings;
+            out.differences.push_back({embedding ? Kind::stored_embedding : Kind::unexpected,
+                                       name,
+                                       t.shape,
+                                       {},
+                                       t.dtype});
+        }
+    }
+    return out;
+}
+
+namespace {
+
+// The loaders' check (tensor_layout.h): memory, then compare_layout on the stored tensors.
+void check_model_files(const std::filesystem::path& dir, const std::vector<TensorSpec>& specs,
+                       bool tied_embeddings, bool drafter) {
     if (!std::filesystem::exists(dir / kSingleCheckpointFile) &&
         !std::filesystem::exists(dir / kCheckpointIndexFile))
         return;
@@ -106,23 +169,47 @@ void check_model_files(const std::filesystem::path& dir, const std::vector<Tenso
              "{:.3g} GB of memory",
              dir.string(), bytes / 1e9, memory / 1e9);
     const CheckpointReader r = CheckpointReader::open(dir);
+    std::map<std::string, StoredTensor> stored;
+    for (const auto& n : r.names()) stored[n] = {r.dtype(n), r.shape(n)};
+    const LayoutComparison cmp = compare_layout(specs, stored, tied_embeddings, drafter);
     std::vector<std::string> wrong;
-    size_t count = 0;
-    for (const auto& s : specs) {
-        std::string what;
-        if (!r.has(s.name))
-            what = fmt::format("'{}' [{}] is missing", s.name, fmt::join(s.shape, ", "));
-        else if (r.shape(s.name) != s.shape)
-            what = fmt::format("'{}' is [{}] but the config implies [{}]", s.name,
-                               fmt::join(r.shape(s.name), ", "), fmt::join(s.shape, ", "));
-        if (what.empty()) continue;
-        if (++count <= 3) wrong.push_back(what);
+    std::string hint;
+    for (const auto& d : cmp.differences) {
+        using Kind = LayoutDifference::Kind;
+        // DFlash2 modules next to a drafter config without them: the likely mistake, named.
+        if (drafter && d.kind == Kind::unexpected &&
+            (d.name.starts_with("candidate_selector.") ||
+             d.name.find("_conv.") != std::string::npos))
+            hint =
+                " (DFlash2 modules: is this a DFlash2 drafter whose config.json says "
+                "\"architectures\": [\"DFlashDraftModel\"] instead of [\"DFlash2DraftModel\"]?)";
+        if (wrong.size() == 3) continue;
+        // The loaders' compact wording for the common cases (the first few of many).
+        if (d.kind == Kind::missing)
+            wrong.push_back(
+                fmt::format("'{}' [{}] is missing", d.name, fmt::join(d.expected, ", ")));
+        else if (d.kind == Kind::misshapen)
+            wrong.push_back(fmt::format("'{}' is [{}] but the config implies [{}]", d.name,
+                                        fmt::join(d.stored, ", "), fmt::join(d.expected, ", ")));
+        else
+            wrong.push_back(d.sentence());
     }
-    if (count > 3) wrong.push_back(fmt::format("and {} more", count - 3));
+    if (cmp.differences.size() > 3)
+        wrong.push_back(fmt::format("and {} more", cmp.differences.size() - 3));
     DF_CHECK(wrong.empty(),
-             "the weights in '{}' do not match its config.json: {}; `dflash inspect {}` lists "
+             "the weights in '{}' do not match its config.json: {}{}; `dflash inspect {}` lists "
              "every difference",
-             dir.string(), fmt::join(wrong, "; "), dir.string());
+             dir.string(), fmt::join(wrong, "; "), hint, dir.string());
+}
+
+}  // namespace
+
+void check_target_files(const std::filesystem::path& dir, const TargetConfig& c) {
+    check_model_files(dir, target_tensor_specs(c), c.tie_word_embeddings, /*drafter=*/false);
+}
+
+void check_drafter_files(const std::filesystem::path& dir, const DrafterConfig& c) {
+    check_model_files(dir, drafter_tensor_specs(c), /*tied_embeddings=*/false, /*drafter=*/true);
 }
 
 std::string_view param_group_name(ParamGroup g) {

@@ -1,12 +1,13 @@
 // The tensor names and shapes of target checkpoints (HF Qwen3/Llama naming) and DFlash drafter
 // checkpoints (docs/formats.md "DFlash drafter directory"), computed from a config without touching
-// any data. Loaders check files against these lists (check_model_files, before allocating); `dflash
-// inspect` reports what is missing, unexpected or misshapen. Tested by
-// tests/model/tensor_layout_test.cpp.
+// any data. Loaders check files against these lists (check_target_files / check_drafter_files,
+// before allocating) with the same comparison (compare_layout) that `dflash inspect` reports from.
+// Tested by tests/model/tensor_layout_test.cpp.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,11 +38,50 @@ std::vector<TensorSpec> target_tensor_specs(const TargetConfig& c);
 // directory").
 std::vector<TensorSpec> drafter_tensor_specs(const DrafterConfig& c);
 
-// Before a model is allocated (TargetConfig::load, DrafterConfig::load): when `dir` holds weights
-// (model.safetensors or an index), the model's f32 size must fit in this machine's memory and
-// every tensor of `specs` must be in them with its shape (the error names the directory and the
-// first tensors that are not). A directory without weights is left to the weight loader.
-void check_model_files(const std::filesystem::path& dir, const std::vector<TensorSpec>& specs);
+// One tensor as a checkpoint stores it.
+struct StoredTensor {
+    std::string dtype;  // safetensors spelling ("BF16", ...)
+    std::vector<int64_t> shape;
+};
+
+// One way a checkpoint differs from the layout its config implies.
+struct LayoutDifference {
+    enum class Kind {
+        missing,           // in the layout, not stored
+        misshapen,         // stored with another shape
+        unexpected,        // stored, not in the layout
+        stored_embedding,  // a drafter storing embeddings or lm_head (it borrows the target's)
+        wrong_dtype,       // a weight stored as neither F32, BF16 nor F16
+    };
+    Kind kind;
+    std::string name;
+    std::vector<int64_t> stored;    // shape in the checkpoint ([] when missing)
+    std::vector<int64_t> expected;  // shape the layout implies ([] when not in it)
+    std::string dtype;              // stored dtype
+    std::string sentence() const;   // "missing tensor 'x' [2, 3]", ...: one full problem
+};
+
+// The one comparison behind `dflash inspect` and the model loaders (check_target_files,
+// check_drafter_files): the layout's tensors that are missing or misshapen (in layout order), then
+// the stored tensors that are not in it or have a non-float dtype (in name order). Stored tensors
+// that are harmless become `notes` instead: RoPE inv_freq buffers, and lm_head.weight next to tied
+// embeddings.
+struct LayoutComparison {
+    std::vector<LayoutDifference> differences;
+    std::vector<std::string> notes;
+};
+LayoutComparison compare_layout(const std::vector<TensorSpec>& layout,
+                                const std::map<std::string, StoredTensor>& stored,
+                                bool tied_embeddings, bool drafter);
+
+// Before a model is allocated (TargetModel::load, DrafterModel::load): when `dir` holds weights
+// (model.safetensors or an index), the model's f32 size must fit in this machine's memory and the
+// stored tensors must be exactly the layout the config implies (compare_layout: none missing or
+// misshapen, none unexpected, so a DFlash2 drafter whose config says DFlash is refused instead of
+// losing its DFlash2 tensors). The error names the directory and the first differences. A
+// directory without weights is left to the weight loader.
+void check_target_files(const std::filesystem::path& dir, const TargetConfig& c);
+void check_drafter_files(const std::filesystem::path& dir, const DrafterConfig& c);
 
 // Groups for parameter counts.
 enum class ParamGroup { embeddings, attention, mlp, norms, fc, other };

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/json_int.h"
 
 namespace dflash {
 
@@ -29,7 +30,10 @@ AddedTokens AddedTokens::from_json(const nlohmann::json& list) {
         DF_CHECK(!t.value("single_word", false),
                  "tokenizer.json added token \"{}\" is single_word, which dflash does not support",
                  t["content"].get<std::string>());
-        out.add({t["content"].get<std::string>(), t["id"].get<int32_t>(), t.value("special", false),
+        const int32_t id = json_integer<int32_t>(
+            t["id"],
+            fmt::format("tokenizer.json added token \"{}\"'s id", t["content"].get<std::string>()));
+        out.add({t["content"].get<std::string>(), id, t.value("special", false),
                  t.value("lstrip", false), t.value("rstrip", false)});
     }
     return out;

@@ -2,14 +2,13 @@
 // tests/tokenizer/hf_fixtures_test.cpp.
 #include "tokenizer/hf_tokenizer.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <unordered_map>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/input_file.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_level.h"
@@ -37,13 +36,10 @@ json parse_json(const std::string& text, const std::string& what) {
     }
 }
 
+// A tokenizer file: a regular file (a directory, a FIFO or /dev/zero behind the name is refused
+// at once) of at most kMaxTokenizerFileBytes.
 std::string read_file(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    DF_CHECK(in.good(), "cannot open {} for reading", p.string());
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    DF_CHECK(!in.bad(), "I/O error reading {}", p.string());
-    return ss.str();
+    return read_input_file(p, kMaxTokenizerFileBytes, "tokenizer file");
 }
 
 class HfTokenizer final : public Tokenizer {
@@ -63,7 +59,10 @@ class HfTokenizer final : public Tokenizer {
                 ? hf::TokenizerConfig{}
                 : hf::read_tokenizer_config(parse_json(files_.tokenizer_config_json,
                                                        files_.origin + "/tokenizer_config.json"));
-        if (!files_.chat_template_jinja.empty()) cfg.chat_template = files_.chat_template_jinja;
+        if (!files_.chat_template_jinja.empty()) {
+            cfg.chat_template = files_.chat_template_jinja;
+            cfg.chat_template_problem.clear();  // the file wins over the config's entry
+        }
         vocab_size_ = std::max(bpe_.max_id(), added_.max_id()) + 1;
         name_ = fmt::format("hf-bpe:{:016x}", fnv1a64(files_.tokenizer_json));
         set_specials(around, cfg);
@@ -145,7 +144,9 @@ class HfTokenizer final : public Tokenizer {
         std::string want = chat.template_name;
         if (want == "auto") {
             want = detect_chat_template(cfg.chat_template);
-            if (cfg.chat_template.empty()) {
+            if (!cfg.chat_template_problem.empty()) {
+                chat_problem_ = cfg.chat_template_problem;
+            } else if (cfg.chat_template.empty()) {
                 chat_problem_ = "tokenizer_config.json has no chat_template";
             } else if (want.empty()) {
                 chat_problem_ =

@@ -3,6 +3,7 @@
 #include "tokenizer/hf_tokenizer_json.h"
 
 #include "core/error.h"
+#include "core/json_int.h"
 #include "tokenizer/regex_split.h"
 
 namespace dflash::hf {
@@ -136,7 +137,14 @@ AddedAround read_post_processor(const json& j) {
                  "define its ids",
                  name);
         auto& dst = seen_sequence ? out.after : out.before;
-        for (const auto& id : specials[name]["ids"]) dst.push_back(id.get<int32_t>());
+        DF_CHECK(specials[name]["ids"].is_array(),
+                 "tokenizer.json TemplateProcessing special token \"{}\" has ids {}; expected a "
+                 "list of token ids",
+                 name, specials[name]["ids"].dump());
+        for (const auto& id : specials[name]["ids"])
+            dst.push_back(json_integer<int32_t>(
+                id,
+                fmt::format("tokenizer.json TemplateProcessing special token \"{}\" id", name)));
     }
     return out;
 }
@@ -161,14 +169,34 @@ TokenizerConfig read_tokenizer_config(const json& j) {
     c.bos_token = token_string(j, "bos_token");
     c.eos_token = token_string(j, "eos_token");
     c.pad_token = token_string(j, "pad_token");
-    if (j.contains("chat_template")) {
+    if (j.contains("chat_template") && !j["chat_template"].is_null()) {
         const json& t = j["chat_template"];
         if (t.is_string()) {
             c.chat_template = t.get<std::string>();
         } else if (t.is_array()) {
-            for (const auto& e : t)
-                if (e.is_object() && e.value("name", std::string()) == "default")
-                    c.chat_template = e.value("template", std::string());
+            // Several named templates: [{"name": "default", "template": "..."}, ...].
+            bool found = false;
+            for (const auto& e : t) {
+                if (!e.is_object() || !e.contains("name") || e["name"] != "default") continue;
+                found = true;
+                if (e.contains("template") && e["template"].is_string()) {
+                    c.chat_template = e["template"].get<std::string>();
+                } else {
+                    c.chat_template_problem = fmt::format(
+                        "tokenizer_config.json's chat_template entry \"default\" has template {}, "
+                        "not a string",
+                        e.contains("template") ? e["template"].dump().substr(0, 80) : "absent");
+                }
+            }
+            if (!found)
+                c.chat_template_problem =
+                    "tokenizer_config.json's chat_template is a list without an entry named "
+                    "\"default\"";
+        } else {
+            c.chat_template_problem = fmt::format(
+                "tokenizer_config.json's chat_template is a JSON {} ({}), not a string (nor a list "
+                "of {{\"name\", \"template\"}} entries)",
+                t.type_name(), t.dump().substr(0, 80));
         }
     }
     return c;

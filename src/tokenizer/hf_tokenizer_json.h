@@ -38,6 +38,9 @@ void check_decoder(const nlohmann::json& j);
 struct TokenizerConfig {
     std::string bos_token, eos_token, pad_token;  // "" when absent
     std::string chat_template;                    // "" when absent
+    // Why a chat_template that is present could not be read ("is a JSON number, not a string"),
+    // reported when a chat is encoded; "" when it was read or is absent.
+    std::string chat_template_problem;
 };
 TokenizerConfig read_tokenizer_config(const nlohmann::json& j);
 

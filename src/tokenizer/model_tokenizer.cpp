@@ -39,9 +39,22 @@ std::unique_ptr<Tokenizer> load_tokenizer_for_model(const fs::path& dir, const C
             dir.string(), kHfTokenizerFile, kTokenizerSpecFile);
     }
     const nlohmann::json j = read_json_file(spec);
-    DF_CHECK(j.contains("type") && j["type"].is_string(), "{}: missing string field \"type\"",
-             spec.string());
-    return make_tokenizer(j["type"].get<std::string>());
+    DF_CHECK(j.is_object() && j.contains("type") && j["type"].is_string(),
+             "{}: missing string field \"type\"", spec.string());
+    return make_tokenizer_with_chat(j["type"].get<std::string>(), chat, spec.string());
+}
+
+std::unique_ptr<Tokenizer> make_tokenizer_with_chat(std::string_view name, const ChatOptions& chat,
+                                                    std::string_view origin) {
+    auto tok = make_tokenizer(name);
+    // An error, not a warning: data prepared "with the qwen3 template" that is in fact in the
+    // byte tokenizer's format would train a drafter on the wrong text without a word.
+    DF_CHECK(chat.template_name == "auto",
+             "chat.template = {} cannot apply: the tokenizer ({}) is the {} tokenizer, whose chat "
+             "format is its own and fixed; leave chat.template at auto, or use a model directory "
+             "with an HF tokenizer.json for the {} template",
+             chat.template_name, origin, tok->name(), chat.template_name);
+    return tok;
 }
 
 ChatOptions chat_options_from_settings(const config::Settings& s) {

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <string_view>
 
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -26,6 +27,11 @@ void save_tokenizer_spec(const std::filesystem::path& dir, const Tokenizer& tok)
 // dflash cannot read (never a silent fallback to another tokenizer).
 std::unique_ptr<Tokenizer> load_tokenizer_for_model(const std::filesystem::path& dir,
                                                     const ChatOptions& chat = {});
+// make_tokenizer(name) for a tokenizer chosen by name, with the chat options the command was
+// given: a chat.template other than "auto" is an error here, since a tokenizer made by name (the
+// byte tokenizer) has its own fixed chat format and would silently ignore the request.
+std::unique_ptr<Tokenizer> make_tokenizer_with_chat(std::string_view name, const ChatOptions& chat,
+                                                    std::string_view origin);
 // True if the directory names a tokenizer (dflash_tokenizer.json or tokenizer.json).
 bool has_tokenizer_spec(const std::filesystem::path& dir);
 

@@ -5,6 +5,8 @@
 
 #include <pcre2.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <utility>
 
@@ -24,6 +26,23 @@ std::string pcre2_message(int code) {
 struct MatchDataFree {
     void operator()(pcre2_match_data* md) const { pcre2_match_data_free(md); }
 };
+
+struct MatchContextFree {
+    void operator()(pcre2_match_context* mc) const { pcre2_match_context_free(mc); }
+};
+
+// PCRE2's match limit bounds the backtracking steps of one match attempt (10 million by default).
+// The split patterns backtrack once per character of a whitespace run (`\s*[\r\n]+` takes the
+// whole run, then gives it back one character at a time looking for a newline), so the default
+// failed on a 10 MB run of spaces that HF splits without complaint. The limit grows with the text
+// instead: these patterns stay linear in it, and a pattern that is not still stops.
+constexpr uint64_t kMinMatchLimit = 10'000'000;
+constexpr uint64_t kMatchStepsPerByte = 64;
+
+uint32_t match_limit_for(size_t bytes) {
+    const uint64_t want = std::max<uint64_t>(kMinMatchLimit, kMatchStepsPerByte * bytes);
+    return static_cast<uint32_t>(std::min<uint64_t>(want, UINT32_MAX));
+}
 
 // Bytes of the UTF-8 character starting at s[i] (s is valid UTF-8).
 size_t char_len(std::string_view s, size_t i) {
@@ -66,19 +85,24 @@ void RegexSplitter::split(std::string_view text, size_t base, std::vector<TextPi
     std::unique_ptr<pcre2_match_data, MatchDataFree> md(
         pcre2_match_data_create_from_pattern(code_, nullptr));
     DF_CHECK(md != nullptr, "out of memory creating PCRE2 match data");
+    std::unique_ptr<pcre2_match_context, MatchContextFree> mc(pcre2_match_context_create(nullptr));
+    DF_CHECK(mc != nullptr, "out of memory creating a PCRE2 match context");
+    pcre2_set_match_limit(mc.get(), match_limit_for(text.size()));
     const auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     size_t piece_start = 0;  // start of the stretch not yet emitted
     size_t search = 0;       // where the next match may start
     while (search < text.size()) {
         uint32_t options = PCRE2_NO_UTF_CHECK;
-        int rc = pcre2_match(code_, subject, text.size(), search, options, md.get(), nullptr);
+        int rc = pcre2_match(code_, subject, text.size(), search, options, md.get(), mc.get());
         if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
             options |= PCRE2_NO_JIT;  // the interpreter keeps its backtracking state on the heap
-            rc = pcre2_match(code_, subject, text.size(), search, options, md.get(), nullptr);
+            rc = pcre2_match(code_, subject, text.size(), search, options, md.get(), mc.get());
         }
         if (rc == PCRE2_ERROR_NOMATCH) break;
-        DF_CHECK(rc >= 0, "splitting {} bytes of text with the tokenizer's pattern failed: {}",
-                 text.size(), pcre2_message(rc));
+        DF_CHECK(rc >= 0,
+                 "splitting {} bytes of text with the tokenizer's pattern failed at byte {}: {} "
+                 "(the pattern backtracks too much on this text)",
+                 text.size(), search, pcre2_message(rc));
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
         const size_t s = ov[0], e = ov[1];
         if (e == s) {  // an empty match splits nothing; look again one character on

@@ -4,12 +4,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "core/atomic_file.h"
 #include "core/checkpoint_io.h"
 #include "core/error.h"
+#include "core/input_file.h"
+#include "core/json_int.h"
 #include "core/safetensors.h"
 
 namespace dflash::train {
@@ -60,12 +59,9 @@ void read_into(const SafetensorsFile& f, const std::string& key, const Param& p,
                 t.view().reshape({t.numel()}));
 }
 
+// A small text file of the run (the `latest` pointer): a regular file, bounded (input_file.h).
 std::string read_text(const fs::path& p) {
-    std::ifstream in(p);
-    DF_CHECK(in.good(), "cannot read '{}'", p.string());
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+    return read_input_file(p, kMaxJsonFileBytes, "run file");
 }
 
 template <class T>
@@ -74,6 +70,9 @@ T field(const nlohmann::json& j, const char* key) {
              "training_state.json has no \"{}\"; is it from another dflash "
              "version?",
              key);
+    // Integers exactly: a get<int64_t>() of a step of 1e30 gave -9223372036854775808.
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+        return json_integer<T>(j.at(key), fmt::format("training_state.json: \"{}\"", key));
     try {
         return j.at(key).get<T>();
     } catch (const nlohmann::json::exception& e) {

@@ -1,6 +1,7 @@
 // `dflash config` and the settings flags end to end, through the built binary
 // (src/cli/cmd_config.cpp, src/cli/main.cpp).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
 
@@ -220,6 +221,22 @@ TEST(ConfigCli, LogLevelShorthand) {
     const auto r = run_dflash("config show runtime.log_level --log-level debug");
     EXPECT_TRUE(has(r.output, "runtime.log_level = \"debug\"  (source: cli)")) << r.output;
     EXPECT_NE(run_dflash("config show runtime.log_level --log-level loud").exit_code, 0);
+}
+
+// `--config /dev/zero` read until the OOM killer stopped it; a FIFO hung forever. Both are refused
+// at once (`timeout` turns a hang into exit code 124 instead of a stuck test).
+TEST(ConfigCli, ConfigFilesThatAreNotRegularFilesAreRefusedAtOnce) {
+    test::TempDir dir;
+    ASSERT_EQ(::mkfifo((dir / "fifo.toml").c_str(), 0644), 0);
+    const std::pair<std::string, const char*> cases[] = {
+        {"/dev/zero", "is a character device"},
+        {(dir / "fifo.toml").string(), "is a FIFO"},
+        {dir.path().string(), "is a directory"}};
+    for (const auto& [path, kind] : cases) {
+        const auto r = run_dflash("config list --config " + path, "timeout 60");
+        EXPECT_EQ(r.exit_code, 1) << path << ": " << r.output;
+        EXPECT_TRUE(has(r.output, "dflash: error: config file '" + path + "' " + kind)) << r.output;
+    }
 }
 
 }  // namespace

@@ -135,6 +135,13 @@ TEST(BenchCli, MissingPromptsFileIsAnError) {
                          p.drafter_dir.string() + " --prompts " + (p.dir / "none.jsonl").string());
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_TRUE(has(r.output, "dflash: error: cannot open prompts file")) << r.output;
+    // `--prompts /dev/zero` once read until memory ran out: refused at once (`timeout` turns a
+    // hang into exit code 124).
+    const auto z = test::run_dflash("bench --target " + p.target_dir.string() + " --drafter " +
+                                        p.drafter_dir.string() + " --prompts /dev/zero",
+                                    "timeout 120");
+    EXPECT_EQ(z.exit_code, 1) << z.output;
+    EXPECT_TRUE(has(z.output, "prompts file '/dev/zero' is a character device")) << z.output;
 }
 
 }  // namespace

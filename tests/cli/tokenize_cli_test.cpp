@@ -49,6 +49,10 @@ TEST(TokenizeCli, EncodesDecodesAndAppliesTheChatTemplate) {
     r = test::run_dflash("tokenize --model " + kQwen);
     EXPECT_NE(r.exit_code, 0);
     EXPECT_TRUE(test::has(r.output, "exactly one of TEXT")) << r.output;
+    // `--decode ""` once encoded an empty TEXT and exited 0: no ids is an error.
+    r = test::run_dflash("tokenize --model " + kQwen + " --decode ''");
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_TRUE(test::has(r.output, "dflash: error: --decode got no ids")) << r.output;
     r = test::run_dflash("tokenize --model " + kQwen + " --decode 99999");
     EXPECT_NE(r.exit_code, 0);
     EXPECT_TRUE(test::has(r.output, "not in the tokenizer's vocabulary")) << r.output;
@@ -76,6 +80,13 @@ TEST(TokenizeCli, DataPrepareUsesTheModelsTokenizerAndTemplate) {
                          (dir / "in.jsonl").string() + " --output " + (dir / "e").string());
     EXPECT_NE(r.exit_code, 0);
     EXPECT_TRUE(test::has(r.output, "excludes")) << r.output;
+
+    // A chat template the byte tokenizer cannot apply was silently ignored: an error now.
+    r = test::run_dflash("data prepare --tokenizer byte --chat.template qwen3 --input " +
+                         (dir / "in.jsonl").string() + " --output " + (dir / "f").string());
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_TRUE(test::has(r.output, "chat.template = qwen3 cannot apply")) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir / "f")) << r.output;
 }
 
 TEST(TokenizeCli, GenerateChatWithAnHfTarget) {

@@ -8,6 +8,7 @@
 #include "config/registry.h"
 #include "config/settings.h"
 #include "core/error.h"
+#include "support/test_util.h"
 
 namespace dflash::config {
 namespace {
@@ -95,6 +96,14 @@ TEST(Catalog, SomeRangesAndChoices) {
     EXPECT_THROW(s.with_overrides({{"cuda_graphs.capture_mode", "threadlocal"}}), Error);
     EXPECT_THROW(s.with_overrides({{"train.warmup_ratio", "1.5"}}), Error);
     EXPECT_THROW(s.with_overrides({{"infer.top_p", "-0.1"}}), Error);
+    // top_p 0 passed the declared range and then failed the sampler's internal check: the
+    // declaration now says what the samplers take, so the setting is refused with its own name.
+    const std::string top_p = dflash::test::error_of([&] {
+        s.with_overrides({{"infer.top_p", "0"}});
+    });
+    EXPECT_TRUE(dflash::test::has(top_p, "setting `infer.top_p` = 0")) << top_p;
+    EXPECT_TRUE(dflash::test::has(top_p, "[1e-06, 1]")) << top_p;
+    EXPECT_NO_THROW(s.with_overrides({{"infer.top_p", "1e-6"}, {"infer.temperature", "1"}}));
     EXPECT_NO_THROW(s.with_overrides({{"drafter.target_layer_ids", "1,9,17,25,33"},
                                       {"runtime.log_level", "debug"},
                                       {"train.schedule", "linear"}}));

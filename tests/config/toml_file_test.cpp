@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <fstream>
 
 #include "config/test_registry.h"
@@ -141,6 +143,26 @@ TEST(TomlFile, ADirectoryIsAnErrorNotAnEmptyConfig) {
     auto r = test::small_registry();
     const std::string msg = dflash::test::error_of([&] { load_toml_file(*r, dir.path()); });
     EXPECT_NE(msg.find("is a directory"), std::string::npos) << msg;
+}
+
+// `--config /dev/zero` once read until the OOM killer stopped it, and a FIFO waited forever.
+// (The FIFO case cannot hang this test: the open does not block, see input_file_test.cpp for the
+// deadline-guarded version.)
+TEST(TomlFile, DevicesFifosAndOversizedFilesAreRefused) {
+    dflash::test::TempDir dir;
+    auto r = test::small_registry();
+    ASSERT_EQ(::mkfifo((dir / "fifo.toml").c_str(), 0644), 0);
+    EXPECT_TRUE(dflash::test::has(dflash::test::error_of([&] { load_toml_file(*r, "/dev/zero"); }),
+                                  "config file '/dev/zero' is a character device"));
+    EXPECT_TRUE(dflash::test::has(
+        dflash::test::error_of([&] { load_toml_file(*r, (dir / "fifo.toml").string()); }),
+        "is a FIFO"));
+    const std::string path = (dir / "run.toml").string();
+    std::ofstream(path) << "[train]\nepochs = 3\n";  // 21 bytes
+    EXPECT_EQ(load_toml_file(*r, path, 21).size(), 1u);
+    const std::string msg = dflash::test::error_of([&] { load_toml_file(*r, path, 20); });
+    EXPECT_TRUE(dflash::test::has(msg, "config file '" + path + "' is 21 bytes")) << msg;
+    EXPECT_TRUE(dflash::test::has(msg, "20 bytes cap")) << msg;
 }
 
 }  // namespace

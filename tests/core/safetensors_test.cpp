@@ -2,6 +2,8 @@
 // checkpoint directories (single file, sharded with index, broken shards).
 #include "core/safetensors.h"
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -132,6 +134,35 @@ TEST(Safetensors, MalformedFilesGiveClearErrors) {
         const auto p = dir / "hlen.safetensors";
         write_raw(p, "{}", "", 1000);
         expect_open_error(p, "header length 1000 is larger than the file");
+    }
+    {
+        // A length past the header cap is refused before the header is parsed; the file is
+        // sparse, so it takes no disk space.
+        const auto p = dir / "hugehead.safetensors";
+        constexpr uint64_t kCap = uint64_t{100} << 20;  // safetensors.cpp's header cap
+        write_raw(p, "{}", "", static_cast<int64_t>(kCap) + 1);
+        fs::resize_file(p, kCap + 16);
+        expect_open_error(p, "more than the 100.0 MiB (104857600 bytes) cap of a header");
+    }
+    {
+        // A FIFO named like a checkpoint is refused, not waited on (the open does not block).
+        const auto p = dir / "fifo.safetensors";
+        ASSERT_EQ(::mkfifo(p.c_str(), 0644), 0);
+        expect_open_error(p, "is a FIFO (named pipe), not a regular file");
+        fs::create_directories(dir / "ck");
+        fs::create_symlink(p, dir / "ck" / kSingleCheckpointFile);
+        EXPECT_TRUE(test::has(error_of([&] { CheckpointReader::open(dir / "ck"); }), "is a FIFO"));
+    }
+    {
+        // An index that is a device is refused, not read until memory runs out.
+        fs::create_directories(dir / "ck2");
+        fs::create_symlink("/dev/zero", dir / "ck2" / kCheckpointIndexFile);
+        EXPECT_TRUE(test::has(error_of([&] { CheckpointReader::open(dir / "ck2"); }),
+                              "is a character device"));
+        fs::remove(dir / "ck2" / kCheckpointIndexFile);
+        fs::create_directories(dir / "ck2" / kCheckpointIndexFile);
+        EXPECT_TRUE(
+            test::has(error_of([&] { CheckpointReader::open(dir / "ck2"); }), "is a directory"));
     }
     {
         const auto p = dir / "notjson.safetensors";

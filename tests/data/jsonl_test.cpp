@@ -1,6 +1,10 @@
 // JSONL parsing: the four layouts, role mapping, and errors that name file, line and problem; the
-// chat templates of an HF tokenizer applied to records.
+// chat templates of an HF tokenizer applied to records; inputs that are not regular files (a
+// directory, /dev/zero, a FIFO) refused at once, an overlong line refused with the cap named, and a
+// record the callback (the tokenizer) fails on named by file and line.
 #include "data/jsonl.h"
+
+#include <sys/stat.h>
 
 #include <fstream>
 
@@ -11,6 +15,7 @@
 namespace dflash {
 namespace {
 
+namespace fs = std::filesystem;
 using test::error_of;
 using test::write_file;
 
@@ -117,6 +122,48 @@ TEST(Jsonl, EncodeRecordUsesTheRightTemplate) {
     chat.messages = {{"user", "u"}, {"assistant", "a"}};
     EXPECT_EQ(encode_record(*tok, chat).loss_mask,
               tok->encode_chat(chat.messages, false).loss_mask);
+}
+
+TEST(Jsonl, NonRegularFilesAndOverlongLinesAreRefused) {
+    test::TempDir dir("jsonl");
+    ASSERT_EQ(::mkfifo((dir / "fifo.jsonl").c_str(), 0644), 0);
+    fs::create_symlink("/dev/zero", dir / "zero.jsonl");
+    const std::pair<fs::path, const char*> cases[] = {{dir.path(), "is a directory"},
+                                                      {dir / "zero.jsonl", "character device"},
+                                                      {dir / "fifo.jsonl", "is a FIFO"}};
+    for (const auto& [p, kind] : cases) {
+        const std::string e = error_of([&] { read_jsonl_file(p); });
+        EXPECT_TRUE(test::has(e, kind)) << p << ": " << e;
+        EXPECT_TRUE(test::has(e, p.string())) << e;
+    }
+    // Streamed with a cap per line, not per file: many short lines pass a cap smaller than the
+    // file; one line past the cap is refused naming the file, the line and the cap.
+    std::string lines;
+    for (int i = 0; i < 50; ++i) lines += "{\"text\": \"sample\"}\n";  // 19 bytes each
+    write_file(dir / "ok.jsonl", lines);
+    int n = 0;
+    read_jsonl(
+        dir / "ok.jsonl", [&](const JsonlRecord&, const JsonlPosition&) { ++n; }, 100);
+    EXPECT_EQ(n, 50);
+    write_file(dir / "long.jsonl", lines + "{\"text\": \"" + std::string(200, 'x') + "\"}\n");
+    const std::string e = error_of([&] {
+        read_jsonl(
+            dir / "long.jsonl", [](const JsonlRecord&, const JsonlPosition&) {}, 100);
+    });
+    EXPECT_TRUE(test::has(e, (dir / "long.jsonl").string() + "': line 51 is longer than the 100 "
+                                                             "bytes cap"))
+        << e;
+}
+
+TEST(Jsonl, AnErrorWhileHandlingARecordNamesFileAndLine) {
+    test::TempDir dir("jsonl");
+    write_file(dir / "d.jsonl", "{\"text\": \"a\"}\n\n{\"text\": \"b\"}\n");
+    const std::string e = error_of([&] {
+        read_jsonl(dir / "d.jsonl", [](const JsonlRecord& r, const JsonlPosition&) {
+            DF_CHECK(r.text != "b", "the tokenizer failed");
+        });
+    });
+    EXPECT_EQ(e, (dir / "d.jsonl").string() + ":3: the tokenizer failed");
 }
 
 }  // namespace

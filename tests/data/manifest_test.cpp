@@ -123,6 +123,11 @@ TEST(Manifest, RoundTripsThroughJson) {
     const DatasetManifest back = DatasetManifest::from_json(m.to_json(), "test");
     EXPECT_EQ(back.to_json(), m.to_json());
     EXPECT_EQ(back.shards.at(0).content_checksum, 0x0123456789abcdefull);
+    // A count of 1e30 is refused as itself, not read as -9223372036854775808.
+    auto j = m.to_json();
+    j["tokens"] = 1e30;
+    const std::string e = error_of([&] { DatasetManifest::from_json(j, "m.json"); });
+    EXPECT_TRUE(has(e, "m.json: \"tokens\" is 1e+30; expected a whole number")) << e;
 }
 
 }  // namespace

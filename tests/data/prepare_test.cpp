@@ -14,6 +14,7 @@
 #include "data/jsonl.h"
 #include "data/manifest.h"
 #include "support/test_util.h"
+#include "tokenizer/hf_tokenizer.h"
 
 namespace dflash {
 namespace {
@@ -157,6 +158,25 @@ TEST(Prepare, RejectsInputsWithNothingToTrainOn) {
     EXPECT_THROW(prepare_dataset(opt, *tok, Logger()), Error);
     opt.inputs = {dir / "missing.jsonl"};
     EXPECT_THROW(prepare_dataset(opt, *tok, Logger()), Error);
+}
+
+// A record holding a 10 MB run of whitespace once failed the whole `data prepare --model` with
+// PCRE2's "match limit exceeded" and no file:line. It is now split as HF splits it, and the shard
+// holds what the tokenizer gives for the text.
+TEST(Prepare, ARecordWithTenMegabytesOfWhitespaceIsTokenized) {
+    test::TempDir dir("prep");
+    const std::string text = "a" + std::string(10 << 20, ' ') + "b";
+    write_file(dir / "ws.jsonl", nlohmann::json{{"text", text}}.dump() + "\n");
+    const auto tok = load_hf_tokenizer(DFLASH_SOURCE_DIR "/tests/fixtures/tokenizer/qwen2", {});
+    PrepareOptions opt;
+    opt.inputs = {dir / "ws.jsonl"};
+    opt.output_dir = dir / "out";
+    const PrepareStats st = prepare_dataset(opt, *tok, Logger());
+    EXPECT_EQ(st.samples, 1);
+    const ShardedDataset ds = ShardedDataset::open(opt.output_dir);
+    const auto sample = ds.sample(0);
+    EXPECT_EQ(sample.tokens, tok->encode_text(text).tokens);
+    EXPECT_EQ(tok->decode(sample.tokens).substr(0, text.size()), text);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // FILE:LINE (empty prompts, bad JSON, ids outside the vocabulary, text without a tokenizer).
 #include "infer/prompts.h"
 
+#include <sys/stat.h>
+
 #include <fstream>
 #include <functional>
 
@@ -98,6 +100,20 @@ TEST(Prompts, MissingAndEmptyFilesAreErrors) {
     test::TempDir dir("prompts");
     EXPECT_TRUE(has(error_of([&] { read_prompts(dir / "nope.jsonl", tok.get(), 0); }),
                     "cannot open prompts file"));
+    // Not regular files: refused at once (a FIFO is not waited on, /dev/zero not read forever).
+    ASSERT_EQ(::mkfifo((dir / "fifo.jsonl").c_str(), 0644), 0);
+    for (const auto& [p, kind] : std::vector<std::pair<std::filesystem::path, std::string>>{
+             {"/dev/zero", "is a character device"},
+             {dir / "fifo.jsonl", "is a FIFO"},
+             {dir.path(), "is a directory"}}) {
+        const std::string e = error_of([&] { read_prompts(p, tok.get(), 0); });
+        EXPECT_TRUE(has(e, "prompts file '" + p.string() + "' " + kind)) << e;
+    }
+    // Lines are capped one by one.
+    write_file(dir / "two.jsonl", "{\"prompt\": \"a\"}\n{\"prompt\": \"bbbbbbbbbbbbbbbbbbbb\"}\n");
+    EXPECT_EQ(read_prompts(dir / "two.jsonl", tok.get(), 0, 40).size(), 2u);
+    const std::string e = error_of([&] { read_prompts(dir / "two.jsonl", tok.get(), 0, 20); });
+    EXPECT_TRUE(has(e, "two.jsonl': line 2 is longer than the 20 bytes cap")) << e;
     write_file(dir / "empty.jsonl", "\n  \n");
     EXPECT_TRUE(has(error_of([&] { read_prompts(dir / "empty.jsonl", tok.get(), 0); }),
                     "holds no prompts"));

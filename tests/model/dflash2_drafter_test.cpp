@@ -10,6 +10,7 @@
 #include "core/checkpoint_io.h"
 #include "infer/spec_decode.h"
 #include "model/candidate_selector.h"
+#include "model/inspect.h"
 #include "model/tensor_layout.h"
 #include "support/finite_diff.h"
 #include "support/test_util.h"
@@ -156,6 +157,30 @@ TEST(Dflash2Drafter, SaveLoadKeepsBareCodebookNames) {
     tc2.save(dir2.path());
     EXPECT_TRUE(test::has(test::error_of([&] { DrafterModel::load(*be, dir2.path()); }),
                           "candidate_selector.hidden_projection.weight"));
+}
+
+// A DFlash2 drafter whose config.json says DFlashDraftModel once loaded as a DFlash drafter,
+// dropping its 7 DFlash2 tensors without a word, although `dflash inspect` called it BROKEN. The
+// loader now makes inspect's check: the unexpected tensors are refused, naming them. Parsing the
+// config alone still works (DrafterConfig::load checks no weights).
+TEST(Dflash2Drafter, DflashConfigOverDflash2WeightsIsRefused) {
+    auto be = make_cpu_backend(1);
+    const auto tc = test::tiny_target_config(true, 4);
+    const DrafterModel d = DrafterModel::random(*be, test::tiny_dflash2_config(tc, 1), 3, 0.3f);
+    test::TempDir dir("dflash2-as-dflash");
+    d.save(dir.path(), DType::f32);
+    test::tiny_drafter_config(tc, 1).save(dir.path());  // the same drafter, minus DFlash2
+    const DrafterConfig parsed = DrafterConfig::load(dir.path());
+    EXPECT_FALSE(parsed.dflash2());
+    const std::string e = test::error_of([&] { DrafterModel::load(*be, dir.path()); });
+    EXPECT_TRUE(test::has(e, "do not match its config.json")) << e;
+    EXPECT_TRUE(test::has(e, "unexpected tensor 'candidate_selector.hidden_projection.weight'"))
+        << e;
+    EXPECT_TRUE(test::has(e, "and 4 more")) << e;  // 7 DFlash2 tensors in all
+    EXPECT_TRUE(test::has(e, "[\"DFlash2DraftModel\"]")) << e;
+    const InspectReport r = inspect_directory(dir.path());
+    EXPECT_FALSE(r.ok());
+    EXPECT_EQ(r.problems.size(), 7u) << r.text;
 }
 
 // Naive attention of one block's queries over n cache rows with the reference's visibility rule.

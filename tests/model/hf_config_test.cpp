@@ -300,6 +300,42 @@ TEST(DrafterConfig, AcceptsSglangAndHistoricVariants) {
     EXPECT_EQ(d.target_layer_ids, (std::vector<int64_t>{1, 17, 33}));
 }
 
+// block_size (and num_target_layers) in both places once took the top-level value silently;
+// engines differ in which one they read, so a disagreement is refused with both values and the
+// file named. Agreeing values (what dflash writes for DFlash2 drafters) are fine.
+TEST(DrafterConfig, DisagreeingBlockSizesAreRefused) {
+    json j = qwen3_8b_drafter_json();
+    j["dflash_config"]["block_size"] = 16;
+    EXPECT_EQ(DrafterConfig::from_json(j).block_size, 16);
+    j["dflash_config"]["block_size"] = 8;
+    EXPECT_ERROR_HAS(DrafterConfig::from_json(j),
+                     "block_size=16 at the top level but dflash_config.block_size=8");
+    test::TempDir dir;
+    std::ofstream(dir / "config.json") << j.dump();
+    EXPECT_ERROR_HAS(DrafterConfig::load(dir.path()), (dir / "config.json").string() + ": ");
+    EXPECT_ERROR_HAS(DrafterConfig::load(dir.path()), "dflash_config.block_size=8");
+    j = qwen3_8b_drafter_json();
+    j["dflash_config"]["num_target_layers"] = 32;
+    EXPECT_ERROR_HAS(
+        DrafterConfig::from_json(j),
+        "num_target_layers=36 at the top level but dflash_config.num_target_layers=32");
+}
+
+// Parsing a config looks at the config alone: weights that do not fit it are the model loaders'
+// to refuse (check_target_files / check_drafter_files), not TargetConfig::load's.
+TEST(TargetConfig, LoadParsesTheConfigWithoutJudgingTheWeights) {
+    test::TempDir dir;
+    const auto c = TargetConfig::from_json(qwen3_8b_json());
+    c.save(dir.path());
+    std::ofstream(dir / "model.safetensors") << "not a safetensors file";
+    EXPECT_EQ(TargetConfig::load(dir.path()).to_json(), c.to_json());
+    const auto d = DrafterConfig::from_json(qwen3_8b_drafter_json());
+    test::TempDir ddir;
+    d.save(ddir.path());
+    std::ofstream(ddir / "model.safetensors") << "not a safetensors file";
+    EXPECT_EQ(DrafterConfig::load(ddir.path()).to_json(), d.to_json());
+}
+
 TEST(DrafterConfig, ValidationNamesValuesAndLimits) {
     json j = qwen3_8b_drafter_json();
     j["dflash_config"]["target_layer_ids"] = {1, 9, 17, 25, 36};

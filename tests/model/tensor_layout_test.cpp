@@ -1,5 +1,6 @@
 // Tensor names and shapes of targets and drafters (docs/formats.md "DFlash drafter directory"),
-// computed from configs at full size without allocating anything.
+// computed from configs at full size without allocating anything; the comparison of stored tensors
+// with a layout that inspect and the loaders share.
 #include "model/tensor_layout.h"
 
 #include <map>
@@ -159,6 +160,43 @@ TEST(TensorLayout, ParamGroups) {
     EXPECT_EQ(param_group("fc.weight"), ParamGroup::fc);
     EXPECT_EQ(param_group("something.else"), ParamGroup::other);
     EXPECT_EQ(param_group_name(ParamGroup::mlp), "mlp");
+}
+
+TEST(TensorLayout, CompareLayoutFindsEveryKindOfDifference) {
+    using Kind = LayoutDifference::Kind;
+    const std::vector<TensorSpec> layout = {{"b.weight", {2, 3}}, {"a.weight", {4}}, {"c", {1}}};
+    std::map<std::string, StoredTensor> stored = {
+        {"a.weight", {"F32", {5}}},               // misshapen
+        {"c", {"I32", {1}}},                      // not a float
+        {"extra.weight", {"BF16", {7}}},          // unexpected
+        {"lm_head.weight", {"F32", {9, 2}}},      // harmless next to tied embeddings
+        {"x.rotary_emb.inv_freq", {"F32", {8}}},  // a RoPE buffer
+        {"model.embed_tokens.weight", {"F32", {9, 2}}},
+    };
+    const LayoutComparison target = compare_layout(layout, stored, /*tied=*/true, false);
+    std::vector<std::pair<Kind, std::string>> got;
+    for (const auto& d : target.differences) got.emplace_back(d.kind, d.name);
+    // Layout order for what the layout lacks, name order for what the file adds.
+    EXPECT_EQ(got, (std::vector<std::pair<Kind, std::string>>{
+                       {Kind::missing, "b.weight"},
+                       {Kind::misshapen, "a.weight"},
+                       {Kind::wrong_dtype, "c"},
+                       {Kind::unexpected, "extra.weight"},
+                       {Kind::unexpected, "model.embed_tokens.weight"}}));
+    EXPECT_EQ(target.notes.size(), 2u);
+    EXPECT_EQ(target.differences[0].sentence(), "missing tensor 'b.weight' [2, 3]");
+    EXPECT_EQ(target.differences[1].sentence(),
+              "tensor 'a.weight' has shape [5] but the config implies [4]");
+    // Untied, lm_head is unexpected; in a drafter, stored embeddings get their own reason.
+    const LayoutComparison drafter = compare_layout(layout, stored, false, /*drafter=*/true);
+    std::map<std::string, Kind> by_name;
+    for (const auto& d : drafter.differences) by_name[d.name] = d.kind;
+    EXPECT_EQ(by_name.at("lm_head.weight"), Kind::stored_embedding);
+    EXPECT_EQ(by_name.at("model.embed_tokens.weight"), Kind::stored_embedding);
+    EXPECT_TRUE(test::has(drafter.differences.back().sentence(), "borrows the target's"));
+    // A checkpoint that is exactly the layout has nothing to say.
+    stored = {{"b.weight", {"BF16", {2, 3}}}, {"a.weight", {"F16", {4}}}, {"c", {"F32", {1}}}};
+    EXPECT_TRUE(compare_layout(layout, stored, false, true).differences.empty());
 }
 
 }  // namespace

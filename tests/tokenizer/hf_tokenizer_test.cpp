@@ -150,6 +150,20 @@ TEST(HfTokenizer, RefusesWhatItCannotReproduce) {
     EXPECT_TRUE(test::has(err, "fixture")) << err;
     EXPECT_TRUE(test::has(err, "not valid JSON")) << err;
     EXPECT_TRUE(test::has(load_error(with_part("model", {{"type", "WordPiece"}})), "WordPiece"));
+    // A merge whose result is not in the vocabulary is refused at load (as HF `tokenizers` does),
+    // the merge named, in either spelling of merges.
+    json model = json::parse(test::read_file(kQwen + "/tokenizer.json"))["model"];
+    ASSERT_EQ(model["vocab"].count("\u010aQ"), 0u);  // "\nQ" in the byte alphabet
+    const size_t rank = model["merges"].size();
+    for (const json& merge : {json("\u010a Q"), json::array({"\u010a", "Q"})}) {
+        json m = model;
+        m["merges"].push_back(merge);
+        const std::string e = load_error(with_part("model", m));
+        EXPECT_TRUE(test::has(e, fmt::format("merge {} (\"\u010a\" + \"Q\"): \u010aQ is not in the "
+                                             "vocab",
+                                             rank)))
+            << e;
+    }
     EXPECT_TRUE(test::has(
         load_error(test::read_file(kQwen + "/tokenizer.json"), R"({"eos_token": "<|nope|>"})"),
         "<|nope|>"));
@@ -163,6 +177,21 @@ TEST(HfTokenizer, ChatTemplateChoice) {
     const std::string err = test::error_of([&] { none->encode_chat({{"user", "x"}}, true); });
     EXPECT_TRUE(test::has(err, "no chat_template")) << err;
     EXPECT_TRUE(test::has(err, "chat.template")) << err;
+    // A chat_template that is not a string is reported as what it is, not as missing.
+    for (const char* cfg : {R"({"chat_template": 5})", R"({"chat_template": [{"name": "x"}]})",
+                            R"({"chat_template": [{"name": "default", "template": 5}]})"}) {
+        const auto bad = make_hf_tokenizer(files(tj, cfg), {});
+        const std::string e = test::error_of([&] { bad->encode_chat({{"user", "x"}}, true); });
+        EXPECT_FALSE(test::has(e, "no chat_template")) << cfg << ": " << e;
+        EXPECT_TRUE(test::has(e, "chat_template")) << e;
+    }
+    EXPECT_TRUE(test::has(test::error_of([&] {
+                              make_hf_tokenizer(files(tj, R"({"chat_template": 5})"), {})
+                                  ->encode_chat({{"user", "x"}}, true);
+                          }),
+                          "chat_template is a JSON number (5), not a string"));
+    EXPECT_EQ(make_hf_tokenizer(files(tj, R"({"chat_template": null})"), {})->chat_template_name(),
+              "none");
     // An unknown template is not guessed; chat.template names one explicitly.
     const auto other = make_hf_tokenizer(files(tj, R"({"chat_template": "{{ messages }}"})"), {});
     EXPECT_TRUE(test::has(test::error_of([&] {

@@ -77,6 +77,26 @@ TEST(RegexSplit, LongInputsAndOffsets) {
     EXPECT_EQ(out[1].end, 15u);
 }
 
+// A 10 MB run of whitespace once failed with "match limit exceeded": PCRE2's fixed limit on
+// backtracking steps was below what `\s*[\r\n]+` spends giving such a run back one character at
+// a time. The pieces are what HF cuts: the run (less the space that joins the next word), and the
+// word. Tabs and spaces mixed, and a run ending the text, as well.
+TEST(RegexSplit, TenMegabytesOfWhitespaceSplitLikeShortRuns) {
+    std::string run(10 << 20, ' ');
+    for (size_t i = 0; i < run.size(); i += 7) run[i] = '\t';
+    run.back() = ' ';  // the space that joins the next word
+    for (auto pat : {kQwen2SplitPattern, kLlama3SplitPattern, kGpt2SplitPattern}) {
+        const auto p = pieces(pat, "a" + run + "b");
+        ASSERT_EQ(p.size(), 3u);
+        EXPECT_EQ(p[0], "a");
+        EXPECT_EQ(p[1].size(), run.size() - 1);
+        EXPECT_EQ(p[2], " b");
+        const auto end = pieces(pat, "a" + run);
+        ASSERT_EQ(end.size(), 2u);
+        EXPECT_EQ(end[1].size(), run.size());
+    }
+}
+
 TEST(RegexSplit, BadPatternNamesTheProblem) {
     const std::string msg = test::error_of([] { RegexSplitter s("(ab"); });
     EXPECT_TRUE(test::has(msg, "does not compile")) << msg;
