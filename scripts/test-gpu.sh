@@ -21,14 +21,18 @@ out=$(mktemp -d)
 source scripts/gpu-env.sh  # $run: the unpacked bundle; the loader path
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
 
+# The test executables hold one tests/ folder each (bin/cuda_tests: tests/cuda); each file's tests
+# run as one process with a log and a time limit of their own, as CTest runs them.
 failed=()
-[[ " $* " == *" --no-tests "* ]] || for t in "$run"/bin/*_test; do
-    name=$(basename "$t")
-    if ! timeout 300 "$t" --gtest_brief=1 > "$out/$name.log" 2>&1; then
-        failed+=("$name")
-        tail -n 60 "$out/$name.log"
-    fi
-    echo "$name: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$name.log" | tr '\n' ' ')"
+[[ " $* " == *" --no-tests "* ]] || for t in "$run"/bin/*_tests; do
+    files=$("$t" --list_test_files) || { failed+=("$(basename "$t")"); continue; }
+    for name in $files; do
+        if ! timeout 300 "$t" --test_file="$name" --gtest_brief=1 > "$out/$name.log" 2>&1; then
+            failed+=("$name")
+            tail -n 60 "$out/$name.log"
+        fi
+        echo "$name: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$name.log" | tr '\n' ' ')"
+    done
 done
 echo "tests failed: ${#failed[@]} ${failed[*]:-}"
 flags=" $* "
