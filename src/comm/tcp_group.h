@@ -5,11 +5,15 @@
 // deterministic: process 0 adds the ranks' buffers in rank order 0..N-1, so every process gets the
 // same bits on every run.
 //
+// Process 0 admits only processes that prove the run's secret (launch.secret_file), reading every
+// hello at once with its own short deadline; see rendezvous.h for the handshake.
+//
 // Every wait has a deadline (launch.timeout_s): a peer that died or hangs makes the collective
 // throw dflash::Error naming that peer, never a hang. abort() (any thread) shuts every socket down,
 // which wakes a blocked collective here and, through the closed connection, the peers' collectives.
 // Every collective is checked: all processes must call the same one with the same sizes, as
-// InProcessGroup checks its threads. Tested by tests/comm/tcp_group_test.cpp.
+// InProcessGroup checks its threads. Tested by tests/comm/tcp_group_test.cpp and
+// tests/comm/rendezvous_test.cpp.
 #pragma once
 
 #include <atomic>
@@ -18,6 +22,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "core/logging.h"
 
 namespace dflash {
 
@@ -30,10 +36,17 @@ struct TcpGroupOptions {
     // Must be equal on every process (process 0 compares them at the rendezvous and names the
     // first line that differs): the run's settings apart from launch.*, the worker count.
     std::string agreement;
+    // The launch secret, the key of the rendezvous proofs (the same bytes on every process).
+    // Empty is allowed only when process 0 listens on a loopback address (a warning is logged).
+    std::string secret;
+    // How long one connection may take over its hello before process 0 drops it (the others
+    // are read meanwhile).
+    double hello_timeout_s = 5;
+    Logger log;  // the warnings of the rendezvous (no secret, dropped connections)
 };
 
 // Process 0's listening socket, made before the group so that a test can listen on port 0 and
-// hand the port it got to the other ranks.
+// hand the port it got to the other ranks. Defined in rendezvous.cpp.
 class TcpListener {
   public:
     // Binds addr:port (port 0: any free port) and listens. Errors name the address.
@@ -52,8 +65,8 @@ class TcpListener {
 class TcpGroup {
   public:
     // Rendezvous: process 0 (which must be given its listener, or makes one on master_addr:
-    // master_port) accepts world-1 connections; the others connect, retrying until the deadline.
-    // Returns once every process has joined and agreed.
+    // master_port) admits world-1 authenticated processes; the others connect, retrying until
+    // the deadline. Returns once every process has joined and agreed.
     explicit TcpGroup(const TcpGroupOptions& opt, TcpListener* listener = nullptr);
     ~TcpGroup();
     TcpGroup(const TcpGroup&) = delete;

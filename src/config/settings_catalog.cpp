@@ -101,6 +101,17 @@ void add_launch(Registry& r) {
                   "the run fails naming the missing process")
               .range(0.001, 1e7)
               .read_by(reader));
+    // A path, never the secret itself: settings are written to run directories and checkpoints.
+    r.add(D::string("launch.secret_file", "",
+                    "file holding the run's launch secret (the same on every process; mode 600, "
+                    "at least 16 bytes): process 0 admits only processes that prove it; empty "
+                    "= no secret, allowed only when process 0 listens on a loopback address")
+              .read_by(reader));
+    r.add(D::real("launch.hello_timeout_s", 5,
+                  "seconds process 0 gives one connection to complete its authenticated hello "
+                  "at the rendezvous before dropping it (the others are read meanwhile)")
+              .range(0.001, 3600)
+              .read_by(reader));
 }
 
 void add_cuda_graphs(Registry& r) {

@@ -843,7 +843,7 @@ TrainSummary run_trainer(const TrainerSpec& spec, const config::Settings& settin
     // Every process must run the same settings; process 0 names the first difference.
     std::string agreement = launch_agreement(settings);
     agreement += fmt::format("(workers per process) = {}\n", o.workers);
-    Shared sh(spec, settings, log, o, join_processes(launch, agreement));
+    Shared sh(spec, settings, log, o, join_processes(launch, agreement, log));
     sh.total_steps = count_total_steps(spec, o);
     // One writer per run directory; held until the run returns.
     std::optional<DirLock> own_lock;
