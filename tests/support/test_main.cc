@@ -35,10 +35,16 @@ std::map<std::string, std::vector<std::string>> tests_by_file() {
     return files;
 }
 
-// The filter that runs what `filter` selects among the tests of `file` alone: the other files'
-// tests are added to its negative patterns ("POSITIVE-NEGATIVE", GoogleTest's syntax).
+// The filter that runs what `filter` selects among the tests of `file` alone. Without a filter of
+// the user's, that is the file's tests by name; with one, the other files' tests are added to its
+// negative patterns ("POSITIVE-NEGATIVE", GoogleTest's syntax).
 std::string filter_for_file(const std::string& filter, const std::string& file,
                             const std::map<std::string, std::vector<std::string>>& files) {
+    std::string out;
+    if (filter == "*") {
+        for (const std::string& t : files.at(file)) out += (out.empty() ? "" : ":") + t;
+        return out;
+    }
     const size_t dash = filter.find('-');
     const std::string positive = dash == std::string::npos ? filter : filter.substr(0, dash);
     std::string negative = dash == std::string::npos ? "" : filter.substr(dash + 1);
