@@ -4,7 +4,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "config/settings.h"
 #include "core/atomic_file.h"
 #include "core/checkpoint_io.h"
 #include "core/error.h"
@@ -42,14 +41,6 @@ std::unique_ptr<Tokenizer> load_tokenizer_for_model(const fs::path& dir, const C
     DF_CHECK(j.contains("type") && j["type"].is_string(), "{}: missing string field \"type\"",
              spec.string());
     return make_tokenizer(j["type"].get<std::string>());
-}
-
-ChatOptions chat_options_from_settings(const config::Settings& s) {
-    ChatOptions c;
-    c.template_name = s.get<std::string>("chat.template");
-    c.enable_thinking = s.get<bool>("chat.enable_thinking");
-    c.date_string = s.get<std::string>("chat.date_string");
-    return c;
 }
 
 }  // namespace dflash

@@ -12,10 +12,6 @@
 
 namespace dflash {
 
-namespace config {
-class Settings;
-}
-
 inline constexpr const char* kTokenizerSpecFile = "dflash_tokenizer.json";
 
 // Writes what reloads `tok` into `dir`: dflash_tokenizer.json for the byte tokenizer, the HF
@@ -28,8 +24,5 @@ std::unique_ptr<Tokenizer> load_tokenizer_for_model(const std::filesystem::path&
                                                     const ChatOptions& chat = {});
 // True if the directory names a tokenizer (dflash_tokenizer.json or tokenizer.json).
 bool has_tokenizer_spec(const std::filesystem::path& dir);
-
-// The chat.* settings.
-ChatOptions chat_options_from_settings(const config::Settings& s);
 
 }  // namespace dflash

@@ -358,7 +358,7 @@ TEST_F(CudaTraining, TwentyStepsTrackTheCpuAndTheResultDecodesOnTheCpu) {
                                                {"train.max_steps", "20"},
                                                {"train.batch_size", "2"},
                                                {"train.grad_clip", "1.0"}});
-        model[backend] = train::run_drafter_training(j, s, Logger()).model_dir;
+        model[backend] = train_drafter_from_settings(j, s, Logger()).model_dir;
     }
     ASSERT_EQ(losses["cpu"].size(), 20u);
     ASSERT_EQ(losses["cuda"].size(), 20u);
@@ -390,7 +390,7 @@ TEST_F(CudaTraining, KlWithSeparateDocumentsTracksTheCpu) {
                                                {"train.documents", "separate"},
                                                {"train.max_steps", "10"},
                                                {"train.batch_size", "2"}});
-        train::run_drafter_training(j, s, Logger());
+        train_drafter_from_settings(j, s, Logger());
     }
     ASSERT_EQ(losses["cpu"].size(), 10u);
     ASSERT_EQ(losses["cuda"].size(), 10u);

@@ -36,7 +36,7 @@ class Resume : public test::SharedInputsTest<Resume> {
     }
     // A finished 6-step run with checkpoints at 3 and 6, non-default settings throughout.
     static train::TrainSummary run6(const std::string& out) {
-        return train::run_drafter_training(job(out), settings6(), Logger());
+        return train_drafter_from_settings(job(out), settings6(), Logger());
     }
     static config::Settings settings6() {
         return test::drafter_settings({{"train.checkpoint_every", "3"},
@@ -63,7 +63,7 @@ TEST_F(Resume, ResumeAloneContinuesTheCheckpointsRun) {
     const train::TrainSummary straight = run6("straight");
     auto j = job("continued");
     j.resume = *dir_ / "straight" / train::checkpoint_name(3);
-    const train::TrainSummary resumed = train::run_drafter_training(j, given(), Logger());
+    const train::TrainSummary resumed = train_drafter_from_settings(j, given(), Logger());
     EXPECT_EQ(resumed.first_step, 4);
     EXPECT_EQ(resumed.total_steps, 6);  // not the default's epochs
     const auto a = test::read_state_tensors(straight.model_dir);
@@ -81,7 +81,7 @@ TEST_F(Resume, AnExplicitSettingWinsAndIsLogged) {
     j.resume = *dir_ / "override" / train::checkpoint_name(3);
     auto sink = LogSink::capturing(LogLevel::info);
     const train::TrainSummary r =
-        train::run_drafter_training(j, given({{"train.max_steps", "8"}}), Logger(sink, ""));
+        train_drafter_from_settings(j, given({{"train.max_steps", "8"}}), Logger(sink, ""));
     EXPECT_EQ(r.total_steps, 8);
     std::string log;
     for (const auto& l : sink->captured()) log += l + "\n";
@@ -95,7 +95,7 @@ TEST_F(Resume, AShapeChangeIsRefusedNamingTheKeysAndChangesNothing) {
     auto j = job("shape");
     j.resume = run;
     const std::string e = error_of([&] {
-        train::run_drafter_training(
+        train_drafter_from_settings(
             j, given({{"drafter.block_size", "8"}, {"drafter.num_layers", "2"}}), Logger());
     });
     EXPECT_TRUE(has(e, "the model's shape is fixed by the checkpoint")) << e;
@@ -118,13 +118,13 @@ TEST_F(Resume, ARefusedResumeLeavesTheRunDirectoryAsItWas) {
     const auto before = snapshot(run);
     auto j = job("refused");
     j.resume = ck3;
-    EXPECT_TRUE(has(error_of([&] { train::run_drafter_training(j, given(), Logger()); }),
+    EXPECT_TRUE(has(error_of([&] { train_drafter_from_settings(j, given(), Logger()); }),
                     "training_state.safetensors"));
     EXPECT_EQ(snapshot(run), before);
     // Checkpoint 6, sound, but its one worker read 6 sequences, which 4 cannot continue.
     j.resume = run;
     const std::string e = error_of([&] {
-        train::run_drafter_training(j, given({{"runtime.devices", "4"}, {"train.max_steps", "9"}}),
+        train_drafter_from_settings(j, given({{"runtime.devices", "4"}, {"train.max_steps", "9"}}),
                                     Logger());
     });
     EXPECT_TRUE(has(e, "had read 6 sequences of epoch 0, which 4 workers")) << e;
@@ -153,7 +153,7 @@ TEST_F(Resume, TheRunDirectoryIsCheckedBeforeTheModelsAreRead) {
     const DirLock held = DirLock::acquire(*dir_ / "early", "run directory", "another run");
     auto j = job("early");
     j.target_dir = *dir_ / "no-such-target";
-    const std::string e = error_of([&] { train::run_drafter_training(j, settings6(), Logger()); });
+    const std::string e = error_of([&] { train_drafter_from_settings(j, settings6(), Logger()); });
     EXPECT_TRUE(has(e, "is in use by pid")) << e;
 }
 

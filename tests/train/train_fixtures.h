@@ -21,6 +21,7 @@
 #include "core/safetensors.h"
 #include "data/shard.h"
 #include "model/target.h"
+#include "options/training.h"
 #include "support/test_util.h"
 #include "support/tiny_models.h"
 #include "tokenizer/model_tokenizer.h"
@@ -202,7 +203,7 @@ inline RecordedRun train_recorded(const std::filesystem::path& dir, const std::s
         r.losses.push_back(rec.loss);
         r.grad_norms.push_back(rec.grad_norm);
     };
-    r.summary = train::run_drafter_training(job, drafter_settings(kv), Logger());
+    r.summary = train_drafter_from_settings(job, drafter_settings(kv), Logger());
     return r;
 }
 
