@@ -136,9 +136,9 @@ class DrafterTask : public WorkerTask {
                              objective.teacher_hidden);
         }
         ws.release_scratch(m);
-        drafter_.train_step(be, ws, target_->embed(), target_->lm_head(), features, mb.seq.tokens,
-                            mb.seq.loss_mask, mb.anchors, opt_.gamma, grad_scale, opt_.ce_chunk,
-                            stats.rows(0, n_loss), objective);
+        drafter_.train_step(be, ws, {features, mb.seq.tokens, mb.seq.loss_mask, mb.anchors},
+                            {target_->embed(), target_->lm_head(), opt_.gamma, opt_.ce_chunk},
+                            {grad_scale, stats.rows(0, n_loss)}, objective);
     }
 
     std::vector<int64_t> step_shape(const MicroBatch& mb) const override {
