@@ -91,7 +91,7 @@ class Worker {
     // Runs one micro-batch into the stats tensor, the workspace reset first; `reduce`: the
     // step's last, whose backward also sums the gradients bucket by bucket.
     void run_batch(const MicroBatch& mb, float grad_scale, const Tensor& stats,
-                   bool reduce = false);
+                   const GradientExchange::BucketedBackward* sum = nullptr);
     // The stats tensor's sums as TaskStats (tokens left 0).
     TaskStats stats_from(const float* stats) const;
     void evaluate(int64_t step);
@@ -167,7 +167,8 @@ void Worker::setup() {
     }
 }
 
-void Worker::run_batch(const MicroBatch& mb, float grad_scale, const Tensor& stats, bool reduce) {
+void Worker::run_batch(const MicroBatch& mb, float grad_scale, const Tensor& stats,
+                       const GradientExchange::BucketedBackward* sum) {
     ws_.reset();
     ws_.settle_inputs();
     // One recorded step per micro-batch shape: everything else it reads is staged (tokens,
@@ -176,14 +177,14 @@ void Worker::run_batch(const MicroBatch& mb, float grad_scale, const Tensor& sta
     ParamSet& params = task_->params();
     StepKey key{step_owner_->id(),
                 !params.has_grads() ? "eval.microbatch"
-                : reduce            ? "train.microbatch.sum"
+                : sum != nullptr    ? "train.microbatch.sum"
                                     : "train.microbatch",
                 task_->step_shape(mb)};
     key.dims.push_back(address_of(stats));
     be_->run_step(key, [&] {
         const auto backward = [&] { task_->run(*be_, ws_, mb, grad_scale, stats); };
-        if (reduce)
-            exchange_->backward_with_buckets(params, backward);
+        if (sum != nullptr)
+            (*sum)(backward);
         else
             backward();
     });
@@ -270,24 +271,27 @@ bool Worker::train_step(int64_t step) {
     // ended with a download, so this waits for nothing).
     const double lr = sched_->lr(step);
     if (w > 0) opt_->begin_step(*be_, lr);
-    exchange_->begin_step();
     size_t last = mbs.size();  // the last micro-batch this worker runs
     for (size_t i = 0; i < mbs.size(); ++i)
         if (mbs[i].weight > 0) last = i;
-    for (size_t i = 0; i < mbs.size(); ++i)
-        if (mbs[i].weight > 0) run_batch(mbs[i], scale, stats, exchange_->bucketed() && i == last);
-    // Through the host the sum waits for the device; on the devices it is part of the recorded
-    // update (or of the last micro-batch's, in buckets), so each worker's graphs hold it.
-    exchange_->after_backward(params);
+    GradientExchange::StepWork work;
+    work.micro_batches = [&](const GradientExchange::BucketedBackward* sum_last) {
+        for (size_t i = 0; i < mbs.size(); ++i)
+            if (mbs[i].weight > 0) run_batch(mbs[i], scale, stats, i == last ? sum_last : nullptr);
+    };
     // Norm, clipping factor and update stay on the device; the host learns them with the stats.
     // One recorded step: the learning rate and bias corrections are read from device memory.
-    be_->run_step(StepKey{step_owner_->id(), w > 0 ? "train.update" : "train.norm", {}}, [&] {
-        exchange_->sum_and_norm(params, norm_sq, tail_sq);
+    work.recorded_update = [&](const std::function<void()>& body) {
+        be_->run_step(StepKey{step_owner_->id(), w > 0 ? "train.update" : "train.norm", {}}, body);
+    };
+    work.update = [&] {
         be_->clip_scale(norm_sq, static_cast<float>(o.grad_clip), clip);
         if (w > 0) opt_->apply(*be_, params, clip);
-        if (w > 0) exchange_->gather_in_step(params);
-    });
-    if (w > 0) exchange_->gather_after_step(params);
+    };
+    work.norm_sq = norm_sq;
+    work.tail_sq = tail_sq;
+    work.updates = w > 0;
+    exchange_->run_step(params, work);
     if (w <= 0 && rank_ == 0)
         sh_.log.warn("step {}: no token carries loss weight; update skipped", step);
     be_->download(step_host_.view(), out);
