@@ -47,6 +47,27 @@ std::vector<LoaderState> resume_positions(const TrainingState& rs, const ResumeT
                                     LoaderState{epoch, read / o.world});
 }
 
+// The checkpoint's data positions mean something only in the data they were taken in.
+void check_same_data(const TrainingState& rs, const ResumeTarget& spec, const Logger& log) {
+    const DatasetIdentity now = dataset_identity(*spec.train_data);
+    if (!rs.data) {
+        log.warn(
+            "resume: the checkpoint does not record its training data (an older dflash wrote "
+            "it), so nothing checks that {} is the data it was trained on",
+            now.path);
+        return;
+    }
+    DF_CHECK(rs.data->digest == now.digest,
+             "--resume: the checkpoint was trained on other data: {}, but --data is {}; its data "
+             "positions mean nothing in other data. Resume with the checkpoint's data, or train "
+             "on this data in a new run{}",
+             rs.data->describe(), now.describe(),
+             spec.kind == "drafter"
+                 ? fmt::format(" starting from the checkpoint's weights (--init-drafter {})",
+                               spec.checkpoint_dir.string())
+                 : std::string(" (without --resume)"));
+}
+
 }  // namespace
 
 std::vector<LoaderState> check_resume(const TrainingState& rs, const ResumeTarget& spec,
@@ -55,6 +76,7 @@ std::vector<LoaderState> check_resume(const TrainingState& rs, const ResumeTarge
              "--resume: the checkpoint trains a {} but this command "
              "trains a {}",
              rs.kind, spec.kind);
+    check_same_data(rs, spec, log);
     std::vector<LoaderState> positions = resume_positions(rs, spec, o);
     if (static_cast<int>(rs.loaders.size()) != o.world)
         log.info(

@@ -64,6 +64,7 @@ TrainSummary run_trainer(const TrainerSpec& spec, const TrainingOptions& options
     agreement += fmt::format("(workers per process) = {}\n", o.workers);
     Shared sh(spec, settings, log, o, join_processes(launch, agreement));
     sh.total_steps = count_total_steps(spec, o);
+    sh.data = dataset_identity(*spec.train_data);
     // One writer per run directory; held until the run returns.
     std::optional<DirLock> own_lock;
     if (spec.run_dir_lock)

@@ -471,6 +471,7 @@ void Worker::checkpoint(int64_t step) {
         s.anchor_seed = sh_.opt.seed ^ kAnchorSalt;
         s.settings_toml = config::dump_toml(sh_.settings);
         s.settings_hash = sh_.settings.hash();
+        s.data = sh_.data;
         const fs::path dir = write_checkpoint(sh_.spec.run_dir, s, task_->params(), m, v,
                                               [this](const fs::path& d) { task_->save_model(d); });
         sh_.summary.model_dir = dir;

@@ -32,6 +32,7 @@ struct Shared {
     const Logger& log;
     LoopOptions opt;
     int64_t total_steps = 0;
+    DatasetIdentity data;  // of spec.train_data, recorded in every checkpoint
     std::optional<TrainingState> resume;
     std::vector<LoaderState> resume_loaders;  // [world]: each worker's data position
     WorldGroup group;
