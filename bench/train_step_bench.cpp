@@ -90,8 +90,8 @@ nlohmann::json run_case(Backend& be, const Preset& p, int steps) {
     const Tensor norm_sq = out.view().rows(lay.size(), lay.size() + 1);
     const Tensor clip = out.view().rows(lay.size() + 1, lay.size() + 2);
     auto step_body = [&](Backend& b, Workspace& ws) {
-        drafter.train_step(b, ws, embed, head, features, tokens, mask, anchors, gamma,
-                           static_cast<float>(1.0 / w), chunk, stats);
+        drafter.train_step(b, ws, {features, tokens, mask, anchors}, {embed, head, gamma, chunk},
+                           {static_cast<float>(1.0 / w), stats});
     };
     Workspace ws(be, plan_workspace(be, step_body));
     HostTensor host({lay.size() + 2});

@@ -1,7 +1,6 @@
 // Backend selection. Tested by tests/backend/factory_test.cpp.
 #include "backend/backend_factory.h"
 
-#include "config/settings.h"
 #include "core/error.h"
 
 #if DFLASH_HAVE_CUDA
@@ -51,16 +50,6 @@ std::unique_ptr<Backend> make_backend(DeviceKind kind, int index, int cpu_thread
     (void)graphs;
     DF_FAIL("the CUDA backend is not built into this dflash (device cuda:{})", index);
 #endif
-}
-
-GraphOptions graph_options_from_settings(const config::Settings& s) {
-    GraphOptions g;
-    g.enabled = s.get<bool>("cuda_graphs.enabled");
-    g.mode = parse_capture_mode(s.get<std::string>("cuda_graphs.capture_mode"));
-    g.warmup_runs = static_cast<int>(s.get<int64_t>("cuda_graphs.warmup_runs"));
-    g.max_rerecords = static_cast<int>(s.get<int64_t>("cuda_graphs.max_rerecords"));
-    g.max_graphs = static_cast<int>(s.get<int64_t>("cuda_graphs.max_graphs"));
-    return g;
 }
 
 }  // namespace dflash

@@ -13,6 +13,8 @@
 #include "backend/backend_factory.h"
 #include "config/settings.h"
 #include "core/error.h"
+#include "options/cuda_graphs_options.h"
+#include "options/runtime_options.h"
 
 namespace dflash::cli {
 
@@ -53,8 +55,9 @@ int report_other_process(const train::TrainSummary& s) {
 }
 
 std::unique_ptr<Backend> make_backend_from_settings(const CommandContext& ctx) {
-    const int64_t threads = ctx.settings.get<int64_t>("runtime.threads");
-    const DeviceKind kind = resolve_backend(ctx.settings.get<std::string>("runtime.backend"));
+    const RuntimeOptions rt = runtime_options_from_settings(ctx.settings);
+    const int64_t threads = rt.threads;
+    const DeviceKind kind = resolve_backend(rt.backend);
     GraphOptions graphs = graph_options_from_settings(ctx.settings);
     const Logger& log = ctx.log;
     graphs.warn = [&log](const std::string& m) { log.warn("{}", m); };

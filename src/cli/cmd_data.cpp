@@ -20,6 +20,9 @@
 #include "infer/regenerate.h"
 #include "infer/stop_tokens.h"
 #include "model/target.h"
+#include "options/chat_options.h"
+#include "options/infer_options.h"
+#include "options/runtime_options.h"
 #include "tokenizer/model_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -83,7 +86,7 @@ int run_regenerate(const RegenerateArgs& a, CommandContext& ctx) {
     RegenerateOptions ro;
     ro.generate = generate_options_from_settings(ctx.settings);
     ro.generate.stop_tokens = default_stop_tokens(target.config(), tok.get());
-    ro.workers = static_cast<int>(ctx.settings.get<int64_t>("runtime.devices"));
+    ro.workers = static_cast<int>(runtime_options_from_settings(ctx.settings).devices);
     std::vector<std::vector<int32_t>> ids;
     for (const auto& p : prompts) ids.push_back(p.tokens);
     RegenerateStats st;

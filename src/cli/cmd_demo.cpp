@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "config/settings.h"
 #include "demo/demo.h"
+#include "options/demo_options.h"
 
 namespace dflash::cli {
 
@@ -17,8 +18,9 @@ int cmd_demo(CommandContext& ctx) {
         "DFlash drafter for it, and measure speculative decoding. CPU; about 5 minutes on 2 cores "
         "(--quick: under one).",
         "dflash demo"};
-    bool quick = ctx.settings.get<bool>("demo.quick");
-    std::string output = ctx.settings.get<std::string>("demo.output_dir");
+    const DemoDefaults defaults = demo_defaults_from_settings(ctx.settings);
+    bool quick = defaults.quick;
+    std::string output = defaults.output_dir.string();
     std::vector<std::string> corpus;
     app.add_flag("--quick", quick, "the one-minute version (same as --demo.quick true)");
     app.add_option("--output", output, "where everything is written (demo.output_dir)");

@@ -20,6 +20,8 @@
 #include "infer/stop_tokens.h"
 #include "model/drafter.h"
 #include "model/target.h"
+#include "options/chat_options.h"
+#include "options/infer_options.h"
 #include "tokenizer/model_tokenizer.h"
 
 namespace dflash::cli {

@@ -15,6 +15,9 @@
 #include "core/staged_dir.h"
 #include "model/drafter.h"
 #include "model/target.h"
+#include "options/drafter_options.h"
+#include "options/pretrain_options.h"
+#include "options/runtime_options.h"
 #include "tokenizer/model_tokenizer.h"
 #include "train/drafter_training.h"
 #include "train/pretraining.h"
@@ -34,13 +37,13 @@ DirLock lock_empty_output(const std::filesystem::path& dir) {
 // The DFlash2 version of `base` with the drafter.conv_* / selector_* settings; full,
 // bidirectional attention like the DFlash drafter it starts from (so that, with its identity /
 // neutral new modules, it drafts exactly as that drafter).
-DrafterConfig dflash2_config(const DrafterConfig& base, const config::Settings& s) {
+DrafterConfig dflash2_config(const DrafterConfig& base, const train::DrafterOptions& s) {
     DrafterConfig d = base;
     d.arch = DrafterArch::dflash2;
-    d.d2.conv_kernel_size = s.get<int64_t>("drafter.conv_kernel_size");
-    d.d2.conv_group_size = s.get<int64_t>("drafter.conv_group_size");
-    d.d2.selector_rank = s.get<int64_t>("drafter.selector_rank");
-    d.d2.selector_top_k = s.get<int64_t>("drafter.selector_top_k");
+    d.d2.conv_kernel_size = s.conv_kernel_size;
+    d.d2.conv_group_size = s.conv_group_size;
+    d.d2.selector_rank = s.selector_rank;
+    d.d2.selector_top_k = s.selector_top_k;
     d.sliding_layers.assign(d.layer.num_hidden_layers, false);
     d.is_causal = 0;
     const auto p = d.problems();
@@ -52,9 +55,10 @@ DrafterConfig dflash2_config(const DrafterConfig& base, const config::Settings& 
 // `dflash init drafter`: a random DFlash drafter from the drafter.* settings, or the one in
 // --from-drafter; with drafter.architecture=dflash2, converted (DrafterModel::from_dflash).
 DrafterModel initial_drafter(Backend& be, const TargetModel& target, const Tokenizer& tok,
-                             const std::string& from, const config::Settings& s, uint64_t seed) {
-    const bool v2 = s.get<std::string>("drafter.architecture") == "dflash2";
-    DrafterModel d = from.empty() ? train::make_initial_drafter(be, target, tok, s)
+                             const std::string& from, const train::DrafterOptions& s,
+                             uint64_t seed) {
+    const bool v2 = s.architecture == "dflash2";
+    DrafterModel d = from.empty() ? train::make_initial_drafter(be, target, tok, s, seed)
                                   : DrafterModel::load(be, from);
     if (!from.empty()) {
         DF_CHECK(!d.config().dflash2(), "'{}' is already a DFlash2 drafter", from);
@@ -104,12 +108,13 @@ int cmd_init(CommandContext& ctx) {
                  (std::filesystem::is_directory(output) && !holds_files(output)),
              "'{}' is not empty; choose a new output directory", output);
     const DType store = parse_dtype(dtype);
-    const uint64_t seed = static_cast<uint64_t>(ctx.settings.get<int64_t>("runtime.seed"));
+    const uint64_t seed = runtime_options_from_settings(ctx.settings).seed;
     // Weights are drawn and written in host memory.
     const std::unique_ptr<Backend> host = make_cpu_backend(1);
     if (tgt->parsed()) {
         const auto tok = make_tokenizer(tokenizer);
-        const TargetConfig cfg = train::pretrain_target_config(ctx.settings, *tok, vocab);
+        const TargetConfig cfg = train::pretrain_target_config(
+            pretrain_options_from_settings(ctx.settings), *tok, vocab);
         const TargetModel m = TargetModel::random(*host, cfg, seed);
         const DirLock lock = lock_empty_output(output);
         m.save(output, store);
@@ -122,7 +127,8 @@ int cmd_init(CommandContext& ctx) {
     }
     const TargetModel target = TargetModel::load(*host, target_dir);
     const auto tok = load_tokenizer_for_model(target_dir);
-    const DrafterModel d = initial_drafter(*host, target, *tok, from_drafter, ctx.settings, seed);
+    const DrafterModel d = initial_drafter(*host, target, *tok, from_drafter,
+                                           drafter_options_from_settings(ctx.settings), seed);
     const DirLock lock = lock_empty_output(output);
     d.save(output, store);
     save_tokenizer_spec(output, *tok);

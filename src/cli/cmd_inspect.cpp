@@ -1,12 +1,14 @@
 // `dflash inspect DIR`: prints what a target, drafter or checkpoint directory holds and every
-// problem with it; exits 1 when there are problems. The report itself is model/inspect.h.
-// Tested by tests/cli/inspect_cli_test.cpp.
+// problem with it; exits 1 when there are problems. The report itself is model/inspect.h; for a
+// training checkpoint the training state is added (train/checkpoint.h describe_training_state).
+// Tested by tests/cli/inspect_cli_test.cpp and tests/train/resume_test.cpp.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "model/inspect.h"
+#include "train/checkpoint.h"
 
 namespace dflash::cli {
 
@@ -22,8 +24,13 @@ int cmd_inspect(CommandContext& ctx) {
     app.add_flag("--no-values", no_values,
                  "skip reading the weights for NaN / infinite values (faster on large models)");
     if (!parse_command_args(app, ctx, "inspect")) return 0;
-    const InspectReport report =
-        inspect_directory(dir, {.list_tensors = !no_tensors, .check_values = !no_values});
+    InspectOptions opts{.list_tensors = !no_tensors, .check_values = !no_values};
+    opts.more = [&](const std::filesystem::path& d, std::string& text,
+                    std::vector<std::string>& problems) {
+        if (std::filesystem::exists(d / train::kTrainingStateJson))
+            train::describe_training_state(d, opts.check_values, text, problems);
+    };
+    const InspectReport report = inspect_directory(dir, opts);
     std::fputs(report.text.c_str(), stdout);
     return report.ok() ? 0 : 1;
 }

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "config/settings.h"
 #include "core/worker_pool.h"
+#include "options/training.h"
 #include "train/pretraining.h"
 #include "train/signal_watcher.h"
 
@@ -35,7 +36,7 @@ int cmd_pretrain(CommandContext& ctx) {
     const train::SignalWatcher watcher(train::stop_on_signal(stop, ctx.log));
     job.hooks.stop = &stop;
     job.hooks.handle_signals = false;
-    const train::TrainSummary s = train::run_pretraining(job, ctx.settings, ctx.log);
+    const train::TrainSummary s = pretrain_from_settings(job, ctx.settings, ctx.log);
     if (s.process != 0) return report_other_process(s);
     std::printf("%s after step %lld/%lld: loss %.4f (first %.4f), next-token acc %.3f, %.0fs\n",
                 s.interrupted ? "stopped" : "trained", static_cast<long long>(s.steps),

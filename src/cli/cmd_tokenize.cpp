@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "infer/prompts.h"
+#include "options/chat_options.h"
 #include "tokenizer/model_tokenizer.h"
 
 namespace dflash::cli {

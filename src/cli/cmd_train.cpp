@@ -1,5 +1,6 @@
 // `dflash train`: trains a DFlash drafter for a target on a tokenized dataset; a thin layer over
-// train::run_drafter_training (src/train/drafter_training.h). Tested by
+// train::run_drafter_training (src/train/drafter_training.h), its settings typed by
+// src/options/training.h. Tested by
 // tests/train/train_cli_test.cpp.
 #include <CLI/CLI.hpp>
 
@@ -10,6 +11,8 @@
 #include "config/settings.h"
 #include "core/error.h"
 #include "core/worker_pool.h"
+#include "options/drafter_options.h"
+#include "options/training.h"
 #include "train/drafter_training.h"
 #include "train/signal_watcher.h"
 
@@ -44,7 +47,7 @@ int cmd_train(CommandContext& ctx) {
     // drafter.architecture is read where a drafter is made (`dflash init drafter`); the random
     // drafter a new run starts from here is a DFlash one, so a DFlash2 run starts from an init
     // rather than silently training the other architecture.
-    DF_CHECK(ctx.settings.get<std::string>("drafter.architecture") == "dflash" ||
+    DF_CHECK(drafter_options_from_settings(ctx.settings).architecture == "dflash" ||
                  !job.resume.empty() || !job.init_drafter.empty(),
              "drafter.architecture=dflash2: make the drafter first (`dflash init drafter --target "
              "{} --output DIR --set drafter.architecture=dflash2`, or add --from-drafter DIR to "
@@ -55,7 +58,7 @@ int cmd_train(CommandContext& ctx) {
     const train::SignalWatcher watcher(train::stop_on_signal(stop, ctx.log));
     job.hooks.stop = &stop;
     job.hooks.handle_signals = false;
-    const train::TrainSummary s = train::run_drafter_training(job, ctx.settings, ctx.log);
+    const train::TrainSummary s = train_drafter_from_settings(job, ctx.settings, ctx.log);
     if (s.process != 0) return report_other_process(s);
     std::printf("%s after step %lld/%lld: loss %.4f (first %.4f), acc@1 %.3f, tau~%.2f, %.0fs\n",
                 s.interrupted ? "stopped" : "trained", static_cast<long long>(s.steps),

@@ -20,6 +20,7 @@
 #include "config/registry.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "options/runtime_options.h"
 
 namespace dflash::cli {
 namespace {
@@ -118,7 +119,7 @@ int run(const std::vector<std::string>& args) {
     config::Loaded loaded =
         config::load_settings(registry, std::vector<std::string>(args.begin() + 1, args.end()),
                               config::Environment::from_process());
-    const auto level = parse_log_level(loaded.settings.get<std::string>("runtime.log_level"));
+    const auto level = parse_log_level(runtime_options_from_settings(loaded.settings).log_level);
     DF_ASSERT(level.has_value());
     auto sink = std::make_shared<LogSink>(*level);
     CommandContext ctx{*registry, loaded.settings, std::move(loaded.args), sink, Logger(sink, "")};

@@ -23,6 +23,8 @@ class ShardedDataset {
     int64_t num_samples() const { return offsets_.empty() ? 0 : offsets_.back(); }
     int64_t num_tokens() const { return num_tokens_; }
     int64_t num_shards() const { return static_cast<int64_t>(shards_.size()); }
+    // The shard files, in the order their samples are numbered (what identifies the data).
+    const std::vector<ShardReader>& shards() const { return shards_; }
     const std::string& tokenizer_name() const { return tokenizer_; }
     int64_t vocab_size() const { return vocab_size_; }
     // Length in tokens, from the index (no read).

@@ -20,6 +20,10 @@
 #include "infer/stop_tokens.h"
 #include "model/drafter.h"
 #include "model/target.h"
+#include "options/cuda_graphs_options.h"
+#include "options/infer_options.h"
+#include "options/runtime_options.h"
+#include "options/training.h"
 #include "tokenizer/tokenizer.h"
 #include "train/drafter_training.h"
 #include "train/pretraining.h"
@@ -163,7 +167,8 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
     refuse_foreign_dir(dir);
     const DirLock lock = DirLock::acquire(dir, "demo output directory", "dflash demo");
     prepare_output_dir(dir);
-    const uint64_t seed = static_cast<uint64_t>(user_settings.get<int64_t>("runtime.seed"));
+    const RuntimeOptions runtime = runtime_options_from_settings(user_settings);
+    const uint64_t seed = runtime.seed;
     auto tok = make_byte_tokenizer();
 
     // 1. Corpus -> token shards.
@@ -198,7 +203,7 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
 
     // On a GPU: one worker. On the CPU: data-parallel workers of one thread each: they never wait
     // for each other inside a step, which matters on a busy machine (docs/performance.md).
-    const DeviceKind kind = resolve_backend(user_settings.get<std::string>("runtime.backend"));
+    const DeviceKind kind = resolve_backend(runtime.backend);
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int n_workers = kind == DeviceKind::cuda ? 1 : std::min(cores, 4);
     const std::unique_ptr<Backend> be =
@@ -231,7 +236,7 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
     pj.data_dir = dir / "data/train";
     pj.eval_data_dir = dir / "data/heldout";
     pj.output_dir = dir / "target";
-    rep.target = train::run_pretraining(pj, pre_settings, log);
+    rep.target = pretrain_from_settings(pj, pre_settings, log);
     const std::string heldout =
         rep.target.final_eval ? fmt::format(", held-out loss {:.3f}", rep.target.final_eval->loss)
                               : "";
@@ -284,7 +289,7 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
         if (rep.drafter_first_acc.empty() && !r.eval) rep.drafter_first_acc = r.acc;
         if (r.eval && r.decode) rep.eval_tau.emplace_back(r.step, r.decode->tau());
     };
-    rep.drafter = train::run_drafter_training(dj, dr_settings, log);
+    rep.drafter = train_drafter_from_settings(dj, dr_settings, log);
     std::fprintf(out, "  drafter: loss %.3f -> %.3f in %lld steps (%.0f s)\n",
                  rep.drafter.first_loss, rep.drafter.final_loss,
                  static_cast<long long>(rep.drafter.steps), since(t_dr));

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 #include <algorithm>
 
-#include "config/settings.h"
 #include "core/error.h"
 
 namespace dflash {
@@ -38,21 +37,6 @@ std::string token_text(int32_t t) {
 }
 
 }  // namespace
-
-GenerateOptions generate_options_from_settings(const config::Settings& s) {
-    GenerateOptions o;
-    // The one rounding of the settings' doubles to the floats sampling computes with (ops.h).
-    o.sampling.temperature = static_cast<float>(s.get<double>("infer.temperature"));
-    o.sampling.top_k = s.get<int64_t>("infer.top_k");
-    o.sampling.top_p = static_cast<float>(s.get<double>("infer.top_p"));
-    o.max_new_tokens = s.get<int64_t>("infer.max_new_tokens");
-    o.block_size = s.get<int64_t>("infer.block_size");
-    o.max_context = s.get<int64_t>("infer.max_context");
-    o.draft_sampling = s.get<bool>("infer.draft_sampling");
-    o.seed = static_cast<uint64_t>(s.get<int64_t>("infer.seed"));
-    o.draft_precision = parse_draft_precision(s.get<std::string>("infer.cpu_draft_precision"));
-    return o;
-}
 
 std::string BenchMismatch::to_string() const {
     return fmt::format("prompt {}, position {}: baseline {} vs speculative {}", prompt, position,

@@ -19,14 +19,6 @@
 
 namespace dflash {
 
-namespace config {
-class Settings;
-}
-
-// GenerateOptions from the infer.* settings (temperature, top_k, top_p, max_new_tokens,
-// max_context, block_size, draft_sampling, seed); stop tokens are left to the caller.
-GenerateOptions generate_options_from_settings(const config::Settings& s);
-
 // One prompt: the plain run and the speculative run.
 struct BenchRequest {
     std::string label;

@@ -254,11 +254,16 @@ void DrafterModel::block_hidden(Backend& be, Workspace& ws, const Tensor& embed,
     be.copy(hf, f.hf);
 }
 
-void DrafterModel::train_step(Backend& be, Workspace& ws, const Tensor& embed,
-                              const Tensor& lm_head, const Tensor& features,
-                              std::span<const int32_t> tokens, std::span<const uint8_t> loss_mask,
-                              std::span<const int32_t> anchors, double gamma, float grad_scale,
-                              int64_t chunk, const Tensor& stats, const BlockObjective& objective) {
+void DrafterModel::train_step(Backend& be, Workspace& ws, const DrafterBatch& batch,
+                              const DrafterLossSpec& loss, const DrafterStepSums& step,
+                              const BlockObjective& objective) {
+    const Tensor &embed = loss.embed, &lm_head = loss.lm_head, &features = batch.features;
+    const std::span<const int32_t> tokens = batch.tokens, anchors = batch.anchors;
+    const std::span<const uint8_t> loss_mask = batch.loss_mask;
+    const double gamma = loss.gamma;
+    const int64_t chunk = loss.ce_chunk;
+    const float grad_scale = step.grad_scale;
+    const Tensor& stats = step.stats;
     DF_ASSERT(loss_mask.size() == tokens.size());
     const int64_t S = static_cast<int64_t>(tokens.size()), D = dims_.D, B = cfg_.block_size;
     const int64_t N = static_cast<int64_t>(anchors.size()), R = N * B;

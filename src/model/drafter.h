@@ -40,6 +40,29 @@ struct BlockObjective {
     double selector_alpha = 0;
 };
 
+// DrafterModel::train_step's arguments, by lifetime. One packed training sequence:
+struct DrafterBatch {
+    Tensor features;                     // [S, K*D] (device): the target's target_layer_ids outputs
+    std::span<const int32_t> tokens;     // [S]
+    std::span<const uint8_t> loss_mask;  // [S]
+    std::span<const int32_t> anchors;    // sorted, each < S
+};
+
+// The run's, the same for every step: the frozen target's tensors the drafter shares and how the
+// block loss is weighed and chunked.
+struct DrafterLossSpec {
+    Tensor embed;             // the target's token embedding [V, D] (device)
+    Tensor lm_head;           // the target's LM head [V, D] (device)
+    double gamma = 7.0;       // block position k weighs exp(-(k-1)/gamma)
+    int64_t ce_chunk = 8192;  // vocabulary rows per chunk of the fused CE / KL
+};
+
+// The call's: its share of the step's gradient and where its sums go.
+struct DrafterStepSums {
+    float grad_scale = 1.0f;  // the gradient accumulated is grad_scale * d(sum w CE)
+    Tensor stats;             // f32 [LossStatsLayout{B}.size()] (device), added into
+};
+
 class DrafterModel {
   public:
     DrafterModel(Backend& be, DrafterConfig cfg);  // zero weights on be's device
@@ -85,17 +108,14 @@ class DrafterModel {
     double weight_sum(std::span<const uint8_t> loss_mask, std::span<const int32_t> anchors,
                       double gamma) const;
 
-    // One packed sequence: features [S, K*D] (target outputs of target_layer_ids, device),
-    // tokens [S], loss_mask [S], anchors (sorted, each < S). Blocks are [token a_j, MASK x (B-1)]
-    // at positions a_j..a_j+B-1; block position k is trained to predict tokens[a_j + k] (k = 0
-    // excluded) with weight loss_mask * exp(-(k-1)/gamma). Adds the loss and per-position
-    // accuracy into stats (f32 [LossStatsLayout{B}.size()] on the device, position = k). When
-    // params have gradients, accumulates grad_scale * d(sum w CE)/dparams. Memory from ws.
-    // `objective` picks KL distillation instead of CE and per-block context starts.
-    void train_step(Backend& be, Workspace& ws, const Tensor& embed, const Tensor& lm_head,
-                    const Tensor& features, std::span<const int32_t> tokens,
-                    std::span<const uint8_t> loss_mask, std::span<const int32_t> anchors,
-                    double gamma, float grad_scale, int64_t ce_chunk, const Tensor& stats,
+    // One packed sequence (batch). Blocks are [token a_j, MASK x (B-1)] at positions
+    // a_j..a_j+B-1; block position k is trained to predict tokens[a_j + k] (k = 0 excluded) with
+    // weight loss_mask * exp(-(k-1)/loss.gamma). Adds the loss and per-position accuracy into
+    // step.stats (position = k). When params have gradients, accumulates
+    // step.grad_scale * d(sum w CE)/dparams. Memory from ws. `objective` picks KL distillation
+    // instead of CE, per-block context starts and (DFlash2) the selector's loss.
+    void train_step(Backend& be, Workspace& ws, const DrafterBatch& batch,
+                    const DrafterLossSpec& loss, const DrafterStepSums& step,
                     const BlockObjective& objective = {});
 
     // The training-path forward alone: final-normed hidden states hf [N*B, D] of every block row

@@ -273,6 +273,7 @@ InspectReport inspect_directory(const std::filesystem::path& dir, const InspectO
         describe_config(st, out);
         if (st.ckpt || !specs.empty()) describe_weights(st, specs, opts.list_tensors, out);
         for (const auto& n : st.notes) out += fmt::format("note: {}\n", n);
+        if (opts.more) opts.more(dir, out, r.problems);
     }
     if (r.problems.empty()) {
         out += "status:        OK\n";

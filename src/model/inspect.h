@@ -8,6 +8,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,11 @@ struct InspectOptions {
     bool list_tensors = true;
     // Read every float tensor and report NaN or infinite values (a pass over all the weights).
     bool check_values = true;
+    // More of the report from a layer above this one (`dflash inspect` adds a checkpoint's
+    // training state, train/checkpoint.h): lines appended after the model's, and problems.
+    std::function<void(const std::filesystem::path& dir, std::string& text,
+                       std::vector<std::string>& problems)>
+        more = nullptr;
 };
 
 struct InspectReport {

@@ -4,7 +4,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "config/settings.h"
 #include "core/atomic_file.h"
 #include "core/checkpoint_io.h"
 #include "core/error.h"
@@ -55,14 +54,6 @@ std::unique_ptr<Tokenizer> make_tokenizer_with_chat(std::string_view name, const
              "with an HF tokenizer.json for the {} template",
              chat.template_name, origin, tok->name(), chat.template_name);
     return tok;
-}
-
-ChatOptions chat_options_from_settings(const config::Settings& s) {
-    ChatOptions c;
-    c.template_name = s.get<std::string>("chat.template");
-    c.enable_thinking = s.get<bool>("chat.enable_thinking");
-    c.date_string = s.get<std::string>("chat.date_string");
-    return c;
 }
 
 }  // namespace dflash

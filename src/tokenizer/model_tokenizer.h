@@ -13,10 +13,6 @@
 
 namespace dflash {
 
-namespace config {
-class Settings;
-}
-
 inline constexpr const char* kTokenizerSpecFile = "dflash_tokenizer.json";
 
 // Writes what reloads `tok` into `dir`: dflash_tokenizer.json for the byte tokenizer, the HF
@@ -34,8 +30,5 @@ std::unique_ptr<Tokenizer> make_tokenizer_with_chat(std::string_view name, const
                                                     std::string_view origin);
 // True if the directory names a tokenizer (dflash_tokenizer.json or tokenizer.json).
 bool has_tokenizer_spec(const std::filesystem::path& dir);
-
-// The chat.* settings.
-ChatOptions chat_options_from_settings(const config::Settings& s);
 
 }  // namespace dflash

@@ -4,6 +4,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include "config/settings.h"
 #include "core/atomic_file.h"
 #include "core/checkpoint_io.h"
 #include "core/error.h"
@@ -80,20 +85,87 @@ T field(const nlohmann::json& j, const char* key) {
     }
 }
 
+nlohmann::json identity_to_json(const DatasetIdentity& d) {
+    return {{"digest", d.digest},
+            {"path", d.path},
+            {"samples", d.samples},
+            {"tokens", d.tokens},
+            {"shards", d.shards}};
+}
+
+DatasetIdentity identity_from_json(const nlohmann::json& j) {
+    DF_CHECK(j.is_object(), "training_state.json: \"data\" must be an object");
+    DatasetIdentity d;
+    d.digest = field<std::string>(j, "digest");
+    d.path = field<std::string>(j, "path");
+    d.samples = field<int64_t>(j, "samples");
+    d.tokens = field<int64_t>(j, "tokens");
+    d.shards = field<int64_t>(j, "shards");
+    return d;
+}
+
+// The tensors of training_state.safetensors with NaN or infinite values, each described.
+std::vector<std::string> nonfinite_tensors(const SafetensorsFile& f) {
+    std::vector<std::string> out;
+    for (const std::string& key : f.names()) {
+        const SafetensorsFile::NonFinite nf = f.nonfinite(key);
+        if (nf.count == 0) continue;
+        const SafetensorsEntry& e = f.entry(key);
+        out.push_back(fmt::format(
+            "'{}': {}", key,
+            describe_nonfinite(
+                nf, static_cast<int64_t>(e.nbytes() / safetensors_dtype_size(e.dtype)))));
+    }
+    return out;
+}
+
+// The first three of `problems`, and how many more there are.
+std::string first_few(std::vector<std::string> problems) {
+    if (problems.size() > 3) {
+        const size_t more = problems.size() - 3;
+        problems.resize(3);
+        problems.push_back(fmt::format("{} more", more));
+    }
+    return fmt::format("{}", fmt::join(problems, "; "));
+}
+
 }  // namespace
+
+std::string DatasetIdentity::describe() const {
+    return fmt::format("{} ({} samples, {} tokens in {} shard(s), digest {})", path, samples,
+                       tokens, shards, digest);
+}
+
+DatasetIdentity dataset_identity(const ShardedDataset& ds) {
+    DatasetIdentity d;
+    std::string key = fmt::format("tokenizer={}\nvocab={}\n", ds.tokenizer_name(), ds.vocab_size());
+    for (const ShardReader& s : ds.shards()) {
+        const ShardInfo& i = s.info();
+        key += fmt::format("shard samples={} tokens={} checksum={:016x}\n", i.num_samples,
+                           i.num_tokens, i.content_checksum);
+    }
+    d.digest = fmt::format("{:016x}", config::fnv1a64(key));
+    if (!ds.shards().empty()) d.path = ds.shards().front().path().parent_path().string();
+    d.samples = ds.num_samples();
+    d.tokens = ds.num_tokens();
+    d.shards = ds.num_shards();
+    return d;
+}
 
 nlohmann::json training_state_to_json(const TrainingState& s) {
     nlohmann::json loaders = nlohmann::json::array();
     for (const auto& l : s.loaders) loaders.push_back(loader_state_to_json(l));
-    return {{"format_version", kTrainingStateVersion},
-            {"kind", s.kind},
-            {"step", s.step},
-            {"total_steps", s.total_steps},
-            {"epoch", s.epoch},
-            {"loaders", loaders},
-            {"rng", {{"seed", s.seed}, {"anchor_seed", s.anchor_seed}}},
-            {"settings_hash", s.settings_hash},
-            {"settings_toml", s.settings_toml}};
+    nlohmann::json j = {{"format_version", kTrainingStateVersion},
+                        {"kind", s.kind},
+                        {"step", s.step},
+                        {"total_steps", s.total_steps},
+                        {"epoch", s.epoch},
+                        {"loaders", loaders},
+                        {"rng", {{"seed", s.seed}, {"anchor_seed", s.anchor_seed}}},
+                        {"settings_hash", s.settings_hash},
+                        {"settings_toml", s.settings_toml}};
+    if (s.data) j["data"] = identity_to_json(*s.data);
+    return j;
 }
 
 TrainingState training_state_from_json(const nlohmann::json& j) {
@@ -132,6 +204,7 @@ TrainingState training_state_from_json(const nlohmann::json& j) {
     s.anchor_seed = field<uint64_t>(rng, "anchor_seed");
     s.settings_hash = field<std::string>(j, "settings_hash");
     s.settings_toml = field<std::string>(j, "settings_toml");
+    if (j.contains("data")) s.data = identity_from_json(j.at("data"));
     return s;
 }
 
@@ -212,15 +285,62 @@ void check_training_state_files(const fs::path& checkpoint_dir) {
                                                fmt::join(model.shape(name), ", ")));
         }
     }
-    if (problems.size() > 3) {
-        const size_t more = problems.size() - 3;
-        problems.resize(3);
-        problems.push_back(fmt::format("{} more", more));
-    }
     DF_CHECK(problems.empty(),
              "'{}' does not match the checkpoint's model: {}; was it written for another model or "
              "damaged?",
-             f.path().string(), fmt::join(problems, "; "));
+             f.path().string(), first_few(problems));
+    // The values too: a resume would load them only after it has written the run's settings.
+    const std::vector<std::string> nonfinite = nonfinite_tensors(f);
+    DF_CHECK(nonfinite.empty(),
+             "'{}' holds NaN or infinite values, so this checkpoint cannot be resumed: {}; the run "
+             "diverged before it was written or the file is damaged: resume from an earlier "
+             "checkpoint (`dflash inspect {}` reports the training state)",
+             f.path().string(), first_few(nonfinite), checkpoint_dir.string());
+}
+
+void describe_training_state(const fs::path& checkpoint_dir, bool check_values, std::string& text,
+                             std::vector<std::string>& problems) {
+    TrainingState s;
+    try {
+        s = read_training_state(checkpoint_dir);
+    } catch (const Error& e) {
+        problems.push_back(e.what());
+        return;
+    }
+    const LoaderState& w0 = s.loaders.front();
+    text += fmt::format(
+        "training state: {}, step {} of {}, epoch {}; {} worker(s), worker 0 at "
+        "sequence {} of epoch {}\n",
+        s.kind, s.step, s.total_steps, s.epoch, s.loaders.size(), w0.cursor, w0.epoch);
+    text += fmt::format("  data:        {}\n", s.data ? s.data->describe()
+                                                      : std::string("not recorded (an older "
+                                                                    "dflash wrote it)"));
+    text += fmt::format("  settings:    hash {}\n", s.settings_hash);
+    std::optional<SafetensorsFile> f;
+    try {
+        f.emplace(SafetensorsFile::open(checkpoint_dir / kTrainingStateTensors));
+    } catch (const Error& e) {
+        problems.push_back(fmt::format("the training state cannot be resumed: {}", e.what()));
+        return;
+    }
+    int64_t values = 0;
+    for (const std::string& key : f->names()) {
+        const SafetensorsEntry& e = f->entry(key);
+        values +=
+            static_cast<int64_t>(e.nbytes() / std::max<size_t>(1, safetensors_dtype_size(e.dtype)));
+    }
+    text += fmt::format("  tensors:     {} (master, adam_m, adam_v per parameter), {} values\n",
+                        f->names().size(), values);
+    if (!check_values) return;
+    const std::vector<std::string> nonfinite = nonfinite_tensors(*f);
+    text += fmt::format("  finite:      {}\n",
+                        nonfinite.empty() ? std::string("yes, every value")
+                                          : fmt::format("no: {} tensor(s) hold NaN or infinite "
+                                                        "values",
+                                                        nonfinite.size()));
+    for (const std::string& n : nonfinite)
+        problems.push_back(
+            fmt::format("{}: tensor {}; resume from an earlier checkpoint", f->path().string(), n));
 }
 
 std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {

@@ -27,6 +27,22 @@ inline constexpr const char* kTrainingStateTensors = "training_state.safetensors
 inline constexpr const char* kLatestFile = "latest";
 inline constexpr const char* kRunSettingsFile = "settings.toml";
 
+// Which data a run trains on: recorded in training_state.json and compared on resume, since the
+// data positions a checkpoint records mean something only in the data they were taken in. The
+// digest is content-based, so a moved or copied dataset is the same data.
+struct DatasetIdentity {
+    // 16 hex digits: FNV-1a 64 over the tokenizer, the vocabulary and every shard's sample and
+    // token counts and content checksum (ShardInfo::content_checksum), in order.
+    std::string digest;
+    std::string path;  // the directory it was read from (for messages)
+    int64_t samples = 0;
+    int64_t tokens = 0;
+    int64_t shards = 0;
+    // "DIR (24 samples, 672 tokens in 1 shard(s), digest 0123456789abcdef)"
+    std::string describe() const;
+};
+DatasetIdentity dataset_identity(const ShardedDataset& ds);
+
 struct TrainingState {
     std::string kind;  // "drafter" or "target": what the checkpoint trains
     int64_t step = 0;  // optimizer steps done
@@ -39,6 +55,8 @@ struct TrainingState {
     uint64_t anchor_seed = 0;
     std::string settings_toml;  // config::dump_toml of the run's settings
     std::string settings_hash;
+    // The training data; absent in checkpoints of dflash versions that did not record it.
+    std::optional<DatasetIdentity> data;
 };
 
 nlohmann::json training_state_to_json(const TrainingState& s);
@@ -64,10 +82,18 @@ TrainingState read_training_state(const std::filesystem::path& checkpoint_dir);
 void load_optimizer_state(const std::filesystem::path& checkpoint_dir, int64_t optimizer_steps,
                           ParamSet& params, AdamW& opt);
 
-// Checks, without reading tensor data, that training_state.safetensors holds the fp32 master,
-// adam_m and adam_v of every tensor of the checkpoint's model files, with their shapes: what
-// load_optimizer_state will need. Errors name the file and the first few problems.
+// Checks that training_state.safetensors holds the fp32 master, adam_m and adam_v of every tensor
+// of the checkpoint's model files, with their shapes, and that every value is finite (one pass
+// over the file): what load_optimizer_state will need, found before a resume changes anything.
+// Errors name the file and the first few problems.
 void check_training_state_files(const std::filesystem::path& checkpoint_dir);
+
+// What `dflash inspect` reports of a checkpoint directory's training state, appended to `text`:
+// training_state.json's kind, step, epoch, data positions and training data;
+// training_state.safetensors' tensors and, with check_values, whether every value is finite.
+// Each problem found (an unreadable file, non-finite values) is added to `problems`.
+void describe_training_state(const std::filesystem::path& checkpoint_dir, bool check_values,
+                             std::string& text, std::vector<std::string>& problems);
 
 // The checkpoint named by <run_dir>/latest, if any.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_dir);

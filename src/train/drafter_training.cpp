@@ -136,9 +136,9 @@ class DrafterTask : public WorkerTask {
                              objective.teacher_hidden);
         }
         ws.release_scratch(m);
-        drafter_.train_step(be, ws, target_->embed(), target_->lm_head(), features, mb.seq.tokens,
-                            mb.seq.loss_mask, mb.anchors, opt_.gamma, grad_scale, opt_.ce_chunk,
-                            stats.rows(0, n_loss), objective);
+        drafter_.train_step(be, ws, {features, mb.seq.tokens, mb.seq.loss_mask, mb.anchors},
+                            {target_->embed(), target_->lm_head(), opt_.gamma, opt_.ce_chunk},
+                            {grad_scale, stats.rows(0, n_loss)}, objective);
     }
 
     std::vector<int64_t> step_shape(const MicroBatch& mb) const override {
@@ -207,18 +207,16 @@ class DrafterTask : public WorkerTask {
 
 // The prompts of decoding evaluations (null when there are none to decode).
 std::unique_ptr<DecodeEvalSetup> make_decode_setup(const fs::path& given, const TargetModel& target,
-                                                   const Tokenizer& tok, const config::Settings& s,
+                                                   const Tokenizer& tok, const TrainingOptions& o,
                                                    const Logger& log) {
-    const fs::path path =
-        given.empty() ? fs::path(s.get<std::string>("train.eval_prompts")) : given;
+    const fs::path path = given.empty() ? o.train.eval_prompts : given;
     if (path.empty()) return nullptr;
     auto setup = std::make_unique<DecodeEvalSetup>();
     setup->prompts = read_prompts(path, &tok, target.config().vocab_size);
-    const auto count = static_cast<size_t>(s.get<int64_t>("train.eval_prompt_count"));
+    const auto count = static_cast<size_t>(o.train.eval_prompt_count);
     if (setup->prompts.size() > count) setup->prompts.resize(count);
-    setup->options.max_new_tokens = s.get<int64_t>("train.eval_max_new_tokens");
-    setup->options.draft_precision =
-        parse_draft_precision(s.get<std::string>("infer.cpu_draft_precision"));
+    setup->options.max_new_tokens = o.train.eval_max_new_tokens;
+    setup->options.draft_precision = o.infer.draft_precision;
     setup->options.stop_tokens = default_stop_tokens(target.config(), &tok);
     log.info("evaluation decodes {} prompt(s) of {} greedily, up to {} tokens each",
              setup->prompts.size(), path.string(), setup->options.max_new_tokens);
@@ -251,9 +249,9 @@ std::unique_ptr<Tokenizer> training_tokenizer(const fs::path& target_dir,
 }
 
 DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const Tokenizer& tok,
-                                  const config::Settings& s) {
+                                  const DrafterOptions& d, uint64_t seed) {
     const TargetConfig& tc = target.config();
-    int64_t mask = s.get<int64_t>("drafter.mask_token_id");
+    int64_t mask = d.mask_token_id;
     if (mask < 0) mask = tok.specials().mask;
     // No <|MASK|> token: the first embedding row past the tokenizer's ids, which is what Qwen3
     // drafters use (151669: Qwen3's ids end with </think> = 151668; the embedding has 151936 rows).
@@ -267,54 +265,46 @@ DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const 
              "drafter.mask_token_id={} is outside the target vocabulary "
              "(size {}); the MASK row must exist in the target's embedding",
              mask, tc.vocab_size);
-    auto ids = s.get<std::vector<int64_t>>("drafter.target_layer_ids");
+    auto ids = d.target_layer_ids;
     if (ids.empty()) {
-        // Spacing the ids by at least one layer needs L-3 >= n (the reference rule).
-        const int64_t n = std::clamp<int64_t>(tc.num_hidden_layers - 3, 1,
-                                              s.get<int64_t>("drafter.num_target_features"));
+        // Spacing the ids by at least one layer needs L-3 >= n (default_target_layer_ids).
+        const int64_t n = std::clamp<int64_t>(tc.num_hidden_layers - 3, 1, d.num_target_features);
         ids = default_target_layer_ids(tc.num_hidden_layers, n);
     }
     const DrafterConfig dc =
-        make_drafter_config(tc, s.get<int64_t>("drafter.num_layers"),
-                            s.get<int64_t>("drafter.block_size"), mask, std::move(ids));
-    const auto seed = static_cast<uint64_t>(s.get<int64_t>("runtime.seed"));
+        make_drafter_config(tc, d.num_layers, d.block_size, mask, std::move(ids));
     return DrafterModel::random(be, dc, seed ^ kInitSalt);
 }
 
-TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Settings& given,
+TrainSummary run_drafter_training(const DrafterTrainJob& job, const RunSettings& settings,
                                   const Logger& log) {
     DF_CHECK(!job.target_dir.empty(), "no target: give --target DIR (an HF model directory)");
-    DF_CHECK(!job.data_dir.empty(), "no training data: give --data DIR (`dflash data prepare`)");
-    TrainerSpec spec;
-    spec.kind = "drafter";
-    if (!job.resume.empty()) spec.resume_from = resolve_resume_dir(job.resume);
-    // A resume continues the checkpoint's run: its settings, except what is given explicitly.
-    const config::Settings s =
-        spec.resume_from ? settings_for_resume(given, *spec.resume_from, {"drafter."}, log) : given;
-    spec.run_dir =
-        pick_run_dir(job.output_dir, spec.resume_from, s.get<std::string>("train.output_dir"));
-    // Before the models are read: a second writer is refused at once.
-    const std::optional<DirLock> run_lock =
-        lock_run_dir(spec.run_dir, spec.kind, spec.resume_from.has_value(), s);
-    if (run_lock) spec.run_dir_lock = &*run_lock;
-    const ShardedDataset train = ShardedDataset::open(job.data_dir);
-    const std::optional<ShardedDataset> eval = open_eval_data(job.eval_data_dir, s);
+    const TrainingRun run({.kind = "drafter",
+                           .data_dir = job.data_dir,
+                           .eval_data_dir = job.eval_data_dir,
+                           .output_dir = job.output_dir,
+                           .resume = job.resume,
+                           .shape_keys = {"drafter."}},
+                          settings, log);
+    const TrainingOptions& o = run.options();
+    const ShardedDataset& train = run.train_data();
 
     // The frozen target and the initial drafter are read once into host memory; each worker
     // copies them to its device (CPU workers share the target).
     const std::unique_ptr<Backend> host = make_cpu_backend(1);
     const TargetModel target = TargetModel::load(*host, job.target_dir);
-    const auto tok =
-        training_tokenizer(job.target_dir, train.tokenizer_name(), chat_options_from_settings(s));
+    const auto tok = training_tokenizer(job.target_dir, train.tokenizer_name(), o.chat);
     DF_CHECK(train.vocab_size() <= target.config().vocab_size,
              "the data's vocabulary ({} ids) is larger than the target's ({})", train.vocab_size(),
              target.config().vocab_size);
 
     // The starting weights: a resumed run overwrites them with the checkpoint's fp32 masters,
     // but the architecture comes from the checkpoint's config.json.
-    DrafterModel init = spec.resume_from            ? DrafterModel::load(*host, *spec.resume_from)
-                        : !job.init_drafter.empty() ? DrafterModel::load(*host, job.init_drafter)
-                                                    : make_initial_drafter(*host, target, *tok, s);
+    const auto& resume_from = run.resume_from();
+    DrafterModel init = resume_from ? DrafterModel::load(*host, *resume_from)
+                        : !job.init_drafter.empty()
+                            ? DrafterModel::load(*host, job.init_drafter)
+                            : make_initial_drafter(*host, target, *tok, o.drafter, o.runtime.seed);
     const auto mismatch = drafter_target_mismatches(init.config(), target.config());
     DF_CHECK(mismatch.empty(), "the drafter does not fit the target '{}': {}",
              job.target_dir.string(), mismatch.front());
@@ -323,23 +313,13 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Sett
              fmt::join(init.config().target_layer_ids, ", "), init.config().mask_token_id,
              init.params().numel());
 
-    const auto decode = make_decode_setup(job.eval_prompts, target, *tok, s, log);
-    spec.train_data = &train;
-    spec.eval_data = eval ? &*eval : nullptr;
+    const auto decode = make_decode_setup(job.eval_prompts, target, *tok, o, log);
+    TrainerSpec spec = run.spec(job.hooks);
     spec.eval_decoding = decode != nullptr;
-    spec.max_length = s.get<int64_t>("train.max_length");
-    spec.lr = s.get<double>("train.lr");
-    spec.epochs = s.get<int64_t>("train.epochs");
-    spec.max_steps = s.get<int64_t>("train.max_steps");
-    spec.hooks = job.hooks;
-    const DrafterLossOptions lo{s.get<int64_t>("train.num_anchors"),
-                                s.get<double>("train.loss_decay_gamma"),
-                                s.get<int64_t>("train.lm_head_chunk"),
-                                parse_loss_kind(s.get<std::string>("train.loss")),
-                                s.get<std::string>("train.documents") == "separate",
-                                s.get<double>("train.selector_loss_alpha")};
-    log.info("objective: train.loss={}, train.documents={}{}", loss_kind_name(lo.loss),
-             s.get<std::string>("train.documents"),
+    const TrainOptions& t = o.train;
+    const DrafterLossOptions lo{t.num_anchors, t.loss_decay_gamma,        t.lm_head_chunk,
+                                t.loss,        t.documents == "separate", t.selector_loss_alpha};
+    log.info("objective: train.loss={}, train.documents={}{}", loss_kind_name(lo.loss), t.documents,
              init.config().dflash2()
                  ? fmt::format(", train.selector_loss_alpha={} (DFlash2 selector, top-{})",
                                lo.selector_alpha, init.config().d2.selector_top_k)
@@ -347,7 +327,7 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Sett
     spec.make_task = [&](int, Backend& be) {
         return std::make_unique<DrafterTask>(be, target, init, *tok, lo, decode.get());
     };
-    return run_trainer(spec, s, log);
+    return run.train(spec, log);
 }
 
 }  // namespace dflash::train

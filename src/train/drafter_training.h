@@ -8,13 +8,14 @@
 
 #include <filesystem>
 
-#include "config/settings.h"
 #include "core/logging.h"
 #include "model/drafter.h"
 #include "model/target.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "train/train_options.h"
 #include "train/trainer.h"
+#include "train/training_run.h"
 
 namespace dflash::train {
 
@@ -32,15 +33,17 @@ struct DrafterTrainJob {
     TrainHooks hooks;
 };
 
-TrainSummary run_drafter_training(const DrafterTrainJob& job, const config::Settings& settings,
+// `settings.read` types the run's settings (src/options/training.h passes
+// training_options_from_settings; train_drafter_from_settings there is the whole call).
+TrainSummary run_drafter_training(const DrafterTrainJob& job, const RunSettings& settings,
                                   const Logger& log);
 
 // The drafter a fresh run starts from: make_drafter_config from the target's dims and the
-// drafter.* settings (mask id -1 = the tokenizer's MASK; empty target_layer_ids = the reference
-// rule with drafter.num_target_features ids, fewer for shallow targets), weights N(0, 0.02^2)
-// seeded by runtime.seed.
+// drafter.* settings (mask id -1 = the tokenizer's MASK; empty target_layer_ids = the default rule
+// of model/hf_config.h with drafter.num_target_features ids, fewer for shallow targets), weights
+// N(0, 0.02^2) seeded by `seed` (runtime.seed).
 DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const Tokenizer& tok,
-                                  const config::Settings& settings);
+                                  const DrafterOptions& drafter, uint64_t seed);
 
 // The tokenizer of a training run: the target's (tokenizer.json or dflash_tokenizer.json), which
 // must be the one the dataset was tokenized with. A target that names no tokenizer, or one dflash

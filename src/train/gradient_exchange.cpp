@@ -69,6 +69,23 @@ GradientExchange::GradientExchange(Backend& be, Communicator& comm, const ParamS
     }
 }
 
+void GradientExchange::run_step(ParamSet& params, const StepWork& work) {
+    begin_step();
+    const BucketedBackward sum_last = [&](const std::function<void()>& backward) {
+        backward_with_buckets(params, backward);
+    };
+    work.micro_batches(bucketed() ? &sum_last : nullptr);
+    // Through the host the sum waits for the device; on the devices it is part of the recorded
+    // update (or of the last micro-batch's, in buckets), so each worker's graphs hold it.
+    after_backward(params);
+    work.recorded_update([&] {
+        sum_and_norm(params, work.norm_sq, work.tail_sq);
+        work.update();
+        if (work.updates) gather_in_step(params);
+    });
+    if (work.updates) gather_after_step(params);
+}
+
 void GradientExchange::backward_with_buckets(ParamSet& params,
                                              const std::function<void()>& backward) {
     sent_ = 0;  // also when a failed capture runs the step again eagerly

@@ -46,7 +46,33 @@ class GradientExchange {
     const FlatShard& shard() const { return shard_; }
     bool bucketed() const { return !buckets_.empty(); }
 
-    // ---- one optimizer step, in this order ------------------------------------------------------
+    // Runs a backward with the gradients summed in buckets as it finishes them.
+    using BucketedBackward = std::function<void(const std::function<void()>& backward)>;
+
+    // What a worker does in one optimizer step, which the exchange interleaves with its sums.
+    struct StepWork {
+        // Runs the step's micro-batches (forward and backward). `sum_last`, when not null
+        // (bucketed()), must run the backward of the worker's last micro-batch, inside that
+        // micro-batch's recorded step.
+        std::function<void(const BucketedBackward* sum_last)> micro_batches;
+        // Runs `body` as the step's recorded update (Backend::run_step).
+        std::function<void(const std::function<void()>& body)> recorded_update;
+        // Inside the recorded update, once norm_sq holds the summed gradients' squared norm:
+        // clipping and the optimizer's update of shard().
+        std::function<void()> update;
+        Tensor norm_sq;       // f32 [1] (device)
+        Tensor tail_sq;       // f32 [1] (device), scratch
+        bool updates = true;  // false (no token carried weight): nothing to gather afterwards
+    };
+    // One optimizer step's exchange, the whole protocol in its order: the micro-batches (the last
+    // backward summing in buckets); the rest of the sum (through the host, or the buckets a
+    // worker without micro-batches has not sent); inside the recorded update the device sum (or
+    // reduce-scatter) and the norm, then `update`, then (sharded, on the devices) the gather;
+    // after it (sharded, through the host) the gather.
+    void run_step(ParamSet& params, const StepWork& work);
+
+  private:
+    // ---- run_step's parts, in its order --------------------------------------------------------
     void begin_step() { sent_ = 0; }
     // Runs the backward of the step's last micro-batch (bucketed(); inside its recorded step)
     // with a listener on params that sends each bucket as the backward finishes it, then sends
@@ -65,6 +91,7 @@ class GradientExchange {
     void gather_in_step(ParamSet& params);
     void gather_after_step(ParamSet& params);
 
+  public:
     // Every AdamW moment, f32 [numel] on the host, on worker 0 (empty elsewhere; every worker
     // takes part), for a checkpoint.
     std::pair<HostTensor, HostTensor> gather_moments(const AdamW& opt);

@@ -70,84 +70,72 @@ class PretrainTask : public WorkerTask {
 
 }  // namespace
 
-TargetConfig pretrain_target_config(const config::Settings& s, const Tokenizer& tok,
+TargetConfig pretrain_target_config(const PretrainOptions& p, const Tokenizer& tok,
                                     int64_t data_vocab) {
     TargetConfig c;
-    c.model_type = s.get<std::string>("pretrain.architecture");
-    c.hidden_size = s.get<int64_t>("pretrain.hidden_size");
-    c.num_hidden_layers = s.get<int64_t>("pretrain.num_layers");
-    c.num_attention_heads = s.get<int64_t>("pretrain.num_heads");
-    c.num_key_value_heads = s.get<int64_t>("pretrain.num_kv_heads");
-    c.head_dim = s.get<int64_t>("pretrain.head_dim");
-    c.intermediate_size = s.get<int64_t>("pretrain.intermediate_size");
+    c.model_type = p.architecture;
+    c.hidden_size = p.hidden_size;
+    c.num_hidden_layers = p.num_layers;
+    c.num_attention_heads = p.num_heads;
+    c.num_key_value_heads = p.num_kv_heads;
+    c.head_dim = p.head_dim;
+    c.intermediate_size = p.intermediate_size;
     c.vocab_size = (std::max(tok.vocab_size(), data_vocab) + 7) / 8 * 8;
     // Generation runs past the training length (prompt + new tokens + a block): RoPE allows it.
-    c.max_position_embeddings = std::max<int64_t>(4096, s.get<int64_t>("pretrain.max_length"));
+    c.max_position_embeddings = std::max<int64_t>(4096, p.max_length);
     c.rms_norm_eps = 1e-6;
-    c.rope.theta = s.get<double>("pretrain.rope_theta");
-    if (s.get<std::string>("pretrain.rope_scaling") == "llama3") {
+    c.rope.theta = p.rope_theta;
+    if (p.rope_scaling == "llama3") {
         c.rope.scaling = {.type = RopeScalingType::llama3,  // Llama-3.1's rope_scaling
                           .factor = 8.0,
                           .low_freq_factor = 1.0,
                           .high_freq_factor = 4.0,
                           .original_max_position = 8192};
     }
-    c.tie_word_embeddings = s.get<bool>("pretrain.tie_word_embeddings");
+    c.tie_word_embeddings = p.tie_word_embeddings;
     c.attention_bias = false;
     c.qk_norm = c.model_type == "qwen3";
     c.bos_token_id = tok.specials().bos;
     c.eos_token_id = tok.specials().eos;
     c.torch_dtype = "bfloat16";
-    const auto p = c.problems();
-    DF_CHECK(p.empty(), "the pretrain.* settings do not make a valid target: {}", p.front());
+    const auto problems = c.problems();
+    DF_CHECK(problems.empty(), "the pretrain.* settings do not make a valid target: {}",
+             problems.front());
     return c;
 }
 
-TrainSummary run_pretraining(const PretrainJob& job, const config::Settings& given,
+TrainSummary run_pretraining(const PretrainJob& job, const RunSettings& settings,
                              const Logger& log) {
-    DF_CHECK(!job.data_dir.empty(), "no training data: give --data DIR (`dflash data prepare`)");
-    TrainerSpec spec;
-    spec.kind = "target";
-    if (!job.resume.empty()) spec.resume_from = resolve_resume_dir(job.resume);
-    // A resume continues the checkpoint's run: its settings, except what is given explicitly.
-    const config::Settings s =
-        spec.resume_from ? settings_for_resume(given, *spec.resume_from, kShapeKeys, log) : given;
-    spec.run_dir =
-        pick_run_dir(job.output_dir, spec.resume_from, s.get<std::string>("pretrain.output_dir"));
-    // Before the models are read: a second writer is refused at once.
-    const std::optional<DirLock> run_lock =
-        lock_run_dir(spec.run_dir, spec.kind, spec.resume_from.has_value(), s);
-    if (run_lock) spec.run_dir_lock = &*run_lock;
-    const ShardedDataset train = ShardedDataset::open(job.data_dir);
-    const std::optional<ShardedDataset> eval = open_eval_data(job.eval_data_dir, s);
+    const TrainingRun run({.kind = "target",
+                           .data_dir = job.data_dir,
+                           .eval_data_dir = job.eval_data_dir,
+                           .output_dir = job.output_dir,
+                           .resume = job.resume,
+                           .shape_keys = kShapeKeys},
+                          settings, log);
+    const TrainingOptions& o = run.options();
+    const ShardedDataset& train = run.train_data();
     const auto tok = make_tokenizer(train.tokenizer_name());
 
-    const auto seed = static_cast<uint64_t>(s.get<int64_t>("runtime.seed"));
     // The initial weights are made once in host memory; each worker copies them to its device.
     const std::unique_ptr<Backend> host = make_cpu_backend(1);
     const TargetModel init =
-        spec.resume_from
-            ? TargetModel::load(*host, *spec.resume_from)
-            : TargetModel::random(*host, pretrain_target_config(s, *tok, train.vocab_size()),
-                                  seed ^ kInitSalt);
+        run.resume_from() ? TargetModel::load(*host, *run.resume_from())
+                          : TargetModel::random(
+                                *host, pretrain_target_config(o.pretrain, *tok, train.vocab_size()),
+                                o.runtime.seed ^ kInitSalt);
     const TargetConfig& c = init.config();
     log.info("target: {}, {} layers, hidden {}, heads {}/{}, vocab {}, {} parameters", c.model_type,
              c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
              c.vocab_size, init.params().numel());
 
-    spec.train_data = &train;
-    spec.eval_data = eval ? &*eval : nullptr;
-    spec.max_length = s.get<int64_t>("pretrain.max_length");
-    spec.lr = s.get<double>("pretrain.lr");
-    spec.epochs = s.get<int64_t>("pretrain.epochs");
-    spec.max_steps = s.get<int64_t>("pretrain.max_steps");
-    spec.hooks = job.hooks;
-    const bool on_prompt = s.get<bool>("pretrain.loss_on_prompt");
-    const int64_t chunk = s.get<int64_t>("train.lm_head_chunk");
+    TrainerSpec spec = run.spec(job.hooks);
+    const bool on_prompt = o.pretrain.loss_on_prompt;
+    const int64_t chunk = o.train.lm_head_chunk;
     spec.make_task = [&](int, Backend& be) {
         return std::make_unique<PretrainTask>(be, init, *tok, on_prompt, chunk);
     };
-    return run_trainer(spec, s, log);
+    return run.train(spec, log);
 }
 
 }  // namespace dflash::train

@@ -6,11 +6,12 @@
 
 #include <filesystem>
 
-#include "config/settings.h"
 #include "core/logging.h"
 #include "model/hf_config.h"
 #include "tokenizer/tokenizer.h"
+#include "train/train_options.h"
 #include "train/trainer.h"
+#include "train/training_run.h"
 
 namespace dflash::train {
 
@@ -23,14 +24,16 @@ struct PretrainJob {
     TrainHooks hooks;
 };
 
-TrainSummary run_pretraining(const PretrainJob& job, const config::Settings& settings,
+// `settings.read` types the run's settings (src/options/training.h passes
+// training_options_from_settings; pretrain_from_settings there is the whole call).
+TrainSummary run_pretraining(const PretrainJob& job, const RunSettings& settings,
                              const Logger& log);
 
 // The target a pretraining run builds: the pretrain.architecture layout (qwen3, or llama: no q/k
 // norm) with the pretrain.* dims, RoPE (theta, optional llama3 scaling) and embedding tying, the
 // tokenizer's vocabulary (and the data's, if larger) rounded up to a multiple of 8, its bos/eos
 // ids.
-TargetConfig pretrain_target_config(const config::Settings& settings, const Tokenizer& tok,
+TargetConfig pretrain_target_config(const PretrainOptions& pretrain, const Tokenizer& tok,
                                     int64_t data_vocab);
 
 }  // namespace dflash::train

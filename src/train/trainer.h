@@ -13,6 +13,12 @@
 // metrics on resume, data.shuffle, a NaN loss, resume rules and run-directory locks, and Ctrl-C,
 // tests/train/eval_decode_test.cpp, metrics_resume_test.cpp, data_order_test.cpp,
 // divergence_test.cpp, resume_test.cpp and signal_test.cpp.
+//
+// Where the rest of the trainer lives: training_run.h (a command's preamble: resume, settings, run
+// directory, lock, datasets), loop_options.h (what the loop runs with), worker.h (one worker's
+// steps, evaluations and checkpoints), gradient_exchange.h, resume.h (a checkpoint's settings and
+// the checks before a resume writes anything), run_dir.h, checkpoint.h; the typed settings are
+// train_options.h, filled in src/options/.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +39,9 @@
 #include "data/dataset.h"
 #include "model/params.h"
 #include "train/metrics.h"
+#include "train/resume.h"
+#include "train/run_dir.h"
+#include "train/train_options.h"
 
 namespace dflash::train {
 
@@ -160,51 +169,24 @@ struct TrainerSpec {
     TrainHooks hooks;
 };
 
-// Locks a run directory that exists and, for a fresh run, refuses one that already holds
-// checkpoints: what run_trainer would refuse, found before minutes of model loading rather than
-// after. A directory that does not exist yet is left to run_trainer (nullopt), so a run refused
-// while loading leaves nothing behind; so is every process but process 0 of a multi-process run
-// (launch.rank), which never writes there.
-std::optional<DirLock> lock_run_dir(const std::filesystem::path& run_dir, const std::string& kind,
-                                    bool resuming, const config::Settings& settings);
-
 // Locks spec.run_dir (core/dir_lock.h: a second writer is refused with this process's pid),
 // validates a resume completely (kind, worker count, steps, every worker's data position, the
 // training-state tensors) before anything in the run directory changes, then trains.
-TrainSummary run_trainer(const TrainerSpec& spec, const config::Settings& settings,
-                         const Logger& log);
+// `options` are what it runs with; `settings`, the snapshot they were read from, is recorded in
+// the run directory (settings.toml) and in every checkpoint (with its hash), and compared across
+// the processes of a multi-process run.
+TrainSummary run_trainer(const TrainerSpec& spec, const TrainingOptions& options,
+                         const config::Settings& settings, const Logger& log);
 
 // The data loader options of worker `rank` of a run: max_length, data.pack, data.shuffle,
 // runtime.seed and runtime.devices (the world).
-LoaderOptions training_loader_options(const config::Settings& settings, int64_t max_length,
-                                      int rank);
-
-// Makes <run> for a fresh run (refusing one that already holds checkpoints: a `latest` file or
-// checkpoint-* directories) and writes <run>/settings.toml.
-void prepare_run_dir(const std::filesystem::path& run_dir, const config::Settings& settings,
-                     bool resuming);
-
-// The settings a resumed run uses, so that `--resume` alone continues the run it names
-// (docs/design.md "Settings"): the checkpoint's own settings, except keys the user set explicitly
-// (config file, environment, command line), which win and are logged. An explicit value for a
-// model-shape key that differs from the checkpoint's is refused, naming every such key:
-// `shape_keys` lists them (an entry ending in '.' covers a namespace, "drafter."), as the
-// checkpoint's weights fix them.
-config::Settings settings_for_resume(const config::Settings& given,
-                                     const std::filesystem::path& checkpoint_dir,
-                                     const std::vector<std::string>& shape_keys, const Logger& log);
+LoaderOptions training_loader_options(const TrainingOptions& options, int64_t max_length, int rank);
 
 // The SignalWatcher callback of a run: logs the signal and requests a stop on `stop`.
 std::function<void(int signal)> stop_on_signal(StopSource& stop, const Logger& log);
 
-// The held-out data of a run: `given`, else the train.eval_data setting; none when both are empty.
+// The held-out data of a run: `given`, else `setting` (train.eval_data); none when both are empty.
 std::optional<ShardedDataset> open_eval_data(const std::filesystem::path& given,
-                                             const config::Settings& settings);
-
-// Where a run writes: `output` when given, else the run directory of the checkpoint it resumes,
-// else `fallback` (the command's output_dir setting).
-std::filesystem::path pick_run_dir(const std::filesystem::path& output,
-                                   const std::optional<std::filesystem::path>& resume_from,
-                                   const std::filesystem::path& fallback);
+                                             const std::filesystem::path& setting);
 
 }  // namespace dflash::train

@@ -117,8 +117,8 @@ StepResult train_once(Backend& be, Pair& p, const std::vector<int32_t>& toks,
         o.selector_stats = sstats;
         o.selector_alpha = selector_alpha;
     }
-    p.drafter.train_step(be, ws, p.target.embed(), p.target.lm_head(), feats, toks, mask, anchors,
-                         4.0, 1.0f, 50, stats, o);
+    p.drafter.train_step(be, ws, {feats, toks, mask, anchors},
+                         {p.target.embed(), p.target.lm_head(), 4.0, 50}, {1.0f, stats}, o);
     return {to_host_f32(be, p.drafter.params().flat_grads()), to_host_f32(be, stats),
             to_host_f32(be, sstats)};
 }

@@ -123,8 +123,8 @@ std::vector<float> train_steps(Backend& be, const Around& around = {}) {
             const Workspace::Mark m = ws.mark();
             t.forward(be, ws, toks, d.config().target_layer_ids, features, Tensor());
             ws.release_scratch(m);
-            d.train_step(be, ws, t.embed(), t.lm_head(), features, toks, mask, anchors, 4.0,
-                         grad_scale, 50, stats);
+            d.train_step(be, ws, {features, toks, mask, anchors}, {t.embed(), t.lm_head(), 4.0, 50},
+                         {grad_scale, stats});
         });
         opt.begin_step(be, 1e-3 * (s + 1));
         be.run_step(StepKey{owner.id(), "update", {}}, [&] {

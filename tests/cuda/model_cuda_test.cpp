@@ -89,8 +89,8 @@ StepResult drafter_step(Backend& be, Pair& p, const std::vector<int32_t>& toks,
     obj.loss = loss;
     obj.teacher_hidden = fh;
     if (!doc_starts.empty()) obj.context_starts = ctx;
-    p.drafter.train_step(be, ws, p.target.embed(), p.target.lm_head(), feats, toks, mask, anchors,
-                         4.0, 1.0f, 50, stats, obj);
+    p.drafter.train_step(be, ws, {feats, toks, mask, anchors},
+                         {p.target.embed(), p.target.lm_head(), 4.0, 50}, {1.0f, stats}, obj);
     const HostTensor st = to_host_f32(be, stats);
     return {st.f32()[LossStatsLayout::kLossSum] / st.f32()[LossStatsLayout::kWeightSum],
             to_host_f32(be, p.drafter.params().flat_grads())};
@@ -358,7 +358,7 @@ TEST_F(CudaTraining, TwentyStepsTrackTheCpuAndTheResultDecodesOnTheCpu) {
                                                {"train.max_steps", "20"},
                                                {"train.batch_size", "2"},
                                                {"train.grad_clip", "1.0"}});
-        model[backend] = train::run_drafter_training(j, s, Logger()).model_dir;
+        model[backend] = train_drafter_from_settings(j, s, Logger()).model_dir;
     }
     ASSERT_EQ(losses["cpu"].size(), 20u);
     ASSERT_EQ(losses["cuda"].size(), 20u);
@@ -390,7 +390,7 @@ TEST_F(CudaTraining, KlWithSeparateDocumentsTracksTheCpu) {
                                                {"train.documents", "separate"},
                                                {"train.max_steps", "10"},
                                                {"train.batch_size", "2"}});
-        train::run_drafter_training(j, s, Logger());
+        train_drafter_from_settings(j, s, Logger());
     }
     ASSERT_EQ(losses["cpu"].size(), 10u);
     ASSERT_EQ(losses["cuda"].size(), 10u);

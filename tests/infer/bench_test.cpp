@@ -10,6 +10,7 @@
 
 #include "config/registry.h"
 #include "config/settings.h"
+#include "options/infer_options.h"
 #include "support/test_util.h"
 #include "support/tiny_models.h"
 

@@ -57,8 +57,8 @@ Sums step(Backend& be, SelPair& s, double alpha, float grad_scale = 1.0f) {
     BlockObjective o;
     o.selector_stats = sel;
     o.selector_alpha = alpha;
-    s.drafter.train_step(be, ws, s.target.embed(), s.target.lm_head(), s.feats, s.toks, s.mask,
-                         s.anchors, 3.0, grad_scale, 7, stats, o);
+    s.drafter.train_step(be, ws, {s.feats, s.toks, s.mask, s.anchors},
+                         {s.target.embed(), s.target.lm_head(), 3.0, 7}, {grad_scale, stats}, o);
     return {stats.f32()[LossStatsLayout::kLossSum], stats.f32()[LossStatsLayout::kWeightSum],
             std::vector<float>(sel.f32(), sel.f32() + sel.numel())};
 }

@@ -48,8 +48,8 @@ test::StepStats step(Backend& be, Pair& p, const TargetOut& t, const std::vector
                      const BlockObjective& obj) {
     Workspace ws = test::test_workspace(be);
     HostTensor stats({LossStatsLayout{p.drafter.block_size()}.size()});
-    p.drafter.train_step(be, ws, p.target.embed(), p.target.lm_head(), t.features, toks, mask,
-                         anchors, 3.0, 1.0f, 7, stats, obj);
+    p.drafter.train_step(be, ws, {t.features, toks, mask, anchors},
+                         {p.target.embed(), p.target.lm_head(), 3.0, 7}, {1.0f, stats}, obj);
     return test::to_step_stats(stats, p.drafter.block_size());
 }
 

@@ -142,8 +142,8 @@ inline StepStats drafter_step(Backend& be, DrafterModel& d, const TargetModel& t
     Workspace ws = test_workspace(be);
     const LossStatsLayout lay{d.block_size()};
     HostTensor stats({lay.size()});
-    d.train_step(be, ws, t.embed(), t.lm_head(), features, toks, mask, anchors, gamma, grad_scale,
-                 chunk, stats);
+    d.train_step(be, ws, {features, toks, mask, anchors}, {t.embed(), t.lm_head(), gamma, chunk},
+                 {grad_scale, stats});
     return to_step_stats(stats, d.block_size());
 }
 

@@ -41,7 +41,7 @@ TEST_F(DrafterCheckpoints, LayoutLoadsBackAndPassesInspect) {
                                            {"train.max_steps", "5"},
                                            {"train.eval_every", "2"},
                                            {"train.log_every", "2"}});
-    const train::TrainSummary sum = train::run_drafter_training(j, s, Logger());
+    const train::TrainSummary sum = train_drafter_from_settings(j, s, Logger());
     const fs::path run = *dir_ / "layout";
     for (int step : {2, 4, 5}) EXPECT_TRUE(fs::is_directory(run / train::checkpoint_name(step)));
     EXPECT_EQ(sum.model_dir, run / train::checkpoint_name(5));
@@ -113,10 +113,10 @@ TEST_F(DrafterCheckpoints, ResumeIsBitwiseIdentical) {
                                            {"train.max_steps", "6"},
                                            {"runtime.devices", "2"},
                                            {"train.accumulation", "2"}});
-    const train::TrainSummary straight = train::run_drafter_training(job("straight"), s, Logger());
+    const train::TrainSummary straight = train_drafter_from_settings(job("straight"), s, Logger());
     auto j = job("resumed");
     j.resume = *dir_ / "straight" / train::checkpoint_name(3);
-    const train::TrainSummary resumed = train::run_drafter_training(j, s, Logger());
+    const train::TrainSummary resumed = train_drafter_from_settings(j, s, Logger());
     EXPECT_EQ(resumed.first_step, 4);
     EXPECT_EQ(resumed.steps, 6);
     const auto a = test::read_state_tensors(straight.model_dir);
@@ -137,16 +137,16 @@ TEST_F(DrafterCheckpoints, ResumeErrorsAreClear) {
     auto j = job("bad-resume");
     j.resume = *dir_ / "data";  // not a checkpoint, no latest
     try {
-        train::run_drafter_training(j, test::drafter_settings(), Logger());
+        train_drafter_from_settings(j, test::drafter_settings(), Logger());
         FAIL();
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("neither a checkpoint"), std::string::npos)
             << e.what();
     }
     // A fresh run into a directory that holds checkpoints is refused.
-    train::run_drafter_training(job("twice"), test::drafter_settings(), Logger());
+    train_drafter_from_settings(job("twice"), test::drafter_settings(), Logger());
     try {
-        train::run_drafter_training(job("twice"), test::drafter_settings(), Logger());
+        train_drafter_from_settings(job("twice"), test::drafter_settings(), Logger());
         FAIL();
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("--resume"), std::string::npos) << e.what();

@@ -1,4 +1,5 @@
-// data.shuffle (src/train/trainer.h training_loader_options, src/data/dataset.h LoaderOptions):
+// data.shuffle (src/train/trainer.h training_loader_options, src/options/data_options.h,
+// src/data/dataset.h LoaderOptions):
 // false reads every epoch in dataset order; true shuffles each epoch differently. The trainer's
 // loader options carry the setting.
 #include <gtest/gtest.h>
@@ -6,12 +7,18 @@
 #include <numeric>
 
 #include "data/dataset.h"
+#include "options/training.h"
 #include "support/test_util.h"
 #include "train/trainer.h"
 #include "train_fixtures.h"
 
 namespace dflash {
 namespace {
+
+// The trainer's loader options from settings typed as the training commands type them.
+LoaderOptions loader_options_of(const config::Settings& s, int64_t max_length, int rank) {
+    return train::training_loader_options(training_options_from_settings(s), max_length, rank);
+}
 
 // The samples of every sequence of one worker's epoch, in reading order.
 std::vector<int64_t> epoch_order(const PackedLoader& l, int64_t epoch) {
@@ -32,8 +39,7 @@ class DataOrder : public test::SharedInputsTest<DataOrder> {
 };
 
 TEST_F(DataOrder, TrainerPassesTheSettings) {
-    const auto off =
-        train::training_loader_options(test::drafter_settings({{"data.shuffle", "false"},
+    const auto off = loader_options_of(test::drafter_settings({{"data.shuffle", "false"},
                                                                {"data.pack", "false"},
                                                                {"runtime.seed", "9"},
                                                                {"runtime.devices", "2"}}),
@@ -44,7 +50,7 @@ TEST_F(DataOrder, TrainerPassesTheSettings) {
     EXPECT_EQ(off.max_length, 64);
     EXPECT_EQ(off.rank, 1);
     EXPECT_EQ(off.world, 2);
-    EXPECT_TRUE(train::training_loader_options(test::drafter_settings(), 64, 0).shuffle);
+    EXPECT_TRUE(loader_options_of(test::drafter_settings(), 64, 0).shuffle);
 }
 
 TEST_F(DataOrder, NoShuffleReadsTheDatasetInOrderEveryEpoch) {
@@ -52,14 +58,13 @@ TEST_F(DataOrder, NoShuffleReadsTheDatasetInOrderEveryEpoch) {
     std::vector<int64_t> identity(20);
     std::iota(identity.begin(), identity.end(), int64_t{0});
     for (const bool packing : {false, true}) {
-        auto o = train::training_loader_options(test::drafter_settings({{"data.shuffle", "false"}}),
-                                                64, 0);
+        auto o = loader_options_of(test::drafter_settings({{"data.shuffle", "false"}}), 64, 0);
         o.packing = packing;
         const PackedLoader l(ds, o);
         for (int64_t e : {0, 1, 2}) EXPECT_EQ(epoch_order(l, e), identity) << "epoch " << e;
     }
     // Two workers split the ordered sequences round-robin.
-    auto o = train::training_loader_options(
+    auto o = loader_options_of(
         test::drafter_settings({{"data.shuffle", "false"}, {"runtime.devices", "2"}}), 64, 1);
     o.packing = false;
     const PackedLoader second(ds, o);
@@ -69,7 +74,7 @@ TEST_F(DataOrder, NoShuffleReadsTheDatasetInOrderEveryEpoch) {
 
 TEST_F(DataOrder, ShuffleChangesTheOrderEachEpoch) {
     const ShardedDataset ds = ShardedDataset::open(*dir_ / "data");
-    auto o = train::training_loader_options(test::drafter_settings(), 64, 0);
+    auto o = loader_options_of(test::drafter_settings(), 64, 0);
     o.packing = false;
     const PackedLoader l(ds, o);
     const auto e0 = epoch_order(l, 0), e1 = epoch_order(l, 1);

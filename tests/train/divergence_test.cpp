@@ -32,7 +32,7 @@ class Divergence : public test::SharedInputsTest<Divergence> {
     // Runs the job, expecting it to fail; returns the error message.
     static std::string failure(const train::DrafterTrainJob& j, const config::Settings& s) {
         try {
-            train::run_drafter_training(j, s, Logger());
+            train_drafter_from_settings(j, s, Logger());
         } catch (const Error& e) {
             return e.what();
         }
@@ -76,7 +76,7 @@ TEST_F(Divergence, NanLossNamesTheStepAndKeepsTheLastCheckpoint) {
     // The checkpoint resumes, and the run finishes.
     auto again = job("nan");
     again.resume = run;
-    const train::TrainSummary sum = train::run_drafter_training(again, s, Logger());
+    const train::TrainSummary sum = train_drafter_from_settings(again, s, Logger());
     EXPECT_EQ(sum.first_step, 3);
     EXPECT_EQ(sum.steps, 6);
     EXPECT_TRUE(std::isfinite(sum.final_loss));
@@ -98,8 +98,9 @@ TEST_F(Divergence, DoctoredInitDrafterIsRefusedNamingTheTensor) {
     // A drafter that some other run saved with a NaN in a weight (bf16 keeps NaN): loading it
     // stops before any training, naming the tensor.
     const TargetModel target = TargetModel::load(test::host_backend(), *dir_ / "target");
+    const train::TrainingOptions o = training_options_from_settings(test::drafter_settings());
     DrafterModel d = train::make_initial_drafter(test::host_backend(), target,
-                                                 *make_byte_tokenizer(), test::drafter_settings());
+                                                 *make_byte_tokenizer(), o.drafter, o.runtime.seed);
     const Param& norm = d.params().params().back();
     norm.value.f32()[0] = std::numeric_limits<float>::quiet_NaN();
     d.save(*dir_ / "doctored");

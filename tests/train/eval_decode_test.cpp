@@ -77,7 +77,7 @@ TEST_F(EvalDecoding, RealTauReachesMetricsAndSummary) {
                                            {"train.eval_every", "2"},
                                            {"train.eval_prompt_count", "2"},
                                            {"train.eval_max_new_tokens", "20"}});
-    const train::TrainSummary sum = train::run_drafter_training(j, s, Logger());
+    const train::TrainSummary sum = train_drafter_from_settings(j, s, Logger());
 
     // Evaluations at steps 2 and 4, each with the held-out loss and the decoding figures.
     ASSERT_EQ(evals.size(), 2u);
@@ -143,7 +143,7 @@ TEST_F(EvalDecoding, PromptsAloneStillEvaluate) {
     // No held-out data: the evaluations decode only, and their records carry no loss.
     const auto s = test::drafter_settings(
         {{"train.max_steps", "2"}, {"train.eval_every", "1"}, {"train.eval_max_new_tokens", "8"}});
-    const train::TrainSummary sum = train::run_drafter_training(job("prompts-only"), s, Logger());
+    const train::TrainSummary sum = train_drafter_from_settings(job("prompts-only"), s, Logger());
     ASSERT_TRUE(sum.final_eval.has_value());
     EXPECT_FALSE(sum.final_eval->has_loss);
     ASSERT_TRUE(sum.final_eval->decode.has_value());
@@ -161,7 +161,7 @@ TEST_F(EvalDecoding, NoPromptsNoDecoding) {
     j.eval_prompts.clear();
     j.eval_data_dir = *dir_ / "eval";
     const auto s = test::drafter_settings({{"train.max_steps", "2"}});
-    const train::TrainSummary sum = train::run_drafter_training(j, s, Logger());
+    const train::TrainSummary sum = train_drafter_from_settings(j, s, Logger());
     ASSERT_TRUE(sum.final_eval.has_value());
     EXPECT_FALSE(sum.final_eval->decode.has_value());
     for (const auto& rec : eval_records(sum.metrics_path)) EXPECT_FALSE(rec.contains("tau"));
@@ -172,7 +172,7 @@ TEST_F(EvalDecoding, BadPromptFileIsAClearError) {
     auto j = job("bad-prompts");
     j.eval_prompts = *dir_ / "bad.jsonl";
     try {
-        train::run_drafter_training(j, test::drafter_settings(), Logger());
+        train_drafter_from_settings(j, test::drafter_settings(), Logger());
         FAIL() << "a prompt file without prompts must be refused";
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("bad.jsonl:1"), std::string::npos) << e.what();

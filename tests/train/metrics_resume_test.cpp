@@ -75,11 +75,11 @@ TEST(MetricsAfterResume, EveryStepAppearsOnce) {
         {{"train.max_steps", "5"}, {"train.checkpoint_every", "2"}, {"train.eval_every", "2"}});
     // The first run gets to step 5 (checkpoints 2, 4, 5); its tail after checkpoint 2 stands for
     // what a run killed after step 5 had logged. A torn line, as a kill mid-write leaves.
-    const train::TrainSummary first = train::run_drafter_training(j, s, Logger());
+    const train::TrainSummary first = train_drafter_from_settings(j, s, Logger());
     std::ofstream(first.metrics_path, std::ios::app) << R"({"step":6,"lo)";
 
     j.resume = dir / "run" / train::checkpoint_name(2);
-    const train::TrainSummary resumed = train::run_drafter_training(j, s, Logger());
+    const train::TrainSummary resumed = train_drafter_from_settings(j, s, Logger());
     EXPECT_EQ(resumed.first_step, 3);
     const std::vector<std::pair<int64_t, bool>> expected = {{1, false}, {2, false}, {2, true},
                                                             {3, false}, {4, false}, {4, true},

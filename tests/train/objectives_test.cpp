@@ -31,7 +31,7 @@ class Objectives : public test::SharedInputsTest<Objectives> {
         job.hooks.on_record = [losses](const train::StepRecord& rec) {
             if (!rec.eval && losses) losses->push_back(rec.loss);
         };
-        return train::run_drafter_training(job, test::drafter_settings(kv), Logger());
+        return train_drafter_from_settings(job, test::drafter_settings(kv), Logger());
     }
     static std::vector<nlohmann::json> metrics(const train::TrainSummary& s) {
         std::istringstream in(test::read_file(s.metrics_path));
@@ -77,7 +77,7 @@ TEST_F(Objectives, KlWithSeparateDocumentsResumesBitForBit) {
     train::DrafterTrainJob j = test::drafter_job(dir_->path(), "continued");
     j.resume = *dir_ / "straight" / train::checkpoint_name(3);
     const train::TrainSummary resumed =
-        train::run_drafter_training(j, config::Settings(test::registry()), Logger());
+        train_drafter_from_settings(j, config::Settings(test::registry()), Logger());
     EXPECT_EQ(resumed.first_step, 4);
     const auto a = test::read_state_tensors(straight.model_dir);
     const auto b = test::read_state_tensors(resumed.model_dir);

@@ -49,7 +49,7 @@ class Pretraining : public test::SharedInputsTest<Pretraining> {
 
 TEST_F(Pretraining, LossFallsAndCheckpointIsAQwen3Directory) {
     const auto s = pretrain_settings({{"pretrain.max_steps", "60"}, {"train.batch_size", "2"}});
-    const train::TrainSummary sum = train::run_pretraining(job("learn"), s, Logger());
+    const train::TrainSummary sum = pretrain_from_settings(job("learn"), s, Logger());
     EXPECT_EQ(sum.steps, 60);
     // ln(264) = 5.6 at the start; prompts are random (4 letters) but responses are a pattern.
     EXPECT_LT(sum.final_loss, 0.4 * sum.first_loss)
@@ -76,12 +76,12 @@ TEST_F(Pretraining, LossFallsAndCheckpointIsAQwen3Directory) {
 
 TEST_F(Pretraining, ResumeIsBitwiseIdentical) {
     const auto s = pretrain_settings({{"train.checkpoint_every", "3"}, {"runtime.devices", "2"}});
-    const auto straight = train::run_pretraining(job("straight"), s, Logger());
+    const auto straight = pretrain_from_settings(job("straight"), s, Logger());
     auto j = job("resumed");
     j.resume = *dir_ / "straight";  // a run directory: its latest checkpoint (step 6) ...
-    EXPECT_THROW(train::run_pretraining(j, s, Logger()), Error);  // ... is already the end
+    EXPECT_THROW(pretrain_from_settings(j, s, Logger()), Error);  // ... is already the end
     j.resume = *dir_ / "straight" / train::checkpoint_name(3);
-    const auto resumed = train::run_pretraining(j, s, Logger());
+    const auto resumed = pretrain_from_settings(j, s, Logger());
     EXPECT_EQ(resumed.first_step, 4);
     const auto a = test::read_state_tensors(straight.model_dir);
     const auto b = test::read_state_tensors(resumed.model_dir);
@@ -94,14 +94,14 @@ TEST_F(Pretraining, ResumeIsBitwiseIdentical) {
 
 TEST_F(Pretraining, DrafterTrainsOnThePretrainedTarget) {
     // The pretrain -> train hand-off the demo makes: the target's tokenizer file is read.
-    const auto target = train::run_pretraining(job("for-drafter"), pretrain_settings(), Logger());
+    const auto target = pretrain_from_settings(job("for-drafter"), pretrain_settings(), Logger());
     train::DrafterTrainJob dj;
     dj.target_dir = target.model_dir;
     dj.data_dir = *dir_ / "data";
     dj.output_dir = *dir_ / "drafter";
     dj.hooks.handle_signals = false;
     dj.hooks.progress = false;
-    const auto d = train::run_drafter_training(dj, test::drafter_settings(), Logger());
+    const auto d = train_drafter_from_settings(dj, test::drafter_settings(), Logger());
     EXPECT_EQ(d.steps, 6);
     EXPECT_TRUE(inspect_directory(d.model_dir).ok());
 }
@@ -111,7 +111,7 @@ TEST_F(Pretraining, DrafterTrainsOnThePretrainedTarget) {
 // during the backward (the CPU backend's device collectives) train the host path's bits.
 TEST_F(Pretraining, BucketedSumsDuringTheBackwardEqualTheHostSum) {
     const auto run = [&](const std::string& out, const char* how) {
-        return train::run_pretraining(job(out),
+        return pretrain_from_settings(job(out),
                                       pretrain_settings({{"runtime.devices", "2"},
                                                          {"train.grad_clip", "0"},
                                                          {"runtime.gradient_exchange", how},

@@ -1,9 +1,11 @@
-// Resuming and run directories (src/train/trainer.h): `--resume` alone continues the checkpoint's
-// own run (its settings, bit for bit the same result); a model-shape change is refused naming the
-// keys; a refused resume changes nothing in the run directory (metrics.jsonl included); a fresh
-// run into a directory with checkpoints (with or without `latest`) is refused; a second writer is
-// refused naming the holder, before any model is read; a damaged training_state.json is a named
-// error.
+// Resuming and run directories (src/train/resume.h, run_dir.h, training_run.h): `--resume` alone
+// continues the checkpoint's own run (its settings, bit for bit the same result); a model-shape
+// change is refused naming the keys; a refused resume changes nothing in the run directory
+// (metrics.jsonl and settings.toml included), also when the training state holds NaN and
+// settings are overridden; a resume on other data is refused (a moved copy is the same data); a
+// fresh run into a directory with checkpoints (with or without `latest`) is refused; a second
+// writer is refused naming the holder, before any model is read; a damaged training_state.json is
+// a named error; `dflash inspect` reports a checkpoint's training state.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -36,7 +38,7 @@ class Resume : public test::SharedInputsTest<Resume> {
     }
     // A finished 6-step run with checkpoints at 3 and 6, non-default settings throughout.
     static train::TrainSummary run6(const std::string& out) {
-        return train::run_drafter_training(job(out), settings6(), Logger());
+        return train_drafter_from_settings(job(out), settings6(), Logger());
     }
     static config::Settings settings6() {
         return test::drafter_settings({{"train.checkpoint_every", "3"},
@@ -63,7 +65,7 @@ TEST_F(Resume, ResumeAloneContinuesTheCheckpointsRun) {
     const train::TrainSummary straight = run6("straight");
     auto j = job("continued");
     j.resume = *dir_ / "straight" / train::checkpoint_name(3);
-    const train::TrainSummary resumed = train::run_drafter_training(j, given(), Logger());
+    const train::TrainSummary resumed = train_drafter_from_settings(j, given(), Logger());
     EXPECT_EQ(resumed.first_step, 4);
     EXPECT_EQ(resumed.total_steps, 6);  // not the default's epochs
     const auto a = test::read_state_tensors(straight.model_dir);
@@ -81,7 +83,7 @@ TEST_F(Resume, AnExplicitSettingWinsAndIsLogged) {
     j.resume = *dir_ / "override" / train::checkpoint_name(3);
     auto sink = LogSink::capturing(LogLevel::info);
     const train::TrainSummary r =
-        train::run_drafter_training(j, given({{"train.max_steps", "8"}}), Logger(sink, ""));
+        train_drafter_from_settings(j, given({{"train.max_steps", "8"}}), Logger(sink, ""));
     EXPECT_EQ(r.total_steps, 8);
     std::string log;
     for (const auto& l : sink->captured()) log += l + "\n";
@@ -95,7 +97,7 @@ TEST_F(Resume, AShapeChangeIsRefusedNamingTheKeysAndChangesNothing) {
     auto j = job("shape");
     j.resume = run;
     const std::string e = error_of([&] {
-        train::run_drafter_training(
+        train_drafter_from_settings(
             j, given({{"drafter.block_size", "8"}, {"drafter.num_layers", "2"}}), Logger());
     });
     EXPECT_TRUE(has(e, "the model's shape is fixed by the checkpoint")) << e;
@@ -118,17 +120,73 @@ TEST_F(Resume, ARefusedResumeLeavesTheRunDirectoryAsItWas) {
     const auto before = snapshot(run);
     auto j = job("refused");
     j.resume = ck3;
-    EXPECT_TRUE(has(error_of([&] { train::run_drafter_training(j, given(), Logger()); }),
+    EXPECT_TRUE(has(error_of([&] { train_drafter_from_settings(j, given(), Logger()); }),
                     "training_state.safetensors"));
     EXPECT_EQ(snapshot(run), before);
     // Checkpoint 6, sound, but its one worker read 6 sequences, which 4 cannot continue.
     j.resume = run;
     const std::string e = error_of([&] {
-        train::run_drafter_training(j, given({{"runtime.devices", "4"}, {"train.max_steps", "9"}}),
+        train_drafter_from_settings(j, given({{"runtime.devices", "4"}, {"train.max_steps", "9"}}),
                                     Logger());
     });
     EXPECT_TRUE(has(e, "had read 6 sequences of epoch 0, which 4 workers")) << e;
     EXPECT_EQ(snapshot(run), before);
+}
+
+TEST_F(Resume, NonFiniteTrainingStateIsRefusedBeforeAnythingIsWritten) {
+    run6("nonfinite");
+    const fs::path run = *dir_ / "nonfinite";
+    const fs::path ck3 = run / train::checkpoint_name(3);
+    const std::string poisoned = test::poison_state_tensor(ck3, "adam_m.");
+    const auto before = snapshot(run);
+    auto j = job("nonfinite");
+    j.resume = ck3;
+    // An override would be written into the run's settings.toml if the resume went that far.
+    const std::string e = error_of([&] {
+        train_drafter_from_settings(j, given({{"train.max_steps", "8"}}), Logger());
+    });
+    EXPECT_TRUE(has(e, "NaN or infinite")) << e;
+    EXPECT_TRUE(has(e, poisoned)) << e;
+    EXPECT_EQ(snapshot(run), before);
+}
+
+TEST_F(Resume, OtherDataIsRefusedAndAMovedCopyIsTheSameData) {
+    run6("data-change");
+    const fs::path run = *dir_ / "data-change";
+    // As many samples as the training data, so every data position would fit.
+    test::write_pattern_dataset(*dir_ / "other-data", 24, 6);
+    const auto before = snapshot(run);
+    auto j = job("data-change");
+    j.resume = run / train::checkpoint_name(3);
+    j.data_dir = *dir_ / "other-data";
+    const std::string e = error_of([&] { train_drafter_from_settings(j, given(), Logger()); });
+    EXPECT_TRUE(has(e, "the checkpoint was trained on other data")) << e;
+    EXPECT_TRUE(has(e, (*dir_ / "data").string())) << e;
+    EXPECT_TRUE(has(e, (*dir_ / "other-data").string())) << e;
+    EXPECT_TRUE(has(e, "--init-drafter")) << e;
+    EXPECT_EQ(snapshot(run), before);
+    // The same shards in another directory are the same data.
+    fs::copy(*dir_ / "data", *dir_ / "data-copy", fs::copy_options::recursive);
+    j.data_dir = *dir_ / "data-copy";
+    EXPECT_EQ(train_drafter_from_settings(j, given(), Logger()).first_step, 4);
+}
+
+TEST_F(Resume, InspectReportsTheTrainingState) {
+    run6("inspected");
+    const fs::path ck3 = *dir_ / "inspected" / train::checkpoint_name(3);
+    const std::string digest = train::dataset_identity(ShardedDataset::open(*dir_ / "data")).digest;
+    auto res = test::run_dflash("inspect --no-tensors " + ck3.string());
+    EXPECT_EQ(res.exit_code, 0) << res.output;
+    EXPECT_TRUE(has(res.output, "training state: drafter, step 3 of 6")) << res.output;
+    EXPECT_TRUE(has(res.output, "digest " + digest)) << res.output;
+    EXPECT_TRUE(has(res.output, "finite:      yes")) << res.output;
+    EXPECT_TRUE(has(res.output, "status:        OK")) << res.output;
+    const std::string poisoned = test::poison_state_tensor(ck3, "master.");
+    res = test::run_dflash("inspect --no-tensors " + ck3.string());
+    EXPECT_EQ(res.exit_code, 1) << res.output;
+    EXPECT_TRUE(has(res.output, "finite:      no")) << res.output;
+    EXPECT_TRUE(has(res.output, "tensor '" + poisoned + "'")) << res.output;
+    EXPECT_TRUE(has(res.output, "status:        BROKEN")) << res.output;
 }
 
 TEST_F(Resume, AFreshRunIntoCheckpointsIsRefusedWithOrWithoutLatest) {
@@ -153,7 +211,7 @@ TEST_F(Resume, TheRunDirectoryIsCheckedBeforeTheModelsAreRead) {
     const DirLock held = DirLock::acquire(*dir_ / "early", "run directory", "another run");
     auto j = job("early");
     j.target_dir = *dir_ / "no-such-target";
-    const std::string e = error_of([&] { train::run_drafter_training(j, settings6(), Logger()); });
+    const std::string e = error_of([&] { train_drafter_from_settings(j, settings6(), Logger()); });
     EXPECT_TRUE(has(e, "is in use by pid")) << e;
 }
 
@@ -177,6 +235,24 @@ TEST(TrainingState, DamagedFieldsAreNamedErrors) {
     j = good;
     j["loaders"][0]["cursor"] = -1;
     EXPECT_FALSE(error_of([&] { train::training_state_from_json(j); }).empty());
+}
+
+TEST(TrainingState, TheDataIdentityRoundTripsAndMayBeAbsent) {
+    train::TrainingState s;
+    s.kind = "target";
+    s.step = 1;
+    s.total_steps = 2;
+    s.loaders = {{0, 1}};
+    // Written by a dflash that did not record the data: read without one.
+    EXPECT_FALSE(train::training_state_from_json(train::training_state_to_json(s)).data);
+    s.data = train::DatasetIdentity{"0123456789abcdef", "/data", 24, 672, 1};
+    const train::TrainingState back =
+        train::training_state_from_json(train::training_state_to_json(s));
+    ASSERT_TRUE(back.data);
+    EXPECT_EQ(back.data->describe(), s.data->describe());
+    auto j = train::training_state_to_json(s);
+    j["data"].erase("digest");
+    EXPECT_TRUE(has(error_of([&] { train::training_state_from_json(j); }), "\"digest\""));
 }
 
 }  // namespace

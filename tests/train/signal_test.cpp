@@ -50,7 +50,7 @@ TEST(SignalStop, SigintCheckpointsAtAStepBoundaryAndResumes) {
         EXPECT_EQ(stop.signal(), SIGINT);
     };
     const config::Settings s = two_workers_20_steps();
-    const train::TrainSummary stopped = train::run_drafter_training(job, s, Logger());
+    const train::TrainSummary stopped = train_drafter_from_settings(job, s, Logger());
     EXPECT_TRUE(stopped.interrupted);
     EXPECT_EQ(stopped.stop_signal, SIGINT);
     EXPECT_EQ(stopped.steps, 3);
@@ -61,7 +61,7 @@ TEST(SignalStop, SigintCheckpointsAtAStepBoundaryAndResumes) {
     job.hooks.stop = nullptr;
     job.resume = dir / "run";
     job.output_dir.clear();  // continues in the checkpoint's run directory
-    const train::TrainSummary done = train::run_drafter_training(job, s, Logger());
+    const train::TrainSummary done = train_drafter_from_settings(job, s, Logger());
     EXPECT_FALSE(done.interrupted);
     EXPECT_EQ(done.first_step, 4);
     EXPECT_EQ(done.steps, 20);
@@ -74,7 +74,7 @@ TEST(SignalStop, AStopRequestedBeforeTheWorkersStartIsNotLost) {
     const train::DrafterTrainJob job = signal_job(dir, stop);
     stop.request(SIGTERM);  // as a Ctrl-C while the target was still loading
     const train::TrainSummary r =
-        train::run_drafter_training(job, two_workers_20_steps(), Logger());
+        train_drafter_from_settings(job, two_workers_20_steps(), Logger());
     EXPECT_TRUE(r.interrupted);
     EXPECT_EQ(r.stop_signal, SIGTERM);
     EXPECT_EQ(r.steps, 1);  // the first step boundary

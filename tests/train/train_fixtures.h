@@ -10,6 +10,8 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -21,6 +23,7 @@
 #include "core/safetensors.h"
 #include "data/shard.h"
 #include "model/target.h"
+#include "options/training.h"
 #include "support/test_util.h"
 #include "support/tiny_models.h"
 #include "tokenizer/model_tokenizer.h"
@@ -143,6 +146,36 @@ inline std::map<std::string, std::vector<float>> read_state_tensors(
     return out;
 }
 
+// Overwrites, in place, the first value of the first tensor of a checkpoint's
+// training_state.safetensors whose name starts with `prefix` with NaN (what a run that diverged
+// between its last finite step and the checkpoint could leave); returns the tensor's name.
+inline std::string poison_state_tensor(const std::filesystem::path& ckpt,
+                                       const std::string& prefix) {
+    const std::filesystem::path path = ckpt / train::kTrainingStateTensors;
+    std::string name;
+    uint64_t begin = 0;
+    {
+        const auto f = SafetensorsFile::open(path);
+        for (const auto& n : f.names()) {
+            if (n.rfind(prefix, 0) != 0) continue;
+            name = n;
+            begin = f.entry(n).begin;
+            EXPECT_EQ(f.entry(n).dtype, "F32") << n;
+            break;
+        }
+    }
+    EXPECT_FALSE(name.empty()) << "no tensor " << prefix << "* in " << path;
+    // The data section starts after the 8-byte little-endian header length and the header.
+    std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t header = 0;
+    io.read(reinterpret_cast<char*>(&header), sizeof header);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    io.seekp(static_cast<std::streamoff>(sizeof header + header + begin));
+    io.write(reinterpret_cast<const char*>(&nan), sizeof nan);
+    EXPECT_TRUE(io.good()) << path;
+    return name;
+}
+
 // Largest, over the tensors whose names start with `prefix`, of max|a-b| / max|b| within the
 // tensor (each tensor against its own scale, with no floor: AdamW moments are far below 1, where
 // an absolute tolerance would accept anything). The two states must hold the same tensors.
@@ -202,7 +235,7 @@ inline RecordedRun train_recorded(const std::filesystem::path& dir, const std::s
         r.losses.push_back(rec.loss);
         r.grad_norms.push_back(rec.grad_norm);
     };
-    r.summary = train::run_drafter_training(job, drafter_settings(kv), Logger());
+    r.summary = train_drafter_from_settings(job, drafter_settings(kv), Logger());
     return r;
 }
 

@@ -34,7 +34,7 @@ void write_hf_target(const fs::path& dir) {
 
 std::string train_error(const fs::path& dir) {
     return test::error_of([&] {
-        train::run_drafter_training(test::drafter_job(dir, "out"), test::drafter_settings(),
+        train_drafter_from_settings(test::drafter_job(dir, "out"), test::drafter_settings(),
                                     Logger());
     });
 }
@@ -55,7 +55,7 @@ TEST(TrainTokenizer, TrainsWithTheTargetsHfTokenizer) {
     const ShardedDataset ds = ShardedDataset::open(dir / "data");
     EXPECT_EQ(ds.tokenizer_name(), tok->name());
     const auto s =
-        train::run_drafter_training(test::drafter_job(dir.path(), "out"),
+        train_drafter_from_settings(test::drafter_job(dir.path(), "out"),
                                     test::drafter_settings({{"train.max_steps", "2"}}), Logger());
     EXPECT_EQ(s.steps, 2);
     const DrafterModel d = DrafterModel::load(test::host_backend(), s.model_dir);

@@ -118,7 +118,7 @@ TEST_F(DrafterTraining, WorkerFailureNamesWorkerAndStep) {
         if (worker == 1 && step == 3) throw Error("injected fault");
     };
     try {
-        train::run_drafter_training(job, test::drafter_settings({{"runtime.devices", "2"}}),
+        train_drafter_from_settings(job, test::drafter_settings({{"runtime.devices", "2"}}),
                                     Logger());
         FAIL() << "the run should fail";
     } catch (const Error& e) {

@@ -1,0 +1,12 @@
+// The drafter.* settings as train::DrafterOptions (train/train_options.h): the one place they
+// are read by key. Tested by tests/options/options_test.cpp.
+#pragma once
+
+#include "config/settings.h"
+#include "train/train_options.h"
+
+namespace dflash {
+
+train::DrafterOptions drafter_options_from_settings(const config::Settings& s);
+
+}  // namespace dflash
