@@ -29,9 +29,6 @@ struct Launch {
     double hello_timeout_s = 5;  // launch.hello_timeout_s
 };
 
-// Validates the launch.* settings together (rank < world, local rank < local world).
-Launch launch_from_settings(const config::Settings& s);
-
 // What every process of a run must share: the settings apart from launch.* and the log level,
 // one "key = value" per line (TcpGroup names the first line that differs).
 std::string launch_agreement(const config::Settings& s);

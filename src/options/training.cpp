@@ -2,12 +2,12 @@
 // and the training tests (tests/train/).
 #include "options/training.h"
 
-#include "comm/launch.h"
 #include "options/chat_options.h"
 #include "options/cuda_graphs_options.h"
 #include "options/data_options.h"
 #include "options/drafter_options.h"
 #include "options/infer_options.h"
+#include "options/launch_options.h"
 #include "options/pretrain_options.h"
 #include "options/runtime_options.h"
 #include "options/train_options.h"

@@ -9,10 +9,10 @@
 
 #include <filesystem>
 
-#include "comm/launch.h"
 #include "comm/rank_threads.h"
 #include "config/environment.h"
 #include "config/registry.h"
+#include "options/launch_options.h"
 #include "support/test_util.h"
 
 namespace dflash {

@@ -9,11 +9,11 @@
 
 #include <thread>
 
-#include "comm/launch.h"
 #include "comm/rank_threads.h"
 #include "config/environment.h"
 #include "config/registry.h"
 #include "core/rng.h"
+#include "options/launch_options.h"
 #include "support/test_util.h"
 
 namespace dflash {
