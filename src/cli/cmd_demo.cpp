@@ -38,7 +38,7 @@ int cmd_demo(CommandContext& ctx) {
         "\n== dflash demo: done in %.0f s ==\n"
         "built:\n"
         "  target   %s  (Qwen3 layout, loss %.3f -> %.3f)\n"
-        "  drafter  %s  (DFlash, block %lld, loss %.3f -> %.3f)\n"
+        "  drafter  %s  (%s, block %lld, loss %.3f -> %.3f)\n"
         "measured on %lld held-out prompts: tau %.2f, speed-up %.2fx over plain decoding "
         "(predicted %.2fx), lossless: %s\n"
         "next:\n"
@@ -47,12 +47,12 @@ int cmd_demo(CommandContext& ctx) {
         "  build/dflash plot %s && build/dflash plot %s\n"
         "  build/dflash inspect %s\n",
         r.seconds, r.target.model_dir.c_str(), r.target.first_loss, r.target.final_loss,
-        r.drafter.model_dir.c_str(), static_cast<long long>(r.bench.block_size),
-        r.drafter.first_loss, r.drafter.final_loss, static_cast<long long>(b.requests), b.tau(),
-        b.speedup(), b.predicted_speedup(), r.bench.lossless() ? "yes" : "NO",
-        r.target.model_dir.c_str(), r.drafter.model_dir.c_str(), r.target.model_dir.c_str(),
-        r.drafter.model_dir.c_str(), r.target.run_dir.c_str(), r.drafter.run_dir.c_str(),
-        r.drafter.model_dir.c_str());
+        r.drafter.model_dir.c_str(), r.drafter_architecture.c_str(),
+        static_cast<long long>(r.bench.block_size), r.drafter.first_loss, r.drafter.final_loss,
+        static_cast<long long>(b.requests), b.tau(), b.speedup(), b.predicted_speedup(),
+        r.bench.lossless() ? "yes" : "NO", r.target.model_dir.c_str(), r.drafter.model_dir.c_str(),
+        r.target.model_dir.c_str(), r.drafter.model_dir.c_str(), r.target.run_dir.c_str(),
+        r.drafter.run_dir.c_str(), r.drafter.model_dir.c_str());
     return r.bench.lossless() ? 0 : 1;
 }
 

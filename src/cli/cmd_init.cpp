@@ -34,42 +34,21 @@ DirLock lock_empty_output(const std::filesystem::path& dir) {
     return lock;
 }
 
-// The DFlash2 version of `base` with the drafter.conv_* / selector_* settings; full,
-// bidirectional attention like the DFlash drafter it starts from (so that, with its identity /
-// neutral new modules, it drafts exactly as that drafter).
-DrafterConfig dflash2_config(const DrafterConfig& base, const train::DrafterOptions& s) {
-    DrafterConfig d = base;
-    d.arch = DrafterArch::dflash2;
-    d.d2.conv_kernel_size = s.conv_kernel_size;
-    d.d2.conv_group_size = s.conv_group_size;
-    d.d2.selector_rank = s.selector_rank;
-    d.d2.selector_top_k = s.selector_top_k;
-    d.sliding_layers.assign(d.layer.num_hidden_layers, false);
-    d.is_causal = 0;
-    const auto p = d.problems();
-    DF_CHECK(p.empty(), "cannot make a DFlash2 drafter from these settings: {}",
-             fmt::format("{}", fmt::join(p, "; ")));
-    return d;
-}
-
 // `dflash init drafter`: a random DFlash drafter from the drafter.* settings, or the one in
 // --from-drafter; with drafter.architecture=dflash2, converted (DrafterModel::from_dflash).
 DrafterModel initial_drafter(Backend& be, const TargetModel& target, const Tokenizer& tok,
                              const std::string& from, const train::DrafterOptions& s,
                              uint64_t seed) {
-    const bool v2 = s.architecture == "dflash2";
-    DrafterModel d = from.empty() ? train::make_initial_drafter(be, target, tok, s, seed)
-                                  : DrafterModel::load(be, from);
-    if (!from.empty()) {
-        DF_CHECK(!d.config().dflash2(), "'{}' is already a DFlash2 drafter", from);
-        DF_CHECK(v2,
-                 "--from-drafter converts a DFlash drafter to DFlash2: add --set "
-                 "drafter.architecture=dflash2");
-        const auto mismatch = drafter_target_mismatches(d.config(), target.config());
-        DF_CHECK(mismatch.empty(), "'{}' does not fit the target: {}", from, mismatch.front());
-    }
-    if (!v2) return d;
-    return DrafterModel::from_dflash(be, d, dflash2_config(d.config(), s), seed);
+    // A fresh drafter of either architecture is made as `dflash train` makes one.
+    if (from.empty()) return train::make_initial_drafter(be, target, tok, s, seed);
+    DrafterModel d = DrafterModel::load(be, from);
+    DF_CHECK(!d.config().dflash2(), "'{}' is already a DFlash2 drafter", from);
+    DF_CHECK(s.architecture == "dflash2",
+             "--from-drafter converts a DFlash drafter to DFlash2: add --set "
+             "drafter.architecture=dflash2");
+    const auto mismatch = drafter_target_mismatches(d.config(), target.config());
+    DF_CHECK(mismatch.empty(), "'{}' does not fit the target: {}", from, mismatch.front());
+    return DrafterModel::from_dflash(be, d, train::dflash2_config(d.config(), s), seed);
 }
 
 DType parse_dtype(const std::string& s) {

@@ -44,15 +44,6 @@ int cmd_train(CommandContext& ctx) {
     DF_CHECK(job.resume.empty() || job.init_drafter.empty(),
              "give either --resume (continue a run) or --init-drafter (a new run from a "
              "drafter), not both");
-    // drafter.architecture is read where a drafter is made (`dflash init drafter`); the random
-    // drafter a new run starts from here is a DFlash one, so a DFlash2 run starts from an init
-    // rather than silently training the other architecture.
-    DF_CHECK(drafter_options_from_settings(ctx.settings).architecture == "dflash" ||
-                 !job.resume.empty() || !job.init_drafter.empty(),
-             "drafter.architecture=dflash2: make the drafter first (`dflash init drafter --target "
-             "{} --output DIR --set drafter.architecture=dflash2`, or add --from-drafter DIR to "
-             "convert a trained DFlash drafter) and pass --init-drafter DIR",
-             job.target_dir.string());
     // Armed before anything starts a thread, so that every later thread blocks the signals.
     StopSource stop;
     const train::SignalWatcher watcher(train::stop_on_signal(stop, ctx.log));

@@ -21,6 +21,7 @@
 #include "model/drafter.h"
 #include "model/target.h"
 #include "options/cuda_graphs_options.h"
+#include "options/drafter_options.h"
 #include "options/infer_options.h"
 #include "options/runtime_options.h"
 #include "options/training.h"
@@ -260,8 +261,14 @@ DemoReport run_demo(const DemoOptions& opt, const config::Settings& user_setting
                  static_cast<long long>(rs.samples), static_cast<long long>(rs.response_tokens),
                  since(t_regen));
 
-    // 4. Train the drafter.
-    print_stage(out, 4, "train a DFlash drafter for the target (dflash train)");
+    // 4. Train the drafter (of the architecture the user asked for: drafter.architecture).
+    rep.drafter_architecture =
+        drafter_options_from_settings(user_settings).architecture == "dflash2" ? "DFlash2"
+                                                                               : "DFlash";
+    print_stage(
+        out, 4,
+        fmt::format("train a {} drafter for the target (dflash train)", rep.drafter_architecture)
+            .c_str());
     const auto t_dr = Clock::now();
     const config::Settings dr_settings = with_demo_defaults(
         user_settings, {{"runtime.devices", workers},

@@ -28,7 +28,8 @@ struct DemoReport {
     int64_t corpus_bytes = 0;
     train::TrainSummary target;
     train::TrainSummary drafter;
-    std::vector<double> drafter_first_acc;             // per block position, first logged step
+    std::string drafter_architecture = "DFlash";  // "DFlash" or "DFlash2" (drafter.architecture)
+    std::vector<double> drafter_first_acc;        // per block position, first logged step
     std::vector<std::pair<int64_t, double>> eval_tau;  // real tau on held-out prompts, by step
     BenchReport bench;
     double seconds = 0;

@@ -273,7 +273,24 @@ DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const 
     }
     const DrafterConfig dc =
         make_drafter_config(tc, d.num_layers, d.block_size, mask, std::move(ids));
-    return DrafterModel::random(be, dc, seed ^ kInitSalt);
+    DrafterModel v1 = DrafterModel::random(be, dc, seed ^ kInitSalt);
+    if (d.architecture != "dflash2") return v1;
+    return DrafterModel::from_dflash(be, v1, dflash2_config(v1.config(), d), seed);
+}
+
+DrafterConfig dflash2_config(const DrafterConfig& base, const DrafterOptions& d) {
+    DrafterConfig c = base;
+    c.arch = DrafterArch::dflash2;
+    c.d2.conv_kernel_size = d.conv_kernel_size;
+    c.d2.conv_group_size = d.conv_group_size;
+    c.d2.selector_rank = d.selector_rank;
+    c.d2.selector_top_k = d.selector_top_k;
+    c.sliding_layers.assign(c.layer.num_hidden_layers, false);
+    c.is_causal = 0;
+    const auto p = c.problems();
+    DF_CHECK(p.empty(), "cannot make a DFlash2 drafter from these settings: {}",
+             fmt::format("{}", fmt::join(p, "; ")));
+    return c;
 }
 
 TrainSummary run_drafter_training(const DrafterTrainJob& job, const RunSettings& settings,

@@ -45,6 +45,11 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const RunSettings&
 DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const Tokenizer& tok,
                                   const DrafterOptions& drafter, uint64_t seed);
 
+// The DFlash2 version of `base` with the drafter.conv_* / selector_* options; full, bidirectional
+// attention like the DFlash drafter it starts from, so that with its identity / neutral new
+// modules (DrafterModel::from_dflash) it drafts exactly as that drafter.
+DrafterConfig dflash2_config(const DrafterConfig& base, const DrafterOptions& drafter);
+
 // The tokenizer of a training run: the target's (tokenizer.json or dflash_tokenizer.json), which
 // must be the one the dataset was tokenized with. A target that names no tokenizer, or one dflash
 // cannot read, is refused: nothing falls back to another tokenizer.

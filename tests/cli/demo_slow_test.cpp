@@ -49,5 +49,23 @@ TEST(DemoQuick, RunsEveryStageAndReports) {
     EXPECT_NE(foreign.exit_code, 0);
 }
 
+// The demo trains the drafter architecture asked for (issue 23): a DFlash2 drafter, lossless, that
+// inspect reads as DFlash2.
+TEST(DemoQuick, TrainsADflash2DrafterWhenAsked) {
+    test::TempDir dir("demo-dflash2");
+    const auto out = dir / "demo";
+    const auto r = test::run_dflash("demo --quick --output " + out.string() +
+                                    " --drafter.architecture dflash2");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("train a DFlash2 drafter"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("lossless: yes"), std::string::npos) << r.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(drafter  (\S+)  \(DFlash2,)")))
+        << r.output;
+    const auto ins = test::run_dflash("inspect " + m[1].str());
+    EXPECT_EQ(ins.exit_code, 0) << ins.output;
+    EXPECT_NE(ins.output.find("DFlash2DraftModel"), std::string::npos) << ins.output;
+}
+
 }  // namespace
 }  // namespace dflash

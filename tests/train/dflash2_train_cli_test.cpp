@@ -34,11 +34,6 @@ TEST(Dflash2TrainCli, InitTrainInspectDecode) {
                                      " --drafter.selector_rank 8 --drafter.selector_top_k 4" +
                                      kTiny);
     ASSERT_EQ(in.exit_code, 0) << in.output;
-    // A random start would be a DFlash drafter: refused, naming the way to make a DFlash2 one.
-    const auto random_start = test::run_dflash("train --target " + target + " --data " + data +
-                                               " --set drafter.architecture=dflash2" + kTiny);
-    EXPECT_NE(random_start.exit_code, 0);
-    EXPECT_TRUE(test::has(random_start.output, "--init-drafter DIR")) << random_start.output;
     const auto tr =
         test::run_dflash("train --target " + target + " --data " + data + " --init-drafter " +
                          init + " --output " + (dir / "drafter").string() + kTiny);
@@ -73,6 +68,30 @@ TEST(Dflash2TrainCli, InitTrainInspectDecode) {
                                       " --runtime.threads 1");
     EXPECT_EQ(gen.exit_code, 0) << gen.output;
     EXPECT_TRUE(test::has(gen.output, "trace step 0: drafted [")) << gen.output;
+}
+
+// One command starts a DFlash2 run (issue 23): `dflash train --drafter.architecture dflash2` makes
+// the random DFlash2 drafter `dflash init drafter` would make and trains it; before, it was refused
+// and needed `init drafter` + `--init-drafter`.
+TEST(Dflash2TrainCli, OneCommandStartsADflash2Run) {
+    test::TempDir dir("dflash2-train-one");
+    test::write_pattern_dataset(dir / "data", 12, 2);
+    const std::string data = (dir / "data").string();
+    const auto pre = test::run_dflash("pretrain --data " + data + " --output " +
+                                      (dir / "target").string() + kTiny);
+    ASSERT_EQ(pre.exit_code, 0) << pre.output;
+    const std::string target = (dir / "target" / train::checkpoint_name(3)).string();
+    const auto tr = test::run_dflash("train --target " + target + " --data " + data + " --output " +
+                                     (dir / "drafter").string() +
+                                     " --drafter.architecture dflash2 --drafter.selector_rank 8"
+                                     " --drafter.selector_top_k 4" +
+                                     kTiny);
+    ASSERT_EQ(tr.exit_code, 0) << tr.output;
+    EXPECT_TRUE(test::has(tr.output, "DFlash2 selector, top-4")) << tr.output;
+    const DrafterModel d = DrafterModel::load(
+        test::host_backend(), (dir / "drafter" / train::checkpoint_name(3)).string());
+    EXPECT_TRUE(d.config().dflash2());
+    EXPECT_EQ(d.config().d2.selector_top_k, 4);
 }
 
 }  // namespace
