@@ -146,8 +146,8 @@ TEST(TomlFile, ADirectoryIsAnErrorNotAnEmptyConfig) {
 }
 
 // `--config /dev/zero` once read until the OOM killer stopped it, and a FIFO waited forever.
-// (The FIFO case cannot hang this test: the open does not block, see input_file_test.cpp for the
-// deadline-guarded version.)
+// (Were the FIFO's open to block again, ctest's timeout would end this test; the deadline-guarded
+// version is in input_file_test.cpp, the `timeout`-guarded one in config_cli_test.cpp.)
 TEST(TomlFile, DevicesFifosAndOversizedFilesAreRefused) {
     dflash::test::TempDir dir;
     auto r = test::small_registry();
@@ -158,11 +158,12 @@ TEST(TomlFile, DevicesFifosAndOversizedFilesAreRefused) {
         dflash::test::error_of([&] { load_toml_file(*r, (dir / "fifo.toml").string()); }),
         "is a FIFO"));
     const std::string path = (dir / "run.toml").string();
-    std::ofstream(path) << "[train]\nepochs = 3\n";  // 21 bytes
-    EXPECT_EQ(load_toml_file(*r, path, 21).size(), 1u);
-    const std::string msg = dflash::test::error_of([&] { load_toml_file(*r, path, 20); });
-    EXPECT_TRUE(dflash::test::has(msg, "config file '" + path + "' is 21 bytes")) << msg;
-    EXPECT_TRUE(dflash::test::has(msg, "20 bytes cap")) << msg;
+    const std::string text = "[train]\nepochs = 3\n";  // 19 bytes
+    std::ofstream(path) << text;
+    EXPECT_EQ(load_toml_file(*r, path, text.size()).size(), 1u);  // exactly at the cap
+    const std::string msg = dflash::test::error_of([&] { load_toml_file(*r, path, 18); });
+    EXPECT_TRUE(dflash::test::has(msg, "config file '" + path + "' is 19 bytes")) << msg;
+    EXPECT_TRUE(dflash::test::has(msg, "18 bytes cap")) << msg;
 }
 
 }  // namespace

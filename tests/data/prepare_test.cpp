@@ -175,7 +175,6 @@ TEST(Prepare, ARecordWithTenMegabytesOfWhitespaceIsTokenized) {
     EXPECT_EQ(st.samples, 1);
     const ShardedDataset ds = ShardedDataset::open(opt.output_dir);
     const auto sample = ds.sample(0);
-    EXPECT_EQ(sample.tokens, tok->encode_text(text).tokens);
     EXPECT_EQ(tok->decode(sample.tokens).substr(0, text.size()), text);
 }
 
