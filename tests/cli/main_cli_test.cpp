@@ -51,7 +51,7 @@ TEST(MainCli, AConfigDirectoryIsAnError) {
     const auto r = test::run_dflash("config show train.lr --config " + dir.path().string());
     EXPECT_EQ(r.exit_code, 1) << r.output;
     EXPECT_TRUE(
-        has(r.output, "dflash: error: config file `" + dir.path().string() + "` is a directory"))
+        has(r.output, "dflash: error: config file '" + dir.path().string() + "' is a directory"))
         << r.output;
 }
 
