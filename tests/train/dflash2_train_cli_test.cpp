@@ -20,14 +20,21 @@ const char* kTiny =
     " --train.max_length 64 --train.max_steps 3 --train.num_anchors 4 --drafter.block_size 4"
     " --train.log_every 1";
 
+// A pattern dataset in dir/data and a tiny target pretrained on it for 3 steps; returns the
+// target's checkpoint directory ("" after a failed pretraining, which the caller asserts on).
+std::string pretrain_tiny_target(const test::TempDir& dir) {
+    test::write_pattern_dataset(dir / "data", 12, 2);
+    const auto pre = test::run_dflash("pretrain --data " + (dir / "data").string() + " --output " +
+                                      (dir / "target").string() + kTiny);
+    EXPECT_EQ(pre.exit_code, 0) << pre.output;
+    return pre.exit_code == 0 ? (dir / "target" / train::checkpoint_name(3)).string() : "";
+}
+
 TEST(Dflash2TrainCli, InitTrainInspectDecode) {
     test::TempDir dir("dflash2-train-cli");
-    test::write_pattern_dataset(dir / "data", 12, 2);
+    const std::string target = pretrain_tiny_target(dir);
+    ASSERT_FALSE(target.empty());
     const std::string data = (dir / "data").string();
-    const auto pre = test::run_dflash("pretrain --data " + data + " --output " +
-                                      (dir / "target").string() + kTiny);
-    ASSERT_EQ(pre.exit_code, 0) << pre.output;
-    const std::string target = (dir / "target" / train::checkpoint_name(3)).string();
     const std::string init = (dir / "init").string();
     const auto in = test::run_dflash("init drafter --target " + target + " --output " + init +
                                      " --dtype f32 --set drafter.architecture=dflash2"
@@ -75,12 +82,9 @@ TEST(Dflash2TrainCli, InitTrainInspectDecode) {
 // and needed `init drafter` + `--init-drafter`.
 TEST(Dflash2TrainCli, OneCommandStartsADflash2Run) {
     test::TempDir dir("dflash2-train-one");
-    test::write_pattern_dataset(dir / "data", 12, 2);
+    const std::string target = pretrain_tiny_target(dir);
+    ASSERT_FALSE(target.empty());
     const std::string data = (dir / "data").string();
-    const auto pre = test::run_dflash("pretrain --data " + data + " --output " +
-                                      (dir / "target").string() + kTiny);
-    ASSERT_EQ(pre.exit_code, 0) << pre.output;
-    const std::string target = (dir / "target" / train::checkpoint_name(3)).string();
     const auto tr = test::run_dflash("train --target " + target + " --data " + data + " --output " +
                                      (dir / "drafter").string() +
                                      " --drafter.architecture dflash2 --drafter.selector_rank 8"
