@@ -604,6 +604,54 @@ SelectorLossDims check_selector_unary_bwd_shapes(const Tensor& dvalues, const Te
     return d;
 }
 
+// ---- mixture of experts -------------------------------------------------------------------------
+
+MoeRouteDims check_moe_route_shapes(const Tensor& logits, const MoeRouting& routing,
+                                    const Tensor& experts, const Tensor& weights) {
+    constexpr const char* op = "moe_route";
+    DF_CHECK(logits.rank() == 2 && logits.dtype() == DType::f32 && logits.dim(1) >= 1,
+             "{}: logits is {}; expected f32 [R, E] with E >= 1", op, logits.describe());
+    const MoeRouteDims d{logits.dim(0), logits.dim(1), routing.k};
+    DF_CHECK(d.k >= 1 && d.k <= d.E, "{}: k={} is outside [1, E={}]", op, d.k, d.E);
+    check_rows(experts, DType::i32, d.R, d.k, op, "experts");
+    check_rows(weights, DType::f32, d.R, d.k, op, "weights");
+    return d;
+}
+
+MoeExpertsDims check_moe_experts_shapes(const Tensor& x, const Tensor& experts,
+                                        const Tensor& weights, const MoeExperts& w,
+                                        const Tensor& out) {
+    constexpr const char* op = "moe_experts";
+    DF_CHECK(x.rank() == 2 && x.dim(1) >= 1, "{}: x is {}; expected [R, D] with D >= 1", op,
+             x.describe());
+    DF_CHECK(experts.rank() == 2 && experts.dim(1) >= 1, "{}: experts is {}; expected i32 [R, k]",
+             op, experts.describe());
+    DF_CHECK(w.gate_up.rank() == 3 && w.gate_up.dim(1) % 2 == 0 && w.gate_up.dim(1) >= 2 &&
+                 w.gate_up.dim(0) >= 1,
+             "{}: gate_up is {}; expected [E, 2I, D] with E, I >= 1", op, w.gate_up.describe());
+    MoeExpertsDims d;
+    d.R = x.dim(0);
+    d.D = x.dim(1);
+    d.k = experts.dim(1);
+    d.E = w.gate_up.dim(0);
+    d.I = w.gate_up.dim(1) / 2;
+    check_rows(experts, DType::i32, d.R, d.k, op, "experts");
+    check_rows(weights, DType::f32, d.R, d.k, op, "weights");
+    const DType dt = x.dtype();
+    const auto shaped = [&](const Tensor& t, Shape want, const char* name) {
+        DF_CHECK(t.dtype() == dt && t.shape() == want, "{}: {} is {}; expected {} {} (x's dtype)",
+                 op, name, t.describe(), dtype_name(dt), want.to_string());
+    };
+    shaped(out, Shape{d.R, d.D}, "out");
+    shaped(w.gate_up, Shape{d.E, 2 * d.I, d.D}, "gate_up");
+    shaped(w.down, Shape{d.E, d.D, d.I}, "down");
+    if (!w.gate_up_bias.empty()) shaped(w.gate_up_bias, Shape{d.E, 2 * d.I}, "gate_up_bias");
+    if (!w.down_bias.empty()) shaped(w.down_bias, Shape{d.E, d.D}, "down_bias");
+    DF_CHECK(w.activation != MoeActivation::clamped_swiglu || w.limit > 0.0f,
+             "{}: clamped_swiglu needs limit > 0, got {}", op, w.limit);
+    return d;
+}
+
 // ---- AdamW's per-step scalars (declared in backend/ops.h) ---------------------------------------
 
 AdamWStepScalars adamw_step_scalars(const AdamWParams& p) {

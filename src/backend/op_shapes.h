@@ -158,4 +158,21 @@ int64_t check_selector_stats_shapes(const Tensor& loss_rows, const Tensor& pick,
 SelectorLossDims check_selector_unary_bwd_shapes(const Tensor& dvalues, const Tensor& ids,
                                                  const Tensor& w, const Tensor& out);
 
+// ---- mixture of experts -------------------------------------------------------------------------
+struct MoeRouteDims {
+    int64_t R = 0, E = 0, k = 0;  // rows (tokens), experts, picks per row
+};
+// logits f32 [R, E] with E >= 1, 1 <= routing.k <= E, experts i32 [R, k], weights f32 [R, k].
+MoeRouteDims check_moe_route_shapes(const Tensor& logits, const MoeRouting& routing,
+                                    const Tensor& experts, const Tensor& weights);
+struct MoeExpertsDims {
+    int64_t R = 0, D = 0, k = 0, E = 0, I = 0;  // rows, hidden, picks, experts, intermediate
+};
+// x [R, D], experts i32 [R, k] with k >= 1, weights f32 [R, k], out [R, D]; w.gate_up [E, 2I, D]
+// and w.down [E, D, I] with E, I, D >= 1, the biases [E, 2I] / [E, D] or empty; x, out, the
+// weights and the biases of one dtype; limit > 0 for clamped_swiglu.
+MoeExpertsDims check_moe_experts_shapes(const Tensor& x, const Tensor& experts,
+                                        const Tensor& weights, const MoeExperts& w,
+                                        const Tensor& out);
+
 }  // namespace dflash

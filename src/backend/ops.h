@@ -1,7 +1,8 @@
 // The op set (docs/design.md "The op contract"): the plain data types every backend's ops share.
 // The CPU reference lives in backend/cpu/, one op family per file; backend/op_list.h lists the ops.
 // Tested by tests/ops/attention_test.cpp (AttnMask), tests/ops/lm_head_ce_test.cpp
-// (LmHeadCeOut) and tests/ops/lm_head_kl_test.cpp (LmHeadKlOut).
+// (LmHeadCeOut), tests/ops/lm_head_kl_test.cpp (LmHeadKlOut) and tests/ops/moe_test.cpp (the
+// mixture-of-experts structs).
 #pragma once
 
 #include <cstdint>
@@ -176,6 +177,39 @@ struct SelectorStatsLayout {
     int64_t path_count(int64_t k) const { return 7 + k; }
     int64_t path_correct(int64_t k) const { return 7 + block + k; }
     int64_t size() const { return 7 + 2 * block; }
+};
+
+// ---- Mixture of experts -------------------------------------------------------------------------
+// The router and expert MLPs of a sparse MoE block (Backend::moe_route, Backend::moe_experts).
+enum class MoeRouterKind {
+    // Qwen3-MoE: p = softmax(logits) over all E in fp32, the k largest p and, when `normalize`,
+    // each divided by their sum.
+    softmax_topk,
+    // gpt-oss: the k largest logits; weights = softmax over those k only (`normalize` unused:
+    // they sum to 1 already).
+    topk_softmax,
+};
+struct MoeRouting {
+    MoeRouterKind kind = MoeRouterKind::softmax_topk;
+    int64_t k = 1;  // experts per token, 1 <= k <= E
+    bool normalize = true;
+};
+enum class MoeActivation {
+    swiglu,  // a = silu(g) * u
+    // gpt-oss: g = min(g, limit); u = clamp(u, -limit, limit); a = (u + 1) * g * sigmoid(alpha * g)
+    clamped_swiglu,
+};
+// The experts' weights, E experts of hidden size D and intermediate size I, in the Linear
+// orientation (y = x · Wᵀ). A checkpoint that stores them otherwise (gpt-oss's [E, D, 2I] with
+// interleaved gate/up rows) is rearranged into this layout when it is loaded.
+struct MoeExperts {
+    Tensor gate_up;       // [E, 2I, D]: rows [0, I) the gate projection, [I, 2I) the up projection
+    Tensor gate_up_bias;  // [E, 2I] or empty (gpt-oss has biases, Qwen3-MoE none)
+    Tensor down;          // [E, D, I]
+    Tensor down_bias;     // [E, D] or empty
+    MoeActivation activation = MoeActivation::swiglu;
+    float limit = 7.0f;    // clamped_swiglu
+    float alpha = 1.702f;  // clamped_swiglu
 };
 
 }  // namespace dflash
