@@ -174,6 +174,15 @@ void check_attention_mask(const AttnMask& m, const AttentionDims& d, const char*
                  "{}: mask.kv_len is {}, expected i32 [1] with a causal or full mask", op,
                  m.kv_len.describe());
     }
+    DF_CHECK(m.window >= 0, "{}: mask.window={}, expected >= 0 (0: no window)", op, m.window);
+    DF_CHECK(m.window == 0 || m.kind == AttnMaskKind::causal,
+             "{}: mask.window={} is given with a {} mask; a sliding window applies to causal "
+             "masks only",
+             op, m.window, m.kind == AttnMaskKind::full ? "full" : "dflash_block");
+    DF_CHECK(m.sinks.empty() ||
+                 (m.sinks.dtype() == DType::f32 && m.sinks.numel() == d.h && m.sinks.rank() == 1),
+             "{}: mask.sinks is {}, expected f32 [{}] (one logit per query head) or empty", op,
+             m.sinks.describe(), d.h);
     switch (m.kind) {
         case AttnMaskKind::causal:
             if (!m.kv_len.empty()) break;  // the query offset follows the cache length
@@ -248,6 +257,8 @@ AttentionDims check_attention_bwd_shapes(const Tensor& dout, const Tensor& q, co
                                          const AttnMask& mask, const Tensor& dq, const Tensor& dk,
                                          const Tensor& dv) {
     constexpr const char* op = "attention_bwd";
+    // The trainer never backpropagates through a target, the only user of sinks.
+    DF_CHECK(mask.sinks.empty(), "attention_bwd: sinks are forward-only (targets are frozen)");
     const AttentionDims d = check_attention_common(q, k, v, mask, lse, true, op);
     check_attention_like(dout, q, op, "dout", "q");
     check_attention_like(out, q, op, "out", "q");

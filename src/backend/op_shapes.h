@@ -60,7 +60,8 @@ struct AttentionDims {
 // dq) shaped like q, dk and dv like k; lse f32 [H, Sq] or empty (the backward needs it). The
 // mask's sizes: kv_len i32 [1] only with a causal or full mask; without kv_len a causal mask
 // needs q_offset + Sq <= Sk; a dflash_block mask needs Sq = N * block_size, Sk = ctx_len + Sq,
-// anchors i32 [N] and ctx_start i32 [N] or empty (at least N entries are read). What the
+// anchors i32 [N] and ctx_start i32 [N] or empty (at least N entries are read); window >= 0,
+// nonzero only with a causal mask; sinks f32 [H] or empty, and empty in the backward. What the
 // mask's tensors hold is checked where it can be read (the CPU reference).
 AttentionDims check_attention_fwd_shapes(const Tensor& q, const Tensor& k, const Tensor& v,
                                          const AttnMask& mask, const Tensor& out,

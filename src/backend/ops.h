@@ -44,6 +44,11 @@ enum class AttnMaskKind {
 // Decoding over a KV cache passes the whole cache as k/v and its length in device memory
 // (`kv_len`, i32 [1]): only keys j < kv_len[0] exist, and a causal query i sits at position
 // kv_len[0] - Sq + i. One captured graph then serves every cache length.
+// Two additions serve targets such as gpt-oss (docs/engine.md "Attention masks"): a causal
+// sliding window (`window`) and per-head sink logits (`sinks`). With sinks the lse output is
+// log(sum_j exp(x_ij) + exp(s_h)), so exp(x_ij - lse) is still the probability of key j; a row
+// that sees no key then has out 0 and lse s_h. Sinks are forward-only (targets are frozen):
+// attention_bwd refuses them.
 struct AttnMask {
     AttnMaskKind kind = AttnMaskKind::causal;
     int64_t q_offset = 0;    // causal without kv_len
@@ -52,6 +57,11 @@ struct AttnMask {
     Tensor anchors;          // dflash_block: i32 [N] on the op's device
     Tensor ctx_start;        // dflash_block: i32 [N] on the op's device, or empty (all 0)
     Tensor kv_len;           // causal / full over a cache: i32 [1] on the op's device, or empty
+    int64_t window = 0;  // causal kinds (also over a cache): a query at position p sees keys j with
+                         // p - window < j <= p (window keys incl. itself); 0 = no window
+    Tensor sinks;        // f32 [H] on the op's device, or empty: per-head logit s_h that joins each
+                   // softmax denominator only: p_ij = exp(x_ij) / (sum_j exp(x_ij) + exp(s_h))
+                   // (x = scaled scores; subtract the max over {x, s_h} for stability)
 
     static AttnMask causal(int64_t q_offset = 0) {
         AttnMask m;
@@ -77,6 +87,18 @@ struct AttnMask {
         m.block_size = block_size;
         m.anchors = anchors;
         m.ctx_start = ctx_start;
+        return m;
+    }
+    // This mask with a sliding window of `w` keys (causal only; 0: none).
+    AttnMask with_window(int64_t w) const {
+        AttnMask m = *this;
+        m.window = w;
+        return m;
+    }
+    // This mask with per-head sink logits (f32 [H]; empty: none).
+    AttnMask with_sinks(const Tensor& s) const {
+        AttnMask m = *this;
+        m.sinks = s;
         return m;
     }
 };
