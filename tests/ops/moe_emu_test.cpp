@@ -275,9 +275,10 @@ TEST(MoeGemmEmu, MatchesCpuReference) {
     Rng rng(7);
     // D = 13 / I = 7: element loads; D = 72 / I = 40: cp.async with a partial last slice and
     // partial column tiles; 70 rows on one expert: two row tiles; I = 72 > 64 units: two gated
-    // column tiles; D = 136 > 128: two output column tiles.
+    // column tiles; D = 136 > 128: two output column tiles; D = 328 and 301: more slices than
+    // the ring has stages (cp.async and element loads).
     for (const Case& c : {Case{3, 2, 1, 13, 7}, Case{9, 3, 2, 72, 40}, Case{70, 1, 1, 16, 8},
-                          Case{5, 4, 3, 136, 72}}) {
+                          Case{5, 4, 3, 136, 72}, Case{3, 2, 2, 328, 24}, Case{2, 2, 1, 301, 9}}) {
         for (const int act : {int{kSwiglu}, int{kClampedSwiglu}}) {
             for (const bool biases : {false, true}) {
                 for (const CopyMode mode : {CopyMode::at_wait, CopyMode::at_issue}) {

@@ -1,7 +1,7 @@
 // The grouping of moe_experts (kernels/moe.h: sort_pairs, grouped_gemm): the counting sort of the
 // (token, pick) pairs by expert, and the grouped expert GEMMs, one launch covering every expert,
 // each block one (expert, 64-row tile, 128-column tile). bf16 mma.sync m16n8k16 with fp32
-// accumulation, double-buffered cp.async tiles, built from the attention kernels' building blocks
+// accumulation, a 4-deep ring of cp.async tiles, built from the attention kernels' building blocks
 // (attention_mma.cuh), so this file also runs on their CPU emulator. Tested by
 // tests/cuda/moe_cuda_test.cpp and tests/ops/moe_emu_test.cpp (the emulator).
 //
@@ -39,7 +39,8 @@ constexpr int kBlockThreads = kWarps * 32;
 constexpr int kATileBytes = kTileRows * kTileK * 2;
 constexpr int kBTileBytes = kTileCols * kTileK * 2;
 constexpr int kStageBytes = kATileBytes + kBTileBytes;
-constexpr int kSmemBytes = 2 * kStageBytes;
+constexpr int kStages = 4;  // slices in flight: 96 KiB of shared memory, two blocks an SM
+constexpr int kSmemBytes = kStages * kStageBytes;
 
 __device__ __forceinline__ float bf16_to_float(uint16_t h) {
     const uint32_t bits = static_cast<uint32_t>(h) << 16;
@@ -237,22 +238,29 @@ __global__ void __launch_bounds__(kBlockThreads) grouped_gemm_kernel(const Group
         for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
     }
 
+    // A ring of kStages slices: slices t + 1 .. t + kStages - 1 are in flight while slice t is
+    // multiplied (a decode step's blocks have one row and stream weights: depth is what feeds
+    // them). One commit group per slice, empty past the end, so wait<kStages - 2> always means
+    // "slice t has landed".
     const int slices = cdiv(g.kdim, kTileK);
-    load_stage<ALIGNED>(g, job, c0, 0, smem, a_tile(0), b_tile(0), tid);
-    cp_async_commit();
-    for (int t = 0; t < slices; ++t) {
-        const int cur = t & 1;
-        if (t + 1 < slices) {
-            // The other stage was last read in slice t - 1, which every warp has finished (the
-            // barrier at the end of the loop).
-            load_stage<ALIGNED>(g, job, c0, (t + 1) * kTileK, smem, a_tile(cur ^ 1),
-                                b_tile(cur ^ 1), tid);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
+    for (int t = 0; t < kStages - 1; ++t) {
+        if (t < slices) {
+            load_stage<ALIGNED>(g, job, c0, t * kTileK, smem, a_tile(t), b_tile(t), tid);
         }
+        cp_async_commit();
+    }
+    for (int t = 0; t < slices; ++t) {
+        const int cur = t % kStages;
+        cp_async_wait<kStages - 2>();
         __syncthreads();
+        // The stage refilled now was multiplied in slice t - 1, which every warp has finished
+        // (the barrier above).
+        const int next = t + kStages - 1;
+        if (next < slices) {
+            load_stage<ALIGNED>(g, job, c0, next * kTileK, smem, a_tile(next % kStages),
+                                b_tile(next % kStages), tid);
+        }
+        cp_async_commit();
         if (warp_has_rows) {
             attn::mma_abt<kTileK, kTileCols / 8, kTileK / 16>(
                 acc,
@@ -261,7 +269,6 @@ __global__ void __launch_bounds__(kBlockThreads) grouped_gemm_kernel(const Group
                 },
                 b_tile(cur), 0, lane);
         }
-        __syncthreads();
     }
     if (!warp_has_rows) return;
 
