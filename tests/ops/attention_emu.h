@@ -47,6 +47,8 @@
 #define __syncthreads() ::dflash::cuda::attn_emu::syncthreads()
 #define __syncwarp(...) ::dflash::cuda::attn_emu::syncwarp()
 #define __shfl_xor_sync(mask, v, o) ::dflash::cuda::attn_emu::shfl_xor((v), (o))
+#define __match_any_sync(mask, v) ::dflash::cuda::attn_emu::match_any(v)
+#define __popc(x) __builtin_popcount(x)
 #define __ldg(p) (*(p))
 #define threadIdx (::dflash::cuda::attn_emu::self().thread_idx)
 #define blockIdx (::dflash::cuda::attn_emu::self().block->idx)
@@ -289,6 +291,25 @@ inline float shfl_xor(float v, int mask) {
         for (int l = 0; l < 32; ++l) wp.io[l].f[1] = in[l ^ mask];
     });
     return w.io[lane].f[1];
+}
+
+// __match_any_sync over ints (the MoE sort): each lane gets the mask of the lanes holding its
+// value.
+inline unsigned match_any(int v) {
+    Thread& t = self();
+    Warp& w = t.block->warps[t.index / 32];
+    const int lane = t.index % 32;
+    w.io[lane].u[0] = static_cast<uint32_t>(v);
+    collective(6, [](Warp& wp) {
+        for (int l = 0; l < 32; ++l) {
+            uint32_t mask = 0;
+            for (int m = 0; m < 32; ++m) {
+                if (wp.io[m].u[0] == wp.io[l].u[0]) mask |= 1u << m;
+            }
+            wp.io[l].u[1] = mask;
+        }
+    });
+    return w.io[lane].u[1];
 }
 
 inline uint16_t smem_u16(uint32_t addr) {

@@ -1,11 +1,12 @@
-// The grouped expert GEMMs of the CUDA mixture of experts (src/backend/cuda/kernels/moe_gemm.cu)
-// on the CPU emulator of tests/ops/attention_emu.h (Note [Attention kernels on the CPU]): both
-// GEMMs of moe_experts, with the sort's layout built here on the host and the weighted gather
-// done here too, against cpu::moe_experts on the same bf16-rounded inputs; the tile arithmetic of
-// kernels/moe.h exhaustively on small sizes; and row invariance (a token's outputs have the same
-// bits alone and inside a block where its experts get other row counts). Checks the kernel's
-// index arithmetic, fragment plumbing, edges and pipelining without a GPU (label cpu);
-// tests/cuda/moe_cuda_test.cpp checks the real thing. Both cp.async modes run.
+// The grouping kernels of the CUDA mixture of experts (src/backend/cuda/kernels/moe_grouped.cu)
+// on the CPU emulator of tests/ops/attention_emu.h (Note [Attention kernels on the CPU]): the
+// counting sort against a plain stable grouping (bad ids included, one warp's segment and many);
+// the sort and both grouped GEMMs of moe_experts, with the weighted gather done here, against
+// cpu::moe_experts on the same bf16-rounded inputs; the tile arithmetic of kernels/moe.h
+// exhaustively on small sizes; and row invariance (a token's outputs have the same bits alone and
+// inside a block where its experts get other row counts). Checks the kernels' index arithmetic,
+// fragment plumbing, edges and pipelining without a GPU (label cpu); tests/cuda/moe_cuda_test.cpp
+// checks the real thing. Both cp.async modes run.
 // Tolerance: the kernel rounds activations and expert outputs to bf16 (the op does too), so the
 // result is within a few bf16 ulps: relative L2 error <= 1e-2, every element within 2e-2 |ref| +
 // 1e-2 max |ref|.
@@ -22,7 +23,7 @@
 #include "core/rng.h"
 #include "ops/attention_emu.h"
 // The emulator must come first: it defines the CUDA spellings the kernels use.
-#include "backend/cuda/kernels/moe_gemm.cu"
+#include "backend/cuda/kernels/moe_grouped.cu"
 
 namespace dflash::cuda::moe {
 namespace {
@@ -63,9 +64,11 @@ TEST(MoeTiles, ExpertOfTileAndBounds) {
             }
         }
     }
-    EXPECT_EQ(sort_warps(128), 32);
-    EXPECT_EQ(sort_warps(2048), 4);
-    EXPECT_GE(sort_warps(kMaxExperts) * kMaxExperts, kMaxExperts);
+    EXPECT_EQ(sort_warps(128, 3072 * 8), 32);
+    EXPECT_EQ(sort_warps(128, 8), 1);
+    EXPECT_EQ(sort_warps(2048, 1 << 20), 4);
+    EXPECT_EQ(sort_warps(5, 200), 4);
+    EXPECT_LE(sort_warps(kMaxExperts, 1 << 20) * kMaxExperts, 8192);
 }
 
 struct Case {
@@ -107,12 +110,13 @@ struct Problem {
     }
 };
 
-// The sort kernel's layout, written here plainly: pairs grouped by expert, pair order within one.
+// The sort's layout, written here plainly: pairs grouped by expert, pair order within one; a pair
+// with an id outside [0, experts) has no position (slot -1).
 struct Layout {
     std::vector<int32_t> offsets, tile_offsets, sorted_pair, slot;
 };
-Layout sort_pairs(const HostTensor& ids, int experts) {
-    const int n = static_cast<int>(ids.numel());
+Layout sort_on_host(const std::vector<int32_t>& ids, int experts) {
+    const int n = static_cast<int>(ids.size());
     Layout l;
     l.offsets.assign(static_cast<size_t>(experts) + 1, 0);
     l.tile_offsets.assign(static_cast<size_t>(experts) + 1, 0);
@@ -120,7 +124,7 @@ Layout sort_pairs(const HostTensor& ids, int experts) {
     for (int e = 0; e < experts; ++e) {
         int count = 0;
         for (int p = 0; p < n; ++p) {
-            if (ids.i32()[p] != e) continue;
+            if (ids[static_cast<size_t>(p)] != e) continue;
             l.slot[static_cast<size_t>(p)] = static_cast<int32_t>(l.sorted_pair.size());
             l.sorted_pair.push_back(p);
             ++count;
@@ -131,10 +135,54 @@ Layout sort_pairs(const HostTensor& ids, int experts) {
     return l;
 }
 
-// moe_experts with the emulated GEMMs; returns out [R, D] (bf16 values as f32).
+// The sort kernel on the emulator; sorted_pair holds the positions it filled (offsets[E]).
+Layout sort_emulated(const std::vector<int32_t>& ids, int experts) {
+    const auto n = ids.size();
+    Layout l;
+    l.offsets.assign(static_cast<size_t>(experts) + 1, -7);
+    l.tile_offsets.assign(static_cast<size_t>(experts) + 1, -7);
+    l.sorted_pair.assign(n, -7);
+    l.slot.assign(n, -7);
+    ExpertsScratch s;
+    s.offsets = l.offsets.data();
+    s.tile_offsets = l.tile_offsets.data();
+    s.sorted_pair = l.sorted_pair.data();
+    s.slot = l.slot.data();
+    Device dev;
+    sort_pairs(ids.data(), static_cast<int>(n), experts, s, attn_emu::as_stream(dev));
+    l.sorted_pair.resize(static_cast<size_t>(std::max(0, l.offsets[experts])));
+    return l;
+}
+
+TEST(MoeSortEmu, MatchesStableGrouping) {
+    Rng rng(3);
+    // Pairs from one partial warp to several per warp of the block; experts 1 .. 300 (fewer warps
+    // per block for more experts); ids outside [0, E) now and then.
+    for (const int experts : {1, 3, 8, 128, 300}) {
+        for (const int n : {1, 5, 31, 33, 100, 700, 2100}) {
+            std::vector<int32_t> ids(static_cast<size_t>(n));
+            for (auto& id : ids) {
+                const double u = rng.uniform_f64();
+                // Skewed: half the pairs on expert 0, so counts differ across experts.
+                id = u < 0.03 ? (u < 0.015 ? -2 : experts)
+                              : (u < 0.5 ? 0 : static_cast<int32_t>(rng.below(experts)));
+            }
+            const Layout want = sort_on_host(ids, experts), got = sort_emulated(ids, experts);
+            const std::string what = "E " + std::to_string(experts) + " n " + std::to_string(n);
+            EXPECT_EQ(got.offsets, want.offsets) << what;
+            EXPECT_EQ(got.tile_offsets, want.tile_offsets) << what;
+            EXPECT_EQ(got.sorted_pair, want.sorted_pair) << what;
+            EXPECT_EQ(got.slot, want.slot) << what;
+        }
+    }
+}
+
+// moe_experts with the emulated sort and GEMMs; returns out [R, D] (bf16 values as f32).
 std::vector<float> run_emulated(const Problem& p, bool biases, CopyMode mode) {
     const Case& c = p.c;
-    const Layout l = sort_pairs(p.ids, c.E);
+    const std::vector<int32_t> ids(p.ids.i32(), p.ids.i32() + p.ids.numel());
+    Layout l = sort_emulated(ids, c.E);
+    l.sorted_pair.resize(static_cast<size_t>(c.R) * c.k);  // the GEMMs' view of the scratch
     const int n = c.R * c.k;
     const uint16_t kNan = 0x7fc0;
     std::vector<uint16_t> act(static_cast<size_t>(n) * c.I, kNan),
@@ -227,9 +275,10 @@ TEST(MoeGemmEmu, MatchesCpuReference) {
     Rng rng(7);
     // D = 13 / I = 7: element loads; D = 72 / I = 40: cp.async with a partial last slice and
     // partial column tiles; 70 rows on one expert: two row tiles; I = 72 > 64 units: two gated
-    // column tiles; D = 136 > 128: two output column tiles.
+    // column tiles; D = 136 > 128: two output column tiles; D = 328 and 301: more slices than
+    // the ring has stages (cp.async and element loads).
     for (const Case& c : {Case{3, 2, 1, 13, 7}, Case{9, 3, 2, 72, 40}, Case{70, 1, 1, 16, 8},
-                          Case{5, 4, 3, 136, 72}}) {
+                          Case{5, 4, 3, 136, 72}, Case{3, 2, 2, 328, 24}, Case{2, 2, 1, 301, 9}}) {
         for (const int act : {int{kSwiglu}, int{kClampedSwiglu}}) {
             for (const bool biases : {false, true}) {
                 for (const CopyMode mode : {CopyMode::at_wait, CopyMode::at_issue}) {

@@ -1,6 +1,6 @@
 // CUDA mixture of experts (backend/op_list.h: moe_route, moe_experts): logits and weights f32,
 // expert ids i32, x / out / the expert weights and their biases bf16, fp32 accumulation. The
-// kernels (sort, grouped GEMMs, gather) are in kernels/moe.cu and kernels/moe_gemm.cu; their
+// kernels (sort, grouped GEMMs, gather) are in kernels/moe.cu and kernels/moe_grouped.cu; their
 // temporaries come from the op workspace (ex.scratch). Tested by tests/cuda/moe_cuda_test.cpp.
 #include <algorithm>
 #include <cstdint>

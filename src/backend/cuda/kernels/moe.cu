@@ -1,6 +1,6 @@
-// Mixture-of-experts kernels (kernels/moe.h): the router's top-k and weights, the counting sort
-// of the (token, pick) pairs by expert, and the weighted gather that sums each token's k expert
-// outputs; moe_experts strings them together with the grouped GEMMs of moe_gemm.cu. No host
+// Mixture-of-experts kernels (kernels/moe.h): the router's top-k and weights and the weighted
+// gather that sums each token's k expert outputs; moe_experts strings them together with the
+// counting sort and the grouped GEMMs of moe_grouped.cu. No host
 // synchronisation anywhere (the whole op records into a CUDA graph) and no floating-point
 // atomics: every sum has one fixed order. Tested by tests/cuda/moe_cuda_test.cpp.
 //
@@ -87,84 +87,6 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
     }
 }
 
-// ---- the counting sort
-// ---------------------------------------------------------------------------
-
-// One block of `warps` warps. Warp w owns the contiguous pairs [w * n / warps, (w + 1) * n /
-// warps). Pass 1 counts each warp's pairs per expert (lanes with equal ids found by
-// __match_any_sync; the lowest of them adds the group's size), the scan turns the counts into
-// each (warp, expert)'s first sorted position, pass 2 hands positions out in pair order. Integer
-// counts only: the layout is the same on every run.
-__global__ void sort_kernel(const int32_t* __restrict__ ids, int n, int experts,
-                            int32_t* __restrict__ offsets, int32_t* __restrict__ tile_offsets,
-                            int32_t* __restrict__ sorted_pair, int32_t* __restrict__ slot) {
-    extern __shared__ int32_t counts[];  // [warps][experts], then totals [experts + 1]
-    const int warps = blockDim.x >> 5;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int32_t* totals = counts + warps * experts;
-    for (int i = threadIdx.x; i < warps * experts; i += blockDim.x) counts[i] = 0;
-    __syncthreads();
-
-    const int begin = static_cast<int>(static_cast<int64_t>(n) * warp / warps);
-    const int end = static_cast<int>(static_cast<int64_t>(n) * (warp + 1) / warps);
-    int32_t* my = counts + warp * experts;
-    const unsigned below = (1u << lane) - 1u;
-    // Pass 1.
-    for (int p0 = begin; p0 < end; p0 += 32) {
-        const int p = p0 + lane;
-        int e = p < end ? ids[p] : -1;
-        if (e >= experts) e = -1;  // outside [0, E): no expert, no position
-        const unsigned peers = __match_any_sync(0xffffffffu, e);
-        if (e >= 0 && (peers & below) == 0) my[e] += __popc(peers);
-        __syncwarp();
-    }
-    __syncthreads();
-    // Per expert: each warp's first position relative to the expert's, and the expert's total.
-    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-        int32_t run = 0;
-        for (int w = 0; w < warps; ++w) {
-            const int32_t c = counts[w * experts + e];
-            counts[w * experts + e] = run;
-            run += c;
-        }
-        totals[e] = run;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int32_t pos = 0, tiles = 0;
-        for (int e = 0; e < experts; ++e) {
-            const int32_t c = totals[e];
-            offsets[e] = pos;
-            tile_offsets[e] = tiles;
-            totals[e] = pos;
-            pos += c;
-            tiles += tiles_of(c);
-        }
-        offsets[experts] = pos;
-        tile_offsets[experts] = tiles;
-    }
-    __syncthreads();
-    // Pass 2.
-    for (int p0 = begin; p0 < end; p0 += 32) {
-        const int p = p0 + lane;
-        int e = p < end ? ids[p] : -1;
-        if (e >= experts) e = -1;
-        const unsigned peers = __match_any_sync(0xffffffffu, e);
-        if (p < end) {
-            if (e >= 0) {
-                const int32_t pos = totals[e] + my[e] + __popc(peers & below);
-                sorted_pair[pos] = p;
-                slot[p] = pos;
-            } else {
-                slot[p] = -1;
-            }
-        }
-        __syncwarp();
-        if (e >= 0 && (peers & below) == 0) my[e] += __popc(peers);
-        __syncwarp();
-    }
-}
-
 // ---- the weighted gather
 // -------------------------------------------------------------------------
 
@@ -240,11 +162,7 @@ ExpertsScratch carve_experts_scratch(void* base, int64_t pairs, int64_t experts,
 void experts(const ExpertsArgs& a, const ExpertsScratch& s, CUstream_st* stream) {
     if (a.rows <= 0) return;
     const int n = a.rows * a.k;
-    const int warps = sort_warps(a.experts);
-    const size_t smem = sizeof(int32_t) * (static_cast<size_t>(warps) * a.experts + a.experts + 1);
-    sort_kernel<<<1, warps * 32, smem, stream>>>(a.ids, n, a.experts, s.offsets, s.tile_offsets,
-                                                 s.sorted_pair, s.slot);
-    DF_CUDA_CHECK_LAUNCH(moe_sort_kernel);
+    sort_pairs(a.ids, n, a.experts, s, stream);
 
     GroupedGemmArgs g;
     g.offsets = s.offsets;

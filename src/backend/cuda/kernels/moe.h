@@ -1,5 +1,6 @@
-// Raw launchers of the CUDA mixture-of-experts kernels (moe.cu: routing, the counting sort of the
-// (token, pick) pairs by expert, the weighted gather; moe_gemm.cu: the grouped expert GEMMs).
+// Raw launchers of the CUDA mixture-of-experts kernels (moe.cu: routing, the weighted gather and
+// the whole moe_experts; moe_grouped.cu: the counting sort of the (token, pick) pairs by expert
+// and the grouped expert GEMMs).
 // Device pointers, sizes and a stream; no fmt, no Tensor (Note [No fmt in .cu files] in
 // cuda_check.h): the Tensor-level checks live in backend/cuda/moe.cpp. bf16 tensors are passed as
 // uint16_t*. Tested by tests/cuda/moe_cuda_test.cpp and, for the grouped GEMMs on the CPU
@@ -60,9 +61,12 @@ DF_MOE_HD inline int expert_of_tile(const int32_t* tile_off, int experts, int tm
     return lo;
 }
 
-// Warps of the sort kernel for E experts: its count table holds warps * E ints (32 KiB at most).
-DF_MOE_HD inline int sort_warps(int experts) {
-    const int w = 8192 / (experts > 0 ? experts : 1);
+// Warps of the sort kernel for `pairs` pairs over E experts: its count table holds warps * E ints
+// (32 KiB at most), and a warp gets at least 64 pairs (a decode step's few pairs need one warp).
+DF_MOE_HD inline int sort_warps(int experts, int pairs) {
+    const int by_table = 8192 / (experts > 0 ? experts : 1);
+    const int by_pairs = cdiv(pairs > 0 ? pairs : 1, 64);
+    const int w = by_table < by_pairs ? by_table : by_pairs;
     return w < 1 ? 1 : (w > 32 ? 32 : w);
 }
 
@@ -106,13 +110,19 @@ struct ExpertsArgs {
 // weighted gather. experts <= kMaxExperts.
 void experts(const ExpertsArgs& a, const ExpertsScratch& s, CUstream_st* stream);
 
-// One grouped GEMM over the sorted pairs (moe_gemm.cu): for every expert e and its pairs
+// The sort (moe_grouped.cu): s.offsets, s.tile_offsets, s.sorted_pair and s.slot from the expert
+// ids of `pairs` pairs: pairs grouped by expert, in pair order within an expert; a pair whose id
+// lies outside [0, experts) gets slot -1 and no position. One block, integer counts only.
+void sort_pairs(const int32_t* ids, int pairs, int experts, const ExpertsScratch& s,
+                CUstream_st* stream);
+
+// One grouped GEMM over the sorted pairs (moe_grouped.cu): for every expert e and its pairs
 // s in [offsets[e], offsets[e+1]), out[s, :] = A_s · W_eᵀ (+ bias_e), fp32 accumulation.
 // A_s = a[(sorted_pair[s] / k_per_row) * kdim ...] when sorted_pair is given (the tokens' x),
 // else a[s * kdim ...]. Gated (activation != kNone): W_e [2N, kdim] holds N gate rows then N up
 // rows, out[s, u] = act(gate_u + b, up_u + b) for u < N; otherwise W_e [N, kdim], out [n, N].
 // Each output's reduction runs over kdim in one fixed order whatever the expert's row count
-// (row invariance, Note [moe row invariance] in moe_gemm.cu).
+// (row invariance, Note [moe row invariance] in moe_grouped.cu).
 struct GroupedGemmArgs {
     const uint16_t* a = nullptr;
     const int32_t* sorted_pair = nullptr;

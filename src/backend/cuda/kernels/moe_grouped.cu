@@ -1,6 +1,7 @@
-// The grouped expert GEMMs of moe_experts (kernels/moe.h: grouped_gemm): one launch covers every
-// expert, each block one (expert, 64-row tile, 128-column tile). bf16 mma.sync m16n8k16 with fp32
-// accumulation, double-buffered cp.async tiles, built from the attention kernels' building blocks
+// The grouping of moe_experts (kernels/moe.h: sort_pairs, grouped_gemm): the counting sort of the
+// (token, pick) pairs by expert, and the grouped expert GEMMs, one launch covering every expert,
+// each block one (expert, 64-row tile, 128-column tile). bf16 mma.sync m16n8k16 with fp32
+// accumulation, a 4-deep ring of cp.async tiles, built from the attention kernels' building blocks
 // (attention_mma.cuh), so this file also runs on their CPU emulator. Tested by
 // tests/cuda/moe_cuda_test.cpp and tests/ops/moe_emu_test.cpp (the emulator).
 //
@@ -38,7 +39,8 @@ constexpr int kBlockThreads = kWarps * 32;
 constexpr int kATileBytes = kTileRows * kTileK * 2;
 constexpr int kBTileBytes = kTileCols * kTileK * 2;
 constexpr int kStageBytes = kATileBytes + kBTileBytes;
-constexpr int kSmemBytes = 2 * kStageBytes;
+constexpr int kStages = 4;  // slices in flight: 96 KiB of shared memory, two blocks an SM
+constexpr int kSmemBytes = kStages * kStageBytes;
 
 __device__ __forceinline__ float bf16_to_float(uint16_t h) {
     const uint32_t bits = static_cast<uint32_t>(h) << 16;
@@ -65,6 +67,86 @@ __device__ __forceinline__ float activate(int kind, float g, float u, float limi
     g = fminf(g, limit);
     u = fminf(fmaxf(u, -limit), limit);
     return (u + 1.0f) * g * sigmoid(alpha * g);
+}
+
+// ---- the counting sort
+// ---------------------------------------------------------------------------
+
+// One block of `warps` warps. Warp w owns the contiguous pairs [w * n / warps, (w + 1) * n /
+// warps). Pass 1 counts each warp's pairs per expert (lanes with equal ids found by
+// __match_any_sync; the lowest of them adds the group's size), the scan turns the counts into
+// each (warp, expert)'s first sorted position, pass 2 hands positions out in pair order. Integer
+// counts only: the layout is the same on every run.
+__global__ void sort_kernel(const int32_t* __restrict__ ids, int n, int experts,
+                            int32_t* __restrict__ offsets, int32_t* __restrict__ tile_offsets,
+                            int32_t* __restrict__ sorted_pair, int32_t* __restrict__ slot) {
+    DF_ATTN_SHARED(smem);
+    // [warps][experts], then totals [experts + 1]
+    int32_t* counts = reinterpret_cast<int32_t*>(smem);
+    const int warps = blockDim.x >> 5;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int32_t* totals = counts + warps * experts;
+    for (int i = threadIdx.x; i < warps * experts; i += blockDim.x) counts[i] = 0;
+    __syncthreads();
+
+    const int begin = static_cast<int>(static_cast<int64_t>(n) * warp / warps);
+    const int end = static_cast<int>(static_cast<int64_t>(n) * (warp + 1) / warps);
+    int32_t* my = counts + warp * experts;
+    const unsigned below = (1u << lane) - 1u;
+    // Pass 1.
+    for (int p0 = begin; p0 < end; p0 += 32) {
+        const int p = p0 + lane;
+        int e = p < end ? ids[p] : -1;
+        if (e >= experts) e = -1;  // outside [0, E): no expert, no position
+        const unsigned peers = __match_any_sync(0xffffffffu, e);
+        if (e >= 0 && (peers & below) == 0) my[e] += __popc(peers);
+        __syncwarp();
+    }
+    __syncthreads();
+    // Per expert: each warp's first position relative to the expert's, and the expert's total.
+    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+        int32_t run = 0;
+        for (int w = 0; w < warps; ++w) {
+            const int32_t c = counts[w * experts + e];
+            counts[w * experts + e] = run;
+            run += c;
+        }
+        totals[e] = run;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int32_t pos = 0, tiles = 0;
+        for (int e = 0; e < experts; ++e) {
+            const int32_t c = totals[e];
+            offsets[e] = pos;
+            tile_offsets[e] = tiles;
+            totals[e] = pos;
+            pos += c;
+            tiles += tiles_of(c);
+        }
+        offsets[experts] = pos;
+        tile_offsets[experts] = tiles;
+    }
+    __syncthreads();
+    // Pass 2.
+    for (int p0 = begin; p0 < end; p0 += 32) {
+        const int p = p0 + lane;
+        int e = p < end ? ids[p] : -1;
+        if (e >= experts) e = -1;
+        const unsigned peers = __match_any_sync(0xffffffffu, e);
+        if (p < end) {
+            if (e >= 0) {
+                const int32_t pos = totals[e] + my[e] + __popc(peers & below);
+                sorted_pair[pos] = p;
+                slot[p] = pos;
+            } else {
+                slot[p] = -1;
+            }
+        }
+        __syncwarp();
+        if (e >= 0 && (peers & below) == 0) my[e] += __popc(peers);
+        __syncwarp();
+    }
 }
 
 // What one block works on.
@@ -156,22 +238,29 @@ __global__ void __launch_bounds__(kBlockThreads) grouped_gemm_kernel(const Group
         for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
     }
 
+    // A ring of kStages slices: slices t + 1 .. t + kStages - 1 are in flight while slice t is
+    // multiplied (a decode step's blocks have one row and stream weights: depth is what feeds
+    // them). One commit group per slice, empty past the end, so wait<kStages - 2> always means
+    // "slice t has landed".
     const int slices = cdiv(g.kdim, kTileK);
-    load_stage<ALIGNED>(g, job, c0, 0, smem, a_tile(0), b_tile(0), tid);
-    cp_async_commit();
-    for (int t = 0; t < slices; ++t) {
-        const int cur = t & 1;
-        if (t + 1 < slices) {
-            // The other stage was last read in slice t - 1, which every warp has finished (the
-            // barrier at the end of the loop).
-            load_stage<ALIGNED>(g, job, c0, (t + 1) * kTileK, smem, a_tile(cur ^ 1),
-                                b_tile(cur ^ 1), tid);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
+    for (int t = 0; t < kStages - 1; ++t) {
+        if (t < slices) {
+            load_stage<ALIGNED>(g, job, c0, t * kTileK, smem, a_tile(t), b_tile(t), tid);
         }
+        cp_async_commit();
+    }
+    for (int t = 0; t < slices; ++t) {
+        const int cur = t % kStages;
+        cp_async_wait<kStages - 2>();
         __syncthreads();
+        // The stage refilled now was multiplied in slice t - 1, which every warp has finished
+        // (the barrier above).
+        const int next = t + kStages - 1;
+        if (next < slices) {
+            load_stage<ALIGNED>(g, job, c0, next * kTileK, smem, a_tile(next % kStages),
+                                b_tile(next % kStages), tid);
+        }
+        cp_async_commit();
         if (warp_has_rows) {
             attn::mma_abt<kTileK, kTileCols / 8, kTileK / 16>(
                 acc,
@@ -180,7 +269,6 @@ __global__ void __launch_bounds__(kBlockThreads) grouped_gemm_kernel(const Group
                 },
                 b_tile(cur), 0, lane);
         }
-        __syncthreads();
     }
     if (!warp_has_rows) return;
 
@@ -216,6 +304,15 @@ __global__ void __launch_bounds__(kBlockThreads) grouped_gemm_kernel(const Group
 }
 
 }  // namespace
+
+void sort_pairs(const int32_t* ids, int pairs, int experts, const ExpertsScratch& s,
+                CUstream_st* stream) {
+    if (pairs <= 0) return;
+    const int warps = sort_warps(experts, pairs);
+    const size_t smem = sizeof(int32_t) * (static_cast<size_t>(warps) * experts + experts + 1);
+    DF_ATTN_LAUNCH(sort_kernel, 1, warps * 32, smem, stream, ids, pairs, experts, s.offsets,
+                   s.tile_offsets, s.sorted_pair, s.slot);
+}
 
 void grouped_gemm(const GroupedGemmArgs& g, CUstream_st* stream) {
     if (g.pairs <= 0 || g.n <= 0) return;
