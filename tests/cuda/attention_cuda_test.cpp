@@ -5,13 +5,18 @@
 // duplicate anchors, ctx_len not a multiple of the tile and per-block context starts (packed
 // documents), decoding over a KV cache with kv_len below the capacity (rows past kv_len hold NaN:
 // they must never be read) for Sq = 1 and 16, and bitwise determinism of the backward (and
-// forward) over two runs.
+// forward) over two runs. Causal sliding windows (window 128 over 300+ tokens, 3, 1; prefill
+// forward and backward, decode and verify over a cache) and per-head sinks (forward, every path),
+// head dims 64 (gpt-oss: H 64, Hkv 8) and 128, with the same tolerances; a row decoded alone equals
+// it verified in a 16-row block bit for bit with a window and sinks, and a graph-recorded decode
+// with a window and sinks gives the eager bits at every cache length it replays for.
 // Outputs are poisoned with NaN first, so unwritten elements fail.
 // Tolerances: out (bf16) relative L2 error <= 1e-2 and every element within 3e-2 (1 + |ref|);
 // lse (f32) within 2e-3, exactly -inf where a row sees nothing; dq/dk/dv (bf16, from bf16 P and
 // dS on the tensor cores) relative L2 error <= 2e-2 and every element within 3e-2 (|ref| + rms).
 // Skips visibly without a GPU. The kernels' logic is also checked on the CPU by
 // tests/ops/attention_emu_test.cpp, the tile arithmetic by tests/ops/attention_tiles_test.cpp.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -50,6 +55,8 @@ struct Case {
     std::vector<int32_t> anchors;
     std::vector<int32_t> starts;  // dflash context starts (empty: none)
     int64_t kv_len = -1;          // -1: no kv_len
+    int64_t window = 0;           // causal sliding window (0: none)
+    bool sinks = false;           // per-head sink logits (forward only)
     bool bwd = false;
 
     std::string describe() const {
@@ -60,6 +67,8 @@ struct Case {
         if (kind == AttnMaskKind::dflash_block) os << " dflash ctx=" << ctx << " B=" << block;
         if (!starts.empty()) os << " ctx_start";
         if (kv_len >= 0) os << " kv_len=" << kv_len;
+        if (window > 0) os << " window=" << window;
+        if (sinks) os << " sinks";
         os << "]";
         return os.str();
     }
@@ -176,9 +185,16 @@ struct Backends {
 };
 
 struct Problem {
-    HostTensor q, k, v, dout, anchors, starts, kv_len;
+    HostTensor q, k, v, dout, anchors, starts, kv_len, sinks;
     HostTensor k_gpu, v_gpu;  // K/V with NaN past kv_len
 };
+
+// Sink logits around the scores' scale (|x| ~ 1): some dominate a row, some barely count.
+HostTensor sink_values(int64_t h, Rng& rng) {
+    HostTensor t({h}, DType::f32);
+    for (int64_t i = 0; i < h; ++i) t.f32()[i] = 2.0f * rng.normal();
+    return t;
+}
 
 Problem make_problem(const Case& c) {
     Rng rng(0xa77e ^ std::hash<std::string>{}(c.name));
@@ -199,21 +215,25 @@ Problem make_problem(const Case& c) {
         if (!c.starts.empty())
             p.starts = HostTensor::from_i32({static_cast<int64_t>(c.starts.size())}, c.starts);
     }
+    if (c.sinks) p.sinks = sink_values(c.h, rng);
     return p;
 }
 
 AttnMask mask_of(const Case& c, const Tensor& anchors, const Tensor& kv_len,
-                 const Tensor& starts = Tensor()) {
+                 const Tensor& starts = Tensor(), const Tensor& sinks = Tensor()) {
+    AttnMask m;
     switch (c.kind) {
         case AttnMaskKind::causal:
-            return c.kv_len >= 0 ? AttnMask::over_cache(c.kind, kv_len)
-                                 : AttnMask::causal(c.q_offset);
+            m = c.kv_len >= 0 ? AttnMask::over_cache(c.kind, kv_len) : AttnMask::causal(c.q_offset);
+            break;
         case AttnMaskKind::full:
-            return c.kv_len >= 0 ? AttnMask::over_cache(c.kind, kv_len) : AttnMask::full();
+            m = c.kv_len >= 0 ? AttnMask::over_cache(c.kind, kv_len) : AttnMask::full();
+            break;
         case AttnMaskKind::dflash_block:
+            m = AttnMask::dflash_block(c.ctx, c.block, anchors, starts);
             break;
     }
-    return AttnMask::dflash_block(c.ctx, c.block, anchors, starts);
+    return m.with_window(c.window).with_sinks(sinks);
 }
 
 struct GpuRun {
@@ -221,7 +241,7 @@ struct GpuRun {
 };
 
 struct GpuInputs {
-    DeviceTensor q, k, v, dout, anchors, starts, kv_len;
+    DeviceTensor q, k, v, dout, anchors, starts, kv_len, sinks;
     AttnMask mask;
 };
 
@@ -234,7 +254,8 @@ GpuInputs gpu_inputs(Backend& gpu, const Case& c, const Problem& p) {
     if (!p.anchors.empty()) g.anchors = upload_i32(gpu, p.anchors);
     if (!p.starts.empty()) g.starts = upload_i32(gpu, p.starts);
     if (!p.kv_len.empty()) g.kv_len = upload_i32(gpu, p.kv_len);
-    g.mask = mask_of(c, g.anchors.view(), g.kv_len.view(), g.starts.view());
+    if (!p.sinks.empty()) g.sinks = upload(gpu, p.sinks, DType::f32);
+    g.mask = mask_of(c, g.anchors.view(), g.kv_len.view(), g.starts.view(), g.sinks.view());
     return g;
 }
 
@@ -263,7 +284,8 @@ bool same_bits(Backend& gpu, const Tensor& a, const Tensor& b) {
 void check_case(Backends& be, const Case& c, bool twice = false) {
     SCOPED_TRACE(c.describe());
     const Problem p = make_problem(c);
-    const AttnMask cmask = mask_of(c, p.anchors.view(), p.kv_len.view(), p.starts.view());
+    const AttnMask cmask =
+        mask_of(c, p.anchors.view(), p.kv_len.view(), p.starts.view(), p.sinks.view());
     HostTensor out({c.sq, c.h, c.d}), lse({c.h, c.sq});
     be.cpu->attention_fwd(p.q, p.k, p.v, cmask, out, lse);
 
@@ -419,6 +441,181 @@ TEST(AttentionCuda, Deterministic) {
     for (int i = 0; i < 24; ++i) anchors[i] = i * 10;
     check_case(be, dflash("dflash twice", 24, 16, 250, anchors, 8, 2, 128), true);
     check_case(be, cache("decode twice", AttnMaskKind::causal, 16, 4096, 3000, 32, 8, 128), true);
+}
+
+// ---- sliding windows and sinks (gpt-oss) ------------------------------------------------------
+
+Case windowed(Case c, int64_t window, bool sinks) {
+    c.window = window;
+    c.sinks = sinks;
+    return c;
+}
+
+// Prefill: the tiled kernel skips key tiles below each query tile's window and masks the boundary
+// tiles; the backward takes the window too. Window 128 over 300+ tokens (gpt-oss), 3 and 1.
+TEST(AttentionCuda, CausalWindowForwardBackward) {
+    REQUIRE_CUDA_DEVICE();
+    Backends be;
+    const AttnMaskKind k = AttnMaskKind::causal;
+    check_case(be, windowed(make("causal 333 w128 gpt-oss heads", k, 333, 333, 64, 8, 64, true),
+                            128, false));
+    check_case(be,
+               windowed(make("causal 333 w128 d128", k, 333, 333, 4, 2, 128, true), 128, false));
+    check_case(be, windowed(make("causal 301 w3", k, 301, 301, 8, 1, 64, true), 3, false));
+    check_case(be, windowed(make("causal 130 w1 d128", k, 130, 130, 2, 2, 128, true), 1, false));
+    Case off =
+        windowed(make("causal 130 q_offset 150 w100", k, 130, 333, 4, 2, 64, true), 100, false);
+    off.q_offset = 150;
+    check_case(be, off);
+    check_case(be, windowed(make("causal 70 w1000", k, 70, 70, 2, 1, 64, true), 1000, false));
+    check_case(be,
+               windowed(make("causal 1024 w128 twice", k, 1024, 1024, 8, 2, 128, true), 128, false),
+               true);
+}
+
+// Sinks in the forward of every path and mask kind (dflash padding blocks: out 0, lse = sink).
+TEST(AttentionCuda, SinksForward) {
+    REQUIRE_CUDA_DEVICE();
+    Backends be;
+    const AttnMaskKind k = AttnMaskKind::causal;
+    check_case(
+        be, windowed(make("causal 333 w128 sinks d64", k, 333, 333, 64, 8, 64, false), 128, true));
+    check_case(be, windowed(make("causal 130 sinks d128", k, 130, 130, 4, 2, 128, false), 0, true));
+    check_case(be, windowed(make("causal 300 w3 sinks", k, 300, 300, 8, 1, 64, false), 3, true));
+    check_case(be, windowed(make("full 7x333 sinks", AttnMaskKind::full, 7, 333, 4, 1, 128, false),
+                            0, true));
+    check_case(be, windowed(make("full 130x61 sinks", AttnMaskKind::full, 130, 61, 2, 2, 64, false),
+                            0, true));
+    Case d = dflash("dflash edge sinks", 5, 16, 61, {3, 0, 61, -1, 30}, 4, 2, 64);
+    d.bwd = false;
+    d.sinks = true;
+    check_case(be, d);
+}
+
+// Decoding and verifying over a cache: splits below the window exit at once, the merge starts at
+// the first split with a visible key and adds the sink once.
+TEST(AttentionCuda, DecodeOverKvCacheWithWindowAndSinks) {
+    REQUIRE_CUDA_DEVICE();
+    Backends be;
+    const AttnMaskKind causal = AttnMaskKind::causal;
+    for (bool sinks : {false, true}) {
+        check_case(be, windowed(cache("decode w128 gpt-oss", causal, 1, 4096, 3000, 64, 8, 64), 128,
+                                sinks));
+        check_case(be, windowed(cache("verify16 w128 gpt-oss", causal, 16, 4096, 3001, 64, 8, 64),
+                                128, sinks));
+        check_case(
+            be, windowed(cache("verify16 w3 d128", causal, 16, 1000, 333, 32, 8, 128), 3, sinks));
+        check_case(be, windowed(cache("decode w128 short cache", causal, 1, 1000, 50, 8, 1, 64),
+                                128, sinks));
+        check_case(be, windowed(cache("verify16 w128 long", causal, 16, 32768, 20000, 64, 8, 64),
+                                128, sinks));
+        check_case(be, windowed(cache("decode w1", causal, 1, 1000, 777, 8, 2, 128), 1, sinks));
+    }
+    check_case(
+        be, windowed(cache("full sq5 sinks", AttnMaskKind::full, 5, 1000, 777, 4, 4, 64), 0, true));
+    check_case(be, windowed(cache("full kv_len 0 sinks", AttnMaskKind::full, 3, 1000, 0, 4, 4, 64),
+                            0, true));
+    Case pre = windowed(cache("prefill sq61 w50", causal, 61, 400, 200, 4, 2, 128), 50, false);
+    pre.bwd = true;
+    check_case(be, pre);
+    check_case(be,
+               windowed(cache("prefill sq61 w50 sinks", causal, 61, 400, 200, 4, 2, 64), 50, true));
+}
+
+// One forward over the cache [cap, Hkv, Dh] with the last Sq = q rows' queries at its end.
+HostTensor forward_over_cache(Backend& gpu, const DeviceTensor& q, const DeviceTensor& k,
+                              const DeviceTensor& v, const DeviceTensor& kv_len,
+                              const DeviceTensor& sinks, int64_t window) {
+    DeviceTensor out(gpu, q.view().shape(), DType::bf16);
+    const AttnMask m = AttnMask::over_cache(AttnMaskKind::causal, kv_len.view())
+                           .with_window(window)
+                           .with_sinks(sinks.view());
+    gpu.attention_fwd(q, k, v, m, out, Tensor());
+    HostTensor h(out.view().shape(), DType::bf16);
+    gpu.download(h.view(), out);
+    return h;
+}
+
+// Row invariance (Note in kernels/attention_tiles.h): a row decoded alone gives the bits it has in
+// a 16-row verify block, with a window and sinks, though the block's first query reaches splits
+// and tiles the later rows see nothing of. Capacity 4096 (splits of 64 keys) and 70000 (splits of
+// 320 keys), window 128 and 3, Dh 64 (gpt-oss heads) and 128.
+TEST(AttentionCuda, WindowedDecodedRowsWithSinksEqualVerifiedRowsBitForBit) {
+    REQUIRE_CUDA_DEVICE();
+    Backends be;
+    Backend& gpu = *be.gpu;
+    const int64_t sq = 16, h = 64, hkv = 8;
+    for (int64_t d : {64, 128}) {
+        for (int64_t cap : {4096, 70000}) {
+            for (int64_t window : {128, 3}) {
+                SCOPED_TRACE(fmt::format("Dh {} capacity {} window {}", d, cap, window));
+                Rng rng(static_cast<uint64_t>(d * 7 + cap + window));
+                const int64_t len = cap - 1000;  // cache rows after the verify block
+                const DeviceTensor q =
+                    upload(gpu, random_bf16_values({sq, h, d}, rng), DType::bf16);
+                const DeviceTensor k =
+                    upload(gpu, random_bf16_values({cap, hkv, d}, rng), DType::bf16);
+                const DeviceTensor v =
+                    upload(gpu, random_bf16_values({cap, hkv, d}, rng), DType::bf16);
+                const DeviceTensor sinks = upload(gpu, sink_values(h, rng), DType::f32);
+                const DeviceTensor block_len =
+                    upload_i32(gpu, HostTensor::from_i32({1}, {static_cast<int32_t>(len)}));
+                const HostTensor verify =
+                    forward_over_cache(gpu, q, k, v, block_len, sinks, window);
+                const int64_t row_bytes = h * d * 2;
+                const DeviceTensor one(gpu, {1, h, d}, DType::bf16);
+                for (int64_t i = 0; i < sq; ++i) {
+                    gpu.copy(one, q.view().rows(i, i + 1));
+                    const DeviceTensor one_len = upload_i32(
+                        gpu, HostTensor::from_i32({1}, {static_cast<int32_t>(len - sq + i + 1)}));
+                    const HostTensor alone =
+                        forward_over_cache(gpu, one, k, v, one_len, sinks, window);
+                    EXPECT_EQ(
+                        std::memcmp(alone.view().data(),
+                                    static_cast<const char*>(verify.view().data()) + i * row_bytes,
+                                    row_bytes),
+                        0)
+                        << "row " << i;
+                }
+            }
+        }
+    }
+}
+
+// The decode step recorded once in a CUDA graph (kv_len read from device memory) and replayed at
+// cache lengths around split and window boundaries gives the bits of the eager call.
+TEST(AttentionCuda, GraphRecordedWindowedDecodeServesEveryCacheLength) {
+    REQUIRE_CUDA_DEVICE();
+    GraphOptions graphs;
+    graphs.enabled = true;
+    graphs.warmup_runs = 0;
+    const auto gpu = make_backend(DeviceKind::cuda, 0, 1, graphs);
+    const int64_t cap = 2048, h = 64, hkv = 8, d = 64, window = 128;
+    Rng rng(99);
+    const DeviceTensor q = upload(*gpu, random_bf16_values({1, h, d}, rng), DType::bf16);
+    const DeviceTensor k = upload(*gpu, random_bf16_values({cap, hkv, d}, rng), DType::bf16);
+    const DeviceTensor v = upload(*gpu, random_bf16_values({cap, hkv, d}, rng), DType::bf16);
+    const DeviceTensor sinks = upload(*gpu, sink_values(h, rng), DType::f32);
+    const DeviceTensor kv_len(*gpu, {1}, DType::i32);
+    const DeviceTensor out(*gpu, {1, h, d}, DType::bf16);
+    const AttnMask m = AttnMask::over_cache(AttnMaskKind::causal, kv_len.view())
+                           .with_window(window)
+                           .with_sinks(sinks.view());
+    const StepOwner owner(*gpu);
+    for (int32_t len : {1, 64, 65, 127, 128, 129, 200, 1000, 1025, 2048, 300, 2}) {
+        const HostTensor len_host = HostTensor::from_i32({1}, {len});
+        gpu->upload(kv_len, len_host.view());
+        gpu->synchronize();  // the host source must outlive the copy
+        gpu->run_step(StepKey{owner.id(), "windowed decode", {}},
+                      [&] { gpu->attention_fwd(q, k, v, m, out, Tensor()); });
+        HostTensor replayed({1, h, d}, DType::bf16), eager({1, h, d}, DType::bf16);
+        gpu->download(replayed.view(), out);
+        gpu->attention_fwd(q, k, v, m, out, Tensor());
+        gpu->download(eager.view(), out);
+        EXPECT_EQ(std::memcmp(replayed.view().data(), eager.view().data(), replayed.nbytes()), 0)
+            << "kv_len " << len;
+    }
+    EXPECT_GE(gpu->graph_stats().captures, 1);
 }
 
 TEST(AttentionCuda, RefusesUnsupportedHeadDim) {

@@ -2,7 +2,8 @@
 // emulator of tests/ops/attention_emu.h (Note [Attention kernels on the CPU]) against a dense
 // double-precision reference, on small awkward sizes of every mask kind and path: FlashAttention-2
 // forward, split-KV decode + combine (and its row invariance), the dflash pre-pass, and the
-// delta / dQ / dK-dV backward.
+// delta / dQ / dK-dV backward; causal sliding windows (forward, backward, decode) and per-head
+// sinks (forward and decode; with sinks the reference's lse includes the sink's term).
 // This checks the kernels' index arithmetic, fragment plumbing, masking and pipelining without a
 // GPU (label cpu: runs in CI); tests/cuda/attention_cuda_test.cpp checks the real thing.
 // Both cp.async modes run (copies at the wait, copies at issue). Tolerances (bf16 inputs, bf16
@@ -42,6 +43,8 @@ struct Case {
     std::vector<int32_t> anchors;
     std::vector<int32_t> starts;  // dflash context starts (empty: all 0)
     int kv_len = -1;              // -1: no kv_len
+    int window = 0;               // causal sliding window (0: none)
+    std::vector<float> sinks;     // per-head sink logits (empty: none; forward only)
     bool bwd = false;
     int kv_splits = 0;  // dK/dV splits; 0: the rule of attention.cpp
 };
@@ -81,7 +84,7 @@ bool visible(const Case& c, int sk_eff, int i, int j) {
     if (c.kind == kFull) return true;
     if (c.kind == kCausal) {
         const int q_offset = c.kv_len >= 0 ? sk_eff - c.sq : c.q_offset;
-        return j <= q_offset + i;
+        return j <= q_offset + i && (c.window == 0 || j > q_offset + i - c.window);
     }
     const int a = c.anchors[i / c.block];
     if (a < 0) return false;
@@ -122,8 +125,11 @@ Ref reference(const Case& c, const Inputs& in) {
                 p[j] = s * scale;
                 m = std::max(m, p[j]);
             }
+            // A sink joins the denominator only: p_ij = exp(x_ij) / (sum_j exp(x_ij) + exp(s_h)).
+            const double sink = c.sinks.empty() ? -INFINITY : double(c.sinks[h]);
+            m = std::max(m, sink);
             if (m == -INFINITY) continue;
-            double sum = 0;
+            double sum = std::exp(sink - m);
             for (int j = 0; j < c.sk; ++j) sum += p[j] == -INFINITY ? 0.0 : std::exp(p[j] - m);
             r.lse[size_t(h) * c.sq + i] = m + std::log(sum);
             for (int j = 0; j < c.sk; ++j)
@@ -184,6 +190,7 @@ struct Run {
     Buf q, k, v, out, dout, dq, dk, dv;
     std::vector<float> lse, delta, part_o, part_ml, dkdv_part;
     std::vector<int32_t> anchors, starts, kv_len;
+    std::vector<float> sinks;
     std::vector<QTileKeys> table;
     Device dev;
 
@@ -197,7 +204,8 @@ struct Run {
           dk(in.k.size(), kNanBf16),
           dv(in.k.size(), kNanBf16),
           anchors(c.anchors),
-          starts(c.starts) {
+          starts(c.starts),
+          sinks(c.sinks) {
         auto put = [](Buf& b, const std::vector<float>& x) {
             for (size_t i = 0; i < x.size(); ++i) b.data()[i] = f32_to_bf16(x[i]);
         };
@@ -229,6 +237,8 @@ struct Run {
         m.anchors = anchors.empty() ? nullptr : anchors.data();
         m.ctx_start = starts.empty() ? nullptr : starts.data();
         m.kv_len = kv_len.empty() ? nullptr : kv_len.data();
+        m.window = c.window;
+        m.sinks = sinks.empty() ? nullptr : sinks.data();
         return m;
     }
 };
@@ -461,6 +471,137 @@ TEST(AttentionEmu, PrefillOverKvCache) {
     Case f = cache("prefill full sq33 kv70 g4 d128", kFull, 33, 100, 70, 4, 1, 128);
     f.bwd = true;
     check_case(f);
+}
+
+// ---- sliding windows and sinks (gpt-oss) ------------------------------------------------------
+
+std::vector<float> some_sinks(int h) {
+    std::vector<float> s(h);
+    for (int i = 0; i < h; ++i) s[i] = 1.5f - 0.75f * i;  // above and below the rows' scores
+    return s;
+}
+
+// Windows of 3 and 70 keys over 200 rows (tiles below the window skipped, the boundary tile
+// masked), a window over a query offset, and a window longer than the sequence.
+TEST(AttentionEmu, CausalWindowForwardBackward) {
+    Case w3 = causal("causal 200 window 3 d64 g2", 200, 200, 0, 2, 1, 64, true);
+    w3.window = 3;
+    check_case(w3);
+    Case w70 = causal("causal 130 off 69 window 70 d128", 130, 199, 69, 2, 2, 128, true);
+    w70.window = 70;
+    check_case(w70);
+    // Window 1: each row sees itself only, so its gradients are rounding noise around 0, which a
+    // relative error cannot judge; the backward is checked with window 2.
+    Case w1 = causal("causal 65 window 1 d64 g4", 65, 65, 0, 4, 1, 64, false);
+    w1.window = 1;
+    check_case(w1);
+    Case w2 = causal("causal 65 window 2 d64 g4", 65, 65, 0, 4, 1, 64, true);
+    w2.window = 2;
+    check_case(w2);
+    Case wide = causal("causal 70 window 500 d64", 70, 70, 0, 2, 1, 64, true);
+    wide.window = 500;
+    check_case(wide);
+}
+
+// Sinks in the FlashAttention-2 kernel on every mask kind (rows of padding blocks see nothing:
+// out 0, lse = the sink), and with a window.
+TEST(AttentionEmu, SinksForward) {
+    Case c = causal("causal 70 sinks d64 g2", 70, 70, 0, 4, 2, 64, false);
+    c.sinks = some_sinks(4);
+    check_case(c);
+    c.name = "causal 90 window 20 sinks d128";
+    c.sq = c.sk = 90;
+    c.d = 128;
+    c.window = 20;
+    check_case(c);
+    Case f = causal("full 33x70 sinks d64", 33, 70, 0, 2, 1, 64, false);
+    f.kind = kFull;
+    f.sinks = some_sinks(2);
+    check_case(f);
+    Case d = dflash("dflash b16 ctx61 sinks", 5, 16, 61, {3, 0, 61, -1, 30}, 4, 2, 64);
+    d.bwd = false;
+    d.sinks = some_sinks(4);
+    check_case(d);
+}
+
+// The decode path over a KV cache with a window (splits below it exit, the combine starts at the
+// first split with a visible key) and sinks (joined once at the merge), Dh 64 (gpt-oss: GQA 8)
+// and 128; a cache of 0 keys gives out 0 and lse = the sink.
+TEST(AttentionEmu, DecodeOverKvCacheWithWindowAndSinks) {
+    struct Shape {
+        const char* name;
+        int sq, cap, kv, h, hkv, d, window;
+    };
+    const Shape shapes[] = {
+        {"decode sq1 g8 window 128 three splits", 1, 700, 650, 8, 1, 64, 128},
+        {"decode sq16 g8 window 128", 16, 700, 517, 8, 1, 64, 128},
+        {"decode sq16 window 3 d128", 16, 300, 200, 4, 2, 128, 3},
+        {"decode sq7 window 1", 7, 129, 100, 2, 1, 64, 1},
+        {"decode sq5 window past the start", 5, 200, 60, 2, 2, 64, 128},
+        {"decode sq9 window 300 over splits", 9, 1000, 900, 2, 1, 128, 300},
+    };
+    for (const Shape& sh : shapes) {
+        Case c = cache(sh.name, kCausal, sh.sq, sh.cap, sh.kv, sh.h, sh.hkv, sh.d);
+        c.window = sh.window;
+        c.sinks = some_sinks(sh.h);
+        check_case(c);
+        c.name += " no sinks";
+        c.sinks.clear();
+        check_case(c);
+    }
+    Case empty = cache("decode full kv_len 0 sinks", kFull, 3, 64, 0, 2, 1, 64);
+    empty.sinks = some_sinks(2);
+    check_case(empty);
+}
+
+// Row invariance with a window and sinks: each of 16 verified rows equals, bit for bit, the same
+// row decoded alone, though the block's first query reaches splits and tiles the later rows see
+// nothing of (capacity 700: splits of 256 keys; positions 500..515, window 128 and 3).
+TEST(AttentionEmu, WindowedDecodedRowsWithSinksEqualVerifiedRowsBitForBit) {
+    const int sq = 16, cap = 700, kv = 516, h = 8, hkv = 1;
+    for (int d : {64, 128}) {
+        for (int window : {128, 3}) {
+            Rng rng(13 + d + window);
+            Inputs in;
+            in.q = random_bf16(size_t(sq) * h * d, rng);
+            in.k = random_bf16(size_t(cap) * hkv * d, rng);
+            in.v = random_bf16(size_t(cap) * hkv * d, rng);
+            in.dout = std::vector<float>(in.q.size(), 0.0f);
+            in.sk_eff = kv;
+            Case verify = cache("verify sq16", kCausal, sq, cap, kv, h, hkv, d);
+            verify.window = window;
+            verify.sinks = some_sinks(h);
+            attn::Run rv(verify, in, CopyMode::at_wait);
+            run_fwd(verify, rv);
+            for (int i = 0; i < sq; ++i) {
+                Case one = cache("decode", kCausal, 1, cap, kv - sq + i + 1, h, hkv, d);
+                one.window = window;
+                one.sinks = verify.sinks;
+                Inputs di = in;
+                di.q.assign(in.q.begin() + size_t(i) * h * d, in.q.begin() + size_t(i + 1) * h * d);
+                di.dout.assign(di.q.size(), 0.0f);
+                di.sk_eff = one.kv_len;
+                attn::Run rd(one, di, CopyMode::at_wait);
+                run_fwd(one, rd);
+                for (int e = 0; e < h * d; ++e)
+                    ASSERT_EQ(rd.out.data()[e], rv.out.data()[size_t(i) * h * d + e])
+                        << "d " << d << " window " << window << " row " << i << ", element " << e;
+                for (int hh = 0; hh < h; ++hh)
+                    ASSERT_EQ(rd.lse[hh], rv.lse[size_t(hh) * sq + i]) << "row " << i;
+            }
+        }
+    }
+}
+
+TEST(AttentionEmu, PrefillOverKvCacheWithWindow) {
+    Case c = cache("prefill causal sq40 kv130 window 50", kCausal, 40, 200, 130, 2, 1, 64);
+    c.window = 50;
+    c.bwd = true;
+    check_case(c);
+    c.name += " sinks";
+    c.bwd = false;
+    c.sinks = some_sinks(2);
+    check_case(c);
 }
 
 }  // namespace

@@ -7,7 +7,9 @@
 //     that exist (never past kv_len), and tiles that skip the element mask are wholly visible;
 //   - dK/dV enumeration: key tiles partition the key rows, visit_kind() gives exactly the forward's
 //     (query tile, key tile) pairs and mask flags, and qtile_candidates() contains them;
-//   - decode splits: every visible pair lies in exactly one split's tile, whatever kv_len.
+//   - decode splits: every visible pair lies in exactly one split's tile, whatever kv_len, and
+//     the splits outside [first_split, active_splits) visit nothing;
+//   - all of it again for causal masks with a sliding window (tiles below it are skipped).
 // Label cpu: runs in CI without a GPU.
 #include <gtest/gtest.h>
 
@@ -36,7 +38,8 @@ struct Problem {
 bool visible(const Problem& p, int i, int j) {
     const MaskGeom& g = p.g;
     if (i < 0 || i >= g.sq || j < 0 || j >= g.sk) return false;
-    if (g.kind == kCausal) return j <= g.q_offset + i;
+    if (g.kind == kCausal)
+        return j <= g.q_offset + i && (g.window == 0 || j > g.q_offset + i - g.window);
     if (g.kind == kFull) return true;
     const int n = i / g.block;
     const int a = p.anchors[n];
@@ -207,11 +210,12 @@ void check_decode(const Problem& p) {
         ASSERT_EQ(chunk % kBlockN, 0) << where;
         ASSERT_GT(chunk, 0) << where;
         const int active = active_splits(kv_end, chunk);
+        const int first = first_split(decode_kv_begin(g), chunk);
         ASSERT_LE(active, splits) << where;
         std::vector<int> seen(static_cast<size_t>(g.sq) * std::max(g.sk, 1), 0);
         for (int s = 0; s < splits; ++s) {
             const int nt = decode_num_tiles(g, chunk, s);
-            if (s >= active) {
+            if (s >= active || (s < first && active > 0)) {
                 ASSERT_EQ(nt, 0) << where << " split " << s;
                 continue;
             }
@@ -256,12 +260,13 @@ void check_all(const Problem& p) {
     check_decode(p);
 }
 
-Problem causal_problem(int sq, int cap, int q_offset, int kv_len /* <0: none */) {
+Problem causal_problem(int sq, int cap, int q_offset, int kv_len /* <0: none */, int window = 0) {
     Problem p;
     p.sk_capacity = cap;
-    p.g = resolve_mask(kCausal, sq, cap, q_offset, 0, 1, kv_len >= 0, kv_len);
+    p.g = resolve_mask(kCausal, sq, cap, q_offset, 0, 1, kv_len >= 0, kv_len, window);
     std::ostringstream os;
-    os << "causal sq=" << sq << " cap=" << cap << " q_offset=" << q_offset << " kv_len=" << kv_len;
+    os << "causal sq=" << sq << " cap=" << cap << " q_offset=" << q_offset << " kv_len=" << kv_len
+       << " window=" << window;
     p.name = os.str();
     return p;
 }
@@ -286,6 +291,34 @@ TEST(AttentionTiles, CausalOverKvCache) {
                 if (kv < 0) continue;
                 check_all(causal_problem(sq, cap, 0, kv));
                 if (HasFatalFailure()) return;
+            }
+        }
+    }
+}
+
+// Sliding windows of 1 key, under a tile, a tile and a bit, and longer than everything.
+TEST(AttentionTiles, CausalWithWindow) {
+    for (int window : {1, 3, 64, 65, 128, 1000}) {
+        for (int sq : {1, 7, 64, 65, 200}) {
+            for (int q_offset : {0, 1, 63, 100}) {
+                for (int extra : {0, 70}) {
+                    check_all(causal_problem(sq, q_offset + sq + extra, q_offset, -1, window));
+                    if (HasFatalFailure()) return;
+                }
+            }
+        }
+    }
+}
+
+TEST(AttentionTiles, CausalWithWindowOverKvCache) {
+    for (int window : {1, 3, 64, 128}) {
+        for (int sq : {1, 5, 16, 65}) {
+            for (int cap : {64, 333, 700}) {
+                for (int kv : {0, sq - 1, sq, 64, 129, 300, cap - 1, cap}) {
+                    if (kv < 0 || kv > cap || cap < sq) continue;
+                    check_all(causal_problem(sq, cap, 0, kv, window));
+                    if (HasFatalFailure()) return;
+                }
             }
         }
     }

@@ -5,7 +5,9 @@
 // Tested by tests/cuda/attention_cuda_test.cpp against the CPU backend.
 //
 // Paths: a causal or full mask with at most kDecodeMaxQueries queries (decoding, verifying)
-// takes the split-KV decode kernel; everything else the FlashAttention-2 kernel. Values that
+// takes the split-KV decode kernel; everything else the FlashAttention-2 kernel. Both skip the
+// key tiles below a causal window and add the sinks to the final denominators (the decode path
+// at the merge of its splits); the backward takes the window, not sinks (op_shapes). Values that
 // live in device memory (kv_len, anchors) are never read here: anchors above ctx_len and kv_len
 // outside [0, capacity] cannot be rejected, and are clamped on the device (attention_tiles.h).
 #include <climits>
@@ -51,6 +53,13 @@ attn::MaskArgs mask_args(const Exec& ex, const AttnMask& m, const AttentionDims&
         check_tensor(ex, m.kv_len, DType::i32, op, "mask.kv_len");
         a.kv_len = m.kv_len.i32();
     }
+    if (!m.sinks.empty()) {
+        check_tensor(ex, m.sinks, DType::f32, op, "mask.sinks");
+        a.sinks = m.sinks.f32();
+    }
+    // Positions stay below the key rows Sk, so a window of Sk keys or more is no window (and the
+    // kernels' position arithmetic stays inside an int).
+    a.window = m.window < d.sk ? static_cast<int>(m.window) : 0;
     switch (m.kind) {
         case AttnMaskKind::causal:
             a.kind = attn::kCausal;

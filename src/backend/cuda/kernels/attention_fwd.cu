@@ -105,12 +105,21 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const FwdArgs a, float sc
     cp_async_wait<0>();
     __syncthreads();
 
-    // Normalise; a row that saw no key gets 0 and lse -inf.
-    float l[2], inv[2];
+    // Normalise; a row that saw no key gets 0 and lse -inf (lse = the sink with a sink). The
+    // sink joins the denominator here, once: rescaled to the max over {the row's scores, sink}.
+    const float sink = sink_log2(a.mask, h);
+    float m[2], l[2], inv[2];
     DF_ATTN_UNROLL
     for (int r = 0; r < 2; ++r) {
+        m[r] = st.m[r];
         l[r] = quad_sum(st.l[r]);
-        inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        float keep = 1.0f;  // the factor that rescales acc and l to the final max
+        if (sink > -INFINITY) {
+            m[r] = fmaxf(st.m[r], sink);
+            keep = exp2_approx(st.m[r] - m[r]);  // 0 when the row saw no key
+            l[r] = l[r] * keep + exp2_approx(sink - m[r]);
+        }
+        inv[r] = l[r] > 0.0f ? keep / l[r] : 0.0f;
     }
     uint16_t* out = a.out + static_cast<size_t>(h) * D;
     const int w0 = i0 + warp * 16;
@@ -123,7 +132,7 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const FwdArgs a, float sc
             const int i = i0 + row + 8 * r;
             if (i < g.sq) {
                 a.lse[static_cast<size_t>(h) * g.sq + i] =
-                    l[r] > 0.0f ? (st.m[r] + log2f(l[r])) * kLn2 : -INFINITY;
+                    l[r] > 0.0f ? (m[r] + log2f(l[r])) * kLn2 : -INFINITY;
             }
         }
     }
@@ -211,7 +220,10 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-// One warp per (query i, head h): merges the active splits' partials in split order.
+// One warp per (query i, head h): merges the active splits' partials in split order, then the
+// sink. Splits are read from first_split on but stay on lane s % 32 and in ascending order, so a
+// row merged with the extra leading splits of a verify block (each adding exact zeros) sums in
+// the order it does alone.
 __global__ void __launch_bounds__(128)
     decode_combine_kernel(const FwdArgs a, const DecodePlan p, const float* part_o,
                           const float* part_ml) {
@@ -223,27 +235,34 @@ __global__ void __launch_bounds__(128)
     const MaskGeom g = resolve_dev(a.mask);
     const int kv_end = decode_kv_end(g);
     const int active = active_splits(kv_end, p.chunk);
+    const int first = first_split(decode_kv_begin(g), p.chunk);
     auto ml = [&](int s) {
         return *reinterpret_cast<const float2*>(part_ml +
                                                 2 * ((static_cast<size_t>(s) * a.h + h) * sq + i));
     };
+    const float sink = sink_log2(a.mask, h);
     float m = -INFINITY;
-    for (int s = lane; s < active; s += 32) m = fmaxf(m, ml(s).x);
+    for (int s = lane; s < active; s += 32) {
+        if (s >= first) m = fmaxf(m, ml(s).x);
+    }
     DF_ATTN_UNROLL
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    m = fmaxf(m, sink);
     const float m_use = m == -INFINITY ? 0.0f : m;
     float l = 0.0f;
     for (int s = lane; s < active; s += 32) {
+        if (s < first) continue;
         const float2 x = ml(s);
         l += x.y * exp2_approx(x.x - m_use);
     }
     DF_ATTN_UNROLL
     for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+    if (sink > -INFINITY) l += exp2_approx(sink - m_use);
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     uint16_t* out = a.out + static_cast<size_t>(row) * a.d;  // row = i * H + h
     for (int d = 2 * lane; d < a.d; d += 64) {
         float2 acc = make_float2(0.0f, 0.0f);
-        for (int s = 0; s < active; ++s) {
+        for (int s = first; s < active; ++s) {
             const float w = exp2_approx(ml(s).x - m_use);
             const float2 x = *reinterpret_cast<const float2*>(
                 part_o + ((static_cast<size_t>(s) * a.h + h) * sq + i) * a.d + d);

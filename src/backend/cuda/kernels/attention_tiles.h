@@ -13,7 +13,9 @@
 // [begin1, end1) in segment 1 (QTileKeys); segment-0 tiles inside [fullb0, full0) are seen by
 // every row of the query tile and skip the element mask, every other visited tile applies each
 // row's RowSpan. begin0 and fullb0 are 0 except for dflash blocks with context starts (packed
-// documents: a block sees only its own document's context).
+// documents: a block sees only its own document's context) and causal masks with a sliding
+// window (a row at position p sees keys p - window < j <= p): tiles below begin0 are never
+// visited, which is where a short window over a long prompt saves its work.
 #pragma once
 
 #include <cstdint>
@@ -45,7 +47,8 @@ DF_ATTN_HD int cdiv(int a, int b) {
 }
 
 // One call's mask with the device-side kv_len already read: `sk` keys exist, causal query i sits
-// at q_offset + i (may be negative when kv_len < Sq: such rows see nothing).
+// at q_offset + i (may be negative when kv_len < Sq: such rows see nothing) and, with a window,
+// sees keys j > q_offset + i - window.
 struct MaskGeom {
     int kind = kCausal;
     int sq = 0;
@@ -53,14 +56,17 @@ struct MaskGeom {
     int q_offset = 0;
     int ctx_len = 0;
     int block = 1;
+    int window = 0;  // causal only; 0: no window
 };
 
 // kv_len (when present) replaces the key count and, for causal, places the queries at its end.
 // Out-of-range values are clamped (the device cannot raise an error): kv_len to [0, capacity].
+// The window is kept for causal masks only (the op refuses it elsewhere).
 DF_ATTN_HD MaskGeom resolve_mask(int kind, int sq, int sk_capacity, int q_offset, int ctx_len,
-                                 int block, bool has_kv_len, int kv_len) {
+                                 int block, bool has_kv_len, int kv_len, int window = 0) {
     MaskGeom g;
     g.kind = kind;
+    g.window = kind == kCausal && window > 0 ? window : 0;
     g.sq = sq;
     g.sk = sk_capacity;
     g.q_offset = q_offset;
@@ -87,6 +93,11 @@ DF_ATTN_HD bool span_has(const RowSpan& s, int j) {
     return (j >= s.b0 && j < s.e0) || (j >= s.b1 && j < s.e1);
 }
 
+// causal: the first key a query at position pos sees, unclamped (0 without a window).
+DF_ATTN_HD int causal_first_key(const MaskGeom& g, int pos) {
+    return g.window > 0 ? pos - g.window + 1 : 0;
+}
+
 // starts: dflash context starts i32 [N] (AttnMask::ctx_start), or null for all 0.
 DF_ATTN_HD RowSpan row_span(const MaskGeom& g, int i, const int32_t* anchors,
                             const int32_t* starts = nullptr) {
@@ -94,6 +105,7 @@ DF_ATTN_HD RowSpan row_span(const MaskGeom& g, int i, const int32_t* anchors,
     if (i < 0 || i >= g.sq) return s;
     if (g.kind == kCausal) {
         s.e0 = iclamp(g.q_offset + i + 1, 0, g.sk);
+        s.b0 = iclamp(causal_first_key(g, g.q_offset + i), 0, s.e0);
     } else if (g.kind == kFull) {
         s.e0 = g.sk;
     } else {
@@ -137,6 +149,9 @@ DF_ATTN_HD QTileKeys qtile_keys(const MaskGeom& g, int qt, const int32_t* anchor
     if (g.kind == kCausal) {
         q.end0 = iclamp(g.q_offset + i1, 0, g.sk);  // row i1-1 sees keys <= q_offset + i1 - 1
         q.full0 = iclamp(g.q_offset + i0 + 1, 0, g.sk);
+        // With a window the first row sees the lowest keys and the last row the highest first.
+        q.begin0 = iclamp(causal_first_key(g, g.q_offset + i0), 0, q.end0);
+        q.fullb0 = iclamp(causal_first_key(g, g.q_offset + i1 - 1), 0, g.sk);
     } else if (g.kind == kFull) {
         q.end0 = g.sk;
         q.full0 = g.sk;
@@ -324,6 +339,14 @@ DF_ATTN_HD QTileRange qtile_candidates(const MaskGeom& g, const KvTile& k) {
         // Rows i with q_offset + i >= k0 can see the tile.
         const int first_row = k.k0 - g.q_offset;
         if (first_row > 0) r.lo = imin(first_row / kBlockM, r.hi);
+        if (g.window > 0) {
+            // ... and with a window only rows whose first key is in it: q_offset + i - window + 1
+            // <= k0 + kBlockN - 1.
+            const long long last_row =
+                static_cast<long long>(k.k0) + kBlockN - 2 + g.window - g.q_offset;
+            const long long hi = last_row < 0 ? r.lo : last_row / kBlockM + 1;
+            r.hi = imax(r.lo, hi < r.hi ? static_cast<int>(hi) : r.hi);
+        }
     } else if (g.kind == kDflash && k.seg == 1) {
         // Only the rows of the blocks whose own keys the tile holds.
         const int b0 = (k.k0 - g.ctx_len) / g.block;
@@ -342,13 +365,27 @@ DF_ATTN_HD QTileRange qtile_candidates(const MaskGeom& g, const KvTile& k) {
 // whether the row is decoded alone or verified with 15 others, so its output has the same bits
 // (row invariance, as the small-row GEMMs: backend/cuda/gemm.h). Splits past kv_len exit at once
 // and a captured graph serves every kv_len.
+// A sliding window keeps the splits and their tile grid: splits wholly below the first query's
+// first key exit at once too, and a split skips its tiles below that key. A row verified with
+// others may so visit tiles and splits that it sees nothing of, which leave its state untouched
+// (a tile it sees nothing of adds exact zeros; a split's partial of max -inf and sum 0 adds exact
+// zeros in the merge), so its bits are those of the row decoded alone. A sink joins the merge
+// once, after the splits' sums (decode_combine_kernel), never a split's partial.
 DF_ATTN_HD int decode_kv_end(const MaskGeom& g) {
     // Keys any query may see: causal queries end at q_offset + Sq.
     return g.kind == kCausal ? iclamp(g.q_offset + g.sq, 0, g.sk) : g.sk;
 }
-// Keys every query sees (causal: up to the first query's position).
+// The first key any query may see: the first query's first key (causal with a window), else 0.
+DF_ATTN_HD int decode_kv_begin(const MaskGeom& g) {
+    return g.kind == kCausal ? iclamp(causal_first_key(g, g.q_offset), 0, decode_kv_end(g)) : 0;
+}
+// Keys every query sees (causal: up to the first query's position, from the last query's first
+// key): [decode_full_begin, decode_full_end).
 DF_ATTN_HD int decode_full_end(const MaskGeom& g) {
     return g.kind == kCausal ? iclamp(g.q_offset + 1, 0, g.sk) : g.sk;
+}
+DF_ATTN_HD int decode_full_begin(const MaskGeom& g) {
+    return g.kind == kCausal ? iclamp(causal_first_key(g, g.q_offset + g.sq - 1), 0, g.sk) : 0;
 }
 // Keys per split for a cache of sk_capacity keys: an even share over at most kMaxDecodeSplits
 // splits, at least kMinDecodeChunk, a multiple of kBlockN. One tile per split at short contexts:
@@ -362,25 +399,36 @@ DF_ATTN_HD int decode_chunk(int sk_capacity) {
     const int share = cdiv(imax(sk_capacity, 1), kMaxDecodeSplits);
     return imax(kMinDecodeChunk, cdiv(share, kBlockN) * kBlockN);
 }
+// Splits [first_split, active_splits) hold keys some query sees (the combine merges those).
 DF_ATTN_HD int active_splits(int kv_end, int chunk) {
     return chunk > 0 ? cdiv(kv_end, chunk) : 0;
 }
-// Tile t of split s covers keys [k0, k0 + kBlockN), loads [k0, hi), masks unless every row sees
-// all of it.
+DF_ATTN_HD int first_split(int kv_begin, int chunk) {
+    return chunk > 0 ? kv_begin / chunk : 0;
+}
+// The first of split s's kBlockN-key tiles that holds a key some query sees.
+DF_ATTN_HD int decode_first_tile(const MaskGeom& g, int chunk, int s) {
+    const int skip = decode_kv_begin(g) - s * chunk;
+    return skip > 0 ? skip / kBlockN : 0;
+}
+// Tile t of split s (counted from its first visited tile) covers keys [k0, k0 + kBlockN), loads
+// [k0, hi) (keys below the window's start exist and are loaded: the row masks them, so the loads
+// are the same for a row alone and in a block), masks unless every row sees all of it.
 DF_ATTN_HD KeyTile decode_tile(const MaskGeom& g, int chunk, int s, int t) {
     KeyTile k;
     const int kv_end = decode_kv_end(g);
     const int split_end = imin((s + 1) * chunk, kv_end);
-    k.k0 = s * chunk + t * kBlockN;
+    k.k0 = s * chunk + (decode_first_tile(g, chunk, s) + t) * kBlockN;
     k.lo = k.k0;
     k.hi = imin(k.k0 + kBlockN, split_end);
-    k.mask = k.k0 + kBlockN > imin(decode_full_end(g), split_end);
+    k.mask = k.k0 + kBlockN > imin(decode_full_end(g), split_end) || k.k0 < decode_full_begin(g);
     return k;
 }
 DF_ATTN_HD int decode_num_tiles(const MaskGeom& g, int chunk, int s) {
     const int begin = s * chunk;
     const int end = imin(begin + chunk, decode_kv_end(g));
-    return end > begin ? cdiv(end - begin, kBlockN) : 0;
+    if (end <= imax(begin, decode_kv_begin(g))) return 0;
+    return cdiv(end - begin, kBlockN) - decode_first_tile(g, chunk, s);
 }
 
 // Host-side choices for the decode path (sizes only, never kv_len).
