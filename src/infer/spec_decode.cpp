@@ -76,16 +76,17 @@ class Picker {
 // What decoding keeps between generate() calls: sessions and the step buffers whose addresses
 // the recorded steps bake in.
 struct SpeculativeEngine::Sessions {
-    Sessions(const TargetModel& target, const DrafterModel* drafter, Backend& be, int64_t capacity,
-             int64_t B, int64_t prefill_rows, const PreparedWeights* prepared)
-        : capacity(capacity),
-          B(B),
-          prepared(prepared),
-          tgt(target, be, capacity,
+    Sessions(const TargetModel& target, const DrafterModel* drafter, Backend& be,
+             int64_t cache_rows, int64_t block, int64_t prefill_rows,
+             const PreparedWeights* prepared_weights)
+        : capacity(cache_rows),
+          B(block),
+          prepared(prepared_weights),
+          tgt(target, be, cache_rows,
               drafter ? drafter->config().target_layer_ids : std::vector<int64_t>{},
-              std::max(prefill_rows, B)),
-          pick(be, std::max<int64_t>(B, 1), target.config().vocab_size),
-          logits(be, {B, target.config().vocab_size}, DType::f32) {
+              std::max(prefill_rows, block)),
+          pick(be, std::max<int64_t>(block, 1), target.config().vocab_size),
+          logits(be, {block, target.config().vocab_size}, DType::f32) {
         if (!drafter) return;
         dft.emplace(*drafter, be, target.embed(), target.lm_head(), capacity, B, prefill_rows,
                     prepared);

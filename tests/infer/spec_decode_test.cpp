@@ -328,9 +328,9 @@ TEST_P(SpecSampling, FirstTokensFollowTargetDistribution) {
 INSTANTIATE_TEST_SUITE_P(GreedyAndSampledDrafts, SpecSampling,
                          ::testing::Values(std::pair{false, false}, std::pair{false, true},
                                            std::pair{true, false}, std::pair{true, true}),
-                         [](const auto& info) {
-                             return std::string(info.param.first ? "dflash2_" : "dflash_") +
-                                    (info.param.second ? "sampled" : "greedy");
+                         [](const auto& test_case) {
+                             return std::string(test_case.param.first ? "dflash2_" : "dflash_") +
+                                    (test_case.param.second ? "sampled" : "greedy");
                          });
 
 }  // namespace

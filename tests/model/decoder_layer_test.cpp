@@ -104,9 +104,9 @@ TEST_P(DecoderLayerTest, BackwardMatchesFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(Layers, DecoderLayerTest,
                          ::testing::Values(Case{true, false}, Case{false, false}, Case{true, true},
                                            Case{false, true}),
-                         [](const auto& info) {
-                             return std::string(info.param.qwen3 ? "qwen3" : "llama") +
-                                    (info.param.drafter ? "_drafter" : "_target");
+                         [](const auto& test_case) {
+                             return std::string(test_case.param.qwen3 ? "qwen3" : "llama") +
+                                    (test_case.param.drafter ? "_drafter" : "_target");
                          });
 
 }  // namespace

@@ -114,7 +114,7 @@ TEST_P(DrafterTest, SaveLoadRoundTrip) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Qwen3AndLlama, DrafterTest, ::testing::Values(true, false),
-                         [](const auto& info) { return info.param ? "qwen3" : "llama"; });
+                         [](const auto& test_case) { return test_case.param ? "qwen3" : "llama"; });
 
 }  // namespace
 }  // namespace dflash

@@ -177,7 +177,7 @@ TEST(TargetQwen2, BiasesApplyInEveryPath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Qwen3AndLlama, TargetTest, ::testing::Values(true, false),
-                         [](const auto& info) { return info.param ? "qwen3" : "llama"; });
+                         [](const auto& test_case) { return test_case.param ? "qwen3" : "llama"; });
 
 }  // namespace
 }  // namespace dflash
