@@ -58,6 +58,9 @@ void check_device(const Exec& ex, const Tensor& t, const char* op, const char* n
 //   topk.cpp        x f32 [R, V], values f32 [R, K], indices i32 [R, K].
 //   selector_loss.cpp  every tensor f32 / i32 as on the CPU, except selector_unary_bwd's w
 //                   (bf16, the LM head).
+//   moe.cpp         moe_route: logits f32 [R, E], experts i32 [R, k], weights f32 [R, k];
+//                   moe_experts: x, out, gate_up, down and their biases bf16, experts i32,
+//                   weights f32 (kernels/moe.cu, kernels/moe_grouped.cu).
 #define DFLASH_OP(name, params, args) void name(const Exec& ex, DFLASH_UNPAREN params);
 #include "backend/op_list.h"
 
