@@ -6,6 +6,7 @@
 // that implementation (HF `tokenizers` + transformers when made by
 // tools/reference/make_tokenizer_fixtures.py, tokenizers.js when made by
 // tools/js/make_tokenizer_fixtures.mjs). dflash must agree on every case.
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "infer/prompts.h"
@@ -57,16 +58,30 @@ TEST_P(HfFixtures, TextsEncodeAndDecodeLikeTheReference) {
     }
 }
 
+// The chat options a case sets, as the reference rendered it with them.
+ChatOptions chat_options_of(const json& c) {
+    ChatOptions o;
+    o.template_name = c["template"];
+    if (c.contains("enable_thinking")) o.enable_thinking = c["enable_thinking"];
+    if (c.contains("reasoning_effort")) o.reasoning_effort = c["reasoning_effort"];
+    if (c.contains("current_date")) o.current_date = c["current_date"];
+    return o;
+}
+
+std::vector<ChatMessage> messages_of(const json& c) {
+    std::vector<ChatMessage> msgs;
+    for (const auto& m : c["messages"])
+        msgs.push_back({m["role"], m["content"], m.value("thinking", std::string())});
+    return msgs;
+}
+
 TEST_P(HfChatFixtures, ChatsRenderAndEncodeLikeTheReference) {
     const json e = expected();
     ASSERT_GE(e["chats"].size(), 3u);
     for (const auto& c : e["chats"]) {
-        ChatOptions o;
-        o.template_name = c["template"];
-        if (c.contains("enable_thinking")) o.enable_thinking = c["enable_thinking"];
+        const ChatOptions o = chat_options_of(c);
         const auto tok = load_hf_tokenizer(kFixtures + GetParam(), o);
-        std::vector<ChatMessage> msgs;
-        for (const auto& m : c["messages"]) msgs.push_back({m["role"], m["content"]});
+        const std::vector<ChatMessage> msgs = messages_of(c);
         const bool gen = c["add_generation_prompt"];
         const auto tmpl = make_chat_template(o.template_name, o, "<|begin_of_text|>");
         EXPECT_EQ(chat_text(tmpl->render(msgs, gen)), c["text"].get<std::string>())
@@ -89,13 +104,16 @@ TEST_P(HfFixtures, ExpectedValuesComeFromHfTokenizers) {
     EXPECT_TRUE(hf || interim_js) << producer;
 }
 
+// qwen2 and llama3 keep the template in tokenizer_config.json, o200k in chat_template.jinja.
 TEST_P(HfChatFixtures, TokenizerConfigTemplateIsRecognised) {
     const auto tok = load_hf_tokenizer(kFixtures + GetParam(), ChatOptions{});
-    EXPECT_EQ(tok->chat_template_name(), GetParam() == "qwen2" ? "qwen3" : "llama3.1");
+    const std::map<std::string, std::string> want = {
+        {"qwen2", "qwen3"}, {"llama3", "llama3.1"}, {"o200k", "harmony"}};
+    EXPECT_EQ(tok->chat_template_name(), want.at(GetParam()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, HfFixtures, ::testing::Values("qwen2", "llama3", "o200k"));
-INSTANTIATE_TEST_SUITE_P(Tokenizers, HfChatFixtures, ::testing::Values("qwen2", "llama3"));
+INSTANTIATE_TEST_SUITE_P(Tokenizers, HfChatFixtures, ::testing::Values("qwen2", "llama3", "o200k"));
 
 // gpt-oss's named specials, at the ids its tokenizer.json gives them.
 const std::vector<std::pair<std::string, int32_t>> kHarmonySpecials = {
@@ -152,6 +170,34 @@ TEST(O200kFixture, IgnoreMergesDecidesTheWholeWordCase) {
     const auto without = make_hf_tokenizer(files, ChatOptions{});
     EXPECT_EQ(with->encode(" JSONParser").size(), 1u);
     EXPECT_GT(without->encode(" JSONParser").size(), 1u);
+}
+
+// Harmony's loss mask on tokens: in a training conversation, every token the model writes after
+// "<|start|>assistant" (channel headers, the last turn's analysis, the final text, <|return|>)
+// is 1, and nothing of the system, developer and user turns is.
+TEST(O200kFixture, HarmonyLossMaskCoversTheRepliesOnly) {
+    const json e = expected_of("o200k");
+    const json* chat = nullptr;
+    for (const auto& c : e["chats"])
+        if (c["name"] == "harmony_multi_turn_drops_analysis") chat = &c;
+    ASSERT_NE(chat, nullptr);
+    const auto tok = load_hf_tokenizer(kFixtures + "o200k", chat_options_of(*chat));
+    const Encoded enc = tok->encode_chat(messages_of(*chat), false);
+    std::vector<int32_t> replies;
+    for (size_t i = 0; i < enc.tokens.size(); ++i)
+        if (enc.loss_mask[i]) replies.push_back(enc.tokens[i]);
+    EXPECT_EQ(tok->decode(replies),
+              "<|channel|>final<|message|>Blue.<|end|>"
+              "<|channel|>analysis<|message|>Pick a different one \U0001F600<|end|>"
+              "<|start|>assistant<|channel|>final<|message|>Red \U0001F600\n<|return|>");
+}
+
+// What ends a gpt-oss reply: <|return|> (the template's end of turn and the tokenizer's eos),
+// then <|call|> and <|endoftext|>.
+TEST(O200kFixture, HarmonyStopTokens) {
+    const auto tok = load_hf_tokenizer(kFixtures + "o200k", ChatOptions{});
+    EXPECT_EQ(tok->specials().end_turn, 200002);
+    EXPECT_EQ(tok->stop_tokens(), (std::vector<int32_t>{200002, 200012, 199999}));
 }
 
 }  // namespace
