@@ -378,7 +378,8 @@ void add_infer(Registry& r) {
 }
 
 void add_chat(Registry& r) {
-    r.add(D::enumeration("chat.template", "auto", {"auto", "qwen3", "llama3", "llama3.1"},
+    r.add(D::enumeration("chat.template", "auto",
+                         {"auto", "qwen3", "llama3", "llama3.1", "harmony"},
                          "chat template of an HF tokenizer; auto = recognise "
                          "tokenizer_config.json's")
               .read_by("HF tokenizer: data prepare, generate --chat, prompts, tokenize --chat"));
@@ -387,6 +388,17 @@ void add_chat(Registry& r) {
               .read_by("qwen3 chat template"));
     r.add(D::string("chat.date_string", "26 Jul 2024", "Llama-3.1 template's 'Today Date'")
               .read_by("llama3.1 chat template"));
+    r.add(D::enumeration("chat.reasoning_effort", "medium", {"low", "medium", "high"},
+                         "harmony (gpt-oss) system turn's 'Reasoning:'")
+              .read_by("harmony chat template"));
+    r.add(D::string("chat.current_date", "2025-08-05",
+                    "harmony system turn's 'Current date:' (fixed, so prepared data is "
+                    "reproducible; gpt-oss's own template writes today's)")
+              .read_by("harmony chat template"));
+    r.add(D::string("chat.model_identity",
+                    "You are ChatGPT, a large language model trained by OpenAI.",
+                    "harmony system turn's first line (gpt-oss's template default)")
+              .read_by("harmony chat template"));
 }
 
 void add_data_and_demo(Registry& r) {

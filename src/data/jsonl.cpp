@@ -29,9 +29,10 @@ std::string normalise_role(const std::string& role, std::string_view where, size
         return "assistant";
     }
     if (role == "system") return "system";
+    if (role == "developer") return "developer";  // harmony's instructions (gpt-oss)
     DF_FAIL(
-        "{}: message {} has role '{}'; expected system, user/human or assistant/gpt/model "
-        "(drop or rewrite messages of other roles before preparing the data)",
+        "{}: message {} has role '{}'; expected system, developer, user/human or "
+        "assistant/gpt/model (drop or rewrite messages of other roles before preparing the data)",
         where, i, role);
 }
 
@@ -72,8 +73,12 @@ std::vector<ChatMessage> parse_messages(const json& arr, std::string_view where,
                  keys_of(m));
         DF_CHECK(m.contains(content_key), "{}: \"{}\"[{}] has no \"{}\" (keys: {})", where,
                  list_key, i, content_key, keys_of(m));
+        // "thinking": an assistant turn's reasoning kept apart from its content (the field
+        // gpt-oss's template reads; the harmony template renders it, the others refuse it).
         out.push_back({normalise_role(m[role_key].get<std::string>(), where, i),
-                       content_string(m[content_key], where, i, content_key)});
+                       content_string(m[content_key], where, i, content_key),
+                       m.contains("thinking") ? content_string(m["thinking"], where, i, "thinking")
+                                              : std::string()});
     }
     return out;
 }

@@ -22,7 +22,7 @@ struct JsonlRecord {
     enum class Kind { text, chat };
     Kind kind = Kind::text;
     std::string text;                   // kind == text
-    std::vector<ChatMessage> messages;  // kind == chat; roles normalised to system|user|assistant
+    std::vector<ChatMessage> messages;  // kind == chat; roles normalised (see parse_jsonl_line)
 };
 
 // Where a record came from, for progress and error messages.
@@ -33,8 +33,9 @@ struct JsonlPosition {
 };
 
 // Parses one line. `where` ("data.jsonl:17") prefixes every error. Chat roles are mapped:
-// human|user -> user, gpt|assistant|model|bot -> assistant, system -> system; other roles are
-// an error. Content may be a string or a list of {"type": "text", "text": ...} parts.
+// human|user -> user, gpt|assistant|model|bot -> assistant, system -> system, developer ->
+// developer (harmony only); other roles are an error. A message's "thinking" becomes
+// ChatMessage::thinking. Content may be a string or a list of {"type": "text", "text": ...} parts.
 // When a line has several layouts, "messages" wins over "conversations" over "prompt" +
 // "response" over "text".
 JsonlRecord parse_jsonl_line(std::string_view line, std::string_view where);

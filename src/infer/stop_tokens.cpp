@@ -12,10 +12,8 @@ std::vector<int32_t> default_stop_tokens(const TargetConfig& target, const Token
             out.push_back(static_cast<int32_t>(id));
     };
     for (int64_t id : target.stop_token_ids()) add(id);
-    if (tok) {
-        add(tok->specials().eos);
-        add(tok->specials().end_turn);
-    }
+    if (tok)
+        for (int32_t id : tok->stop_tokens()) add(id);
     return out;
 }
 

@@ -12,8 +12,9 @@
 namespace dflash {
 
 // Every eos id of the target's config.json and generation_config.json
-// (TargetConfig::stop_token_ids) and, with a tokenizer, its eos and end_turn tokens; ids outside
-// the vocabulary and duplicates removed.
+// (TargetConfig::stop_token_ids) and, with a tokenizer, Tokenizer::stop_tokens (eos, end_turn and
+// the chat template's other stops, e.g. harmony's <|call|> and <|endoftext|>); ids outside the
+// vocabulary and duplicates removed.
 std::vector<int32_t> default_stop_tokens(const TargetConfig& target, const Tokenizer* tok);
 
 }  // namespace dflash

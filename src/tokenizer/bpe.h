@@ -1,8 +1,8 @@
 // The BPE model of an HF byte-level tokenizer: a vocabulary of byte-level strings and a ranked
 // merge list. A pre-token's bytes start as one symbol each; the adjacent pair with the lowest
 // merge rank (leftmost on ties) is merged until no ranked pair is left, as HF `tokenizers` does.
-// With `ignore_merges` (Llama-3) a pre-token that is itself in the vocabulary is one token.
-// Tested by tests/tokenizer/bpe_test.cpp.
+// With `ignore_merges` (Llama-3, gpt-oss) a pre-token that is itself in the vocabulary is one
+// token. Tested by tests/tokenizer/bpe_test.cpp.
 #pragma once
 
 #include <array>

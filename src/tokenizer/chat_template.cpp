@@ -1,6 +1,6 @@
-// Qwen3 and Llama-3 chat templates as code (chat_template.h). Each mirrors the public Jinja
-// template of its model family step by step; the Jinja each is checked against lives in
-// tools/reference/chat_templates/. Tested by tests/tokenizer/chat_template_test.cpp.
+// Qwen3, Llama-3 and harmony (gpt-oss) chat templates as code (chat_template.h). Each mirrors the
+// public Jinja template of its model family step by step; the Jinja each is checked against lives
+// in tools/reference/chat_templates/. Tested by tests/tokenizer/chat_template_test.cpp.
 #include "tokenizer/chat_template.h"
 
 #include "core/error.h"
@@ -48,6 +48,15 @@ void emit(std::vector<ChatSegment>& out, std::string text, uint8_t mask) {
     if (!text.empty()) out.push_back({std::move(text), mask});
 }
 
+// Templates that keep reasoning in the content have nowhere to put a separate one; dropping it
+// would train on a different conversation than the data holds.
+void refuse_thinking(const ChatMessage& m, size_t i, const std::string& tmpl, const char* where) {
+    DF_CHECK(m.thinking.empty(),
+             "chat message {} has a separate thinking field, which the {} chat template does not "
+             "render; put the reasoning {}",
+             i, tmpl, where);
+}
+
 // Qwen3 (Qwen3-0.6B ... Qwen3-235B-A22B). Tool calls and tool roles are not supported.
 class Qwen3Template final : public ChatTemplate {
   public:
@@ -71,6 +80,7 @@ class Qwen3Template final : public ChatTemplate {
         }
         for (size_t i = 0; i < msgs.size(); ++i) {
             const ChatMessage& m = msgs[i];
+            refuse_thinking(m, i, name(), "inside the content, in <think>...</think>");
             if (m.role == "user" || m.role == "system") {
                 emit(out, "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n", 0);
             } else if (m.role == "assistant") {
@@ -144,6 +154,8 @@ class Llama3Template final : public ChatTemplate {
                      std::string(system) + "<|eot_id|>",
                  0);
         }
+        for (size_t i = 0; i < msgs.size(); ++i)
+            refuse_thinking(msgs[i], i, name(), "into the content");
         for (size_t i = first; i < msgs.size(); ++i) {
             const ChatMessage& m = msgs[i];
             DF_CHECK(m.role == "system" || m.role == "user" || m.role == "assistant",
@@ -164,6 +176,94 @@ class Llama3Template final : public ChatTemplate {
 
     bool v31_;
     std::string date_, bos_;
+};
+
+// Harmony, gpt-oss's format. A system turn (identity, knowledge cutoff, date, reasoning effort,
+// channels) always comes first; a leading system or developer message becomes the developer turn's
+// instructions. Replies go to the final channel. Only the last assistant message of a training
+// conversation (no generation prompt) keeps its analysis and ends with <|return|>, which the model
+// writes when it is done; earlier replies end with <|end|> without their analysis, as the model
+// sees history at inference. Tools (function calls, the tool role, commentary) are not supported.
+class HarmonyTemplate final : public ChatTemplate {
+  public:
+    explicit HarmonyTemplate(const ChatOptions& o)
+        : effort_(o.reasoning_effort), date_(o.current_date), identity_(o.model_identity) {
+        DF_CHECK(effort_ == "low" || effort_ == "medium" || effort_ == "high",
+                 "chat.reasoning_effort is '{}'; the harmony template takes low, medium or high",
+                 effort_);
+    }
+    std::string name() const override { return "harmony"; }
+    std::string end_of_turn() const override { return "<|return|>"; }
+    std::vector<std::string> other_stops() const override { return {"<|call|>", "<|endoftext|>"}; }
+
+    std::vector<ChatSegment> render(const std::vector<ChatMessage>& msgs,
+                                    bool add_generation_prompt) const override {
+        std::vector<ChatSegment> out;
+        emit(out,
+             "<|start|>system<|message|>" + identity_ + "\nKnowledge cutoff: 2024-06\n" +
+                 "Current date: " + date_ + "\n\nReasoning: " + effort_ + "\n\n" +
+                 "# Valid channels: analysis, commentary, final. Channel must be included for "
+                 "every message.<|end|>",
+             0);
+        size_t first = 0;
+        if (!msgs.empty() && (msgs[0].role == "system" || msgs[0].role == "developer")) {
+            check_text(msgs[0], 0);
+            if (!msgs[0].content.empty())
+                emit(out,
+                     "<|start|>developer<|message|># Instructions\n\n" + msgs[0].content +
+                         "\n\n<|end|>",
+                     0);
+            first = 1;
+        }
+        for (size_t i = first; i < msgs.size(); ++i) {
+            const ChatMessage& m = msgs[i];
+            check_text(m, i);
+            if (m.role == "user") {
+                emit(out, "<|start|>user<|message|>" + m.content + "<|end|>", 0);
+            } else if (m.role == "assistant") {
+                const bool last = i + 1 == msgs.size() && !add_generation_prompt;
+                emit(out, "<|start|>assistant", 0);
+                std::string reply;
+                if (last && !m.thinking.empty())
+                    reply =
+                        "<|channel|>analysis<|message|>" + m.thinking + "<|end|><|start|>assistant";
+                reply +=
+                    "<|channel|>final<|message|>" + m.content + (last ? "<|return|>" : "<|end|>");
+                emit(out, std::move(reply), 1);
+            } else {
+                // gpt-oss's template drops a later system message without a word; refusing keeps
+                // a conversation from being trained on without part of it.
+                DF_CHECK(m.role != "system" && m.role != "developer",
+                         "chat message {} is a {} message after the first; the harmony template "
+                         "takes one, as the first message",
+                         i, m.role);
+                DF_FAIL("the harmony chat template has no role '{}' (tool calls are not supported)",
+                        m.role);
+            }
+        }
+        if (add_generation_prompt) emit(out, "<|start|>assistant", 0);
+        return out;
+    }
+
+  private:
+    // gpt-oss's template refuses channel markup in an assistant message: analysis and final text
+    // go in their own fields, not written out. (Other roles may quote it.)
+    static void check_text(const ChatMessage& m, size_t i) {
+        if (m.role == "assistant")
+            for (const std::string* text : {&m.content, &m.thinking})
+                for (std::string_view mark :
+                     {"<|channel|>analysis<|message|>", "<|channel|>final<|message|>"})
+                    DF_CHECK(text->find(mark) == std::string::npos,
+                             "chat message {} holds '{}' in its {}; give the analysis as the "
+                             "message's thinking and the final answer as its content, without "
+                             "channel markup",
+                             i, mark, text == &m.content ? "content" : "thinking");
+        DF_CHECK(m.thinking.empty() || m.role == "assistant",
+                 "chat message {} ({}) has a thinking field; only assistant messages have one", i,
+                 m.role);
+    }
+
+    std::string effort_, date_, identity_;
 };
 
 }  // namespace
@@ -202,11 +302,15 @@ std::unique_ptr<ChatTemplate> make_chat_template(std::string_view name, const Ch
         return std::make_unique<Llama3Template>(name == "llama3.1", opt.date_string,
                                                 std::move(bos_token));
     }
+    if (name == "harmony") return std::make_unique<HarmonyTemplate>(opt);
     DF_FAIL("unknown chat template '{}'; dflash has: {}", name, kChatTemplateNames);
 }
 
 std::string detect_chat_template(std::string_view jinja) {
     auto has = [&](std::string_view mark) { return jinja.find(mark) != std::string_view::npos; };
+    // gpt-oss's: messages framed by <|start|>role<|message|>...<|end|>, replies in channels.
+    if (has("<|start|>") && has("<|message|>") && has("<|channel|>") && has("<|end|>"))
+        return "harmony";
     if (has("<|im_start|>") && has("<think>") && has("enable_thinking") && has("last_query_index"))
         return "qwen3";
     if (has("<|start_header_id|>") && has("<|eot_id|>")) {

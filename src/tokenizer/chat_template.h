@@ -1,11 +1,13 @@
 // Chat templates of HF models, written as code: each renders a conversation into the text that
 // transformers' apply_chat_template produces with the model's Jinja template, cut into segments
-// that carry the loss mask. Qwen3 (thinking on and off), Llama-3 and Llama-3.1.
+// that carry the loss mask. Qwen3 (thinking on and off), Llama-3, Llama-3.1 and harmony (gpt-oss).
 //
 // Loss mask: 1 on what the model says in an assistant turn, i.e. everything after the text that
 // add_generation_prompt would have emitted for it, through the turn's end token; 0 on system and
 // user turns, role headers and the newline between turns. (With Qwen3 thinking off, the empty
-// "<think>\n\n</think>\n\n" that the generation prompt supplies is therefore 0.)
+// "<think>\n\n</think>\n\n" that the generation prompt supplies is therefore 0. In harmony the
+// generation prompt is "<|start|>assistant"; the channel headers, the analysis the last turn keeps
+// and the "<|start|>assistant" between analysis and final are the model's, so 1.)
 // Tested by tests/tokenizer/chat_template_test.cpp (fixtures from transformers/Jinja).
 #pragma once
 
@@ -21,10 +23,16 @@ namespace dflash {
 
 // How to pick and parametrise a model's template (the chat.* settings).
 struct ChatOptions {
-    // "auto": recognise the template in tokenizer_config.json; or qwen3 | llama3 | llama3.1.
+    // "auto": recognise the template in tokenizer_config.json; or one of kChatTemplateNames.
     std::string template_name = "auto";
     bool enable_thinking = true;  // Qwen3: the template's enable_thinking (its default is on)
     std::string date_string = "26 Jul 2024";  // Llama-3.1: the template's default date_string
+    // Harmony: the system turn's "Reasoning:" (low | medium | high; the template's default is
+    // medium), its "Current date:" (the model's template writes today's; a fixed date keeps
+    // prepared data reproducible) and its first line.
+    std::string reasoning_effort = "medium";
+    std::string current_date = "2025-08-05";
+    std::string model_identity = "You are ChatGPT, a large language model trained by OpenAI.";
 };
 
 // A piece of rendered chat text and the loss mask of the tokens that come from it.
@@ -42,10 +50,12 @@ class ChatTemplate {
                                             bool add_generation_prompt) const = 0;
     // The special token that ends a turn (what generation stops at).
     virtual std::string end_of_turn() const = 0;
+    // Other special tokens at which a reply ends (harmony: a tool call, end of text).
+    virtual std::vector<std::string> other_stops() const { return {}; }
 };
 
 // The names make_chat_template accepts.
-inline constexpr std::string_view kChatTemplateNames = "qwen3, llama3, llama3.1";
+inline constexpr std::string_view kChatTemplateNames = "qwen3, llama3, llama3.1, harmony";
 
 // `bos_token` is the tokenizer's bos text (Llama templates start with it).
 std::unique_ptr<ChatTemplate> make_chat_template(std::string_view name, const ChatOptions& opt,

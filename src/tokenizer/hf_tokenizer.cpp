@@ -2,6 +2,7 @@
 // tests/tokenizer/hf_fixtures_test.cpp.
 #include "tokenizer/hf_tokenizer.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -73,6 +74,13 @@ class HfTokenizer final : public Tokenizer {
     int64_t vocab_size() const override { return vocab_size_; }
     const SpecialTokens& specials() const override { return sp_; }
     std::string chat_template_name() const override { return chat_ ? chat_->name() : "none"; }
+
+    std::vector<int32_t> stop_tokens() const override {
+        std::vector<int32_t> out = Tokenizer::stop_tokens();
+        for (int32_t id : other_stops_)
+            if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
+        return out;
+    }
 
     std::vector<int32_t> encode(std::string_view text) const override {
         std::vector<int32_t> ids;
@@ -161,6 +169,14 @@ class HfTokenizer final : public Tokenizer {
                  "{}: the {} chat template ends turns with {}, which tokenizer.json lacks; is "
                  "chat.template right for this model?",
                  files_.origin, chat_->name(), chat_->end_of_turn());
+        for (const std::string& text : chat_->other_stops()) {
+            const int32_t id = token_id(text);
+            DF_CHECK(id >= 0,
+                     "{}: the {} chat template ends replies also at {}, which tokenizer.json "
+                     "lacks; is chat.template right for this model?",
+                     files_.origin, chat_->name(), text);
+            other_stops_.push_back(id);
+        }
     }
 
     std::string token_bytes(int32_t id, size_t pos) const {
@@ -239,6 +255,7 @@ class HfTokenizer final : public Tokenizer {
     SpecialTokens sp_;
     std::string bos_text_;
     std::unique_ptr<ChatTemplate> chat_;
+    std::vector<int32_t> other_stops_;  // the template's other_stops() as ids
     std::string chat_problem_;
 };
 

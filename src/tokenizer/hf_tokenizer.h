@@ -1,5 +1,5 @@
-// The HF tokenizer.json byte-level BPE tokenizer (Qwen2/Qwen3, Llama-3, GPT-2 style), behind the
-// Tokenizer interface. Encoding: invalid UTF-8 becomes U+FFFD (what Python's
+// The HF tokenizer.json byte-level BPE tokenizer (Qwen2/Qwen3, Llama-3, gpt-oss, GPT-2 style),
+// behind the Tokenizer interface. Encoding: invalid UTF-8 becomes U+FFFD (what Python's
 // bytes.decode("utf-8", "replace") gives, the only way such text reaches HF) -> added tokens are
 // cut out (never split) -> NFC where the tokenizer asks for it -> the split patterns -> BPE on each
 // piece's bytes. Decoding maps each token back to its bytes. The chat template comes from

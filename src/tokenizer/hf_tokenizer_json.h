@@ -1,8 +1,9 @@
 // Reading the parts of an HF tokenizer.json / tokenizer_config.json pair that surround the BPE
 // model: normalizer, pre-tokenizer, post-processor, decoder, and the special tokens and chat
 // template of tokenizer_config.json. Each reader accepts exactly what byte-level BPE tokenizers
-// (Qwen2/Qwen3, Llama-3, GPT-2 style) use and refuses the rest with the offending value, so an
-// unsupported tokenizer is an error rather than a silently different tokenization.
+// (Qwen2/Qwen3, Llama-3, gpt-oss's o200k, GPT-2 style) use and refuses the rest with the
+// offending value, so an unsupported tokenizer is an error rather than a silently different
+// tokenization.
 // Tested by tests/tokenizer/hf_tokenizer_test.cpp.
 #pragma once
 

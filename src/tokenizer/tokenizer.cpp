@@ -3,6 +3,8 @@
 // Tested by tests/tokenizer/tokenizer_test.cpp.
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace dflash {
@@ -130,6 +132,10 @@ Encoded Tokenizer::encode_chat(const std::vector<ChatMessage>& msgs,
         }
         DF_CHECK(marker >= 0, "tokenizer '{}' has no {} marker token for its chat template", name(),
                  m.role);
+        DF_CHECK(m.thinking.empty(),
+                 "chat message {} has a separate thinking field, which the byte tokenizer's chat "
+                 "template does not render; put the reasoning into the content",
+                 i);
         // Only the reply is trained on: the drafter learns to predict what the target says,
         // not what the user typed. end_turn is part of the reply (the model must learn to stop).
         const uint8_t mask = marker == sp.assistant ? 1 : 0;
@@ -138,6 +144,13 @@ Encoded Tokenizer::encode_chat(const std::vector<ChatMessage>& msgs,
         append_one(out, sp.end_turn, mask);
     }
     if (add_generation_prompt) append_one(out, sp.assistant, 0);
+    return out;
+}
+
+std::vector<int32_t> Tokenizer::stop_tokens() const {
+    std::vector<int32_t> out;
+    for (int32_t id : {specials().eos, specials().end_turn})
+        if (id >= 0 && std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
     return out;
 }
 

@@ -25,8 +25,12 @@ struct SpecialTokens {
 };
 
 struct ChatMessage {
-    std::string role;  // system | user | assistant
+    std::string role;  // system | user | assistant (| developer, harmony only)
     std::string content;
+    // An assistant turn's reasoning where a template keeps it apart from the content (harmony's
+    // analysis channel, the `thinking` field of gpt-oss's template); "" for none. Templates that
+    // keep reasoning inside the content (Qwen3's <think>) refuse a non-empty one.
+    std::string thinking = {};
 };
 
 // A tokenized sample: the training loss (and anchor sampling) only looks at positions with
@@ -58,9 +62,13 @@ class Tokenizer {
     // (inference prompts). HF tokenizers override this with their model's template.
     virtual Encoded encode_chat(const std::vector<ChatMessage>& msgs,
                                 bool add_generation_prompt) const;
-    // The chat template encode_chat applies ("byte", "qwen3", "llama3", ...; "none" when the
-    // tokenizer has none and encode_chat throws).
+    // The chat template encode_chat applies ("byte", "qwen3", "llama3", "harmony", ...; "none"
+    // when the tokenizer has none and encode_chat throws).
     virtual std::string chat_template_name() const { return "byte"; }
+    // The ids at which a generated reply ends, as far as the tokenizer and its chat template
+    // know: eos, end_turn, and whatever else the template ends replies with (harmony: <|call|>
+    // and <|endoftext|> besides <|return|>); no -1, no duplicates.
+    virtual std::vector<int32_t> stop_tokens() const;
     // Writes whatever files reproduce this tokenizer into `dir` (HF: tokenizer.json and
     // tokenizer_config.json); the byte tokenizer needs none. See save_tokenizer_spec.
     virtual void save_files(const std::filesystem::path& dir) const {}

@@ -112,6 +112,26 @@ TEST(Jsonl, HfChatTemplateMasksOnlyTheReply) {
     EXPECT_EQ(tok->decode(e.tokens).substr(0, 17), "<|begin_of_text|>");
 }
 
+// gpt-oss data: a developer message, and the last reply's reasoning in "thinking", which the
+// harmony template trains on as the analysis channel.
+TEST(Jsonl, HarmonyRecordKeepsThinkingAndDeveloper) {
+    const auto tok = load_hf_tokenizer(DFLASH_SOURCE_DIR "/tests/fixtures/tokenizer/o200k", {});
+    const JsonlRecord rec = parse_jsonl_line(
+        R"({"messages": [{"role": "developer", "content": "D"}, {"role": "user", "content": "Q"},
+            {"role": "assistant", "thinking": "T", "content": "A"}]})",
+        "t:1");
+    ASSERT_EQ(rec.messages.size(), 3u);
+    EXPECT_EQ(rec.messages[0].role, "developer");
+    EXPECT_EQ(rec.messages[2].thinking, "T");
+    const Encoded e = encode_record(*tok, rec);
+    std::vector<int32_t> reply;
+    for (size_t i = 0; i < e.tokens.size(); ++i)
+        if (e.loss_mask[i]) reply.push_back(e.tokens[i]);
+    EXPECT_EQ(tok->decode(reply),
+              "<|channel|>analysis<|message|>T<|end|><|start|>assistant<|channel|>final<|message|>"
+              "A<|return|>");
+}
+
 TEST(Jsonl, EncodeRecordUsesTheRightTemplate) {
     const auto tok = make_byte_tokenizer();
     JsonlRecord text;

@@ -1,11 +1,12 @@
 // Default stop tokens (src/infer/stop_tokens.h): every eos id of config.json and
-// generation_config.json, then the tokenizer's eos and end_turn, without duplicates; without a
-// tokenizer only the config's.
+// generation_config.json, then the tokenizer's eos and end_turn and its chat template's other stops
+// (harmony), without duplicates; without a tokenizer only the config's.
 #include "infer/stop_tokens.h"
 
 #include <gtest/gtest.h>
 
 #include "support/tiny_models.h"
+#include "tokenizer/hf_tokenizer.h"
 
 namespace dflash {
 namespace {
@@ -24,6 +25,21 @@ TEST(StopTokens, ConfigThenTokenizerWithoutDuplicates) {
     tc.extra_eos_token_ids = {5};
     tc.generation_eos_token_ids = {6, tok->specials().eos};
     EXPECT_EQ(default_stop_tokens(tc, nullptr), (std::vector<int32_t>{tok->specials().eos, 5, 6}));
+}
+
+// gpt-oss: generation_config.json's eos list is [200002, 199999, 200012]; the harmony template
+// alone (a config without eos) gives all three as well.
+TEST(StopTokens, HarmonyTemplateStopsAtReturnCallAndEndOfText) {
+    auto tc = test::tiny_target_config();
+    tc.vocab_size = 201088;
+    tc.eos_token_id = -1;
+    const auto tok =
+        load_hf_tokenizer(DFLASH_SOURCE_DIR "/tests/fixtures/tokenizer/o200k", ChatOptions{});
+    ASSERT_EQ(tok->chat_template_name(), "harmony");
+    EXPECT_EQ(default_stop_tokens(tc, tok.get()), (std::vector<int32_t>{200002, 200012, 199999}));
+    tc.eos_token_id = 200002;
+    tc.generation_eos_token_ids = {200002, 199999, 200012};
+    EXPECT_EQ(default_stop_tokens(tc, tok.get()), (std::vector<int32_t>{200002, 199999, 200012}));
 }
 
 TEST(StopTokens, IdsOutsideTheVocabularyAreDropped) {

@@ -72,7 +72,8 @@ std::string describe(const GenerateOptions& o) {
                        o.draft_sampling, o.seed, static_cast<int>(o.draft_precision));
 }
 std::string describe(const ChatOptions& o) {
-    return fmt::format("{} {} {}", o.template_name, o.enable_thinking, o.date_string);
+    return fmt::format("{} {} {} {} {} {}", o.template_name, o.enable_thinking, o.date_string,
+                       o.reasoning_effort, o.current_date, o.model_identity);
 }
 std::string describe(const DemoDefaults& o) {
     return fmt::format("{} {}", o.output_dir.string(), o.quick);

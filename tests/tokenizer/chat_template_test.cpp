@@ -1,6 +1,7 @@
 // The chat templates as code: exact text of Qwen3 (thinking on and off, reasoning in content,
-// multi-turn) and Llama-3/3.1 conversations, which segments carry the loss mask, recognition of
-// the Jinja templates, and Python's strip. The comparison with transformers/Jinja output is in
+// multi-turn), Llama-3/3.1 and harmony (reasoning levels, analysis kept only in the last turn,
+// instructions, refusals) conversations, which segments carry the loss mask, recognition of the
+// Jinja templates, and Python's strip. The comparison with transformers/Jinja output is in
 // hf_fixtures_test.cpp.
 #include "tokenizer/chat_template.h"
 #include "support/test_util.h"
@@ -97,12 +98,102 @@ TEST(ChatTemplate, Llama3) {
     EXPECT_TRUE(test::has(test::error_of([] { make_chat_template("chatml", {}, ""); }), "qwen3"));
 }
 
+std::unique_ptr<ChatTemplate> harmony(const std::string& effort = "medium") {
+    ChatOptions o;
+    o.reasoning_effort = effort;
+    o.current_date = "2025-08-05";
+    return make_chat_template("harmony", o, "");
+}
+
+std::string harmony_system(const std::string& effort) {
+    return "<|start|>system<|message|>You are ChatGPT, a large language model trained by "
+           "OpenAI.\nKnowledge cutoff: 2024-06\nCurrent date: 2025-08-05\n\nReasoning: " +
+           effort +
+           "\n\n# Valid channels: analysis, commentary, final. Channel must be included for "
+           "every message.<|end|>";
+}
+
+TEST(ChatTemplate, HarmonyPromptAtEachReasoningLevel) {
+    for (const std::string effort : {"low", "medium", "high"}) {
+        const auto segs = harmony(effort)->render({{"user", "Hi"}}, true);
+        EXPECT_EQ(chat_text(segs),
+                  harmony_system(effort) + "<|start|>user<|message|>Hi<|end|><|start|>assistant");
+        EXPECT_EQ(masked(segs), "");
+    }
+    EXPECT_EQ(ChatOptions{}.reasoning_effort, "medium");  // the template's default
+}
+
+TEST(ChatTemplate, HarmonyTrainingKeepsOnlyTheLastAnalysis) {
+    const std::vector<ChatMessage> chat = {{"system", "Be brief."},
+                                           {"user", "A"},
+                                           {"assistant", "one", "first thought"},
+                                           {"user", "B"},
+                                           {"assistant", "two", "second thought"}};
+    const auto segs = harmony()->render(chat, false);
+    EXPECT_EQ(chat_text(segs),
+              harmony_system("medium") +
+                  "<|start|>developer<|message|># Instructions\n\nBe brief.\n\n<|end|>"
+                  "<|start|>user<|message|>A<|end|>"
+                  "<|start|>assistant<|channel|>final<|message|>one<|end|>"
+                  "<|start|>user<|message|>B<|end|>"
+                  "<|start|>assistant<|channel|>analysis<|message|>second thought<|end|>"
+                  "<|start|>assistant<|channel|>final<|message|>two<|return|>");
+    EXPECT_EQ(masked(segs),
+              "<|channel|>final<|message|>one<|end|>"
+              "<|channel|>analysis<|message|>second thought<|end|>"
+              "<|start|>assistant<|channel|>final<|message|>two<|return|>");
+    // With a generation prompt the last reply is history too: no analysis, <|end|>.
+    const std::vector<ChatMessage> history(chat.begin(), chat.end());
+    const std::string prompt = chat_text(harmony()->render(history, true));
+    EXPECT_FALSE(test::has(prompt, "thought")) << prompt;
+    EXPECT_TRUE(prompt.ends_with("two<|end|><|start|>assistant")) << prompt;
+}
+
+TEST(ChatTemplate, HarmonyDeveloperAndEmptyInstructions) {
+    EXPECT_EQ(chat_text(harmony()->render({{"developer", "D"}, {"user", "U"}}, true)),
+              harmony_system("medium") +
+                  "<|start|>developer<|message|># Instructions\n\nD\n\n<|end|>"
+                  "<|start|>user<|message|>U<|end|><|start|>assistant");
+    // An empty first system message writes no developer turn.
+    EXPECT_EQ(chat_text(harmony()->render({{"system", ""}, {"user", "U"}}, true)),
+              harmony_system("medium") + "<|start|>user<|message|>U<|end|><|start|>assistant");
+}
+
+TEST(ChatTemplate, HarmonyStopsAndRefusals) {
+    const auto t = harmony();
+    EXPECT_EQ(t->end_of_turn(), "<|return|>");
+    EXPECT_EQ(t->other_stops(), (std::vector<std::string>{"<|call|>", "<|endoftext|>"}));
+    const std::string bad_effort = test::error_of([] { harmony("extreme"); });
+    EXPECT_TRUE(test::has(bad_effort, "'extreme'")) << bad_effort;
+    EXPECT_TRUE(test::has(bad_effort, "low, medium or high")) << bad_effort;
+    const auto err = [&](const std::vector<ChatMessage>& chat) {
+        return test::error_of([&] { t->render(chat, false); });
+    };
+    EXPECT_TRUE(test::has(err({{"user", "a"}, {"system", "late"}}), "after the first"));
+    EXPECT_TRUE(test::has(err({{"tool", "x"}}), "no role 'tool'"));
+    EXPECT_TRUE(test::has(err({{"user", "q"}, {"user", "x", "why"}}), "only assistant"));
+    EXPECT_TRUE(test::has(err({{"user", "q"}, {"assistant", "<|channel|>final<|message|>x"}}),
+                          "channel markup"));
+    // A user may quote the markup.
+    EXPECT_NO_THROW(t->render({{"user", "what is <|channel|>final<|message|>?"}}, true));
+    // Templates that keep reasoning in the content refuse a separate one.
+    const std::string q = test::error_of([] {
+        qwen3(true)->render({{"user", "q"}, {"assistant", "a", "why"}}, false);
+    });
+    EXPECT_TRUE(test::has(q, "thinking field")) << q;
+}
+
 TEST(ChatTemplate, RecognisesTheJinjaTemplates) {
     const std::string dir = DFLASH_SOURCE_DIR "/tools/reference/chat_templates/";
     EXPECT_EQ(detect_chat_template(test::read_file(dir + "qwen3.jinja")), "qwen3");
     EXPECT_EQ(detect_chat_template(test::read_file(dir + "llama3.jinja")), "llama3");
     EXPECT_EQ(detect_chat_template(test::read_file(dir + "llama3.1.jinja")), "llama3.1");
     // Qwen2.5's ChatML (no think blocks) and Llama-3.2 (today's date) are not these templates.
+    EXPECT_EQ(detect_chat_template(test::read_file(dir + "harmony.jinja")), "harmony");
+    // gpt-oss's own template, by its markers (it is not available offline).
+    EXPECT_EQ(detect_chat_template("{{- \"<|start|>system<|message|>\" }}{{- \"<|end|>\" }}"
+                                   "{{- \"<|start|>assistant<|channel|>final<|message|>\" }}"),
+              "harmony");
     EXPECT_EQ(detect_chat_template("{{'<|im_start|>' + message['role']}}"), "");
     EXPECT_EQ(detect_chat_template("<|start_header_id|><|eot_id|>Cutting Knowledge Date "
                                    "strftime_now"),

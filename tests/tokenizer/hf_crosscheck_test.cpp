@@ -1,9 +1,9 @@
-// Random strings (letters of several scripts, digits, whitespace runs, Unicode spaces, emoji,
-// combining marks, punctuation, special-token text) encoded by dflash and by tokenizers.js
+// Random strings (letters of several scripts and cases, digits, whitespace runs, Unicode spaces,
+// emoji, combining marks, punctuation, special-token text) encoded by dflash and by tokenizers.js
 // (@huggingface/tokenizers, an independent implementation installed into tools/js by
-// scripts/setup.sh) with the fixture tokenizers: ids and decoded text must agree. Skipped (and
-// said so) only where node is not installed; with node but without the package it fails and says
-// how to install it.
+// scripts/setup.sh) with the fixture tokenizers (Qwen2, Llama-3, o200k): ids and decoded text
+// must agree. Skipped (and said so) only where node is not installed; with node but without the
+// package it fails and says how to install it.
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
@@ -107,7 +107,24 @@ std::string random_text(Rng& rng) {
                                               "<|",
                                               "|>",
                                               "<|endoftext|>",
-                                              "<|start_header_id|>"};
+                                              "<|start_header_id|>",
+                                              "Camel",
+                                              "JSON",
+                                              "Parser",
+                                              "HTTP",
+                                              "I",
+                                              "'M",
+                                              "'VE",
+                                              "1234567",
+                                              "/\n",
+                                              "\u01c5",
+                                              "\u02b0",
+                                              "<|start|>",
+                                              "<|message|>",
+                                              "<|channel|>",
+                                              "<|end|>",
+                                              "<|return|>",
+                                              "<|call|>"};
     constexpr uint64_t n = sizeof(kPieces) / sizeof(kPieces[0]);
     std::string s;
     const uint64_t len = rng.below(40);
@@ -127,7 +144,7 @@ TEST(HfCrossCheck, RandomStringsAgreeWithTokenizersJs) {
     std::vector<std::string> texts;
     for (int i = 0; i < 400; ++i) texts.push_back(random_text(rng));
     test::write_file(tmp / "in.json", json(texts).dump());
-    for (const char* kind : {"qwen2", "llama3"}) {
+    for (const std::string kind : {"qwen2", "llama3", "o200k"}) {
         const std::string dir = kRepo + "/tests/fixtures/tokenizer/" + kind;
         const std::string out = (tmp / (std::string(kind) + ".json")).string();
         const std::string cmd = "node " + kRepo + "/tools/js/encode.mjs " + dir + " " +
@@ -138,6 +155,10 @@ TEST(HfCrossCheck, RandomStringsAgreeWithTokenizersJs) {
         const auto tok = load_hf_tokenizer(dir, ChatOptions{});
         int bad = 0;
         for (size_t i = 0; i < texts.size() && bad < 5; ++i) {
+            // tokenizers.js folds case in (?i:'s|...) by ASCII only, so it does not take "'\u017f"
+            // (long s) after an o200k word as a contraction; HF's Oniguruma and PCRE2 fold by
+            // Unicode and do (regex_split_test.cpp checks dflash's side of that case).
+            if (kind == "o200k" && texts[i].find("'\u017f") != std::string::npos) continue;
             const auto ids = tok->encode(texts[i]);
             const bool same = ids == ref[i]["ids"].get<std::vector<int32_t>>() &&
                               utf8_lossy(tok->decode(ids)) == ref[i]["decoded"].get<std::string>();

@@ -1,6 +1,7 @@
-// The Qwen2/Qwen3 and Llama-3 split patterns under PCRE2: pieces as HF `tokenizers` cuts them
-// (digits one by one vs. up to three, whitespace runs, case-insensitive contractions, Unicode
-// letters/digits/spaces), lookarounds confined to the piece, long inputs, and compile errors.
+// The Qwen2/Qwen3, Llama-3 and o200k (gpt-oss) split patterns under PCRE2: pieces as HF
+// `tokenizers` cuts them (digits one by one vs. up to three, whitespace runs, case-insensitive
+// contractions, Unicode letters/digits/spaces, o200k's case-shaped words), lookarounds confined to
+// the piece, long inputs, and compile errors.
 #include "tokenizer/regex_split.h"
 #include "support/test_util.h"
 
@@ -56,6 +57,39 @@ TEST(RegexSplit, UnicodeClasses) {
               (V{"hi", " \U0001F600\U0001F603!"}));
 }
 
+// o200k cuts words where lower case turns to upper case, keeps an all-capitals run whole, lets a
+// contraction of any case follow either kind of word, and lets punctuation keep the newlines and
+// slashes after it.
+TEST(RegexSplit, O200kWordsFollowLetterCase) {
+    const auto p = [](std::string_view text) { return pieces(kO200kSplitPattern, text); };
+    EXPECT_EQ(p("CamelCase JSONParser"), (V{"Camel", "Case", " JSONParser"}));
+    EXPECT_EQ(p("HELLO world"), (V{"HELLO", " world"}));
+    EXPECT_EQ(p("DON'T you'RE I'M it's"), (V{"DON'T", " you'RE", " I'M", " it's"}));
+    // (?i:...) folds case by Unicode, as Oniguruma does: a long s (U+017F) is an 's'.
+    EXPECT_EQ(p("it'\u017f x"), (V{"it'\u017f", " x"}));
+    EXPECT_EQ(p("1234567"), (V{"123", "456", "7"}));
+    EXPECT_EQ(p("a/\n/b"), (V{"a", "/\n/", "b"}));
+    EXPECT_EQ(p("x  \n\n  y"), (V{"x", "  \n\n", " ", " y"}));
+    // Ideographs are both "upper" and "lower" (\p{Lo}), so they join a following Latin word;
+    // combining marks (\p{M}) and title-case letters (\p{Lt}) stay inside words.
+    EXPECT_EQ(p("\u4e2d\u6587English"), (V{"\u4e2d\u6587English"}));
+    EXPECT_EQ(p("nai\u0308ve \u01c5ungla"), (V{"nai\u0308ve", " \u01c5ungla"}));
+    // The other patterns split these differently.
+    EXPECT_EQ(pieces(kLlama3SplitPattern, "I'M"), (V{"I", "'M"}));
+    EXPECT_EQ(pieces(kLlama3SplitPattern, "CamelCase"), (V{"CamelCase"}));
+}
+
+// A long run of capitals with no lower-case letter after it makes the first word alternative take
+// the run and give it back letter by letter before the second takes it whole: linear work, within
+// the match limit.
+TEST(RegexSplit, O200kLongCapitalRun) {
+    const std::string caps(1 << 20, 'A');
+    const auto p = pieces(kO200kSplitPattern, caps + " b");
+    ASSERT_EQ(p.size(), 2u);
+    EXPECT_EQ(p[0].size(), caps.size());
+    EXPECT_EQ(p[1], " b");
+}
+
 TEST(RegexSplit, LookaheadSeesOnlyThePiece) {
     // "\s+(?!\S)" at the end of the text takes the whole run; the same run before a letter
     // leaves one space for the word.
@@ -85,7 +119,8 @@ TEST(RegexSplit, TenMegabytesOfWhitespaceSplitLikeShortRuns) {
     std::string run(10 << 20, ' ');
     for (size_t i = 0; i < run.size(); i += 7) run[i] = '\t';
     run.back() = ' ';  // the space that joins the next word
-    for (auto pat : {kQwen2SplitPattern, kLlama3SplitPattern, kGpt2SplitPattern}) {
+    for (auto pat :
+         {kQwen2SplitPattern, kLlama3SplitPattern, kO200kSplitPattern, kGpt2SplitPattern}) {
         const auto p = pieces(pat, "a" + run + "b");
         ASSERT_EQ(p.size(), 3u);
         EXPECT_EQ(p[0], "a");

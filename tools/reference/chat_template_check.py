@@ -1,15 +1,21 @@
 """Is a model's own chat template one that dflash has written as code? (any machine with transformers)
 
-dflash applies chat templates as code (src/tokenizer/chat_template.cpp: qwen3, llama3, llama3.1),
+dflash applies chat templates as code (src/tokenizer/chat_template.cpp: qwen3, llama3, llama3.1,
+harmony),
 checked in CI against the Jinja files of tools/reference/chat_templates/. This script renders the
 conversations of tools/reference/tokenizer_cases.json (those of the named template, with its
 options) with the model's own template (tokenizer_config.json or chat_template.jinja) and with
 dflash's Jinja file, through transformers' apply_chat_template, and reports every difference. If
 there is none, `--chat.template NAME` is safe for that model.
 
-usage: python3 tools/reference/chat_template_check.py MODEL_DIR NAME   (NAME: qwen3, llama3, llama3.1)
+usage: python3 tools/reference/chat_template_check.py MODEL_DIR NAME
+  (NAME: qwen3, llama3, llama3.1, harmony)
 exits 1 on any difference.
+
+gpt-oss's template dates its system turn with strftime_now("%Y-%m-%d"); for harmony cases the
+script pins that function to the case's current_date, which dflash's Jinja takes as a variable.
 """
+import datetime
 import json
 import os
 import sys
@@ -35,8 +41,12 @@ def main():
     bad = 0
     for c in chats:
         kw = {"add_generation_prompt": c["add_generation_prompt"]}
-        if "enable_thinking" in c:
-            kw["enable_thinking"] = c["enable_thinking"]
+        for k in ("enable_thinking", "reasoning_effort", "current_date"):
+            if k in c:
+                kw[k] = c[k]
+        if "current_date" in c:
+            day = datetime.datetime.strptime(c["current_date"], "%Y-%m-%d")
+            kw["strftime_now"] = day.strftime  # a template variable shadows the global
         theirs = tok.apply_chat_template(c["messages"], tokenize=False, **kw)
         mine = tok.apply_chat_template(c["messages"], tokenize=False, chat_template=ours, **kw)
         same = theirs == mine

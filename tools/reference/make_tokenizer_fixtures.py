@@ -1,18 +1,27 @@
 """Tokenizer and chat-template fixtures from the reference implementations (run on the GPU machine).
 
-Trains two small byte-level BPE tokenizers with HF `tokenizers` (offline, on
+Trains three small byte-level BPE tokenizers with HF `tokenizers` (offline, on
 tools/reference/tokenizer_corpus.txt), one with Qwen2/Qwen3's pre-tokenizer (split pattern, NFC, no
-bos) and one with Llama-3's (split pattern, ignore_merges, <|begin_of_text|> added by the
-post-processor), writes them as tokenizer.json + tokenizer_config.json, and records what the
-reference gives for the cases of tools/reference/tokenizer_cases.json:
+bos), one with Llama-3's (split pattern, ignore_merges, <|begin_of_text|> added by the
+post-processor) and one with gpt-oss's (o200k split pattern, ignore_merges, no bos, the harmony
+specials at gpt-oss's ids, the chat template in chat_template.jinja), writes them as
+tokenizer.json + tokenizer_config.json (+ chat_template.jinja), and records what the reference
+gives for the cases of tools/reference/tokenizer_cases.json:
   - texts: `tokenizers` encode (no specials added; and with the post-processor) and decode;
   - chats: transformers' apply_chat_template with the Jinja templates of
     tools/reference/chat_templates/ (text, and ids with tokenize=True).
 tests/tokenizer/hf_fixtures_test.cpp compares dflash with every case.
 
-usage (repo root): python3 tools/reference/make_tokenizer_fixtures.py OUT_DIR
-  writes OUT_DIR/{qwen2,llama3}/{tokenizer.json,tokenizer_config.json,expected.json};
-  copy them over tests/fixtures/tokenizer/ and commit.
+o200k's specials keep gpt-oss's ids (199998 ... 200018) in a vocabulary of a few hundred entries:
+`tokenizers` re-numbers, on loading, an added token that the model's vocabulary lacks (from the
+vocabulary's size on), so the specials are written into the BPE vocabulary at their ids as well
+(gpt-oss's own tokenizer.json lists them only as added tokens; dflash reads both layouts alike, a
+test checks). The script stops if any special does not load at its id.
+
+usage (repo root): python3 tools/reference/make_tokenizer_fixtures.py OUT_DIR [KIND...]
+  KIND: qwen2, llama3, o200k (default: all three);
+  writes OUT_DIR/KIND/{tokenizer.json,tokenizer_config.json,expected.json} (o200k: and
+  chat_template.jinja); copy them over tests/fixtures/tokenizer/ and commit.
 """
 import json
 import os
@@ -30,6 +39,21 @@ QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{
          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+O200K = "|".join([
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"\p{N}{1,3}", r" ?[^\s\p{L}\p{N}]+[\r\n/]*", r"\s*[\r\n]+", r"\s+(?!\S)", r"\s+"])
+# gpt-oss's named special tokens at their ids (the reserved ones between them are left out).
+HARMONY_SPECIALS = [(199998, "<|startoftext|>"), (199999, "<|endoftext|>"), (200002, "<|return|>"),
+                    (200003, "<|constrain|>"), (200005, "<|channel|>"), (200006, "<|start|>"),
+                    (200007, "<|end|>"), (200008, "<|message|>"), (200012, "<|call|>"),
+                    (200018, "<|endofprompt|>")]
+# Whole pre-tokens given a vocabulary entry that no merge sequence builds, so that the o200k
+# fixture tells ignore_merges (one token) from plain BPE (several).
+O200K_WHOLE_WORDS = [" JSONParser", " HTTPServer", " Speculative"]
+FAMILIES = {"qwen2": ["qwen3"], "llama3": ["llama3", "llama3.1"], "o200k": ["harmony"]}
+# Chat-template options a case may set, passed to apply_chat_template as they are.
+TEMPLATE_OPTIONS = ("enable_thinking", "reasoning_effort", "current_date")
 SPECIALS = {
     "qwen2": [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True),
               ("<think>", False), ("</think>", False)],
@@ -45,6 +69,8 @@ def read(path):
 
 
 def train(kind, corpus):
+    if kind == "o200k":
+        return train_o200k(corpus)
     tok = Tokenizer(models.BPE())
     if kind == "qwen2":
         tok.normalizer = normalizers.NFC()
@@ -74,7 +100,52 @@ def train(kind, corpus):
     return Tokenizer.from_str(json.dumps(doc)), doc
 
 
+def byte_level_chars(text):
+    """`text`'s UTF-8 bytes in GPT-2's byte alphabet (how byte-level vocabularies spell them)."""
+    keep = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255]
+    table, nxt = {}, 256
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(nxt)
+            nxt += 1
+    return "".join(table[b] for b in text.encode("utf-8"))
+
+
+def train_o200k(corpus):
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(O200K), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=700, min_frequency=2, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus.splitlines(keepends=True), trainer)
+    doc = json.loads(tok.to_str())
+    vocab = doc["model"]["vocab"]
+    for w in O200K_WHOLE_WORDS:
+        vocab.setdefault(byte_level_chars(w), len(vocab))
+    for tid, content in HARMONY_SPECIALS:  # see the module docstring
+        vocab[content] = tid
+    doc["model"]["ignore_merges"] = True  # as gpt-oss's tokenizer.json has it
+    doc["added_tokens"] = [{"id": tid, "content": content, "single_word": False, "lstrip": False,
+                            "rstrip": False, "normalized": False, "special": True}
+                           for tid, content in HARMONY_SPECIALS]
+    doc["post_processor"] = None
+    loaded = Tokenizer.from_str(json.dumps(doc))
+    for tid, content in HARMONY_SPECIALS:
+        if loaded.token_to_id(content) != tid or loaded.encode(content).ids != [tid]:
+            sys.exit(f"o200k: {content} loads as id {loaded.token_to_id(content)}, not {tid}; "
+                     f"this tokenizers version numbers added tokens differently")
+    return loaded, doc
+
+
 def tokenizer_config(kind):
+    if kind == "o200k":  # the chat template goes to chat_template.jinja, as gpt-oss ships it
+        return {"bos_token": "<|startoftext|>", "eos_token": "<|return|>",
+                "pad_token": "<|endoftext|>", "clean_up_tokenization_spaces": False,
+                "model_max_length": 131072, "tokenizer_class": "PreTrainedTokenizerFast"}
     template = read(os.path.join(HERE, "chat_templates",
                                  "qwen3.jinja" if kind == "qwen2" else "llama3.1.jinja")).rstrip()
     cfg = {"clean_up_tokenization_spaces": False, "model_max_length": 131072,
@@ -112,16 +183,14 @@ def as_ids(x):
 
 
 def chat_cases(kind, tok, hf_tok, cases):
-    family = ["qwen3"] if kind == "qwen2" else ["llama3", "llama3.1"]
     out = []
     for c in cases["chats"]:
-        if c["template"] not in family:
+        if c["template"] not in FAMILIES[kind]:
             continue
         kwargs = {"add_generation_prompt": c["add_generation_prompt"],
                   "chat_template": read(os.path.join(HERE, "chat_templates",
                                                      c["template"] + ".jinja")).rstrip()}
-        if "enable_thinking" in c:
-            kwargs["enable_thinking"] = c["enable_thinking"]
+        kwargs.update({k: c[k] for k in TEMPLATE_OPTIONS if k in c})
         text = hf_tok.apply_chat_template(c["messages"], tokenize=False, **kwargs)
         ids = tok.encode(text, add_special_tokens=False).ids
         ids_hf = as_ids(hf_tok.apply_chat_template(c["messages"], tokenize=True, **kwargs))
@@ -133,14 +202,18 @@ def chat_cases(kind, tok, hf_tok, cases):
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) < 2:
         sys.exit(__doc__)
     out_root = sys.argv[1]
+    kinds = sys.argv[2:] or list(FAMILIES)
+    for kind in kinds:
+        if kind not in FAMILIES:
+            sys.exit(f"unknown fixture kind {kind!r}; known: {', '.join(FAMILIES)}")
     cases = json.loads(read(os.path.join(HERE, "tokenizer_cases.json")))
     corpus = read(os.path.join(HERE, "tokenizer_corpus.txt"))
     producer = (f"HF tokenizers {tokenizers.__version__} + transformers {transformers.__version__} "
                 f"(tools/reference/make_tokenizer_fixtures.py)")
-    for kind in ("qwen2", "llama3"):
+    for kind in kinds:
         tok, doc = train(kind, corpus)
         cfg = tokenizer_config(kind)
         d = os.path.join(out_root, kind)
@@ -149,8 +222,11 @@ def main():
             json.dump(doc, f, ensure_ascii=False, indent=1)
         with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
             json.dump(cfg, f, ensure_ascii=False, indent=1)
+        if kind == "o200k":
+            with open(os.path.join(d, "chat_template.jinja"), "w", encoding="utf-8") as f:
+                f.write(read(os.path.join(HERE, "chat_templates", "harmony.jinja")))
         hf_tok = load_transformers_tokenizer(d, cfg)
-        probe = "Hello 12345 \u4f60\u597d<|im_end|>"
+        probe = "Hello 12345 \u4f60\u597d<|im_end|><|start|>"
         if hf_tok(probe, add_special_tokens=False)["input_ids"] != tok.encode(
                 probe, add_special_tokens=False).ids:
             sys.exit(f"{kind}: transformers did not load tokenizer.json as written")
