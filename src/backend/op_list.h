@@ -244,5 +244,24 @@ DFLASH_OP(selector_unary_bwd,
           (const Tensor& dvalues, const Tensor& ids, const Tensor& w, const Tensor& out),
           (dvalues, ids, w, out))
 
+// ---- mixture of experts (backend/ops.h: MoeRouting, MoeExperts) ----------------------------
+// logits f32 [R, E] -> experts i32 [R, k], weights f32 [R, k]: each row's k picks in descending
+// router score, ties to the lower expert id (deterministic). Both router kinds rank the logits
+// themselves (softmax is monotone, so these are softmax_topk's k largest p too; ranking the
+// exact logits lets every backend pick the same experts whatever its exp).
+DFLASH_OP(moe_route,
+          (const Tensor& logits, const MoeRouting& routing, const Tensor& experts,
+           const Tensor& weights),
+          (logits, routing, experts, weights))
+// out [R, D] = sum_j weights[r, j] * expert_{experts[r, j]}(x[r]), the k terms summed in j order
+// in fp32, out overwritten; expert_e(x) = down_e · act(gate_up_e · x + b_gu) + b_d. x [R, D],
+// experts i32 [R, k] with ids in [0, E) (the CPU checks them; CUDA, which cannot read them,
+// leaves a term with an id outside out), weights f32 [R, k]. A row's bits do not depend on the
+// other rows (row invariance: a decode step and a verify block agree).
+DFLASH_OP(moe_experts,
+          (const Tensor& x, const Tensor& experts, const Tensor& weights, const MoeExperts& w,
+           const Tensor& out),
+          (x, experts, weights, w, out))
+
 #undef DFLASH_OP
 #undef DFLASH_OP_DEFAULT

@@ -174,6 +174,15 @@ void check_attention_mask(const AttnMask& m, const AttentionDims& d, const char*
                  "{}: mask.kv_len is {}, expected i32 [1] with a causal or full mask", op,
                  m.kv_len.describe());
     }
+    DF_CHECK(m.window >= 0, "{}: mask.window={}, expected >= 0 (0: no window)", op, m.window);
+    DF_CHECK(m.window == 0 || m.kind == AttnMaskKind::causal,
+             "{}: mask.window={} is given with a {} mask; a sliding window applies to causal "
+             "masks only",
+             op, m.window, m.kind == AttnMaskKind::full ? "full" : "dflash_block");
+    DF_CHECK(m.sinks.empty() ||
+                 (m.sinks.dtype() == DType::f32 && m.sinks.numel() == d.h && m.sinks.rank() == 1),
+             "{}: mask.sinks is {}, expected f32 [{}] (one logit per query head) or empty", op,
+             m.sinks.describe(), d.h);
     switch (m.kind) {
         case AttnMaskKind::causal:
             if (!m.kv_len.empty()) break;  // the query offset follows the cache length
@@ -248,6 +257,8 @@ AttentionDims check_attention_bwd_shapes(const Tensor& dout, const Tensor& q, co
                                          const AttnMask& mask, const Tensor& dq, const Tensor& dk,
                                          const Tensor& dv) {
     constexpr const char* op = "attention_bwd";
+    // The trainer never backpropagates through a target, the only user of sinks.
+    DF_CHECK(mask.sinks.empty(), "attention_bwd: sinks are forward-only (targets are frozen)");
     const AttentionDims d = check_attention_common(q, k, v, mask, lse, true, op);
     check_attention_like(dout, q, op, "dout", "q");
     check_attention_like(out, q, op, "out", "q");
@@ -601,6 +612,54 @@ SelectorLossDims check_selector_unary_bwd_shapes(const Tensor& dvalues, const Te
     check_rows(ids, DType::i32, d.R, d.K, op, "ids");
     DF_CHECK(w.rank() == 2, "{}: w is {}; expected [V, D]", op, w.describe());
     check_rows(out, DType::f32, d.R, w.dim(1), op, "out");
+    return d;
+}
+
+// ---- mixture of experts -------------------------------------------------------------------------
+
+MoeRouteDims check_moe_route_shapes(const Tensor& logits, const MoeRouting& routing,
+                                    const Tensor& experts, const Tensor& weights) {
+    constexpr const char* op = "moe_route";
+    DF_CHECK(logits.rank() == 2 && logits.dtype() == DType::f32 && logits.dim(1) >= 1,
+             "{}: logits is {}; expected f32 [R, E] with E >= 1", op, logits.describe());
+    const MoeRouteDims d{logits.dim(0), logits.dim(1), routing.k};
+    DF_CHECK(d.k >= 1 && d.k <= d.E, "{}: k={} is outside [1, E={}]", op, d.k, d.E);
+    check_rows(experts, DType::i32, d.R, d.k, op, "experts");
+    check_rows(weights, DType::f32, d.R, d.k, op, "weights");
+    return d;
+}
+
+MoeExpertsDims check_moe_experts_shapes(const Tensor& x, const Tensor& experts,
+                                        const Tensor& weights, const MoeExperts& w,
+                                        const Tensor& out) {
+    constexpr const char* op = "moe_experts";
+    DF_CHECK(x.rank() == 2 && x.dim(1) >= 1, "{}: x is {}; expected [R, D] with D >= 1", op,
+             x.describe());
+    DF_CHECK(experts.rank() == 2 && experts.dim(1) >= 1, "{}: experts is {}; expected i32 [R, k]",
+             op, experts.describe());
+    DF_CHECK(w.gate_up.rank() == 3 && w.gate_up.dim(1) % 2 == 0 && w.gate_up.dim(1) >= 2 &&
+                 w.gate_up.dim(0) >= 1,
+             "{}: gate_up is {}; expected [E, 2I, D] with E, I >= 1", op, w.gate_up.describe());
+    MoeExpertsDims d;
+    d.R = x.dim(0);
+    d.D = x.dim(1);
+    d.k = experts.dim(1);
+    d.E = w.gate_up.dim(0);
+    d.I = w.gate_up.dim(1) / 2;
+    check_rows(experts, DType::i32, d.R, d.k, op, "experts");
+    check_rows(weights, DType::f32, d.R, d.k, op, "weights");
+    const DType dt = x.dtype();
+    const auto shaped = [&](const Tensor& t, Shape want, const char* name) {
+        DF_CHECK(t.dtype() == dt && t.shape() == want, "{}: {} is {}; expected {} {} (x's dtype)",
+                 op, name, t.describe(), dtype_name(dt), want.to_string());
+    };
+    shaped(out, Shape{d.R, d.D}, "out");
+    shaped(w.gate_up, Shape{d.E, 2 * d.I, d.D}, "gate_up");
+    shaped(w.down, Shape{d.E, d.D, d.I}, "down");
+    if (!w.gate_up_bias.empty()) shaped(w.gate_up_bias, Shape{d.E, 2 * d.I}, "gate_up_bias");
+    if (!w.down_bias.empty()) shaped(w.down_bias, Shape{d.E, d.D}, "down_bias");
+    DF_CHECK(w.activation != MoeActivation::clamped_swiglu || w.limit > 0.0f,
+             "{}: clamped_swiglu needs limit > 0, got {}", op, w.limit);
     return d;
 }
 

@@ -60,7 +60,8 @@ struct AttentionDims {
 // dq) shaped like q, dk and dv like k; lse f32 [H, Sq] or empty (the backward needs it). The
 // mask's sizes: kv_len i32 [1] only with a causal or full mask; without kv_len a causal mask
 // needs q_offset + Sq <= Sk; a dflash_block mask needs Sq = N * block_size, Sk = ctx_len + Sq,
-// anchors i32 [N] and ctx_start i32 [N] or empty (at least N entries are read). What the
+// anchors i32 [N] and ctx_start i32 [N] or empty (at least N entries are read); window >= 0,
+// nonzero only with a causal mask; sinks f32 [H] or empty, and empty in the backward. What the
 // mask's tensors hold is checked where it can be read (the CPU reference).
 AttentionDims check_attention_fwd_shapes(const Tensor& q, const Tensor& k, const Tensor& v,
                                          const AttnMask& mask, const Tensor& out,
@@ -157,5 +158,22 @@ int64_t check_selector_stats_shapes(const Tensor& loss_rows, const Tensor& pick,
                                     const Tensor& weights, int64_t block, const Tensor& stats);
 SelectorLossDims check_selector_unary_bwd_shapes(const Tensor& dvalues, const Tensor& ids,
                                                  const Tensor& w, const Tensor& out);
+
+// ---- mixture of experts -------------------------------------------------------------------------
+struct MoeRouteDims {
+    int64_t R = 0, E = 0, k = 0;  // rows (tokens), experts, picks per row
+};
+// logits f32 [R, E] with E >= 1, 1 <= routing.k <= E, experts i32 [R, k], weights f32 [R, k].
+MoeRouteDims check_moe_route_shapes(const Tensor& logits, const MoeRouting& routing,
+                                    const Tensor& experts, const Tensor& weights);
+struct MoeExpertsDims {
+    int64_t R = 0, D = 0, k = 0, E = 0, I = 0;  // rows, hidden, picks, experts, intermediate
+};
+// x [R, D], experts i32 [R, k] with k >= 1, weights f32 [R, k], out [R, D]; w.gate_up [E, 2I, D]
+// and w.down [E, D, I] with E, I, D >= 1, the biases [E, 2I] / [E, D] or empty; x, out, the
+// weights and the biases of one dtype; limit > 0 for clamped_swiglu.
+MoeExpertsDims check_moe_experts_shapes(const Tensor& x, const Tensor& experts,
+                                        const Tensor& weights, const MoeExperts& w,
+                                        const Tensor& out);
 
 }  // namespace dflash

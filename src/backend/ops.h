@@ -1,7 +1,8 @@
 // The op set (docs/design.md "The op contract"): the plain data types every backend's ops share.
 // The CPU reference lives in backend/cpu/, one op family per file; backend/op_list.h lists the ops.
 // Tested by tests/ops/attention_test.cpp (AttnMask), tests/ops/lm_head_ce_test.cpp
-// (LmHeadCeOut) and tests/ops/lm_head_kl_test.cpp (LmHeadKlOut).
+// (LmHeadCeOut), tests/ops/lm_head_kl_test.cpp (LmHeadKlOut) and tests/ops/moe_test.cpp (the
+// mixture-of-experts structs).
 #pragma once
 
 #include <cstdint>
@@ -48,6 +49,11 @@ enum class AttnMaskKind {
 // Decoding over a KV cache passes the whole cache as k/v and its length in device memory
 // (`kv_len`, i32 [1]): only keys j < kv_len[0] exist, and a causal query i sits at position
 // kv_len[0] - Sq + i. One captured graph then serves every cache length.
+// Two additions serve targets such as gpt-oss (docs/engine.md "Attention masks"): a causal
+// sliding window (`window`) and per-head sink logits (`sinks`). With sinks the lse output is
+// log(sum_j exp(x_ij) + exp(s_h)), so exp(x_ij - lse) is still the probability of key j; a row
+// that sees no key then has out 0 and lse s_h. Sinks are forward-only (targets are frozen):
+// attention_bwd refuses them.
 struct AttnMask {
     AttnMaskKind kind = AttnMaskKind::causal;
     int64_t q_offset = 0;    // causal without kv_len
@@ -56,6 +62,11 @@ struct AttnMask {
     Tensor anchors;          // dflash_block: i32 [N] on the op's device
     Tensor ctx_start;        // dflash_block: i32 [N] on the op's device, or empty (all 0)
     Tensor kv_len;           // causal / full over a cache: i32 [1] on the op's device, or empty
+    int64_t window = 0;  // causal kinds (also over a cache): a query at position p sees keys j with
+                         // p - window < j <= p (window keys incl. itself); 0 = no window
+    Tensor sinks;        // f32 [H] on the op's device, or empty: per-head logit s_h that joins each
+                   // softmax denominator only: p_ij = exp(x_ij) / (sum_j exp(x_ij) + exp(s_h))
+                   // (x = scaled scores; subtract the max over {x, s_h} for stability)
 
     static AttnMask causal(int64_t q_offset = 0) {
         AttnMask m;
@@ -81,6 +92,18 @@ struct AttnMask {
         m.block_size = block_size;
         m.anchors = anchors;
         m.ctx_start = ctx_start;
+        return m;
+    }
+    // This mask with a sliding window of `w` keys (causal only; 0: none).
+    AttnMask with_window(int64_t w) const {
+        AttnMask m = *this;
+        m.window = w;
+        return m;
+    }
+    // This mask with per-head sink logits (f32 [H]; empty: none).
+    AttnMask with_sinks(const Tensor& s) const {
+        AttnMask m = *this;
+        m.sinks = s;
         return m;
     }
 };
@@ -181,6 +204,39 @@ struct SelectorStatsLayout {
     int64_t path_count(int64_t k) const { return 7 + k; }
     int64_t path_correct(int64_t k) const { return 7 + block + k; }
     int64_t size() const { return 7 + 2 * block; }
+};
+
+// ---- Mixture of experts -------------------------------------------------------------------------
+// The router and expert MLPs of a sparse MoE block (Backend::moe_route, Backend::moe_experts).
+enum class MoeRouterKind {
+    // Qwen3-MoE: p = softmax(logits) over all E in fp32, the k largest p and, when `normalize`,
+    // each divided by their sum.
+    softmax_topk,
+    // gpt-oss: the k largest logits; weights = softmax over those k only (`normalize` unused:
+    // they sum to 1 already).
+    topk_softmax,
+};
+struct MoeRouting {
+    MoeRouterKind kind = MoeRouterKind::softmax_topk;
+    int64_t k = 1;  // experts per token, 1 <= k <= E
+    bool normalize = true;
+};
+enum class MoeActivation {
+    swiglu,  // a = silu(g) * u
+    // gpt-oss: g = min(g, limit); u = clamp(u, -limit, limit); a = (u + 1) * g * sigmoid(alpha * g)
+    clamped_swiglu,
+};
+// The experts' weights, E experts of hidden size D and intermediate size I, in the Linear
+// orientation (y = x · Wᵀ). A checkpoint that stores them otherwise (gpt-oss's [E, D, 2I] with
+// interleaved gate/up rows) is rearranged into this layout when it is loaded.
+struct MoeExperts {
+    Tensor gate_up;       // [E, 2I, D]: rows [0, I) the gate projection, [I, 2I) the up projection
+    Tensor gate_up_bias;  // [E, 2I] or empty (gpt-oss has biases, Qwen3-MoE none)
+    Tensor down;          // [E, D, I]
+    Tensor down_bias;     // [E, D] or empty
+    MoeActivation activation = MoeActivation::swiglu;
+    float limit = 7.0f;    // clamped_swiglu
+    float alpha = 1.702f;  // clamped_swiglu
 };
 
 }  // namespace dflash

@@ -1,6 +1,6 @@
 // A CPU emulator for the CUDA attention kernels (Note [Attention kernels on the CPU] in
-// src/backend/cuda/kernels/attention_mma.cuh), used only by tests/ops/attention_emu_test.cpp,
-// which includes this header and then the kernels' .cu files.
+// src/backend/cuda/kernels/attention_mma.cuh), used by tests/ops/attention_emu_test.cpp and
+// tests/ops/moe_emu_test.cpp, which include this header and then the kernels' .cu files.
 //
 // Each CUDA thread of a block runs as a fiber on its own stack; the fibers of a block
 // run one at a time and switch only where a thread must wait for others: __syncthreads, warp
@@ -88,11 +88,12 @@ struct CUstream_st;
 // A fiber switch that saves only what the ABI asks a callee to keep (rbx, rbp, r12-r15, the
 // SSE and x87 control words): swapcontext also saves the signal mask with a system call, which
 // made the emulator several times slower. df_emu_switch(&save, next) stores the current stack
-// pointer in save and continues on the stack `next`.
+// pointer in save and continues on the stack `next`. Weak: every test file that includes the
+// emulator (attention_emu_test.cpp, moe_emu_test.cpp) emits the same copy into one executable.
 extern "C" void df_emu_switch(void** save, void* next);
 asm(R"(
 .text
-.globl df_emu_switch
+.weak df_emu_switch
 .type df_emu_switch,@function
 df_emu_switch:
     pushq %rbp

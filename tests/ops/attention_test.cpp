@@ -1,8 +1,9 @@
 // cpu::attention_fwd / attention_bwd against a dense double-precision reference that builds the
 // [Sq, Sk] visibility mask explicitly from the mask's definition (ops.h, docs/training.md "The
-// drafter's training forward"). Tolerances: fp32 forward vs double reference 2e-5 (relative to
-// max(1, |ref|)); backward vs central finite differences of the double reference 1e-4 (the FD error
-// itself is ~1e-9, so the tolerance only covers fp32 rounding in the op).
+// drafter's training forward"), sliding windows and per-head sink logits included. Tolerances: fp32
+// forward vs double reference 2e-5 (relative to max(1, |ref|)); backward vs central finite
+// differences of the double reference 1e-4 (the FD error itself is ~1e-9, so the tolerance only
+// covers fp32 rounding in the op).
 
 #include <cmath>
 #include <cstring>
@@ -24,16 +25,20 @@ struct Dims {
     int64_t sq, sk, h, hkv, dh;
 };
 
-// The mask by its definition, one bool per (query, key).
+// The mask by its definition, one bool per (query, key). Over a cache (kv_len) only keys
+// j < kv_len exist and causal query i sits at position kv_len - Sq + i.
 std::vector<char> dense_mask(const AttnMask& m, const Dims& d) {
     std::vector<char> vis(static_cast<size_t>(d.sq * d.sk), 0);
+    const int64_t len = m.kv_len.empty() ? d.sk : m.kv_len.i32()[0];
+    const int64_t q_offset = m.kv_len.empty() ? m.q_offset : len - d.sq;
     for (int64_t i = 0; i < d.sq; ++i) {
-        for (int64_t j = 0; j < d.sk; ++j) {
+        for (int64_t j = 0; j < len; ++j) {
             bool ok = false;
             if (m.kind == AttnMaskKind::full) {
                 ok = true;
             } else if (m.kind == AttnMaskKind::causal) {
-                ok = j <= m.q_offset + i;
+                const int64_t pos = q_offset + i;
+                ok = j <= pos && (m.window == 0 || j > pos - m.window);
             } else {
                 const int64_t n = i / m.block_size;
                 const int64_t anchor = m.anchors.i32()[n];
@@ -54,8 +59,11 @@ struct RefResult {
     std::vector<double> lse;  // [H, Sq]
 };
 
+// With sinks (one logit s_h per head, or empty) the naive formula p_ij = exp(x_ij - M) /
+// (sum_j exp(x_ij - M) + exp(s_h - M)), M the max over {x_i., s_h}; lse = M + log(that sum).
 RefResult ref_attention(const std::vector<double>& q, const std::vector<double>& k,
-                        const std::vector<double>& v, const std::vector<char>& vis, const Dims& d) {
+                        const std::vector<double>& v, const std::vector<char>& vis, const Dims& d,
+                        const std::vector<double>& sinks = {}) {
     RefResult r{std::vector<double>(d.sq * d.h * d.dh, 0.0), std::vector<double>(d.h * d.sq)};
     const double scale = 1.0 / std::sqrt(double(d.dh));
     std::vector<double> s(d.sk);
@@ -71,11 +79,13 @@ RefResult ref_attention(const std::vector<double>& q, const std::vector<double>&
                 s[j] = vis[i * d.sk + j] ? dot * scale : -INFINITY;
                 m = std::max(m, s[j]);
             }
+            const double sink = sinks.empty() ? -INFINITY : sinks[h];
+            m = std::max(m, sink);
             if (m == -INFINITY) {
                 r.lse[h * d.sq + i] = -INFINITY;
                 continue;
             }
-            double sum = 0;
+            double sum = std::exp(sink - m);
             for (int64_t j = 0; j < d.sk; ++j) sum += std::exp(s[j] - m);
             r.lse[h * d.sq + i] = m + std::log(sum);
             for (int64_t j = 0; j < d.sk; ++j) {
@@ -116,8 +126,10 @@ FwdResult run_fwd(const Problem& p, int threads = 1) {
 void expect_matches_reference(const Problem& p, const std::string& what) {
     SCOPED_TRACE(what);
     const FwdResult got = run_fwd(p);
-    const RefResult ref =
-        ref_attention(to_double(p.q), to_double(p.k), to_double(p.v), dense_mask(p.mask, p.d), p.d);
+    const std::vector<double> sinks =
+        p.mask.sinks.empty() ? std::vector<double>() : to_double(p.mask.sinks);
+    const RefResult ref = ref_attention(to_double(p.q), to_double(p.k), to_double(p.v),
+                                        dense_mask(p.mask, p.d), p.d, sinks);
     EXPECT_LT(max_rel_diff(got.out.f32(), ref.out), 2e-5);
     for (int64_t i = 0; i < p.d.h * p.d.sq; ++i) {
         if (std::isinf(ref.lse[i])) {
@@ -556,6 +568,177 @@ TEST(AttentionValidation, BadShapesAndMasksGiveClearErrors) {
     EXPECT_TRUE(
         has(fwd_error({6, 9, 4, 2, 8}, AttnMask::dflash_block(3, 3, late)), "anchors[1]=5"));
     EXPECT_EQ(fwd_error({6, 9, 4, 2, 8}, AttnMask::dflash_block(3, 3, anchors)), "");
+}
+
+// ---- sliding windows and sinks (gpt-oss) ------------------------------------------------------
+
+// A window of 1 (only itself), shorter than the sequence, and longer than it (= no window), with
+// and without a query offset, over every head configuration (GQA included); then several query
+// chunks of 128 rows, where a chunk's first keys start past 0.
+TEST(AttentionForward, WindowedCausalMatchesDenseReference) {
+    uint64_t seed = 900;
+    for (const Dims& hc : kHeadConfigs) {
+        for (int64_t sq : {1, 7, 13}) {
+            for (int64_t q_offset : {0, 5}) {
+                for (int64_t window : {1, 3, 6, 40}) {
+                    const Dims d{sq, q_offset + sq + 2, hc.h, hc.hkv, hc.dh};
+                    expect_matches_reference(
+                        make_problem(d, AttnMask::causal(q_offset).with_window(window), seed++),
+                        fmt::format("sq={} q_offset={} window={} h={} hkv={}", sq, q_offset, window,
+                                    d.h, d.hkv));
+                }
+            }
+        }
+    }
+    for (int64_t window : {1, 37, 128, 200}) {
+        expect_matches_reference(
+            make_problem({300, 305, 4, 2, 12}, AttnMask::causal(5).with_window(window), seed++),
+            fmt::format("multi-chunk window={}", window));
+    }
+}
+
+HostTensor sinks_tensor(int64_t h, Rng& rng) {
+    std::vector<float> s(static_cast<size_t>(h));
+    for (auto& x : s) x = 2.0f * rng.normal();  // logits of the order of the scores'
+    return HostTensor::from_f32({h}, s);
+}
+
+// Sinks on every mask kind, and with a window over a KV cache (kv_len) whose queries sit at its
+// end, against the naive formula of ref_attention.
+TEST(AttentionForward, SinksMatchNaiveFormula) {
+    uint64_t seed = 950;
+    for (const Dims& hc : kHeadConfigs) {
+        Rng rng(seed);
+        const HostTensor sinks = sinks_tensor(hc.h, rng);
+        const Dims d{9, 14, hc.h, hc.hkv, hc.dh};
+        expect_matches_reference(make_problem(d, AttnMask::causal(3).with_sinks(sinks), seed++),
+                                 "causal");
+        expect_matches_reference(make_problem(d, AttnMask::full().with_sinks(sinks), seed++),
+                                 "full");
+        const HostTensor anchors = test::ids_tensor({2, -1, 5});
+        expect_matches_reference(
+            make_problem({9, 14, hc.h, hc.hkv, hc.dh},
+                         AttnMask::dflash_block(5, 3, anchors).with_sinks(sinks), seed++),
+            "dflash_block");
+        for (int32_t len : {9, 20, 30}) {
+            const HostTensor kv_len = HostTensor::from_i32({1}, {len});
+            expect_matches_reference(make_problem({9, 30, hc.h, hc.hkv, hc.dh},
+                                                  AttnMask::over_cache(AttnMaskKind::causal, kv_len)
+                                                      .with_window(4)
+                                                      .with_sinks(sinks),
+                                                  seed++),
+                                     fmt::format("cache kv_len={} window 4", len));
+        }
+    }
+}
+
+// A sink far below every score adds exp(-huge) = 0 to each denominator: the bits of the run
+// without sinks.
+TEST(AttentionForward, VeryNegativeSinkIsNoSink) {
+    const Dims d{13, 20, 4, 2, 8};
+    const HostTensor sinks = HostTensor::from_f32({4}, {-1e30f, -1e30f, -1e30f, -1e30f});
+    for (const AttnMask& m : {AttnMask::causal(7), AttnMask::causal(7).with_window(5)}) {
+        const Problem plain = make_problem(d, m, 960);
+        const Problem sunk = make_problem(d, m.with_sinks(sinks), 960);
+        const FwdResult a = run_fwd(plain), b = run_fwd(sunk);
+        EXPECT_TRUE(same_bits(a.out, b.out));
+        EXPECT_TRUE(same_bits(a.lse, b.lse));
+    }
+}
+
+// A row that sees no key but has a sink: out 0 and lse = the sink (the sink takes all the mass).
+TEST(AttentionForward, KeylessRowWithSinkIsZeroWithLseAtTheSink) {
+    const HostTensor sinks = HostTensor::from_f32({4}, {0.5f, -2.0f, 3.0f, 0.0f});
+    const HostTensor anchors = test::ids_tensor({-1, 3});
+    const HostTensor none = HostTensor::from_i32({1}, {0});
+    const Problem block = make_problem(
+        {6, 11, 4, 2, 8}, AttnMask::dflash_block(5, 3, anchors).with_sinks(sinks), 970);
+    const Problem empty_cache = make_problem(
+        {3, 8, 4, 2, 8}, AttnMask::over_cache(AttnMaskKind::full, none).with_sinks(sinks), 971);
+    for (const Problem* p : {&block, &empty_cache}) {
+        const FwdResult f = run_fwd(*p);
+        EXPECT_TRUE(all_finite(f.out));
+        const int64_t keyless = p == &block ? 3 : p->d.sq;  // block 0 is padding
+        for (int64_t i = 0; i < keyless * p->d.h * p->d.dh; ++i) EXPECT_EQ(f.out.f32()[i], 0.0f);
+        for (int64_t h = 0; h < p->d.h; ++h) {
+            for (int64_t i = 0; i < keyless; ++i)
+                EXPECT_EQ(f.lse.f32()[h * p->d.sq + i], sinks.f32()[h]) << h << " " << i;
+        }
+    }
+    expect_matches_reference(block, "dflash padding with sinks");
+}
+
+// As VerifyRowsOverCacheEqualOneTokenDecodesBitForBit, with a window and sinks: each verified
+// row must equal its one-token decode bit for bit although the block's keys start earlier.
+TEST(AttentionForward, WindowedVerifyRowsWithSinksEqualOneTokenDecodesBitForBit) {
+    const Dims d{8, 48, 4, 2, 64};
+    Rng rng(980);
+    const HostTensor sinks = sinks_tensor(d.h, rng);
+    const Problem p = make_problem(d, AttnMask::causal(0), 981);
+    for (int64_t window : {1, 3, 20}) {
+        auto run = [&](int64_t q0, int64_t q1, int64_t len) {
+            HostTensor q({q1 - q0, d.h, d.dh}), out({q1 - q0, d.h, d.dh}), lse({d.h, q1 - q0});
+            const HostTensor kv_len = HostTensor::from_i32({1}, {static_cast<int32_t>(len)});
+            copy_tensor(q, p.q.view().rows(q0, q1));
+            const AttnMask m = AttnMask::over_cache(AttnMaskKind::causal, kv_len)
+                                   .with_window(window)
+                                   .with_sinks(sinks);
+            cpu::attention_fwd(cpu::PooledExec{1}, q, p.k, p.v, m, out, lse);
+            return FwdResult{std::move(out), std::move(lse)};
+        };
+        const int64_t len = 45;
+        const FwdResult verify = run(0, d.sq, len);
+        const int64_t row = d.h * d.dh;
+        for (int64_t i = 0; i < d.sq; ++i) {
+            const FwdResult one = run(i, i + 1, len - d.sq + i + 1);
+            EXPECT_EQ(std::memcmp(one.out.f32(), verify.out.f32() + i * row, row * sizeof(float)),
+                      0)
+                << "window " << window << " row " << i;
+            for (int64_t h = 0; h < d.h; ++h)
+                EXPECT_EQ(one.lse.f32()[h], verify.lse.f32()[h * d.sq + i]) << "row " << i;
+        }
+    }
+}
+
+TEST(AttentionBackward, WindowedCausalGradientsMatchFiniteDifferences) {
+    expect_gradients_match_fd(make_problem({9, 9, 4, 2, 8}, AttnMask::causal(0).with_window(3), 91),
+                              92);
+    expect_gradients_match_fd(
+        make_problem({6, 12, 3, 1, 12}, AttnMask::causal(4).with_window(1), 93), 94);
+    expect_gradients_match_fd(
+        make_problem({140, 143, 2, 1, 8}, AttnMask::causal(3).with_window(50), 95), 96, 37);
+    expect_thread_invariant(
+        make_problem({150, 180, 4, 2, 12}, AttnMask::causal(30).with_window(70), 97));
+}
+
+TEST(AttentionValidation, WindowOutsideCausalAndSinksInBackwardAreErrors) {
+    auto has = [](const std::string& msg, const std::string& part) {
+        return msg.find(part) != std::string::npos;
+    };
+    const std::string only_causal = "a sliding window applies to causal masks only";
+    EXPECT_TRUE(has(fwd_error({4, 4, 4, 2, 8}, AttnMask::full().with_window(2)), only_causal));
+    const HostTensor anchors = test::ids_tensor({1, 2});
+    EXPECT_TRUE(
+        has(fwd_error({6, 9, 4, 2, 8}, AttnMask::dflash_block(3, 3, anchors).with_window(2)),
+            only_causal));
+    EXPECT_TRUE(has(fwd_error({4, 4, 4, 2, 8}, AttnMask::causal().with_window(-1)), ">= 0"));
+    const HostTensor three = HostTensor::from_f32({3}, {0, 0, 0});
+    EXPECT_TRUE(
+        has(fwd_error({4, 4, 4, 2, 8}, AttnMask::causal().with_sinks(three)), "expected f32 [4]"));
+    EXPECT_EQ(fwd_error({4, 4, 4, 2, 8}, AttnMask::causal().with_window(2)), "");
+
+    const HostTensor sinks = HostTensor::from_f32({4}, {0, 0, 0, 0});
+    const Problem p = make_problem({4, 4, 4, 2, 8}, AttnMask::causal().with_sinks(sinks), 99);
+    const FwdResult f = run_fwd(p);
+    Grads g{HostTensor(p.q.shape()), HostTensor(p.k.shape()), HostTensor(p.v.shape())};
+    try {
+        cpu::attention_bwd(cpu::PooledExec{1}, f.out, p.q, p.k, p.v, f.out, f.lse, p.mask, g.dq,
+                           g.dk, g.dv);
+        ADD_FAILURE() << "attention_bwd accepted sinks";
+    } catch (const Error& e) {
+        EXPECT_TRUE(has(e.what(), "attention_bwd: sinks are forward-only (targets are frozen)"))
+            << e.what();
+    }
 }
 
 }  // namespace

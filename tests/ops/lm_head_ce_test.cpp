@@ -87,7 +87,7 @@ Result run(const Problem& p, int64_t chunk, int threads = 1) {
                HostTensor(p.w.shape())};
     fill_f32(res.dh, 5.0f);  // overwritten
     cpu::lm_head_ce(cpu::PooledExec{threads}, p.h, p.w, p.labels, p.weights, p.grad_scale, chunk,
-                    {res.loss_rows, res.argmax, res.dh, res.dw});
+                    {res.loss_rows, res.argmax, res.dh, res.dw, Tensor()});
     return res;
 }
 
@@ -187,13 +187,13 @@ TEST(LmHeadCe, DwAccumulatesAndOutputsAreOptional) {
     HostTensor dw(p.w.shape());
     fill_f32(dw, 1.5f);
     cpu::lm_head_ce(cpu::PooledExec{2}, p.h, p.w, p.labels, p.weights, p.grad_scale, 9,
-                    {Tensor(), Tensor(), Tensor(), dw});
+                    {Tensor(), Tensor(), Tensor(), dw, Tensor()});
     for (int64_t i = 0; i < dw.numel(); ++i) {
         EXPECT_NEAR(dw.f32()[i], 1.5f + once.dw.f32()[i], 1e-6) << i;
     }
     HostTensor loss({6});
     cpu::lm_head_ce(cpu::PooledExec{1}, p.h, p.w, p.labels, p.weights, p.grad_scale, 9,
-                    {loss, Tensor(), Tensor(), Tensor()});
+                    {loss, Tensor(), Tensor(), Tensor(), Tensor()});
     EXPECT_EQ(test::max_abs_diff(loss, once.loss_rows), 0.0);
 }
 

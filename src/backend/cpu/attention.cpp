@@ -1,4 +1,5 @@
-// Attention (causal, full, DFlash block-sparse), forward and backward, fp32 reference.
+// Attention (causal with an optional sliding window, full, DFlash block-sparse; optional per-head
+// sink logits in the forward), forward and backward, fp32 reference.
 // Tested by tests/ops/attention_test.cpp.
 //
 // Note [Attention chunks]: queries are processed per head in chunks of rows. A chunk sees at most
@@ -69,7 +70,8 @@ struct Geometry {
         if (mask.kind == AttnMaskKind::full) {
             if (sk > 0) ch.ranges[ch.num_ranges++] = {0, sk};
         } else if (mask.kind == AttnMaskKind::causal) {
-            ch.ranges[ch.num_ranges++] = {0, mask.q_offset + ch.i1};
+            // With a window the first row's first key bounds the chunk's keys from below.
+            ch.ranges[ch.num_ranges++] = {causal_begin(ch.i0), mask.q_offset + ch.i1};
         } else {
             const int64_t b = mask.block_size, n0 = ch.i0 / b, n1 = ch.i1 / b;
             int64_t max_anchor = -1, min_start = mask.ctx_len;
@@ -85,6 +87,11 @@ struct Geometry {
         return ch;
     }
 
+    // causal: the first key query row i sees (0 without a window).
+    int64_t causal_begin(int64_t i) const {
+        return mask.window > 0 ? std::max<int64_t>(0, mask.q_offset + i - mask.window + 1) : 0;
+    }
+
     // dflash_block: the first context key block n sees.
     int64_t ctx_start(int64_t n) const {
         return mask.ctx_start.empty() ? 0 : mask.ctx_start.i32()[n];
@@ -94,6 +101,7 @@ struct Geometry {
     KeyRange row_span(int64_t i, KeyRange r) const {
         KeyRange s = r;
         if (mask.kind == AttnMaskKind::causal) {
+            s.begin = std::max(r.begin, causal_begin(i));
             s.end = std::min(r.end, mask.q_offset + i + 1);
         } else if (mask.kind == AttnMaskKind::dflash_block) {
             const int64_t n = i / mask.block_size, anchor = mask.anchors.i32()[n];
@@ -112,8 +120,9 @@ struct Geometry {
 // What the mask's tensors hold (the shapes are op_shapes' check_attention_*_shapes): on the CPU
 // they are host memory, so the values are checked too.
 void check_mask_values(const AttnMask& m, int64_t sq, const char* op) {
-    for (const auto& [t, name] : {std::pair{&m.kv_len, "kv_len"}, std::pair{&m.anchors, "anchors"},
-                                  std::pair{&m.ctx_start, "ctx_start"}}) {
+    for (const auto& [t, name] :
+         {std::pair{&m.kv_len, "kv_len"}, std::pair{&m.anchors, "anchors"},
+          std::pair{&m.ctx_start, "ctx_start"}, std::pair{&m.sinks, "sinks"}}) {
         DF_CHECK(t->empty() || t->device().kind == DeviceKind::cpu,
                  "{}: mask.{} is {}, expected a CPU tensor", op, name, t->describe());
     }
@@ -233,22 +242,26 @@ void for_each_span(const Geometry& g, const Chunk& ch, int64_t i, Fn&& fn) {
     }
 }
 
-// One row of scores -> probabilities (0 outside the row's spans); returns the row's lse.
-float softmax_row(const Geometry& g, const Chunk& ch, int64_t i, float* row, int64_t nk) {
+// One row of scores -> probabilities (0 outside the row's spans); returns the row's lse. `sink`
+// (-inf: none) is one more logit in the denominator with no value row: it lowers every
+// probability, and a row that sees no key gets probabilities 0 and lse = sink.
+float softmax_row(const Geometry& g, const Chunk& ch, int64_t i, float sink, float* row,
+                  int64_t nk) {
     // The row kernels' max and sum take eight independent partials (element c of a span goes to
     // c mod 8) combined in a fixed order: one running max or sum made every element wait for the
     // previous one, which cost a verify (8 query rows per head) more than its score products. The
     // result depends only on the span, so a row's softmax has the same bits whatever chunk it
     // sits in.
-    float m = kNegInf;
+    float m = sink;
     for_each_span(g, ch, i, [&](int64_t c0, KeyRange s) {
         if (s.size() > 0) m = std::max(m, row_max(row + c0, s.size()));
     });
-    if (m == kNegInf) {  // sees no key
+    if (m == kNegInf) {  // sees no key and has no sink
         std::fill(row, row + nk, 0.0f);
         return kNegInf;
     }
-    double sum = 0.0;
+    // The sink's term first, then the spans': a fixed order, whatever chunk the row sits in.
+    double sum = sink == kNegInf ? 0.0 : std::exp(double(sink) - double(m));
     int64_t done = 0;  // columns before `done` are final
     for_each_span(g, ch, i, [&](int64_t c0, KeyRange s) {
         std::fill(row + done, row + c0, 0.0f);
@@ -294,12 +307,13 @@ void fwd_chunk(const Args& a, int64_t head, int64_t c, std::vector<float>& p) {
     const HeadView qh = q_head(g, a.q, head), oh = q_head(g, a.out, head);
     const HeadView kh = kv_head(g, a.k, head), vh = kv_head(g, a.v, head);
     float* lse_h = a.lse.empty() ? nullptr : a.lse.f32() + head * g.sq;
+    const float sink = g.mask.sinks.empty() ? kNegInf : g.mask.sinks.f32()[head];
     const Chunk ch = g.chunk(c);
     const int64_t nk = ch.total_keys();
     p.resize(static_cast<size_t>(ch.rows() * nk));  // [chunk rows, chunk keys]
     times_keys_t(g, ch, g.scale, qh.row(ch.i0), qh.ld, kh, p.data());
     for (int64_t i = ch.i0; i < ch.i1; ++i) {
-        const float l = softmax_row(g, ch, i, p.data() + (i - ch.i0) * nk, nk);
+        const float l = softmax_row(g, ch, i, sink, p.data() + (i - ch.i0) * nk, nk);
         if (lse_h != nullptr) lse_h[i] = l;
     }
     times_keys(g, ch, 1.0f, p.data(), vh, oh);

@@ -1,0 +1,85 @@
+// CUDA mixture of experts (backend/op_list.h: moe_route, moe_experts): logits and weights f32,
+// expert ids i32, x / out / the expert weights and their biases bf16, fp32 accumulation. The
+// kernels (sort, grouped GEMMs, gather) are in kernels/moe.cu and kernels/moe_gemm.cu; their
+// temporaries come from the op workspace (ex.scratch). Tested by tests/cuda/moe_cuda_test.cpp.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/kernels/moe.h"
+#include "backend/cuda/op_checks.h"
+#include "backend/cuda/op_workspace.h"
+#include "backend/op_shapes.h"
+
+namespace dflash::cuda {
+namespace {
+
+const uint16_t* bf16_or_null(const Tensor& t) {
+    return t.empty() ? nullptr : t.bf16();
+}
+
+}  // namespace
+
+void moe_route(const Exec& ex, const Tensor& logits, const MoeRouting& routing,
+               const Tensor& experts, const Tensor& weights) {
+    constexpr const char* op = "moe_route";
+    check_tensor(ex, logits, DType::f32, op, "logits");
+    check_tensor(ex, experts, DType::i32, op, "experts");
+    check_tensor(ex, weights, DType::f32, op, "weights");
+    const MoeRouteDims d = check_moe_route_shapes(logits, routing, experts, weights);
+    DF_CHECK(d.k <= moe::kMaxK, "{}: k={} is more than the CUDA kernel's {} picks per row", op, d.k,
+             moe::kMaxK);
+    DF_CHECK(d.R < std::numeric_limits<int32_t>::max() && d.E < std::numeric_limits<int32_t>::max(),
+             "{}: logits {} is too large for the kernel's 32-bit indices", op, logits.describe());
+    moe::route(logits.f32(), static_cast<int>(d.R), static_cast<int>(d.E), static_cast<int>(d.k),
+               routing.kind == MoeRouterKind::softmax_topk ? moe::kSoftmaxTopk : moe::kTopkSoftmax,
+               routing.normalize, experts.i32(), weights.f32(), ex.stream);
+}
+
+void moe_experts(const Exec& ex, const Tensor& x, const Tensor& experts, const Tensor& weights,
+                 const MoeExperts& w, const Tensor& out) {
+    constexpr const char* op = "moe_experts";
+    check_tensor(ex, x, DType::bf16, op, "x");
+    check_tensor(ex, experts, DType::i32, op, "experts");
+    check_tensor(ex, weights, DType::f32, op, "weights");
+    check_tensor(ex, w.gate_up, DType::bf16, op, "gate_up");
+    check_tensor(ex, w.gate_up_bias, DType::bf16, op, "gate_up_bias");
+    check_tensor(ex, w.down, DType::bf16, op, "down");
+    check_tensor(ex, w.down_bias, DType::bf16, op, "down_bias");
+    check_tensor(ex, out, DType::bf16, op, "out");
+    const MoeExpertsDims d = check_moe_experts_shapes(x, experts, weights, w, out);
+    DF_CHECK(d.E <= moe::kMaxExperts, "{}: E={} experts is more than the CUDA sort's {}", op, d.E,
+             moe::kMaxExperts);
+    constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+    DF_CHECK(d.R * d.k < kMax && d.D < kMax && d.I < kMax &&
+                 d.R * d.k * std::max(d.D, d.I) < (int64_t{1} << 62),
+             "{}: R={} k={} D={} I={} is too large for the kernels' 32-bit pair indices", op, d.R,
+             d.k, d.D, d.I);
+    if (d.R == 0) return;
+    DF_CHECK(ex.scratch != nullptr, "{}: the Exec has no op workspace", op);
+    const int64_t pairs = d.R * d.k;
+    void* mem = ex.scratch->take(moe::experts_scratch_bytes(pairs, d.E, d.I, d.D),
+                                 "moe_experts sort buffers, activations and expert outputs");
+    const moe::ExpertsScratch s = moe::carve_experts_scratch(mem, pairs, d.E, d.I, d.D);
+    moe::ExpertsArgs a;
+    a.x = x.bf16();
+    a.ids = experts.i32();
+    a.weights = weights.f32();
+    a.gate_up = w.gate_up.bf16();
+    a.gate_up_bias = bf16_or_null(w.gate_up_bias);
+    a.down = w.down.bf16();
+    a.down_bias = bf16_or_null(w.down_bias);
+    a.out = out.bf16();
+    a.rows = static_cast<int>(d.R);
+    a.dim = static_cast<int>(d.D);
+    a.k = static_cast<int>(d.k);
+    a.experts = static_cast<int>(d.E);
+    a.inter = static_cast<int>(d.I);
+    a.activation = w.activation == MoeActivation::swiglu ? moe::kSwiglu : moe::kClampedSwiglu;
+    a.limit = w.limit;
+    a.alpha = w.alpha;
+    moe::experts(a, s, ex.stream);
+}
+
+}  // namespace dflash::cuda
