@@ -93,13 +93,55 @@ void norm_and_rope(const LayerContext& lc, const Tensor& lin, const Tensor& norm
     lc.be.rope_fwd(out, pos, lc.inv_freq);
 }
 
+// y (+)= the experts' output for the rows h2 [R, D] of an MoE layer: router logits in f32 (gemm,
+// plus gpt-oss's bias), the k experts of every row and their weights (moe_route), their weighted
+// sum (moe_experts). Forward only (targets are frozen); its temporaries are given back.
+void moe_core_forward(const LayerContext& lc, const LayerWeights& w, const Tensor& h2,
+                      const Tensor& y, bool accumulate) {
+    const LayerDims& d = lc.dims;
+    Backend& be = lc.be;
+    const int64_t R = h2.dim(0);
+    const Workspace::Mark mark = lc.ws.mark();
+    const Tensor logits = lc.ws.take({R, d.E}, DType::f32);
+    be.gemm(h2, false, w.router, true, logits);
+    if (!w.router_bias.empty()) be.add_row_bias(logits, w.router_bias);
+    const Tensor experts = lc.ws.take({R, d.k}, DType::i32);
+    const Tensor weights = lc.ws.take({R, d.k}, DType::f32);
+    MoeRouting routing;
+    routing.kind = d.gpt_oss_router ? MoeRouterKind::topk_softmax : MoeRouterKind::softmax_topk;
+    routing.k = d.k;
+    routing.normalize = d.norm_topk;
+    be.moe_route(logits, routing, experts, weights);
+    MoeExperts ex;
+    ex.gate_up = w.experts_gate_up;
+    ex.gate_up_bias = w.experts_gate_up_bias;
+    ex.down = w.experts_down;
+    ex.down_bias = w.experts_down_bias;
+    if (d.swiglu_limit > 0) {
+        ex.activation = MoeActivation::clamped_swiglu;
+        ex.limit = d.swiglu_limit;
+    }
+    if (accumulate) {
+        const Tensor part = lc.ws.take({R, d.D}, be.compute_dtype());
+        be.moe_experts(h2, experts, weights, ex, part);
+        be.add_inplace(y, part, 1.0f);
+    } else {
+        be.moe_experts(h2, experts, weights, ex, y);
+    }
+    lc.ws.release(mark);
+}
+
 // out = x1 + down(silu(gate(h2)) * up(h2)), h2 = post_ln(x1).
 void mlp_forward(const LayerContext& lc, const LayerWeights& w, const Tensor& x1,
                  const Tensor& rstd2, const Tensor& h2, const Tensor& gate, const Tensor& up,
                  const Tensor& act, const Tensor& out) {
     Backend& be = lc.be;
-    DF_CHECK(!w.moe(), "the mixture-of-experts forward is not available in this build");
     be.rmsnorm_fwd(x1, w.post_ln, lc.dims.eps, h2, rstd2);
+    if (w.moe()) {
+        be.copy(out, x1);
+        moe_core_forward(lc, w, h2, out, true);
+        return;
+    }
     linear(be, lc.prepared, h2, w.w_gate, gate);
     linear(be, lc.prepared, h2, w.w_up, up);
     be.swiglu_fwd(gate, up, act);
@@ -164,7 +206,10 @@ void attention_core_forward(const LayerContext& lc, const LayerWeights& w, const
     project(lc, a.kv_in, w.wv, w.bv, a.v.reshape({Sk, d.Hkv * d.Dh}));
     a.attn = buf({Sq, d.H * d.Dh});
     a.lse = f32({d.H, Sq});
-    be.attention_fwd(a.q, a.k, a.v, mask, a.attn.reshape({Sq, d.H, d.Dh}), a.lse);
+    // gpt-oss's sinks join every softmax of this layer (the caller's mask gives the window).
+    AttnMask m = mask;
+    if (!w.sinks.empty()) m.sinks = w.sinks;
+    be.attention_fwd(a.q, a.k, a.v, m, a.attn.reshape({Sq, d.H, d.Dh}), a.lse);
     project(lc, a.attn, w.wo, w.bo, o, accumulate);
 }
 
@@ -172,8 +217,11 @@ void mlp_core_forward(const LayerContext& lc, const LayerWeights& w, const Tenso
                       const Tensor& y, bool accumulate) {
     Backend& be = lc.be;
     const int64_t Sq = h2.dim(0), I = lc.dims.I;
-    DF_CHECK(!w.moe(), "the mixture-of-experts forward is not available in this build");
     a.h2 = h2;
+    if (w.moe()) {
+        moe_core_forward(lc, w, h2, y, accumulate);
+        return;
+    }
     a.gate = lc.ws.take({Sq, I}, be.compute_dtype());
     a.up = lc.ws.take({Sq, I}, be.compute_dtype());
     a.act = lc.ws.take({Sq, I}, be.compute_dtype());
@@ -209,6 +257,9 @@ void mlp_core_backward(const LayerContext& lc, const LayerWeights& w, const Laye
     const LayerDims& d = lc.dims;
     Backend& be = lc.be;
     const int64_t Sq = a.Sq;
+    DF_CHECK(!w.moe(),
+             "training through a mixture-of-experts layer is not supported: such targets are "
+             "frozen (drafters are dense)");
     auto buf = [&](Shape s) { return lc.ws.take(s, be.compute_dtype()); };
     Tensor dact = buf({Sq, d.I});
     be.gemm(dy, false, w.w_down, false, dact);
@@ -319,7 +370,8 @@ void layer_append_context(const LayerContext& lc, const LayerWeights& w, const T
 
 void layer_forward_cached(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
                           const Tensor& pos, LayerKvCache& cache, const Tensor& row0,
-                          const Tensor& kv_len, AttnMaskKind kind, const Tensor& out) {
+                          const Tensor& kv_len, AttnMaskKind kind, const Tensor& out,
+                          int64_t window) {
     const LayerDims& d = lc.dims;
     Backend& be = lc.be;
     const int64_t Sq = x.dim(0);
@@ -336,8 +388,11 @@ void layer_forward_cached(const LayerContext& lc, const LayerWeights& w, const T
     if (d.q_scale != 1.0f) be.scale_inplace(q, d.q_scale);
     write_kv(lc, w, h, pos, cache, row0);
     Tensor attn = buf({Sq, d.H * d.Dh});
-    be.attention_fwd(q, cache.k.view(), cache.v.view(), AttnMask::over_cache(kind, kv_len),
-                     attn.reshape({Sq, d.H, d.Dh}), Tensor());
+    AttnMask mask = AttnMask::over_cache(kind, kv_len);
+    mask.window = window;
+    mask.sinks = w.sinks;
+    be.attention_fwd(q, cache.k.view(), cache.v.view(), mask, attn.reshape({Sq, d.H, d.Dh}),
+                     Tensor());
     Tensor x1 = buf({Sq, d.D});
     be.copy(x1, x);
     project(lc, attn, w.wo, w.bo, x1, true);

@@ -153,9 +153,11 @@ void layer_append_context(const LayerContext& lc, const LayerWeights& w, const T
 // (positions pos i32 [Sq]), then x's queries attend over the cache's first kv_len[0] rows with
 // `kind` (causal: query i sits at row kv_len[0]-Sq+i; full: every row). row0 and kv_len are i32
 // [1] on the device. The caller advances or crops its length. out may alias x. Temporaries come
-// from lc.ws and are given back.
+// from lc.ws and are given back. window > 0 (causal): each query sees its `window` most recent
+// keys, itself included (gpt-oss's sliding layers); the layer's sinks join its softmax.
 void layer_forward_cached(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
                           const Tensor& pos, LayerKvCache& cache, const Tensor& row0,
-                          const Tensor& kv_len, AttnMaskKind kind, const Tensor& out);
+                          const Tensor& kv_len, AttnMaskKind kind, const Tensor& out,
+                          int64_t window = 0);
 
 }  // namespace dflash

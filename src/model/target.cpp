@@ -166,7 +166,9 @@ void TargetModel::forward_staged(Backend& be, Workspace& ws, const Tensor& ids, 
         // Each layer's activations are dropped once its output exists (no backward here).
         const Workspace::Mark m = ws.mark();
         LayerActs acts;
-        layer_forward_train(lc, layer(l), x, Tensor(), pos, pos, AttnMask::causal(0), acts, y);
+        AttnMask mask = AttnMask::causal(0);
+        mask.window = cfg_.layer_window(l);
+        layer_forward_train(lc, layer(l), x, Tensor(), pos, pos, mask, acts, y);
         ws.release(m);
         std::swap(x, y);
         for (size_t c = 0; c < capture.size(); ++c)
@@ -322,7 +324,7 @@ void TargetSession::run_piece(Backend& be, Workspace& ws, std::span<const int32_
         const LayerContext lc{be, ws, model_.dims(), model_.inv_freq()};
         for (int64_t l = 0; l < model_.config().num_hidden_layers; ++l) {
             layer_forward_cached(lc, model_.layer(l), x, in.pos, cache_[l], row0, kv_len,
-                                 AttnMaskKind::causal, x);
+                                 AttnMaskKind::causal, x, model_.config().layer_window(l));
             for (size_t c = 0; c < capture_.size(); ++c)
                 if (capture_[c] == l && !features.empty())
                     be.copy_columns(features, static_cast<int64_t>(c) * D, x);
