@@ -13,14 +13,19 @@
 namespace dflash {
 
 // ---- RoPE (NeoX rotate-half) -----------------------------------------------------------------
-enum class RopeScalingType { none, linear, llama3 };
+// yarn: the frequencies are made by the model (model/rope_yarn.h), not by rope_inv_freq.
+enum class RopeScalingType { none, linear, llama3, yarn };
 
 struct RopeScaling {
     RopeScalingType type = RopeScalingType::none;
-    double factor = 1.0;                   // linear and llama3
+    double factor = 1.0;                   // linear, llama3 and yarn
     double low_freq_factor = 1.0;          // llama3
     double high_freq_factor = 4.0;         // llama3
-    int64_t original_max_position = 8192;  // llama3: original_max_position_embeddings
+    int64_t original_max_position = 8192;  // llama3, yarn: original_max_position_embeddings
+    double beta_fast = 32.0;               // yarn: rotations where extrapolation ends
+    double beta_slow = 1.0;                // yarn: rotations where interpolation starts
+    bool truncate = true;                  // yarn: round the correction range to whole dims
+    double attention_factor = 0.0;         // yarn: cos/sin scale; 0 = 0.1 ln(factor) + 1
 };
 
 struct RopeConfig {

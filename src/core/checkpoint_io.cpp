@@ -172,6 +172,15 @@ SafetensorsFile::NonFinite CheckpointReader::nonfinite(const std::string& name) 
     return file_of(name).nonfinite(name);
 }
 
+std::filesystem::path CheckpointReader::file_path(const std::string& name) const {
+    return file_of(name).path();
+}
+
+std::span<const unsigned char> CheckpointReader::raw_bytes(const std::string& name) const {
+    const SafetensorsFile& f = file_of(name);
+    return {f.raw_data(name), static_cast<size_t>(f.entry(name).nbytes())};
+}
+
 HostTensor CheckpointReader::read(const std::string& name) const {
     return file_of(name).read(name);
 }

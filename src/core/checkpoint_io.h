@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +38,10 @@ class CheckpointReader {
     HostTensor read_f32(const std::string& name) const;
     HostTensor read(const std::string& name) const;  // i32 stays i32
     SafetensorsFile::NonFinite nonfinite(const std::string& name) const;
+    // The file that holds a tensor (model.safetensors or one shard), for errors that name it.
+    std::filesystem::path file_path(const std::string& name) const;
+    // A tensor's stored bytes as they are, in any dtype (MXFP4 expert blocks and scales are U8).
+    std::span<const unsigned char> raw_bytes(const std::string& name) const;
     // The files behind the names (one, or every shard).
     std::vector<std::filesystem::path> files() const;
 

@@ -2,15 +2,26 @@
 // Tested by tests/model/decoder_layer_test.cpp and the target/drafter tests.
 #include "model/decoder_layer.h"
 
+#include "model/rope_yarn.h"
+
 namespace dflash {
 
 LayerDims layer_dims(const TargetConfig& cfg) {
     DF_CHECK(cfg.num_attention_heads % cfg.num_key_value_heads == 0,
              "num_attention_heads={} is not a multiple of num_key_value_heads={}",
              cfg.num_attention_heads, cfg.num_key_value_heads);
-    return LayerDims{cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
-                     cfg.head_dim,    cfg.intermediate_size,   static_cast<float>(cfg.rms_norm_eps),
-                     cfg.qk_norm,     cfg.qkv_bias(),          cfg.o_bias()};
+    LayerDims d{cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
+                cfg.head_dim,    cfg.intermediate_size,   static_cast<float>(cfg.rms_norm_eps),
+                cfg.qk_norm,     cfg.qkv_bias(),          cfg.o_bias()};
+    const double f = rope_attention_factor(cfg.rope.scaling);
+    d.q_scale = static_cast<float>(f * f);
+    d.E = cfg.num_experts;
+    d.k = cfg.num_experts_per_tok;
+    d.Ie = cfg.moe_intermediate_size;
+    d.gpt_oss_router = cfg.gpt_oss();
+    d.norm_topk = cfg.norm_topk_prob;
+    d.swiglu_limit = static_cast<float>(cfg.swiglu_limit);
+    return d;
 }
 
 namespace {
@@ -34,9 +45,22 @@ LayerWeights resolve(const ParamSet& p, const std::string& pre, const LayerDims&
     }
     w.wo = get("self_attn.o_proj.weight");
     w.post_ln = get("post_attention_layernorm.weight");
-    w.w_gate = get("mlp.gate_proj.weight");
-    w.w_up = get("mlp.up_proj.weight");
-    w.w_down = get("mlp.down_proj.weight");
+    // The layout (target_tensor_specs) says which feed-forward a layer has.
+    if (!p.has(pre + "mlp.experts.gate_up_proj")) {
+        w.w_gate = get("mlp.gate_proj.weight");
+        w.w_up = get("mlp.up_proj.weight");
+        w.w_down = get("mlp.down_proj.weight");
+        return w;
+    }
+    const bool router = p.has(pre + "mlp.router.weight");  // gpt-oss; qwen3_moe: mlp.gate
+    w.router = get(router ? "mlp.router.weight" : "mlp.gate.weight");
+    if (router) w.router_bias = get("mlp.router.bias");
+    w.experts_gate_up = get("mlp.experts.gate_up_proj");
+    w.experts_down = get("mlp.experts.down_proj");
+    if (p.has(pre + "mlp.experts.gate_up_proj_bias")) {
+        w.experts_gate_up_bias = get("mlp.experts.gate_up_proj_bias");
+        w.experts_down_bias = get("mlp.experts.down_proj_bias");
+    }
     return w;
 }
 
@@ -69,12 +93,55 @@ void norm_and_rope(const LayerContext& lc, const Tensor& lin, const Tensor& norm
     lc.be.rope_fwd(out, pos, lc.inv_freq);
 }
 
+// y (+)= the experts' output for the rows h2 [R, D] of an MoE layer: router logits in f32 (gemm,
+// plus gpt-oss's bias), the k experts of every row and their weights (moe_route), their weighted
+// sum (moe_experts). Forward only (targets are frozen); its temporaries are given back.
+void moe_core_forward(const LayerContext& lc, const LayerWeights& w, const Tensor& h2,
+                      const Tensor& y, bool accumulate) {
+    const LayerDims& d = lc.dims;
+    Backend& be = lc.be;
+    const int64_t R = h2.dim(0);
+    const Workspace::Mark mark = lc.ws.mark();
+    const Tensor logits = lc.ws.take({R, d.E}, DType::f32);
+    be.gemm(h2, false, w.router, true, logits);
+    if (!w.router_bias.empty()) be.add_row_bias(logits, w.router_bias);
+    const Tensor experts = lc.ws.take({R, d.k}, DType::i32);
+    const Tensor weights = lc.ws.take({R, d.k}, DType::f32);
+    MoeRouting routing;
+    routing.kind = d.gpt_oss_router ? MoeRouterKind::topk_softmax : MoeRouterKind::softmax_topk;
+    routing.k = d.k;
+    routing.normalize = d.norm_topk;
+    be.moe_route(logits, routing, experts, weights);
+    MoeExperts ex;
+    ex.gate_up = w.experts_gate_up;
+    ex.gate_up_bias = w.experts_gate_up_bias;
+    ex.down = w.experts_down;
+    ex.down_bias = w.experts_down_bias;
+    if (d.swiglu_limit > 0) {
+        ex.activation = MoeActivation::clamped_swiglu;
+        ex.limit = d.swiglu_limit;
+    }
+    if (accumulate) {
+        const Tensor part = lc.ws.take({R, d.D}, be.compute_dtype());
+        be.moe_experts(h2, experts, weights, ex, part);
+        be.add_inplace(y, part, 1.0f);
+    } else {
+        be.moe_experts(h2, experts, weights, ex, y);
+    }
+    lc.ws.release(mark);
+}
+
 // out = x1 + down(silu(gate(h2)) * up(h2)), h2 = post_ln(x1).
 void mlp_forward(const LayerContext& lc, const LayerWeights& w, const Tensor& x1,
                  const Tensor& rstd2, const Tensor& h2, const Tensor& gate, const Tensor& up,
                  const Tensor& act, const Tensor& out) {
     Backend& be = lc.be;
     be.rmsnorm_fwd(x1, w.post_ln, lc.dims.eps, h2, rstd2);
+    if (w.moe()) {
+        be.copy(out, x1);
+        moe_core_forward(lc, w, h2, out, true);
+        return;
+    }
     linear(be, lc.prepared, h2, w.w_gate, gate);
     linear(be, lc.prepared, h2, w.w_up, up);
     be.swiglu_fwd(gate, up, act);
@@ -85,7 +152,9 @@ void mlp_forward(const LayerContext& lc, const LayerWeights& w, const Tensor& x1
 }  // namespace
 
 DeviceTensor upload_inv_freq(Backend& be, const RopeConfig& rope, int64_t head_dim) {
-    const std::vector<float> f = rope_inv_freq(rope, head_dim);
+    const std::vector<float> f = rope.scaling.type == RopeScalingType::yarn
+                                     ? yarn_inv_freq(rope, head_dim)
+                                     : rope_inv_freq(rope, head_dim);
     const auto n = static_cast<int64_t>(f.size());
     DeviceTensor t(be, {n}, DType::f32);
     from_host_f32(be, t, HostTensor::from_f32({n}, f).view());
@@ -126,6 +195,8 @@ void attention_core_forward(const LayerContext& lc, const LayerWeights& w, const
     a.q = buf({Sq, d.H, d.Dh});
     project(lc, hq, w.wq, w.bq, a.q_lin);
     norm_and_rope(lc, a.q_lin, w.q_norm, a.rstd_q, q_pos, a.q);
+    // YaRN's attention factor: transformers scales cos and sin (so q and k) by f; q alone by f².
+    if (d.q_scale != 1.0f) be.scale_inplace(a.q, d.q_scale);
     a.k_lin = buf({Sk, d.Hkv * d.Dh});
     a.rstd_k = f32({Sk * d.Hkv});
     a.k = buf({Sk, d.Hkv, d.Dh});
@@ -135,7 +206,10 @@ void attention_core_forward(const LayerContext& lc, const LayerWeights& w, const
     project(lc, a.kv_in, w.wv, w.bv, a.v.reshape({Sk, d.Hkv * d.Dh}));
     a.attn = buf({Sq, d.H * d.Dh});
     a.lse = f32({d.H, Sq});
-    be.attention_fwd(a.q, a.k, a.v, mask, a.attn.reshape({Sq, d.H, d.Dh}), a.lse);
+    // gpt-oss's sinks join every softmax of this layer (the caller's mask gives the window).
+    AttnMask m = mask;
+    if (!w.sinks.empty()) m.sinks = w.sinks;
+    be.attention_fwd(a.q, a.k, a.v, m, a.attn.reshape({Sq, d.H, d.Dh}), a.lse);
     project(lc, a.attn, w.wo, w.bo, o, accumulate);
 }
 
@@ -144,6 +218,10 @@ void mlp_core_forward(const LayerContext& lc, const LayerWeights& w, const Tenso
     Backend& be = lc.be;
     const int64_t Sq = h2.dim(0), I = lc.dims.I;
     a.h2 = h2;
+    if (w.moe()) {
+        moe_core_forward(lc, w, h2, y, accumulate);
+        return;
+    }
     a.gate = lc.ws.take({Sq, I}, be.compute_dtype());
     a.up = lc.ws.take({Sq, I}, be.compute_dtype());
     a.act = lc.ws.take({Sq, I}, be.compute_dtype());
@@ -179,6 +257,9 @@ void mlp_core_backward(const LayerContext& lc, const LayerWeights& w, const Laye
     const LayerDims& d = lc.dims;
     Backend& be = lc.be;
     const int64_t Sq = a.Sq;
+    DF_CHECK(!w.moe(),
+             "training through a mixture-of-experts layer is not supported: such targets are "
+             "frozen (drafters are dense)");
     auto buf = [&](Shape s) { return lc.ws.take(s, be.compute_dtype()); };
     Tensor dact = buf({Sq, d.I});
     be.gemm(dy, false, w.w_down, false, dact);
@@ -211,6 +292,7 @@ void attention_core_backward(const LayerContext& lc, const LayerWeights& w, cons
     Tensor dv = buf({Sk, d.Hkv, d.Dh});
     be.attention_bwd(dattn.reshape({Sq, d.H, d.Dh}), a.q, a.k, a.v, a.attn.reshape({Sq, d.H, d.Dh}),
                      a.lse, mask, dq, dk, dv);
+    if (d.q_scale != 1.0f) be.scale_inplace(dq, d.q_scale);
     be.rope_bwd(dq, q_pos, lc.inv_freq);
     be.rope_bwd(dk, kv_pos, lc.inv_freq);
     Tensor dq_lin = dq.reshape({Sq, d.H * d.Dh});
@@ -288,7 +370,8 @@ void layer_append_context(const LayerContext& lc, const LayerWeights& w, const T
 
 void layer_forward_cached(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
                           const Tensor& pos, LayerKvCache& cache, const Tensor& row0,
-                          const Tensor& kv_len, AttnMaskKind kind, const Tensor& out) {
+                          const Tensor& kv_len, AttnMaskKind kind, const Tensor& out,
+                          int64_t window) {
     const LayerDims& d = lc.dims;
     Backend& be = lc.be;
     const int64_t Sq = x.dim(0);
@@ -302,10 +385,14 @@ void layer_forward_cached(const LayerContext& lc, const LayerWeights& w, const T
     Tensor q = buf({Sq, d.H, d.Dh});
     project(lc, h, w.wq, w.bq, q_lin);
     norm_and_rope(lc, q_lin, w.q_norm, f32({Sq * d.H}), pos, q);
+    if (d.q_scale != 1.0f) be.scale_inplace(q, d.q_scale);
     write_kv(lc, w, h, pos, cache, row0);
     Tensor attn = buf({Sq, d.H * d.Dh});
-    be.attention_fwd(q, cache.k.view(), cache.v.view(), AttnMask::over_cache(kind, kv_len),
-                     attn.reshape({Sq, d.H, d.Dh}), Tensor());
+    AttnMask mask = AttnMask::over_cache(kind, kv_len);
+    mask.window = window;
+    mask.sinks = w.sinks;
+    be.attention_fwd(q, cache.k.view(), cache.v.view(), mask, attn.reshape({Sq, d.H, d.Dh}),
+                     Tensor());
     Tensor x1 = buf({Sq, d.D});
     be.copy(x1, x);
     project(lc, attn, w.wo, w.bo, x1, true);

@@ -1,4 +1,5 @@
-// One Qwen3/Llama pre-norm decoder layer, written once against the Backend op set and shared by the
+// One Qwen3/Llama/Qwen3-MoE/gpt-oss pre-norm decoder layer, written once against the Backend op
+// set and shared by the
 // target and the DFlash drafter (docs/formats.md "DFlash drafter directory"). The layer attends
 // from its query rows x to keys and values computed from [ctx ; norm(x)]: the target passes no ctx
 // (plain self-attention); the drafter passes its projected target features as ctx ("KV injection":
@@ -23,6 +24,14 @@ struct LayerDims {
     bool qk_norm;
     bool qkv_bias;  // Qwen2, or attention_bias
     bool o_bias;    // attention_bias (Llama/Qwen3 semantics)
+    // YaRN scales cos and sin by an attention factor f, so q·k by f²: applied to q after RoPE
+    // (rope_attention_factor squared; 1 for other ropes).
+    float q_scale = 1.0f;
+    // MoE layers (TargetConfig::is_moe_layer): E experts of width Ie, k per token.
+    int64_t E = 0, k = 0, Ie = 0;
+    bool gpt_oss_router = false;  // top-k logits then softmax over k (else softmax then top-k)
+    bool norm_topk = false;       // softmax-then-top-k: divide the k weights by their sum
+    float swiglu_limit = 0;       // gpt-oss's clamped SwiGLU (0: plain SwiGLU)
 };
 LayerDims layer_dims(const TargetConfig& cfg);
 
@@ -34,8 +43,18 @@ struct LayerWeights {
     Tensor q_norm, k_norm;  // [Dh] (qwen3 only; empty for llama)
     Tensor wo;              // [D, H*Dh]
     Tensor post_ln;         // [D]
-    Tensor w_gate, w_up;    // [I, D]
-    Tensor w_down;          // [D, I]
+    Tensor w_gate, w_up;    // [I, D] (dense layers)
+    Tensor w_down;          // [D, I] (dense layers)
+    // MoE layers instead (tensor_layout.h: the model's expert layout):
+    Tensor router, router_bias;   // [E, D]; [E] (gpt-oss) or empty
+    Tensor experts_gate_up;       // [E, 2Ie, D]: each expert's gate rows, then its up rows
+    Tensor experts_gate_up_bias;  // [E, 2Ie] (gpt-oss) or empty
+    Tensor experts_down;          // [E, D, Ie]
+    Tensor experts_down_bias;     // [E, D] (gpt-oss) or empty
+    // gpt-oss: f32 [H] on the device, a copy of self_attn.sinks that the attention mask reads
+    // (the parameter is in the compute dtype); set by the model, empty otherwise.
+    Tensor sinks;
+    bool moe() const { return !experts_gate_up.empty(); }
 };
 // prefix: "model.layers.3." (target) or "layers.3." (drafter).
 LayerWeights layer_weights(const ParamSet& p, const std::string& prefix, const LayerDims& d);
@@ -65,7 +84,8 @@ struct LayerActs {
     Tensor gate, up, act;  // [Sq, I]
 };
 
-// RoPE's inverse frequencies (rope_inv_freq) as an f32 [Dh/2] tensor on be's device.
+// RoPE's inverse frequencies (rope_inv_freq; yarn_inv_freq for YaRN) as an f32 [Dh/2] tensor on
+// be's device.
 DeviceTensor upload_inv_freq(Backend& be, const RopeConfig& rope, int64_t head_dim);
 
 // What every layer call runs on: the backend (real, or the planning one while a step is sized),
@@ -133,9 +153,11 @@ void layer_append_context(const LayerContext& lc, const LayerWeights& w, const T
 // (positions pos i32 [Sq]), then x's queries attend over the cache's first kv_len[0] rows with
 // `kind` (causal: query i sits at row kv_len[0]-Sq+i; full: every row). row0 and kv_len are i32
 // [1] on the device. The caller advances or crops its length. out may alias x. Temporaries come
-// from lc.ws and are given back.
+// from lc.ws and are given back. window > 0 (causal): each query sees its `window` most recent
+// keys, itself included (gpt-oss's sliding layers); the layer's sinks join its softmax.
 void layer_forward_cached(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
                           const Tensor& pos, LayerKvCache& cache, const Tensor& row0,
-                          const Tensor& kv_len, AttnMaskKind kind, const Tensor& out);
+                          const Tensor& kv_len, AttnMaskKind kind, const Tensor& out,
+                          int64_t window = 0);
 
 }  // namespace dflash

@@ -10,53 +10,14 @@
 #include "core/atomic_file.h"
 #include "core/checkpoint_io.h"
 #include "core/error.h"
+#include "model/hf_config_fields.h"
 
 namespace dflash {
 
 namespace {
 
 using nlohmann::json;
-
-// ---- typed field access with errors that name the key and the value --------------------------
-
-bool present(const json& j, const char* key) {
-    return j.contains(key) && !j[key].is_null();
-}
-
-int64_t as_int(const json& v, const std::string& key) {
-    if (v.is_number_integer()) return v.get<int64_t>();
-    if (v.is_number_float() && std::trunc(v.get<double>()) == v.get<double>() &&
-        std::fabs(v.get<double>()) < 9.0e15)
-        return static_cast<int64_t>(v.get<double>());
-    DF_FAIL("config key '{}' is {} (expected an integer)", key, v.dump());
-}
-
-int64_t req_int(const json& j, const char* key, const char* what) {
-    DF_CHECK(present(j, key), "config.json has no '{}' (required for {})", key, what);
-    return as_int(j[key], key);
-}
-
-int64_t opt_int(const json& j, const char* key, int64_t fallback) {
-    return present(j, key) ? as_int(j[key], key) : fallback;
-}
-
-double opt_double(const json& j, const char* key, double fallback) {
-    if (!present(j, key)) return fallback;
-    DF_CHECK(j[key].is_number(), "config key '{}' is {} (expected a number)", key, j[key].dump());
-    return j[key].get<double>();
-}
-
-double req_double(const json& j, const char* key, const char* what) {
-    DF_CHECK(present(j, key), "config.json has no '{}' (required for {})", key, what);
-    return opt_double(j, key, 0.0);
-}
-
-bool opt_bool(const json& j, const char* key, bool fallback) {
-    if (!present(j, key)) return fallback;
-    DF_CHECK(j[key].is_boolean(), "config key '{}' is {} (expected true or false)", key,
-             j[key].dump());
-    return j[key].get<bool>();
-}
+using namespace config_fields;
 
 // bos/eos: absent or null -> none; an integer; or a list (Llama-3.1 lists three end-of-turn ids).
 std::vector<int64_t> token_ids(const json& j, const char* key) {
@@ -92,8 +53,27 @@ RopeScaling parse_rope_scaling(const json& s) {
         r.factor = req_double(s, "factor", kWhat);
         return r;
     }
+    if (type == "yarn") {
+        // transformers' defaults: beta_fast 32, beta_slow 1 (a 0 too), truncate true, the original
+        // context max_position_embeddings (filled in by parse_rope when absent here).
+        for (const char* key : {"mscale", "mscale_all_dim"})
+            DF_CHECK(!present(s, key) || opt_double(s, key, 0.0) == 0.0,
+                     "rope_scaling (yarn) sets '{}' = {}; only the default attention factor (or "
+                     "an explicit attention_factor) is supported",
+                     key, s[key].dump());
+        r.type = RopeScalingType::yarn;
+        r.factor = req_double(s, "factor", kWhat);
+        r.original_max_position = opt_int(s, "original_max_position_embeddings", 0);
+        r.beta_fast = opt_double(s, "beta_fast", 0.0);
+        if (r.beta_fast == 0.0) r.beta_fast = 32.0;
+        r.beta_slow = opt_double(s, "beta_slow", 0.0);
+        if (r.beta_slow == 0.0) r.beta_slow = 1.0;
+        r.truncate = opt_bool(s, "truncate", true);
+        r.attention_factor = opt_double(s, "attention_factor", 0.0);
+        return r;
+    }
     DF_CHECK(type == "llama3",
-             "rope_scaling type '{}' is unsupported (supported: default, linear, llama3); "
+             "rope_scaling type '{}' is unsupported (supported: default, linear, llama3, yarn); "
              "targets using it cannot be loaded yet",
              type);
     r.type = RopeScalingType::llama3;
@@ -117,6 +97,8 @@ RopeConfig parse_rope(const json& j) {
     } else if (has_params && j["rope_parameters"].contains("rope_type")) {
         r.scaling = parse_rope_scaling(j["rope_parameters"]);
     }
+    if (r.scaling.type == RopeScalingType::yarn && r.scaling.original_max_position == 0)
+        r.scaling.original_max_position = opt_int(j, "max_position_embeddings", 0);
     return r;
 }
 
@@ -132,6 +114,16 @@ json rope_scaling_json(const RopeScaling& s) {
                     {"low_freq_factor", s.low_freq_factor},
                     {"high_freq_factor", s.high_freq_factor},
                     {"original_max_position_embeddings", s.original_max_position}};
+        case RopeScalingType::yarn: {
+            json j = {{"rope_type", "yarn"},
+                      {"factor", s.factor},
+                      {"original_max_position_embeddings", s.original_max_position},
+                      {"beta_fast", s.beta_fast},
+                      {"beta_slow", s.beta_slow},
+                      {"truncate", s.truncate}};
+            if (s.attention_factor > 0) j["attention_factor"] = s.attention_factor;
+            return j;
+        }
     }
     return nullptr;
 }
@@ -145,7 +137,7 @@ TargetConfig parse_layer_fields(const json& j, const std::string& model_type, co
     DF_CHECK(j.is_object(), "config.json is {} (expected an object)", j.type_name());
     TargetConfig c;
     c.model_type = model_type;
-    c.qk_norm = model_type == "qwen3";
+    c.qk_norm = model_type == "qwen3" || model_type == "qwen3_moe";
     c.hidden_size = req_int(j, "hidden_size", what);
     c.intermediate_size = req_int(j, "intermediate_size", what);
     c.num_hidden_layers = req_int(j, "num_hidden_layers", what);
@@ -167,7 +159,8 @@ TargetConfig parse_layer_fields(const json& j, const std::string& model_type, co
     for (const char* key : {"torch_dtype", "dtype"}) {
         if (present(j, key) && j[key].is_string()) c.torch_dtype = j[key].get<std::string>();
     }
-    if (present(j, "hidden_act")) {
+    // gpt_oss's activation is its own clamped SwiGLU whatever hidden_act says.
+    if (present(j, "hidden_act") && model_type != "gpt_oss") {
         DF_CHECK(j["hidden_act"] == "silu",
                  "hidden_act is {} but only \"silu\" (SwiGLU) is supported",
                  j["hidden_act"].dump());
@@ -354,8 +347,10 @@ std::vector<std::string> TargetConfig::problems() const {
     auto need = [&](bool ok, std::string msg) {
         if (!ok) p.push_back(std::move(msg));
     };
-    need(model_type == "qwen3" || model_type == "llama" || model_type == "qwen2",
-         fmt::format("model_type '{}' is not supported (supported: qwen3, qwen2, llama)",
+    need(model_type == "qwen3" || model_type == "llama" || model_type == "qwen2" ||
+             model_type == "qwen3_moe" || model_type == "gpt_oss",
+         fmt::format("model_type '{}' is not supported (supported: qwen3, qwen2, llama, "
+                     "qwen3_moe, gpt_oss)",
                      model_type));
     const std::pair<const char*, int64_t> dims[] = {
         {"hidden_size", hidden_size},
@@ -396,10 +391,22 @@ std::vector<std::string> TargetConfig::problems() const {
              fmt::format("rope_scaling.original_max_position_embeddings={} must be positive",
                          rope.scaling.original_max_position));
     }
-    need(qk_norm == (model_type == "qwen3"),
-         fmt::format("qk_norm={} does not match model_type '{}' (qwen3 has q_norm/k_norm, llama "
-                     "and qwen2 have not)",
+    need(qk_norm == (model_type == "qwen3" || model_type == "qwen3_moe"),
+         fmt::format("qk_norm={} does not match model_type '{}' (qwen3 and qwen3_moe have "
+                     "q_norm/k_norm, llama, qwen2 and gpt_oss have not)",
                      qk_norm, model_type));
+    if (rope.scaling.type == RopeScalingType::yarn) {
+        need(rope.scaling.original_max_position > 0,
+             fmt::format("rope_scaling.original_max_position_embeddings={} must be positive",
+                         rope.scaling.original_max_position));
+        need(rope.scaling.beta_fast > rope.scaling.beta_slow && rope.scaling.beta_slow > 0,
+             fmt::format("rope_scaling (yarn) beta_fast={} must exceed beta_slow={} > 0",
+                         rope.scaling.beta_fast, rope.scaling.beta_slow));
+        need(rope.scaling.attention_factor >= 0,
+             fmt::format("rope_scaling.attention_factor={} must be positive",
+                         rope.scaling.attention_factor));
+    }
+    moe_problems(*this, p);
     std::vector<std::pair<std::string, int64_t>> ids = {{"bos_token_id", bos_token_id},
                                                         {"eos_token_id", eos_token_id}};
     for (int64_t id : extra_eos_token_ids) ids.emplace_back("eos_token_id", id);
@@ -417,7 +424,9 @@ std::vector<std::string> TargetConfig::problems() const {
 TargetConfig TargetConfig::from_json_unchecked(const json& j) {
     DF_CHECK(j.is_object() && present(j, "model_type") && j["model_type"].is_string(),
              "config.json has no \"model_type\" string (expected \"qwen3\" or \"llama\")");
-    return parse_layer_fields(j, j["model_type"].get<std::string>(), "a target model");
+    TargetConfig c = parse_layer_fields(j, j["model_type"].get<std::string>(), "a target model");
+    parse_moe_fields(j, c);
+    return c;
 }
 
 TargetConfig TargetConfig::from_json(const json& j) {
@@ -430,9 +439,11 @@ TargetConfig TargetConfig::from_json(const json& j) {
 json TargetConfig::to_json() const {
     const bool llama = model_type == "llama";
     json j = layer_fields_json(*this);
-    j["architectures"] = {llama                   ? "LlamaForCausalLM"
-                          : model_type == "qwen2" ? "Qwen2ForCausalLM"
-                                                  : "Qwen3ForCausalLM"};
+    j["architectures"] = {llama                       ? "LlamaForCausalLM"
+                          : model_type == "qwen2"     ? "Qwen2ForCausalLM"
+                          : model_type == "qwen3_moe" ? "Qwen3MoeForCausalLM"
+                          : gpt_oss()                 ? "GptOssForCausalLM"
+                                                      : "Qwen3ForCausalLM"};
     j["model_type"] = model_type;
     j["attention_dropout"] = 0.0;
     j["bos_token_id"] = id_or_null(bos_token_id);
@@ -447,6 +458,8 @@ json TargetConfig::to_json() const {
     if (llama) {
         j["mlp_bias"] = false;
         j["pretraining_tp"] = 1;
+    } else if (moe() || gpt_oss()) {
+        moe_fields_json(*this, j);
     } else {
         j["max_window_layers"] = num_hidden_layers;
         j["sliding_window"] = nullptr;
@@ -704,6 +717,15 @@ DrafterConfig make_drafter_config(const TargetConfig& t, int64_t num_layers, int
     d.layer.qk_norm = true;
     d.layer.attention_bias = false;
     d.layer.num_hidden_layers = num_layers;
+    // Drafter layers are dense full-attention Qwen3 layers whatever the target's are.
+    d.layer.num_experts = d.layer.num_experts_per_tok = d.layer.moe_intermediate_size = 0;
+    d.layer.norm_topk_prob = false;
+    d.layer.decoder_sparse_step = 1;
+    d.layer.mlp_only_layers.clear();
+    d.layer.swiglu_limit = 0;
+    d.layer.layer_types.clear();
+    d.layer.sliding_window = 0;
+    d.layer.attention_sinks = false;
     d.block_size = block_size;
     d.mask_token_id = mask_token_id;
     d.num_target_layers = t.num_hidden_layers;

@@ -1,8 +1,9 @@
-// HF `config.json` of target models (Qwen3, Llama) and DFlash drafters (docs/formats.md "DFlash
-// drafter directory"). Reading is lenient where HF is (defaults for absent keys, `rope_type` or
-// `type`, block_size top-level or inside dflash_config); writing emits exactly what HF transformers
-// (targets) and z-lab/SGLang/vLLM (drafters) load. Every loaded config is validated, and the error
-// lists every problem found with the offending value. Tested by tests/model/hf_config_test.cpp.
+// HF `config.json` of target models (Qwen3, Qwen2, Llama, Qwen3-MoE, gpt-oss) and DFlash drafters
+// (docs/formats.md "DFlash drafter directory"). Reading is lenient where HF is (defaults for absent
+// keys, `rope_type` or `type`, block_size top-level or inside dflash_config); writing emits exactly
+// what HF transformers (targets) and z-lab/SGLang/vLLM (drafters) load. Every loaded config is
+// validated, and the error lists every problem found with the offending value. Tested by
+// tests/model/hf_config_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -28,11 +29,12 @@ inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
 inline constexpr int64_t kMaxPositions = int64_t{1} << 26;
 inline constexpr int64_t kMaxBlockSize = 256;
 inline constexpr int64_t kMaxTargetFeatures = 64;
+inline constexpr int64_t kMaxExperts = 4096;
 
 struct TargetConfig {
-    std::string model_type = "qwen3";  // "qwen3", "qwen2" or "llama"
+    std::string model_type = "qwen3";  // "qwen3", "qwen2", "llama", "qwen3_moe" or "gpt_oss"
     int64_t hidden_size = 0;           // D
-    int64_t intermediate_size = 0;     // I
+    int64_t intermediate_size = 0;     // I of dense layers (gpt_oss: of each expert, = I_e)
     int64_t num_hidden_layers = 0;     // L
     int64_t num_attention_heads = 0;   // H
     int64_t num_key_value_heads = 0;   // Hkv
@@ -51,6 +53,25 @@ struct TargetConfig {
     // generation_config.json's eos_token_id (an id or a list), read by load(); not in config.json.
     std::vector<int64_t> generation_eos_token_ids;
     std::string torch_dtype = "bfloat16";  // dtype of the stored weights, as HF spells it
+
+    // Mixture of experts (qwen3_moe, gpt_oss). A layer's feed-forward is either the dense SwiGLU
+    // MLP or E experts of which a router picks k per token (is_moe_layer). qwen3_moe's router
+    // takes a softmax over all E logits, then the top k (renormalised when norm_topk_prob);
+    // gpt_oss's takes the top k logits (router bias added), then a softmax over those k.
+    int64_t num_experts = 0;               // E (num_experts; gpt_oss: num_local_experts); 0 = dense
+    int64_t num_experts_per_tok = 0;       // k (gpt_oss also spells it experts_per_token)
+    int64_t moe_intermediate_size = 0;     // I_e (gpt_oss: intermediate_size)
+    bool norm_topk_prob = false;           // qwen3_moe: the k weights are divided by their sum
+    int64_t decoder_sparse_step = 1;       // qwen3_moe: layer i is MoE when (i+1) % step == 0 ...
+    std::vector<int64_t> mlp_only_layers;  // qwen3_moe: ... and i is not listed here
+    double swiglu_limit = 0;  // gpt_oss: the experts' clamped SwiGLU limit (7); 0 = plain SwiGLU
+
+    // Attention variants (gpt_oss): per layer "full_attention" or "sliding_attention" (empty: all
+    // full); sliding layers see the sliding_window most recent keys, the query's own included.
+    std::vector<std::string> layer_types;
+    int64_t sliding_window = 0;    // 0: none
+    bool attention_sinks = false;  // gpt_oss: self_attn.sinks [H], a logit per head that joins
+                                   // the softmax's denominator only
 
     static TargetConfig from_json(const nlohmann::json& j);
     // from_json without the final problems() check (malformed values still throw): for tools
@@ -71,6 +92,15 @@ struct TargetConfig {
     // attention_bias key); Llama and Qwen3 on all four exactly when attention_bias is set.
     bool qkv_bias() const { return attention_bias || model_type == "qwen2"; }
     bool o_bias() const { return attention_bias && model_type != "qwen2"; }
+
+    bool moe() const { return num_experts > 0; }
+    bool gpt_oss() const { return model_type == "gpt_oss"; }
+    // Whether layer i's feed-forward is the experts (else the dense MLP): gpt_oss every layer;
+    // otherwise E > 0, i not in mlp_only_layers and (i+1) % decoder_sparse_step == 0.
+    bool is_moe_layer(int64_t i) const;
+    int64_t num_moe_layers() const;
+    // The keys layer i sees: 0 = every earlier one (full causal), else sliding_window.
+    int64_t layer_window(int64_t i) const;
 };
 
 // Which drafter a config describes: DFlash (architectures DFlashDraftModel) or DFlash2

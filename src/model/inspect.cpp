@@ -31,8 +31,9 @@ struct DirState {
     std::optional<TargetConfig> target;
     std::optional<DrafterConfig> drafter;
     std::unique_ptr<CheckpointReader> ckpt;
-    std::map<std::string, Found> tensors;  // from the checkpoint
-    std::vector<std::string> notes;        // worth saying, not wrong
+    std::map<std::string, Found> tensors;       // from the checkpoint
+    std::vector<std::string> notes;             // worth saying, not wrong
+    ExpertFormat experts = ExpertFormat::none;  // how the checkpoint stores MoE experts
 };
 
 std::string shape_str(const std::vector<int64_t>& s) {
@@ -64,6 +65,8 @@ const char* rope_name(const RopeScaling& s) {
             return "linear";
         case RopeScalingType::llama3:
             return "llama3";
+        case RopeScalingType::yarn:
+            return "yarn";
     }
     return "?";
 }
@@ -100,7 +103,9 @@ bool layout_is_meaningful(const TargetConfig& c) {
     return in(c.hidden_size, kMaxHiddenSize) && in(c.intermediate_size, kMaxIntermediateSize) &&
            in(c.num_attention_heads, kMaxHeads) && in(c.num_key_value_heads, kMaxHeads) &&
            in(c.head_dim, kMaxHeadDim) && in(c.vocab_size, kMaxVocabSize) &&
-           in(c.num_hidden_layers, kMaxLayers);
+           in(c.num_hidden_layers, kMaxLayers) &&
+           (!c.moe() ||
+            (in(c.num_experts, kMaxExperts) && in(c.moe_intermediate_size, kMaxIntermediateSize)));
 }
 
 void load_weights(const std::filesystem::path& dir, DirState& st,
@@ -179,6 +184,56 @@ void describe_dflash2(const DrafterConfig& d, std::string& out) {
     out += fmt::format("               attention per layer: {}\n", layers);
 }
 
+std::string family_name(const std::string& model_type) {
+    if (model_type == "qwen3") return "qwen3 (Qwen3, dense)";
+    if (model_type == "qwen2") return "qwen2 (Qwen2, dense)";
+    if (model_type == "llama") return "llama (Llama, dense)";
+    if (model_type == "qwen3_moe") return "qwen3_moe (Qwen3-MoE, mixture of experts)";
+    if (model_type == "gpt_oss") return "gpt_oss (gpt-oss, mixture of experts)";
+    return model_type;
+}
+
+// Parameters a token uses: all but the experts the router does not pick (k of E per MoE layer).
+int64_t active_parameters(const TargetConfig& c, int64_t total) {
+    const int64_t d = c.hidden_size, i = c.moe_intermediate_size;
+    const int64_t per_expert = 3 * d * i + (c.gpt_oss() ? 2 * i + d : 0);
+    return total - c.num_moe_layers() * (c.num_experts - c.num_experts_per_tok) * per_expert;
+}
+
+// The mixture-of-experts and attention variants of a target (qwen3_moe, gpt_oss).
+void describe_target_variants(const TargetConfig& c, ExpertFormat stored, std::string& out) {
+    if (c.moe()) {
+        const int64_t moe = c.num_moe_layers();
+        out += fmt::format(
+            "experts:       {} experts of width {}, top-{} per token ({}); {} MoE layer(s), {} "
+            "dense{}\n",
+            c.num_experts, c.moe_intermediate_size, c.num_experts_per_tok,
+            c.gpt_oss() ? "router: top-k logits, softmax over the k"
+                        : (c.norm_topk_prob ? "router: softmax, top-k, renormalised"
+                                            : "router: softmax, top-k"),
+            moe, c.num_hidden_layers - moe,
+            c.swiglu_limit > 0 ? fmt::format("; clamped SwiGLU (limit {})", c.swiglu_limit)
+                               : std::string());
+        if (stored != ExpertFormat::none)
+            out += fmt::format("               stored {}{}\n", expert_format_name(stored),
+                               stored == ExpertFormat::mxfp4
+                                   ? " (4-bit blocks, decoded to the compute dtype at load)"
+                                   : "");
+    }
+    std::vector<int64_t> sliding;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+        if (c.layer_window(l) > 0) sliding.push_back(l);
+    if (!sliding.empty() || c.attention_sinks)
+        out += fmt::format("attention:     {}{}\n",
+                           sliding.empty() ? std::string("full on every layer")
+                                           : fmt::format("sliding window {} on layers {}, full on "
+                                                         "the other {}",
+                                                         c.sliding_window, shape_str(sliding),
+                                                         c.num_hidden_layers -
+                                                             static_cast<int64_t>(sliding.size())),
+                           c.attention_sinks ? "; a sink logit per head" : "");
+}
+
 void describe_config(const DirState& st, std::string& out) {
     const TargetConfig* l = st.drafter ? &st.drafter->layer : (st.target ? &*st.target : nullptr);
     if (l == nullptr) return;
@@ -187,11 +242,13 @@ void describe_config(const DirState& st, std::string& out) {
         "vocab {}\n",
         l->num_hidden_layers, l->hidden_size, l->intermediate_size, l->num_attention_heads,
         l->num_key_value_heads, l->head_dim, l->vocab_size);
+    if (st.target) out += fmt::format("family:        {}\n", family_name(l->model_type));
     out += fmt::format(
         "               rope theta {}, scaling {}; rms_norm_eps {}; max positions {}; qk_norm "
         "{}; tied embeddings {}\n",
         l->rope.theta, rope_name(l->rope.scaling), l->rms_norm_eps, l->max_position_embeddings,
         l->qk_norm, l->tie_word_embeddings);
+    if (st.target) describe_target_variants(*st.target, st.experts, out);
     if (st.drafter) {
         out += fmt::format(
             "dflash:        block_size {}, mask_token_id {}, target_layer_ids {} of {} target "
@@ -230,6 +287,14 @@ void describe_weights(const DirState& st, const std::vector<TensorSpec>& specs, 
         total += numel;
     }
     out += fmt::format("parameters:    {} ({}) from {}\n", grouped(total), human(total), source);
+    if (st.target && st.target->moe()) {
+        // Counted on the model's own layout: MXFP4 blocks hold two values a byte.
+        int64_t own = 0;
+        for (const auto& t : target_tensor_specs(*st.target)) own += t.numel();
+        const int64_t active = active_parameters(*st.target, own);
+        out += fmt::format("active:        {} ({}) per token of {} ({})\n", grouped(active),
+                           human(active), grouped(own), human(own));
+    }
     for (int g = 0; g < kNumParamGroups; ++g) {
         if (groups[g] == 0 && static_cast<ParamGroup>(g) == ParamGroup::other) continue;
         out += fmt::format("  {:<12} {:>16} ({})\n", param_group_name(static_cast<ParamGroup>(g)),
@@ -265,7 +330,12 @@ InspectReport inspect_directory(const std::filesystem::path& dir, const InspectO
         std::vector<TensorSpec> specs;
         if (st.drafter && layout_is_meaningful(st.drafter->layer))
             specs = drafter_tensor_specs(*st.drafter);
-        if (st.target && layout_is_meaningful(*st.target)) specs = target_tensor_specs(*st.target);
+        if (st.target && layout_is_meaningful(*st.target)) {
+            std::vector<std::string> names;
+            for (const auto& [n, f] : st.tensors) names.push_back(n);
+            st.experts = detect_expert_format(*st.target, names);
+            specs = stored_target_specs(*st.target, st.experts);
+        }
         if (!specs.empty() && st.ckpt)
             check_layout(specs, st, st.target && st.target->tie_word_embeddings,
                          st.drafter.has_value(), r.problems);

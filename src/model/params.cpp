@@ -152,4 +152,15 @@ void ParamSet::write_f32(const std::string& name, const Tensor& host_f32) {
     if (!master_.empty()) from_host_f32(*be_, p.master, host_f32);
 }
 
+void ParamSet::write_f32_rows(const std::string& name, int64_t row0, const Tensor& host_f32) {
+    const Param& p = param(name);
+    const int64_t n = host_f32.dim(0);
+    DF_CHECK(row0 >= 0 && row0 + n <= p.shape[0] &&
+                 host_f32.numel() == n * (p.shape.numel() / p.shape[0]),
+             "parameter '{}' is {}: rows [{}, {}) of {} values do not fit", name,
+             p.shape.to_string(), row0, row0 + n, host_f32.numel());
+    from_host_f32(*be_, p.value.rows(row0, row0 + n), host_f32);
+    if (!master_.empty()) from_host_f32(*be_, p.master.rows(row0, row0 + n), host_f32);
+}
+
 }  // namespace dflash

@@ -97,6 +97,9 @@ class ParamSet {
     // and tests only.
     HostTensor read_f32(const std::string& name) const;
     void write_f32(const std::string& name, const Tensor& host_f32);
+    // Rows [row0, row0 + host_f32.dim(0)) of the parameter's first dimension (one expert of a
+    // stacked expert tensor), so a large parameter is loaded without a whole host copy.
+    void write_f32_rows(const std::string& name, int64_t row0, const Tensor& host_f32);
 
   private:
     Tensor weights_of(const Param& p) const;  // master when present, else value

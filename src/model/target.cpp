@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <functional>
 
+#include "core/checkpoint_io.h"
+#include "model/expert_weights.h"
 #include "model/tensor_layout.h"
 
 namespace dflash {
@@ -51,13 +53,29 @@ TargetModel::TargetModel(Backend& be, TargetConfig cfg)
       inv_freq_view_(inv_freq_.view()) {
     for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
         layers_.push_back(layer_weights(params_, layer_prefix(l), dims_));
+    if (cfg_.attention_sinks) {
+        sinks_ = DeviceTensor(be, {cfg_.num_hidden_layers, dims_.H}, DType::f32);
+        for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
+            layers_[l].sinks = sinks_.view().rows(l, l + 1).reshape({dims_.H});
+        sync_sinks();
+    }
+}
+
+void TargetModel::sync_sinks() {
+    for (int64_t l = 0; l < cfg_.num_hidden_layers && !sinks_.empty(); ++l) {
+        const HostTensor h = params_.read_f32(layer_prefix(l) + "self_attn.sinks");
+        from_host_f32(backend(), layers_[l].sinks, h.view());
+    }
 }
 
 TargetModel TargetModel::load(Backend& be, const std::filesystem::path& dir) {
     TargetConfig cfg = TargetConfig::load(dir);
-    check_target_files(dir, cfg);  // before anything is allocated for the model
+    // Before anything is allocated for the model: names, shapes and dtypes in the stored format.
+    const ExpertFormat format = check_target_files(dir, cfg);
+    const CheckpointReader reader = CheckpointReader::open(dir);
     TargetModel m(be, std::move(cfg));
-    m.params_.load(dir);
+    load_target_params(m.params_, m.cfg_, reader, format);
+    m.sync_sinks();
     return m;
 }
 
@@ -65,12 +83,18 @@ TargetModel TargetModel::random(Backend& be, TargetConfig cfg, uint64_t seed, fl
     TargetModel m(be, std::move(cfg));
     Rng rng(seed);
     m.params_.init_random(rng, std);
+    m.sync_sinks();
     return m;
 }
 
 void TargetModel::save(const std::filesystem::path& dir, DType store_as) const {
     std::filesystem::create_directories(dir);
-    params_.save(dir, store_as);
+    // The family's Hub layout (expert_weights.h), which transformers loads as well.
+    const auto stored = stored_target_tensors(params_, cfg_);
+    std::vector<std::pair<std::string, Tensor>> views;
+    views.reserve(stored.size());
+    for (const auto& [name, t] : stored) views.emplace_back(name, t.view());
+    write_checkpoint(dir, views, store_as, size_t{4} << 30);
     cfg_.save(dir);
 }
 
@@ -142,7 +166,9 @@ void TargetModel::forward_staged(Backend& be, Workspace& ws, const Tensor& ids, 
         // Each layer's activations are dropped once its output exists (no backward here).
         const Workspace::Mark m = ws.mark();
         LayerActs acts;
-        layer_forward_train(lc, layer(l), x, Tensor(), pos, pos, AttnMask::causal(0), acts, y);
+        AttnMask mask = AttnMask::causal(0);
+        mask.window = cfg_.layer_window(l);
+        layer_forward_train(lc, layer(l), x, Tensor(), pos, pos, mask, acts, y);
         ws.release(m);
         std::swap(x, y);
         for (size_t c = 0; c < capture.size(); ++c)
@@ -157,6 +183,12 @@ void TargetModel::train_step(Backend& be, Workspace& ws, std::span<const int32_t
                              std::span<const uint8_t> loss_mask, float grad_scale, int64_t chunk,
                              const Tensor& stats) {
     const int64_t S = static_cast<int64_t>(tokens.size()), D = dims_.D, L = cfg_.num_hidden_layers;
+    bool sliding = false;
+    for (int64_t l = 0; l < L; ++l) sliding = sliding || cfg_.layer_window(l) > 0;
+    DF_CHECK(!cfg_.moe() && !cfg_.attention_sinks && !sliding,
+             "pretraining a {} target (experts, attention sinks or sliding-window layers) is not "
+             "supported: such targets are used frozen, to train drafters for",
+             cfg_.model_type);
     DF_CHECK(S >= 2, "a training sequence needs at least 2 tokens, got {}", S);
     DF_ASSERT(loss_mask.size() == tokens.size());
     check_tokens(tokens, cfg_.vocab_size);
@@ -292,7 +324,7 @@ void TargetSession::run_piece(Backend& be, Workspace& ws, std::span<const int32_
         const LayerContext lc{be, ws, model_.dims(), model_.inv_freq()};
         for (int64_t l = 0; l < model_.config().num_hidden_layers; ++l) {
             layer_forward_cached(lc, model_.layer(l), x, in.pos, cache_[l], row0, kv_len,
-                                 AttnMaskKind::causal, x);
+                                 AttnMaskKind::causal, x, model_.config().layer_window(l));
             for (size_t c = 0; c < capture_.size(); ++c)
                 if (capture_[c] == l && !features.empty())
                     be.copy_columns(features, static_cast<int64_t>(c) * D, x);

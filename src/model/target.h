@@ -1,4 +1,6 @@
-// The target: a Qwen3 / Llama-3 dense decoder loaded from (or written to) an HF directory, its
+// The target: a Qwen3 / Qwen2 / Llama-3 dense or Qwen3-MoE / gpt-oss mixture-of-experts decoder
+// loaded from (or written to) an HF directory (experts in any stored spelling,
+// model/expert_weights.h), its
 // weights on one backend's device. Full-sequence forward with captured layer outputs (the
 // drafter's features, docs/formats.md "DFlash drafter directory"), next-token training (pretrain),
 // and a KV-cached session for prefill / decode / verify with cropping. Every step takes its memory
@@ -51,6 +53,7 @@ class TargetModel {
                            const Tensor& features, const Tensor& final_hidden) const;
 
     // Next-token loss of one sequence (row t predicts tokens[t+1], weight loss_mask[t+1]), added
+    // (dense targets without sinks or sliding windows only: the others are frozen targets),
     // into stats (f32 [LossStatsLayout{1}.size()] on the device: loss sum, weight sum, correct,
     // count); when params have gradients, accumulates grad_scale * d(sum w CE)/dparams.
     void train_step(Backend& be, Workspace& ws, std::span<const int32_t> tokens,
@@ -68,9 +71,14 @@ class TargetModel {
     ParamSet params_;
     DeviceTensor inv_freq_;
     Tensor inv_freq_view_;
+    // After the weights changed (load, random): the f32 copy of the attention sinks.
+    void sync_sinks();
+
     // Views into params_, resolved once: every forward (each decode step too) uses them, and the
     // parameters' storage never moves.
     std::vector<LayerWeights> layers_;
+    // gpt-oss: f32 [L, H] copy of every layer's self_attn.sinks (the mask reads f32); else empty.
+    DeviceTensor sinks_;
 };
 
 // Inference state of one request: a KV cache per layer. Positions are implicit: the next token

@@ -5,6 +5,9 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <functional>
+
 #include "core/checkpoint_io.h"
 #include "core/error.h"
 
@@ -12,8 +15,55 @@ namespace dflash {
 
 namespace {
 
-// The tensors of one decoder layer under `prefix` ("model.layers.3." or "layers.3.").
-void append_layer(std::vector<TensorSpec>& out, const std::string& prefix, const TargetConfig& c) {
+// The experts of one MoE layer under `prefix` ("model.layers.3.mlp.") as format f stores them
+// (ExpertFormat::none: the model's own layout).
+void append_experts(std::vector<TensorSpec>& out, const std::string& prefix, const TargetConfig& c,
+                    ExpertFormat f) {
+    const int64_t d = c.hidden_size, i = c.moe_intermediate_size, e = c.num_experts;
+    auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+        out.push_back({prefix + name, std::move(shape)});
+    };
+    if (c.gpt_oss()) {
+        add("router.weight", {e, d});
+        add("router.bias", {e});
+    } else {
+        add("gate.weight", {e, d});
+    }
+    switch (f) {
+        case ExpertFormat::none:
+        case ExpertFormat::fused:
+            add("experts.gate_up_proj", {e, 2 * i, d});
+            add("experts.down_proj", {e, d, i});
+            break;
+        case ExpertFormat::per_expert:
+            for (int64_t x = 0; x < e; ++x) {
+                add(fmt::format("experts.{}.gate_proj.weight", x), {i, d});
+                add(fmt::format("experts.{}.up_proj.weight", x), {i, d});
+                add(fmt::format("experts.{}.down_proj.weight", x), {d, i});
+            }
+            break;
+        case ExpertFormat::gpt_oss:
+            add("experts.gate_up_proj", {e, d, 2 * i});
+            add("experts.down_proj", {e, i, d});
+            break;
+        case ExpertFormat::mxfp4:
+            // Groups of 32 inputs: 16 bytes of two 4-bit codes each, and one scale byte.
+            add("experts.gate_up_proj_blocks", {e, 2 * i, d / 32, 16});
+            add("experts.gate_up_proj_scales", {e, 2 * i, d / 32});
+            add("experts.down_proj_blocks", {e, d, i / 32, 16});
+            add("experts.down_proj_scales", {e, d, i / 32});
+            break;
+    }
+    if (c.gpt_oss()) {
+        add("experts.gate_up_proj_bias", {e, 2 * i});
+        add("experts.down_proj_bias", {e, d});
+    }
+}
+
+// The tensors of one decoder layer under `prefix` ("model.layers.3." or "layers.3."); `moe`: its
+// feed-forward is the experts, stored in format f.
+void append_layer(std::vector<TensorSpec>& out, const std::string& prefix, const TargetConfig& c,
+                  bool moe = false, ExpertFormat f = ExpertFormat::none) {
     const int64_t d = c.hidden_size, dh = c.head_dim, i = c.intermediate_size;
     const int64_t q = c.num_attention_heads * dh, kv = c.num_key_value_heads * dh;
     auto add = [&](const char* name, std::vector<int64_t> shape) {
@@ -33,13 +83,62 @@ void append_layer(std::vector<TensorSpec>& out, const std::string& prefix, const
         add("self_attn.q_norm.weight", {dh});
         add("self_attn.k_norm.weight", {dh});
     }
+    if (c.attention_sinks) add("self_attn.sinks", {c.num_attention_heads});
     add("post_attention_layernorm.weight", {d});
+    if (moe) {
+        append_experts(out, prefix + "mlp.", c, f);
+        return;
+    }
     add("mlp.gate_proj.weight", {i, d});
     add("mlp.up_proj.weight", {i, d});
     add("mlp.down_proj.weight", {d, i});
 }
 
 }  // namespace
+
+std::string_view expert_format_name(ExpertFormat f) {
+    switch (f) {
+        case ExpertFormat::none:
+            return "none";
+        case ExpertFormat::per_expert:
+            return "per-expert";
+        case ExpertFormat::fused:
+            return "fused";
+        case ExpertFormat::gpt_oss:
+            return "gpt-oss bf16";
+        case ExpertFormat::mxfp4:
+            return "MXFP4";
+    }
+    return "?";
+}
+
+ExpertFormat detect_expert_format(const TargetConfig& c, const std::vector<std::string>& stored) {
+    int64_t first = -1;
+    for (int64_t l = 0; l < c.num_hidden_layers && first < 0; ++l)
+        if (c.is_moe_layer(l)) first = l;
+    if (first < 0) return ExpertFormat::none;
+    const std::string pre = fmt::format("model.layers.{}.mlp.experts.", first);
+    auto has = [&](const std::string& suffix) {
+        return std::find(stored.begin(), stored.end(), pre + suffix) != stored.end();
+    };
+    if (c.gpt_oss()) return has("gate_up_proj") ? ExpertFormat::gpt_oss : ExpertFormat::mxfp4;
+    return has("gate_up_proj") ? ExpertFormat::fused : ExpertFormat::per_expert;
+}
+
+std::vector<TensorSpec> stored_target_specs(const TargetConfig& c, ExpertFormat f) {
+    std::vector<TensorSpec> out;
+    out.push_back({"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}});
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+        append_layer(out, fmt::format("model.layers.{}.", l), c, c.is_moe_layer(l), f);
+    out.push_back({"model.norm.weight", {c.hidden_size}});
+    if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, c.hidden_size}});
+    return out;
+}
+
+std::string_view required_stored_dtype(std::string_view n) {
+    const bool expert = n.find(".mlp.experts.") != std::string_view::npos;
+    return expert && (n.ends_with("_blocks") || n.ends_with("_scales")) ? "U8" : "";
+}
 
 int64_t TensorSpec::numel() const {
     int64_t n = 1;
@@ -48,13 +147,7 @@ int64_t TensorSpec::numel() const {
 }
 
 std::vector<TensorSpec> target_tensor_specs(const TargetConfig& c) {
-    std::vector<TensorSpec> out;
-    out.push_back({"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}});
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-        append_layer(out, fmt::format("model.layers.{}.", l), c);
-    out.push_back({"model.norm.weight", {c.hidden_size}});
-    if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, c.hidden_size}});
-    return out;
+    return stored_target_specs(c, ExpertFormat::none);
 }
 
 std::vector<TensorSpec> drafter_tensor_specs(const DrafterConfig& c) {
@@ -110,6 +203,9 @@ std::string LayoutDifference::sentence() const {
                 "and lm_head and must not store them",
                 name, fmt::join(stored, ", "));
         case Kind::wrong_dtype:
+            if (!required_stored_dtype(name).empty())
+                return fmt::format("tensor '{}' is {}; it must be {}", name, dtype,
+                                   required_stored_dtype(name));
             return fmt::format("tensor '{}' is {}; weights must be F32, BF16 or F16", name, dtype);
     }
     return name;
@@ -132,8 +228,11 @@ LayoutComparison compare_layout(const std::vector<TensorSpec>& layout,
     }
     for (const auto& [name, t] : stored) {
         if (want.count(name)) {
-            if (t.dtype != "F32" && t.dtype != "BF16" && t.dtype != "F16")
-                out.differences.push_back({Kind::wrong_dtype, name, t.shape, {}, t.dtype});
+            const std::string_view must = required_stored_dtype(name);
+            const bool ok = must.empty()
+                                ? (t.dtype == "F32" || t.dtype == "BF16" || t.dtype == "F16")
+                                : t.dtype == must;
+            if (!ok) out.differences.push_back({Kind::wrong_dtype, name, t.shape, {}, t.dtype});
         } else if (name.ends_with("rotary_emb.inv_freq")) {
             out.notes.push_back(fmt::format("'{}' is a RoPE buffer; ignored", name));
         } else if (tied_embeddings && name == "lm_head.weight") {
@@ -154,14 +253,15 @@ LayoutComparison compare_layout(const std::vector<TensorSpec>& layout,
 
 namespace {
 
-// The loaders' check (tensor_layout.h): memory, then compare_layout on the stored tensors.
-void check_model_files(const std::filesystem::path& dir, const std::vector<TensorSpec>& specs,
-                       bool tied_embeddings, bool drafter) {
-    if (!std::filesystem::exists(dir / kSingleCheckpointFile) &&
-        !std::filesystem::exists(dir / kCheckpointIndexFile))
-        return;
+// The loaders' check (tensor_layout.h): memory (of the model's own f32 parameters, `params`),
+// then compare_layout of the stored tensors against `stored_specs(names stored)`. Differences name
+// the file holding the tensor.
+void check_model_files(
+    const std::filesystem::path& dir, const std::vector<TensorSpec>& params,
+    const std::function<std::vector<TensorSpec>(const std::vector<std::string>&)>& stored_specs,
+    bool tied_embeddings, bool drafter) {
     double bytes = 0;
-    for (const auto& s : specs) bytes += static_cast<double>(s.numel()) * 4.0;
+    for (const auto& s : params) bytes += static_cast<double>(s.numel()) * 4.0;
     const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
                           static_cast<double>(::sysconf(_SC_PAGE_SIZE));
     DF_CHECK(memory <= 0 || bytes <= memory,
@@ -171,7 +271,8 @@ void check_model_files(const std::filesystem::path& dir, const std::vector<Tenso
     const CheckpointReader r = CheckpointReader::open(dir);
     std::map<std::string, StoredTensor> stored;
     for (const auto& n : r.names()) stored[n] = {r.dtype(n), r.shape(n)};
-    const LayoutComparison cmp = compare_layout(specs, stored, tied_embeddings, drafter);
+    const LayoutComparison cmp =
+        compare_layout(stored_specs(r.names()), stored, tied_embeddings, drafter);
     std::vector<std::string> wrong;
     std::string hint;
     for (const auto& d : cmp.differences) {
@@ -184,15 +285,17 @@ void check_model_files(const std::filesystem::path& dir, const std::vector<Tenso
                 " (DFlash2 modules: is this a DFlash2 drafter whose config.json says "
                 "\"architectures\": [\"DFlashDraftModel\"] instead of [\"DFlash2DraftModel\"]?)";
         if (wrong.size() == 3) continue;
+        const std::string file =
+            r.has(d.name) ? fmt::format(" in '{}'", r.file_path(d.name).string()) : "";
         // The loaders' compact wording for the common cases (the first few of many).
         if (d.kind == Kind::missing)
             wrong.push_back(
                 fmt::format("'{}' [{}] is missing", d.name, fmt::join(d.expected, ", ")));
         else if (d.kind == Kind::misshapen)
-            wrong.push_back(fmt::format("'{}' is [{}] but the config implies [{}]", d.name,
+            wrong.push_back(fmt::format("'{}'{} is [{}] but the config implies [{}]", d.name, file,
                                         fmt::join(d.stored, ", "), fmt::join(d.expected, ", ")));
         else
-            wrong.push_back(d.sentence());
+            wrong.push_back(d.sentence() + file);
     }
     if (cmp.differences.size() > 3)
         wrong.push_back(fmt::format("and {} more", cmp.differences.size() - 3));
@@ -202,14 +305,37 @@ void check_model_files(const std::filesystem::path& dir, const std::vector<Tenso
              dir.string(), fmt::join(wrong, "; "), hint, dir.string());
 }
 
+bool has_weights(const std::filesystem::path& dir) {
+    return std::filesystem::exists(dir / kSingleCheckpointFile) ||
+           std::filesystem::exists(dir / kCheckpointIndexFile);
+}
+
 }  // namespace
 
-void check_target_files(const std::filesystem::path& dir, const TargetConfig& c) {
-    check_model_files(dir, target_tensor_specs(c), c.tie_word_embeddings, /*drafter=*/false);
+ExpertFormat check_target_files(const std::filesystem::path& dir, const TargetConfig& c) {
+    if (!has_weights(dir)) return ExpertFormat::none;
+    ExpertFormat format = ExpertFormat::none;
+    check_model_files(
+        dir, target_tensor_specs(c),
+        [&](const std::vector<std::string>& names) {
+            format = detect_expert_format(c, names);
+            DF_CHECK(format != ExpertFormat::mxfp4 ||
+                         (c.hidden_size % 32 == 0 && c.moe_intermediate_size % 32 == 0),
+                     "'{}' stores MXFP4 experts, whose groups of 32 inputs need hidden_size={} "
+                     "and intermediate_size={} to be multiples of 32",
+                     dir.string(), c.hidden_size, c.moe_intermediate_size);
+            return stored_target_specs(c, format);
+        },
+        c.tie_word_embeddings, /*drafter=*/false);
+    return format;
 }
 
 void check_drafter_files(const std::filesystem::path& dir, const DrafterConfig& c) {
-    check_model_files(dir, drafter_tensor_specs(c), /*tied_embeddings=*/false, /*drafter=*/true);
+    if (!has_weights(dir)) return;
+    const std::vector<TensorSpec> specs = drafter_tensor_specs(c);
+    check_model_files(
+        dir, specs, [&](const std::vector<std::string>&) { return specs; },
+        /*tied_embeddings=*/false, /*drafter=*/true);
 }
 
 std::string_view param_group_name(ParamGroup g) {

@@ -22,11 +22,41 @@ struct TensorSpec {
     int64_t numel() const;
 };
 
+// The dtype a stored tensor must have: "U8" for MXFP4 expert blocks and scales, else empty (F32,
+// BF16 or F16).
+std::string_view required_stored_dtype(std::string_view tensor_name);
+
 // model.embed_tokens.weight [V, D]; per layer i: model.layers.{i}.input_layernorm.weight [D],
 // .self_attn.{q,k,v,o}_proj.weight (+ .bias when attention_bias), .self_attn.{q,k}_norm.weight
 // [Dh] (qwen3), .post_attention_layernorm.weight [D], .mlp.{gate,up,down}_proj.weight;
 // model.norm.weight [D]; lm_head.weight [V, D] unless tie_word_embeddings.
+// MoE layers (is_moe_layer) replace the mlp.{gate,up,down}_proj tensors by the router,
+// .mlp.gate.weight [E, D] (qwen3_moe) or .mlp.router.{weight [E, D], bias [E]} (gpt_oss), and the
+// experts in the one layout the forward reads: .mlp.experts.gate_up_proj [E, 2I_e, D] (each
+// expert's gate rows, then its up rows: Linear orientation) and .mlp.experts.down_proj [E, D, I_e];
+// gpt_oss adds .mlp.experts.gate_up_proj_bias [E, 2I_e] (same row order) and
+// .mlp.experts.down_proj_bias [E, D], and .self_attn.sinks [H] to every layer.
+// These are the model's parameters; checkpoints store experts in one of the ExpertFormats.
 std::vector<TensorSpec> target_tensor_specs(const TargetConfig& c);
+
+// How a checkpoint stores the experts of MoE layers:
+enum class ExpertFormat {
+    none,        // no MoE layers
+    per_expert,  // qwen3_moe on the Hub: .mlp.experts.{e}.{gate,up,down}_proj.weight
+    fused,       // qwen3_moe, transformers 5: .mlp.experts.gate_up_proj [E, 2I, D] (gate rows
+                 // first), .mlp.experts.down_proj [E, D, I]: the model's own layout
+    gpt_oss,     // gpt_oss as transformers holds it: .mlp.experts.gate_up_proj [E, D, 2I] used as
+                 // x·W with gate and up columns interleaved (2u gate, 2u+1 up), down_proj
+                 // [E, I, D], biases gate_up_proj_bias [E, 2I] (interleaved), down_proj_bias [E, D]
+    mxfp4,       // gpt_oss on the Hub: .mlp.experts.{gate_up,down}_proj_{blocks,scales} (U8,
+                 // Linear orientation, gate/up rows interleaved) and the two biases as above
+};
+std::string_view expert_format_name(ExpertFormat f);
+// The format of a checkpoint holding `stored` (judged by the first MoE layer's names); a
+// checkpoint that holds none of them gets the family's Hub format.
+ExpertFormat detect_expert_format(const TargetConfig& c, const std::vector<std::string>& stored);
+// The tensors a checkpoint in format f holds (target_tensor_specs with the experts spelled so).
+std::vector<TensorSpec> stored_target_specs(const TargetConfig& c, ExpertFormat f);
 
 // fc.weight [D, K*D], hidden_norm.weight [D], norm.weight [D], and per layer i the 11 tensors
 // layers.{i}.{input_layernorm, self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm,
@@ -51,7 +81,8 @@ struct LayoutDifference {
         misshapen,         // stored with another shape
         unexpected,        // stored, not in the layout
         stored_embedding,  // a drafter storing embeddings or lm_head (it borrows the target's)
-        wrong_dtype,       // a weight stored as neither F32, BF16 nor F16
+        wrong_dtype,       // a weight stored as neither F32, BF16 nor F16 (or not the
+                           // dtype required_stored_dtype names)
     };
     Kind kind;
     std::string name;
@@ -76,11 +107,14 @@ LayoutComparison compare_layout(const std::vector<TensorSpec>& layout,
 
 // Before a model is allocated (TargetModel::load, DrafterModel::load): when `dir` holds weights
 // (model.safetensors or an index), the model's f32 size must fit in this machine's memory and the
-// stored tensors must be exactly the layout the config implies (compare_layout: none missing or
+// stored tensors must be exactly the layout the config implies (compare_layout against
+// stored_target_specs in the detected expert format for targets: none missing or
 // misshapen, none unexpected, so a DFlash2 drafter whose config says DFlash is refused instead of
 // losing its DFlash2 tensors). The error names the directory and the first differences. A
 // directory without weights is left to the weight loader.
-void check_target_files(const std::filesystem::path& dir, const TargetConfig& c);
+// Differences are named with the file that holds the tensor. Returns the target's expert format
+// (ExpertFormat::none for dense targets or a directory without weights).
+ExpertFormat check_target_files(const std::filesystem::path& dir, const TargetConfig& c);
 void check_drafter_files(const std::filesystem::path& dir, const DrafterConfig& c);
 
 // Groups for parameter counts.

@@ -1,0 +1,234 @@
+// Expert weights between checkpoint spellings and the model's layout. Tested by
+// tests/model/moe_loading_test.cpp.
+#include "model/expert_weights.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace dflash {
+
+namespace {
+
+// What an expert parameter of the model's layout is, from its name's tail.
+enum class ExpertPart { none, gate_up, down, gate_up_bias, down_bias };
+
+constexpr std::string_view kExperts = ".mlp.experts.";
+
+// The part and the name's prefix up to and including ".mlp.experts.".
+std::pair<ExpertPart, std::string> expert_part(const std::string& name) {
+    const size_t at = name.find(kExperts);
+    if (at == std::string::npos) return {ExpertPart::none, ""};
+    const std::string pre = name.substr(0, at + kExperts.size());
+    const std::string tail = name.substr(pre.size());
+    if (tail == "gate_up_proj") return {ExpertPart::gate_up, pre};
+    if (tail == "down_proj") return {ExpertPart::down, pre};
+    if (tail == "gate_up_proj_bias") return {ExpertPart::gate_up_bias, pre};
+    if (tail == "down_proj_bias") return {ExpertPart::down_bias, pre};
+    return {ExpertPart::none, ""};
+}
+
+// gpt-oss interleaves gate and up: row (or column) 2u is gate unit u, 2u+1 up unit u. Our row r
+// (gate rows [0, I), up rows [I, 2I)) is its row interleaved_row(r, I).
+int64_t interleaved_row(int64_t r, int64_t i) {
+    return r < i ? 2 * r : 2 * (r - i) + 1;
+}
+
+std::span<const uint8_t> bytes_of(const CheckpointReader& r, const std::string& name) {
+    const auto b = r.raw_bytes(name);
+    return {reinterpret_cast<const uint8_t*>(b.data()), b.size()};
+}
+
+// One expert's [2I, D] slab (our row order) of a gpt_oss-format or MXFP4 gate_up tensor.
+void gate_up_slab(const CheckpointReader& r, const std::string& pre, ExpertFormat f,
+                  const HostTensor& stored, int64_t e, int64_t i, int64_t d, float* slab) {
+    if (f == ExpertFormat::gpt_oss) {
+        // stored [E, D, 2I], used as x·W: column c of row d is output c.
+        const float* w = stored.f32() + e * d * 2 * i;
+        for (int64_t row = 0; row < 2 * i; ++row) {
+            const int64_t c = interleaved_row(row, i);
+            for (int64_t k = 0; k < d; ++k) slab[row * d + k] = w[k * 2 * i + c];
+        }
+        return;
+    }
+    const int64_t groups = d / 32;
+    const auto blocks = bytes_of(r, pre + "gate_up_proj_blocks");
+    const auto scales = bytes_of(r, pre + "gate_up_proj_scales");
+    std::vector<float> decoded(static_cast<size_t>(2 * i * d));
+    decode_mxfp4(blocks.subspan(e * 2 * i * groups * 16, 2 * i * groups * 16),
+                 scales.subspan(e * 2 * i * groups, 2 * i * groups), 2 * i, groups, decoded.data());
+    for (int64_t row = 0; row < 2 * i; ++row)
+        std::memcpy(slab + row * d, decoded.data() + interleaved_row(row, i) * d,
+                    sizeof(float) * d);
+}
+
+// One expert's [D, I] down slab of a gpt_oss-format ([E, I, D], x·W) or MXFP4 tensor.
+void down_slab(const CheckpointReader& r, const std::string& pre, ExpertFormat f,
+               const HostTensor& stored, int64_t e, int64_t i, int64_t d, float* slab) {
+    if (f == ExpertFormat::gpt_oss) {
+        const float* w = stored.f32() + e * i * d;
+        for (int64_t k = 0; k < d; ++k)
+            for (int64_t u = 0; u < i; ++u) slab[k * i + u] = w[u * d + k];
+        return;
+    }
+    const int64_t groups = i / 32;
+    decode_mxfp4(
+        bytes_of(r, pre + "down_proj_blocks").subspan(e * d * groups * 16, d * groups * 16),
+        bytes_of(r, pre + "down_proj_scales").subspan(e * d * groups, d * groups), d, groups, slab);
+}
+
+// An expert parameter read from format f, expert by expert (one slab on the host at a time).
+void load_expert_param(ParamSet& params, const Param& p, ExpertPart part, const std::string& pre,
+                       const TargetConfig& c, const CheckpointReader& r, ExpertFormat f) {
+    const int64_t e_count = c.num_experts, i = c.moe_intermediate_size, d = c.hidden_size;
+    if (part == ExpertPart::gate_up_bias) {
+        // Stored [E, 2I] interleaved (both gpt_oss formats).
+        const HostTensor b = r.read_f32(p.name);
+        HostTensor out({e_count, 2 * i});
+        for (int64_t e = 0; e < e_count; ++e)
+            for (int64_t row = 0; row < 2 * i; ++row)
+                out.f32()[e * 2 * i + row] = b.f32()[e * 2 * i + interleaved_row(row, i)];
+        params.write_f32(p.name, out.view());
+        return;
+    }
+    if (part == ExpertPart::down_bias) {
+        params.write_f32(p.name, r.read_f32(p.name).view());
+        return;
+    }
+    const bool gate_up = part == ExpertPart::gate_up;
+    const int64_t rows = gate_up ? 2 * i : d, cols = gate_up ? d : i;
+    HostTensor slab({1, rows, cols});
+    // The gpt_oss bf16 tensor is read once (its experts' columns are spread over all of it).
+    HostTensor stored;
+    if (f == ExpertFormat::gpt_oss) stored = r.read_f32(p.name);
+    for (int64_t e = 0; e < e_count; ++e) {
+        float* s = slab.f32();
+        if (f == ExpertFormat::per_expert) {
+            const std::string ex = fmt::format("{}{}.", pre, e);
+            if (gate_up) {
+                const HostTensor g = r.read_f32(ex + "gate_proj.weight");
+                const HostTensor u = r.read_f32(ex + "up_proj.weight");
+                std::memcpy(s, g.f32(), g.nbytes());
+                std::memcpy(s + i * d, u.f32(), u.nbytes());
+            } else {
+                const HostTensor w = r.read_f32(ex + "down_proj.weight");
+                std::memcpy(s, w.f32(), w.nbytes());
+            }
+        } else if (gate_up) {
+            gate_up_slab(r, pre, f, stored, e, i, d, s);
+        } else {
+            down_slab(r, pre, f, stored, e, i, d, s);
+        }
+        params.write_f32_rows(p.name, e, slab.view());
+    }
+}
+
+}  // namespace
+
+float e2m1_value(uint8_t code) {
+    constexpr float kMagnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    const float m = kMagnitude[code & 7];
+    return (code & 8) ? -m : m;
+}
+
+void decode_mxfp4(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, int64_t rows,
+                  int64_t groups, float* out) {
+    DF_ASSERT(static_cast<int64_t>(blocks.size()) == rows * groups * 16 &&
+                  static_cast<int64_t>(scales.size()) == rows * groups,
+              "MXFP4: {} block bytes and {} scale bytes for {} rows of {} groups", blocks.size(),
+              scales.size(), rows, groups);
+    for (int64_t g = 0; g < rows * groups; ++g) {
+        const int exponent = static_cast<int>(scales[g]) - 127;
+        float* o = out + g * 32;
+        for (int64_t j = 0; j < 16; ++j) {
+            const uint8_t byte = blocks[g * 16 + j];
+            o[2 * j] = std::ldexp(e2m1_value(byte & 0x0f), exponent);
+            o[2 * j + 1] = std::ldexp(e2m1_value(byte >> 4), exponent);
+        }
+    }
+}
+
+void load_target_params(ParamSet& params, const TargetConfig& c, const CheckpointReader& r,
+                        ExpertFormat f) {
+    for (const Param& p : params.params()) {
+        const auto [part, pre] = expert_part(p.name);
+        if (part == ExpertPart::none || f == ExpertFormat::fused ||
+            (f == ExpertFormat::per_expert && part != ExpertPart::gate_up &&
+             part != ExpertPart::down)) {
+            // The model's own layout: read by name (shapes were checked before allocation).
+            const HostTensor t = r.read_f32(p.name);
+            DF_CHECK(t.shape() == p.shape, "{}: tensor '{}' has shape {} but the config implies {}",
+                     r.file_path(p.name).string(), p.name, t.shape().to_string(),
+                     p.shape.to_string());
+            params.write_f32(p.name, t.view());
+            continue;
+        }
+        load_expert_param(params, p, part, pre, c, r, f);
+    }
+}
+
+ExpertFormat hub_expert_format(const TargetConfig& c) {
+    if (c.num_moe_layers() == 0) return ExpertFormat::none;
+    return c.gpt_oss() ? ExpertFormat::gpt_oss : ExpertFormat::per_expert;
+}
+
+std::vector<std::pair<std::string, HostTensor>> stored_target_tensors(const ParamSet& params,
+                                                                      const TargetConfig& c) {
+    const ExpertFormat f = hub_expert_format(c);
+    const int64_t e_count = c.num_experts, i = c.moe_intermediate_size, d = c.hidden_size;
+    std::vector<std::pair<std::string, HostTensor>> out;
+    for (const Param& p : params.params()) {
+        const auto [part, pre] = expert_part(p.name);
+        HostTensor w = params.read_f32(p.name);
+        if (part == ExpertPart::none || part == ExpertPart::down_bias) {
+            out.emplace_back(p.name, std::move(w));
+            continue;
+        }
+        if (f == ExpertFormat::per_expert) {
+            for (int64_t e = 0; e < e_count; ++e) {
+                const std::string ex = fmt::format("{}{}.", pre, e);
+                if (part == ExpertPart::gate_up) {
+                    HostTensor g({i, d}), u({i, d});
+                    std::memcpy(g.f32(), w.f32() + e * 2 * i * d, g.nbytes());
+                    std::memcpy(u.f32(), w.f32() + (e * 2 + 1) * i * d, u.nbytes());
+                    out.emplace_back(ex + "gate_proj.weight", std::move(g));
+                    out.emplace_back(ex + "up_proj.weight", std::move(u));
+                } else {
+                    HostTensor dn({d, i});
+                    std::memcpy(dn.f32(), w.f32() + e * d * i, dn.nbytes());
+                    out.emplace_back(ex + "down_proj.weight", std::move(dn));
+                }
+            }
+            continue;
+        }
+        DF_ASSERT(f == ExpertFormat::gpt_oss, "no stored layout for expert '{}'", p.name);
+        // transformers' gpt-oss layout: x·W orientation, gate/up interleaved.
+        HostTensor s;
+        if (part == ExpertPart::gate_up) {
+            s = HostTensor({e_count, d, 2 * i});
+            for (int64_t e = 0; e < e_count; ++e)
+                for (int64_t row = 0; row < 2 * i; ++row)
+                    for (int64_t k = 0; k < d; ++k)
+                        s.f32()[(e * d + k) * 2 * i + interleaved_row(row, i)] =
+                            w.f32()[(e * 2 * i + row) * d + k];
+        } else if (part == ExpertPart::down) {
+            s = HostTensor({e_count, i, d});
+            for (int64_t e = 0; e < e_count; ++e)
+                for (int64_t k = 0; k < d; ++k)
+                    for (int64_t u = 0; u < i; ++u)
+                        s.f32()[(e * i + u) * d + k] = w.f32()[(e * d + k) * i + u];
+        } else {
+            s = HostTensor({e_count, 2 * i});
+            for (int64_t e = 0; e < e_count; ++e)
+                for (int64_t row = 0; row < 2 * i; ++row)
+                    s.f32()[e * 2 * i + interleaved_row(row, i)] = w.f32()[e * 2 * i + row];
+        }
+        out.emplace_back(p.name, std::move(s));
+    }
+    return out;
+}
+
+}  // namespace dflash
