@@ -18,11 +18,33 @@ namespace {
 
 const std::string kQwen = DFLASH_SOURCE_DIR "/tests/fixtures/tokenizer/qwen2";
 const std::string kLlama = DFLASH_SOURCE_DIR "/tests/fixtures/tokenizer/llama3";
+const std::string kO200k = DFLASH_SOURCE_DIR "/tests/fixtures/tokenizer/o200k";
 
 std::string ids_line(const std::vector<int32_t>& ids) {
     std::string s;
     for (size_t i = 0; i < ids.size(); ++i) s += (i ? " " : "") + std::to_string(ids[i]);
     return s + "\n";
+}
+
+// gpt-oss: the harmony template recognised from chat_template.jinja, its chat.* settings reaching
+// the system turn, and an unknown reasoning effort refused with the choices named.
+TEST(TokenizeCli, HarmonyChatTakesItsSettings) {
+    const auto tok = load_hf_tokenizer(kO200k, {});
+    auto r = test::run_dflash("tokenize --model " + kO200k +
+                              " --chat Hi --chat.reasoning_effort high --chat.current_date "
+                              "2026-01-02");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output,
+              ids_line(tok->encode(
+                  "<|start|>system<|message|>You are ChatGPT, a large language model trained by "
+                  "OpenAI.\nKnowledge cutoff: 2024-06\nCurrent date: 2026-01-02\n\nReasoning: "
+                  "high\n\n# Valid channels: analysis, commentary, final. Channel must be "
+                  "included for every message.<|end|><|start|>user<|message|>Hi<|end|>"
+                  "<|start|>assistant")));
+    r = test::run_dflash("tokenize --model " + kO200k + " --chat Hi --chat.reasoning_effort max");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_TRUE(test::has(r.output, "chat.reasoning_effort")) << r.output;
+    EXPECT_TRUE(test::has(r.output, "medium")) << r.output;
 }
 
 TEST(TokenizeCli, EncodesDecodesAndAppliesTheChatTemplate) {
