@@ -481,26 +481,22 @@ std::vector<float> some_sinks(int h) {
     return s;
 }
 
+Case with_window(Case c, int window) {
+    c.window = window;
+    return c;
+}
+
 // Windows of 3 and 70 keys over 200 rows (tiles below the window skipped, the boundary tile
-// masked), a window over a query offset, and a window longer than the sequence.
+// masked), a window over a query offset, and a window longer than the sequence. Window 1: each
+// row sees itself only, so its gradients are rounding noise around 0, which a relative error
+// cannot judge; the backward is checked with window 2.
 TEST(AttentionEmu, CausalWindowForwardBackward) {
-    Case w3 = causal("causal 200 window 3 d64 g2", 200, 200, 0, 2, 1, 64, true);
-    w3.window = 3;
-    check_case(w3);
-    Case w70 = causal("causal 130 off 69 window 70 d128", 130, 199, 69, 2, 2, 128, true);
-    w70.window = 70;
-    check_case(w70);
-    // Window 1: each row sees itself only, so its gradients are rounding noise around 0, which a
-    // relative error cannot judge; the backward is checked with window 2.
-    Case w1 = causal("causal 65 window 1 d64 g4", 65, 65, 0, 4, 1, 64, false);
-    w1.window = 1;
-    check_case(w1);
-    Case w2 = causal("causal 65 window 2 d64 g4", 65, 65, 0, 4, 1, 64, true);
-    w2.window = 2;
-    check_case(w2);
-    Case wide = causal("causal 70 window 500 d64", 70, 70, 0, 2, 1, 64, true);
-    wide.window = 500;
-    check_case(wide);
+    check_case(with_window(causal("causal 200 window 3 d64 g2", 200, 200, 0, 2, 1, 64, true), 3));
+    check_case(
+        with_window(causal("causal 130 off 69 window 70 d128", 130, 199, 69, 2, 2, 128, true), 70));
+    check_case(with_window(causal("causal 65 window 1 d64 g4", 65, 65, 0, 4, 1, 64, false), 1));
+    check_case(with_window(causal("causal 65 window 2 d64 g4", 65, 65, 0, 4, 1, 64, true), 2));
+    check_case(with_window(causal("causal 70 window 500 d64", 70, 70, 0, 2, 1, 64, true), 500));
 }
 
 // Sinks in the FlashAttention-2 kernel on every mask kind (rows of padding blocks see nothing:
