@@ -435,23 +435,26 @@ TEST(AttentionEmu, DecodeOverKvCache) {
     check_case(plain);
 }
 
-// Row invariance (attention_tiles.h): a query verified with 8 others gives the same bits as the
-// same query decoded alone at its position, across a split boundary (capacity 700: splits of
-// 256 keys; the rows sit at positions 508..516).
-TEST(AttentionEmu, DecodedRowsEqualVerifiedRowsBitForBit) {
-    const int sq = 9, cap = 700, kv = 517, h = 4, hkv = 2, d = 64;
-    Rng rng(11);
+// Row invariance (attention_tiles.h): each of Sq verified rows over a cache of kv keys gives the
+// bits (out and lse) of the same query decoded alone at its position.
+void expect_verified_rows_equal_decoded(int sq, int cap, int kv, int h, int hkv, int d, int window,
+                                        const std::vector<float>& sinks, uint64_t seed) {
+    Rng rng(seed);
     Inputs in;
     in.q = random_bf16(size_t(sq) * h * d, rng);
     in.k = random_bf16(size_t(cap) * hkv * d, rng);
     in.v = random_bf16(size_t(cap) * hkv * d, rng);
     in.dout = std::vector<float>(in.q.size(), 0.0f);
     in.sk_eff = kv;
-    const Case verify = cache("verify sq9", kCausal, sq, cap, kv, h, hkv, d);
+    Case verify = cache("verify", kCausal, sq, cap, kv, h, hkv, d);
+    verify.window = window;
+    verify.sinks = sinks;
     attn::Run rv(verify, in, CopyMode::at_wait);
     run_fwd(verify, rv);
     for (int i = 0; i < sq; ++i) {
-        const Case one = cache("decode", kCausal, 1, cap, kv - sq + i + 1, h, hkv, d);
+        Case one = cache("decode", kCausal, 1, cap, kv - sq + i + 1, h, hkv, d);
+        one.window = window;
+        one.sinks = sinks;
         Inputs di = in;
         di.q.assign(in.q.begin() + size_t(i) * h * d, in.q.begin() + size_t(i + 1) * h * d);
         di.dout.assign(di.q.size(), 0.0f);
@@ -460,8 +463,17 @@ TEST(AttentionEmu, DecodedRowsEqualVerifiedRowsBitForBit) {
         run_fwd(one, rd);
         for (int e = 0; e < h * d; ++e)
             ASSERT_EQ(rd.out.data()[e], rv.out.data()[size_t(i) * h * d + e])
-                << "row " << i << " (position " << kv - sq + i << "), element " << e;
+                << "d " << d << " window " << window << " row " << i << " (position " << kv - sq + i
+                << "), element " << e;
+        for (int hh = 0; hh < h; ++hh)
+            ASSERT_EQ(rd.lse[hh], rv.lse[size_t(hh) * sq + i]) << "row " << i << " head " << hh;
     }
+}
+
+// A query verified with 8 others, across a split boundary (capacity 700: splits of 256 keys; the
+// rows sit at positions 508..516).
+TEST(AttentionEmu, DecodedRowsEqualVerifiedRowsBitForBit) {
+    expect_verified_rows_equal_decoded(9, 700, 517, 4, 2, 64, 0, {}, 11);
 }
 
 TEST(AttentionEmu, PrefillOverKvCache) {
@@ -481,26 +493,22 @@ std::vector<float> some_sinks(int h) {
     return s;
 }
 
+Case with_window(Case c, int window) {
+    c.window = window;
+    return c;
+}
+
 // Windows of 3 and 70 keys over 200 rows (tiles below the window skipped, the boundary tile
-// masked), a window over a query offset, and a window longer than the sequence.
+// masked), a window over a query offset, and a window longer than the sequence. Window 1: each
+// row sees itself only, so its gradients are rounding noise around 0, which a relative error
+// cannot judge; the backward is checked with window 2.
 TEST(AttentionEmu, CausalWindowForwardBackward) {
-    Case w3 = causal("causal 200 window 3 d64 g2", 200, 200, 0, 2, 1, 64, true);
-    w3.window = 3;
-    check_case(w3);
-    Case w70 = causal("causal 130 off 69 window 70 d128", 130, 199, 69, 2, 2, 128, true);
-    w70.window = 70;
-    check_case(w70);
-    // Window 1: each row sees itself only, so its gradients are rounding noise around 0, which a
-    // relative error cannot judge; the backward is checked with window 2.
-    Case w1 = causal("causal 65 window 1 d64 g4", 65, 65, 0, 4, 1, 64, false);
-    w1.window = 1;
-    check_case(w1);
-    Case w2 = causal("causal 65 window 2 d64 g4", 65, 65, 0, 4, 1, 64, true);
-    w2.window = 2;
-    check_case(w2);
-    Case wide = causal("causal 70 window 500 d64", 70, 70, 0, 2, 1, 64, true);
-    wide.window = 500;
-    check_case(wide);
+    check_case(with_window(causal("causal 200 window 3 d64 g2", 200, 200, 0, 2, 1, 64, true), 3));
+    check_case(
+        with_window(causal("causal 130 off 69 window 70 d128", 130, 199, 69, 2, 2, 128, true), 70));
+    check_case(with_window(causal("causal 65 window 1 d64 g4", 65, 65, 0, 4, 1, 64, false), 1));
+    check_case(with_window(causal("causal 65 window 2 d64 g4", 65, 65, 0, 4, 1, 64, true), 2));
+    check_case(with_window(causal("causal 70 window 500 d64", 70, 70, 0, 2, 1, 64, true), 500));
 }
 
 // Sinks in the FlashAttention-2 kernel on every mask kind (rows of padding blocks see nothing:
@@ -558,38 +566,10 @@ TEST(AttentionEmu, DecodeOverKvCacheWithWindowAndSinks) {
 // row decoded alone, though the block's first query reaches splits and tiles the later rows see
 // nothing of (capacity 700: splits of 256 keys; positions 500..515, window 128 and 3).
 TEST(AttentionEmu, WindowedDecodedRowsWithSinksEqualVerifiedRowsBitForBit) {
-    const int sq = 16, cap = 700, kv = 516, h = 8, hkv = 1;
     for (int d : {64, 128}) {
-        for (int window : {128, 3}) {
-            Rng rng(13 + d + window);
-            Inputs in;
-            in.q = random_bf16(size_t(sq) * h * d, rng);
-            in.k = random_bf16(size_t(cap) * hkv * d, rng);
-            in.v = random_bf16(size_t(cap) * hkv * d, rng);
-            in.dout = std::vector<float>(in.q.size(), 0.0f);
-            in.sk_eff = kv;
-            Case verify = cache("verify sq16", kCausal, sq, cap, kv, h, hkv, d);
-            verify.window = window;
-            verify.sinks = some_sinks(h);
-            attn::Run rv(verify, in, CopyMode::at_wait);
-            run_fwd(verify, rv);
-            for (int i = 0; i < sq; ++i) {
-                Case one = cache("decode", kCausal, 1, cap, kv - sq + i + 1, h, hkv, d);
-                one.window = window;
-                one.sinks = verify.sinks;
-                Inputs di = in;
-                di.q.assign(in.q.begin() + size_t(i) * h * d, in.q.begin() + size_t(i + 1) * h * d);
-                di.dout.assign(di.q.size(), 0.0f);
-                di.sk_eff = one.kv_len;
-                attn::Run rd(one, di, CopyMode::at_wait);
-                run_fwd(one, rd);
-                for (int e = 0; e < h * d; ++e)
-                    ASSERT_EQ(rd.out.data()[e], rv.out.data()[size_t(i) * h * d + e])
-                        << "d " << d << " window " << window << " row " << i << ", element " << e;
-                for (int hh = 0; hh < h; ++hh)
-                    ASSERT_EQ(rd.lse[hh], rv.lse[size_t(hh) * sq + i]) << "row " << i;
-            }
-        }
+        for (int window : {128, 3})
+            expect_verified_rows_equal_decoded(16, 700, 516, 8, 1, d, window, some_sinks(8),
+                                               uint64_t(13 + d + window));
     }
 }
 
