@@ -12,6 +12,7 @@
 #include "backend/backend_factory.h"
 #include "config/dump.h"
 #include "core/error.h"
+#include "data/anchors.h"
 #include "train/gradient_exchange.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
@@ -252,7 +253,7 @@ bool Worker::train_step(int64_t step) {
         const LoaderState ls = loader_->state();
         // The index of this sequence in the epoch's global order: the same whatever the layout.
         const auto g = static_cast<uint64_t>((ls.cursor - 1) * o.world + rank_);
-        Rng rng = Rng(o.seed ^ kAnchorSalt).fork(static_cast<uint64_t>(ls.epoch)).fork(g);
+        Rng rng = sequence_anchor_rng(o.seed ^ kAnchorSalt, ls.epoch, g);
         task_->prepare(mb, rng);
         w_local += mb.weight;
         tokens += static_cast<double>(mb.seq.tokens.size());
