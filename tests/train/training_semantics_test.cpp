@@ -18,9 +18,12 @@ using KeyValues = std::vector<std::pair<std::string, std::string>>;
 
 // Samples of the period-5 pattern language of write_pattern_dataset, one per training sequence
 // (data.pack = false), with response lengths from 2 to 31 tokens: with 6 anchors of block 4 a
-// sequence has between 1 and 6 anchors and a weight sum between 1 and about 14, so a loss
-// normalised per micro-batch would weigh one row of a short sequence up to ~14 times one row of a
-// long one, and the layouts below would then disagree.
+// sequence has between 1 and 6 anchors and a weight sum between 1 and about 14. A normaliser
+// taken over part of the window (each worker's sequences, or each micro-step's) then changes with
+// the layout; normalising each worker by its own weight sum misses the 1e-5 tolerance below by
+// far (the first step's gradient norms differ by ~1e-3 relative). (Normalising each sequence by its
+// own sum would not: a micro-batch is one sequence here, so that rule does not depend on the
+// layout; the trainer has no such mode.)
 void write_uneven_dataset(const std::filesystem::path& dir, int64_t samples, uint64_t seed) {
     std::filesystem::create_directories(dir);
     const auto tok = make_byte_tokenizer();
