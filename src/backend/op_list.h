@@ -144,6 +144,16 @@ DFLASH_OP(loss_stats,
           (const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,
            const Tensor& weights, int64_t period, const Tensor& stats),
           (loss_rows, argmax, labels, weights, period, stats))
+// D-PACE loss weights (docs/training.md "D-PACE"): rows in blocks of `block` consecutive rows
+// (drafted slots k = 0..block-1 of one block), R a multiple of block. A row is trained when
+// weights[r] > 0. Per block: q_k = exp(-ce[k]) (ce: the row's cross-entropy, f32 [R]),
+// q~_k = (1 - alpha) q_k + alpha at trained rows and 1 at the others, C_k = prod_{i<=k} q~_i,
+// out[k] = weights[k] * sum_{j>=k, j trained} C_j (overwritten, f32 [R]). With weights the 0/1
+// slot mask out is the loss weight; with the mask times a gradient scale, the gradient's weight.
+// 0 < alpha <= 1. Computed in double, one block at a time, so rows of other blocks never matter.
+DFLASH_OP(dpace_weights,
+          (const Tensor& ce, const Tensor& weights, int64_t block, float alpha, const Tensor& out),
+          (ce, weights, block, alpha, out))
 // out f32 [1] = sum of x² over x f32 (overwritten). Deterministic.
 DFLASH_OP(sum_squares, (const Tensor& x, const Tensor& out), (x, out))
 // scale f32 [1] = max_norm / (sqrt(norm_sq) + 1e-6) when max_norm > 0 and the norm exceeds it,

@@ -364,6 +364,19 @@ int64_t check_loss_stats_shapes(const Tensor& loss_rows, const Tensor& argmax, c
     return r;
 }
 
+int64_t check_dpace_weights_args(const Tensor& ce, const Tensor& weights, int64_t block,
+                                 float alpha, const Tensor& out) {
+    const int64_t r = ce.numel();
+    DF_CHECK(ce.dtype() == DType::f32 && weights.dtype() == DType::f32 &&
+                 out.dtype() == DType::f32 && weights.numel() == r && out.numel() == r,
+             "dpace_weights: ce {}, weights {}, out {}; expected f32 of {} rows each",
+             ce.describe(), weights.describe(), out.describe(), r);
+    DF_CHECK(block >= 1 && r % block == 0, "dpace_weights: {} rows are not whole blocks of {} rows",
+             r, block);
+    DF_CHECK(alpha > 0.0f && alpha <= 1.0f, "dpace_weights: alpha={} is outside (0, 1]", alpha);
+    return r;
+}
+
 void check_one_element(const Tensor& t, const char* op, const char* name) {
     DF_CHECK(t.numel() == 1 && !t.empty(), "{}: {} is {}, expected f32 [1]", op, name,
              t.describe());

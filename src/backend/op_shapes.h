@@ -99,6 +99,10 @@ void check_lm_head_kl_shapes(const Tensor& h, const Tensor& t, const Tensor& w,
 // [LossStatsLayout{period}.size()]. Returns R.
 int64_t check_loss_stats_shapes(const Tensor& loss_rows, const Tensor& argmax, const Tensor& labels,
                                 const Tensor& weights, int64_t period, const Tensor& stats);
+// dpace_weights: ce, weights and out f32 [R], R a multiple of block >= 1, 0 < alpha <= 1.
+// Returns R.
+int64_t check_dpace_weights_args(const Tensor& ce, const Tensor& weights, int64_t block,
+                                 float alpha, const Tensor& out);
 // t holds exactly one element (sum_squares' out, clip_scale's norm_sq and scale).
 void check_one_element(const Tensor& t, const char* op, const char* name);
 // adamw_step: master, grad, m, v (and value, when given) of equal element counts; grad_scale

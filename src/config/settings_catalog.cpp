@@ -229,6 +229,17 @@ void add_train(Registry& r) {
                          "distribution (costs the target's final hidden states and a second "
                          "chunked LM-head pass)")
               .read_by("train loss (lm_head_ce / lm_head_kl), arena planning"));
+    r.add(D::enumeration("train.loss_weighting", "decay", {"decay", "dpace"},
+                         "how block slots are weighed: decay = loss mask x "
+                         "exp(-(k-1)/train.loss_decay_gamma); dpace = D-PACE, each slot by the "
+                         "draft's expected accepted length from it on (needs train.loss=ce; one "
+                         "more LM-head forward per step; docs/training.md)")
+              .read_by("train loss (lm_head_ce weights, dpace_weights)"));
+    r.add(D::real("train.dpace_alpha", 0.5,
+                  "D-PACE floor: a slot's survival factor is (1-alpha) q + alpha, q the draft's "
+                  "probability of the data's token; in (0, 1] (1 = uniform credit)")
+              .range(0, 1)
+              .read_by("train loss (dpace_weights)"));
     r.add(D::real("train.selector_loss_alpha", 1.0,
                   "DFlash2 drafters: loss = unary + alpha * selector K-way cross-entropy "
                   "(docs/training.md); 0 = unary only (the selector's metrics are still "

@@ -24,6 +24,10 @@ std::vector<int32_t> draw(std::vector<int32_t> cand, int64_t num_anchors, Rng& r
 
 }  // namespace
 
+Rng sequence_anchor_rng(uint64_t anchor_seed, int64_t epoch, uint64_t sequence_index) {
+    return Rng(anchor_seed).fork(static_cast<uint64_t>(epoch)).fork(sequence_index);
+}
+
 std::vector<int32_t> anchor_candidates(std::span<const uint8_t> loss_mask) {
     DF_CHECK(loss_mask.size() <= static_cast<size_t>(INT32_MAX),
              "sequence of {} tokens is too long for int32 anchor positions", loss_mask.size());

@@ -1,6 +1,6 @@
-// Anchor sampling for DFlash training (docs/data.md "Anchors": SpecForge's HEAD rule): the
-// positions whose token starts a draft block, over the whole packed sequence or document by
-// document (train.documents). Tested by tests/data/anchors_test.cpp.
+// Anchor sampling for DFlash training (docs/data.md "Anchors"): the positions whose token starts a
+// draft block, over the whole packed sequence or document by document (train.documents), each
+// sequence from its own random stream. Tested by tests/data/anchors_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,13 @@
 #include "core/rng.h"
 
 namespace dflash {
+
+// The random stream a training sequence's anchors are drawn from: keyed by the run's anchor seed,
+// the epoch and the sequence's index in the epoch's global order, and by nothing else: not by the
+// worker, the micro-batch, the sequences drawn before it, or the lengths of the others. A
+// sequence's anchors are therefore the same for any worker count, batch size or accumulation
+// (docs/training.md "Anchors and batch invariance").
+Rng sequence_anchor_rng(uint64_t anchor_seed, int64_t epoch, uint64_t sequence_index);
 
 // Candidates are positions p <= S-2 with loss_mask[p] and loss_mask[p+1] both 1: the anchor is
 // response text and so is at least the first token the block predicts. Draws

@@ -16,9 +16,16 @@ namespace dflash {
 
 enum class LossKind { ce, kl };
 
+// How block rows are weighed (train.loss_weighting, docs/training.md "D-PACE"): decay = the loss
+// mask x exp(-(k-1)/gamma), known before the forward; dpace = D-PACE, the expected accepted length
+// a slot's success makes reachable, computed from the rows' own cross-entropies in the step.
+enum class LossWeighting { decay, dpace };
+
 // "ce" / "kl" (the train.loss values); anything else is an error naming the choices.
 LossKind parse_loss_kind(const std::string& name);
 const char* loss_kind_name(LossKind kind);
+LossWeighting parse_loss_weighting(const std::string& name);
+const char* loss_weighting_name(LossWeighting weighting);
 
 // The target row whose next-token distribution teaches block row k of the block anchored at a:
 // block row k predicts token a + k, which the target predicts from position a + k - 1. Rows that
@@ -42,11 +49,16 @@ struct BlockLossArgs {
     Tensor grad_weights;
     int64_t chunk = 8192;
     int64_t period = 1;  // accuracy positions: the block size
+    // > 0: D-PACE weighting with this alpha (ce only). weights (and grad_weights) are then the
+    // 0/1 slot mask (times the scale), blocks are `period` rows, and the weights applied to the
+    // loss and its gradient are Backend::dpace_weights of the rows' cross-entropies (detached).
+    float dpace_alpha = 0.0f;
 };
 
 // Adds weight * loss of every row and the per-position accuracy of the draft's argmax against
 // labels into stats (LossStatsLayout{period}); writes dh [R, D] (when non-empty) with
-// grad_scale * d(sum_r w_r loss_r)/dhf. Memory from ws.
+// grad_scale * d(sum_r w_r loss_r)/dhf. Memory from ws. With D-PACE, w_r are the D-PACE weights
+// (held constant in the gradient), and the stats' weight sum is theirs too.
 void block_loss(Backend& be, Workspace& ws, const BlockLossArgs& a, const Tensor& dh,
                 const Tensor& stats);
 

@@ -260,7 +260,9 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const DrafterBatch& ba
     const Tensor &embed = loss.embed, &lm_head = loss.lm_head, &features = batch.features;
     const std::span<const int32_t> tokens = batch.tokens, anchors = batch.anchors;
     const std::span<const uint8_t> loss_mask = batch.loss_mask;
-    const double gamma = loss.gamma;
+    // D-PACE: the weights staged here are the loss mask (gamma 0), what dpace_weights scales.
+    const bool dpace = loss.dpace_alpha > 0;
+    const double gamma = dpace ? 0.0 : loss.gamma;
     const int64_t chunk = loss.ce_chunk;
     const float grad_scale = step.grad_scale;
     const Tensor& stats = step.stats;
@@ -327,6 +329,7 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const DrafterBatch& ba
     if (grads) la.grad_weights = grad_weights.device;
     la.chunk = chunk;
     la.period = B;
+    la.dpace_alpha = static_cast<float>(loss.dpace_alpha);
     const Tensor dh = grads ? ws.take({R, D}, act) : Tensor();
     block_loss(be, ws, la, dh, stats);
     if (selector) {

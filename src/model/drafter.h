@@ -55,6 +55,9 @@ struct DrafterLossSpec {
     Tensor lm_head;           // the target's LM head [V, D] (device)
     double gamma = 7.0;       // block position k weighs exp(-(k-1)/gamma)
     int64_t ce_chunk = 8192;  // vocabulary rows per chunk of the fused CE / KL
+    // > 0: D-PACE weighting with this alpha instead of the decay (gamma is then unused: the
+    // weights known before the forward are the loss mask, what weight_sum with gamma 0 counts).
+    double dpace_alpha = 0;
 };
 
 // The call's: its share of the step's gradient and where its sums go.

@@ -1,6 +1,8 @@
 // train.* -> train::TrainOptions (see train_options.h). Tested by tests/options/options_test.cpp.
 #include "options/train_options.h"
 
+#include "core/error.h"
+
 namespace dflash {
 
 train::TrainOptions train_options_from_settings(const config::Settings& s) {
@@ -35,6 +37,20 @@ train::TrainOptions train_options_from_settings(const config::Settings& s) {
     o.loss = parse_loss_kind(s.get<std::string>("train.loss"));
     o.documents = s.get<std::string>("train.documents");
     o.selector_loss_alpha = s.get<double>("train.selector_loss_alpha");
+    o.loss_weighting = parse_loss_weighting(s.get<std::string>("train.loss_weighting"));
+    o.dpace_alpha = s.get<double>("train.dpace_alpha");
+    if (o.loss_weighting == LossWeighting::dpace) {
+        // D-PACE weighs a slot by the draft's probability of the data's token: a cross-entropy
+        // quantity, meaningless for a distillation loss.
+        DF_CHECK(o.loss == LossKind::ce,
+                 "train.loss_weighting=dpace needs train.loss=ce (D-PACE weighs each slot by the "
+                 "draft's probability of the data's token), but train.loss={}",
+                 loss_kind_name(o.loss));
+        DF_CHECK(o.dpace_alpha > 0,
+                 "train.dpace_alpha={} must be in (0, 1]: at 0 a slot the draft gets wrong would "
+                 "end every later slot's credit",
+                 o.dpace_alpha);
+    }
     return o;
 }
 

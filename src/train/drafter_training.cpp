@@ -33,6 +33,10 @@ struct DrafterLossOptions {
     LossKind loss = LossKind::ce;  // train.loss
     bool documents = false;        // train.documents = separate
     double selector_alpha = 1.0;   // train.selector_loss_alpha (DFlash2 drafters)
+    double dpace_alpha = 0;        // > 0: train.loss_weighting = dpace with train.dpace_alpha
+    // The decay gamma of the weights known before the forward: with D-PACE 0 (uniform), so that
+    // a sequence's normaliser is its count of trained slots (docs/training.md "D-PACE").
+    double static_gamma() const { return dpace_alpha > 0 ? 0.0 : gamma; }
 };
 
 // What an evaluation decodes: the first train.eval_prompt_count prompts, greedily.
@@ -99,7 +103,7 @@ class DrafterTask : public WorkerTask {
                          : sample_anchors(mb.seq.loss_mask, opt_.num_anchors, rng);
         mb.weight = mb.anchors.empty()
                         ? 0.0
-                        : drafter_.weight_sum(mb.seq.loss_mask, mb.anchors, opt_.gamma);
+                        : drafter_.weight_sum(mb.seq.loss_mask, mb.anchors, opt_.static_gamma());
     }
 
     MicroBatch largest_batch(int64_t max_length) const override {
@@ -136,9 +140,10 @@ class DrafterTask : public WorkerTask {
                              objective.teacher_hidden);
         }
         ws.release_scratch(m);
-        drafter_.train_step(be, ws, {features, mb.seq.tokens, mb.seq.loss_mask, mb.anchors},
-                            {target_->embed(), target_->lm_head(), opt_.gamma, opt_.ce_chunk},
-                            {grad_scale, stats.rows(0, n_loss)}, objective);
+        drafter_.train_step(
+            be, ws, {features, mb.seq.tokens, mb.seq.loss_mask, mb.anchors},
+            {target_->embed(), target_->lm_head(), opt_.gamma, opt_.ce_chunk, opt_.dpace_alpha},
+            {grad_scale, stats.rows(0, n_loss)}, objective);
     }
 
     std::vector<int64_t> step_shape(const MicroBatch& mb) const override {
@@ -334,9 +339,13 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const RunSettings&
     TrainerSpec spec = run.spec(job.hooks);
     spec.eval_decoding = decode != nullptr;
     const TrainOptions& t = o.train;
-    const DrafterLossOptions lo{t.num_anchors, t.loss_decay_gamma,        t.lm_head_chunk,
-                                t.loss,        t.documents == "separate", t.selector_loss_alpha};
-    log.info("objective: train.loss={}, train.documents={}{}", loss_kind_name(lo.loss), t.documents,
+    DrafterLossOptions lo{t.num_anchors, t.loss_decay_gamma,        t.lm_head_chunk,
+                          t.loss,        t.documents == "separate", t.selector_loss_alpha};
+    if (t.loss_weighting == LossWeighting::dpace) lo.dpace_alpha = t.dpace_alpha;
+    log.info("objective: train.loss={}, train.loss_weighting={}{}, train.documents={}{}",
+             loss_kind_name(lo.loss), loss_weighting_name(t.loss_weighting),
+             lo.dpace_alpha > 0 ? fmt::format(" (alpha {})", lo.dpace_alpha) : std::string(),
+             t.documents,
              init.config().dflash2()
                  ? fmt::format(", train.selector_loss_alpha={} (DFlash2 selector, top-{})",
                                lo.selector_alpha, init.config().d2.selector_top_k)

@@ -53,6 +53,8 @@ struct TrainOptions {
     int64_t num_anchors = 512;
     double loss_decay_gamma = 7.0;
     LossKind loss = LossKind::ce;
+    LossWeighting loss_weighting = LossWeighting::decay;
+    double dpace_alpha = 0.5;          // in (0, 1]
     std::string documents = "packed";  // packed | separate
     double selector_loss_alpha = 1.0;
 };

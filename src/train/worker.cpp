@@ -12,6 +12,7 @@
 #include "backend/backend_factory.h"
 #include "config/dump.h"
 #include "core/error.h"
+#include "data/anchors.h"
 #include "train/gradient_exchange.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
@@ -252,7 +253,7 @@ bool Worker::train_step(int64_t step) {
         const LoaderState ls = loader_->state();
         // The index of this sequence in the epoch's global order: the same whatever the layout.
         const auto g = static_cast<uint64_t>((ls.cursor - 1) * o.world + rank_);
-        Rng rng = Rng(o.seed ^ kAnchorSalt).fork(static_cast<uint64_t>(ls.epoch)).fork(g);
+        Rng rng = sequence_anchor_rng(o.seed ^ kAnchorSalt, ls.epoch, g);
         task_->prepare(mb, rng);
         w_local += mb.weight;
         tokens += static_cast<double>(mb.seq.tokens.size());
@@ -427,6 +428,9 @@ void Worker::evaluate_heldout(StepRecord& r) {
     const int64_t P = task_->num_positions();
     const Tensor stats = step_out_.view().rows(0, stats_size_);
     be_->fill(stats, 0.0f);
+    // The loss is normalised by the weights known before the forward, as in training (with
+    // D-PACE those differ from the weights the stats sum).
+    double weight_sum = 0;
     {
         GradsOff no_grads(task_->params());
         for (int64_t i = rank_; i < n; i += sh_.opt.world) {
@@ -436,10 +440,12 @@ void Worker::evaluate_heldout(StepRecord& r) {
             Rng rng = Rng(sh_.opt.seed ^ kEvalSalt).fork(static_cast<uint64_t>(i));
             task_->prepare(mb, rng);
             if (mb.weight > 0) run_batch(mb, 0.0f, stats);
+            weight_sum += mb.weight;
         }
     }
     be_->download(step_host_.view().rows(0, stats_size_), stats);
-    const TaskStats st = stats_from(step_host_.f32());
+    TaskStats st = stats_from(step_host_.f32());
+    st.weight_sum = weight_sum;
     std::vector<double> packed = pack_stats(st);
     comm_.all_reduce_sum(packed.data(), packed.size());
     const TaskStats g = unpack_stats(packed, P);

@@ -1,4 +1,5 @@
-// Anchor sampling: the HEAD candidate rule, distinct sorted draws, determinism, and uniformity.
+// Anchor sampling: the consecutive-pair candidate rule, distinct sorted draws, determinism,
+// uniformity, and independence from batch-mates (each sequence's own stream, padding ignored).
 #include "data/anchors.h"
 
 #include <algorithm>
@@ -133,6 +134,63 @@ TEST(DocumentAnchors, OneDocumentWhereEveryBlockFitsDrawsLikeSampleAnchors) {
     EXPECT_EQ(anchor_document_starts(std::vector<int32_t>{3, 9}, {}), (std::vector<int32_t>{0, 0}));
     const std::vector<int32_t> bad = {1, 5};  // must start at 0
     EXPECT_THROW(document_anchor_candidates(mask, bad, 4), Error);
+}
+
+// The stream is the one training checkpoints record (Rng(anchor_seed).fork(epoch).fork(index)),
+// so runs written before sequence_anchor_rng existed resume with the anchors they would have
+// drawn; and it changes with each part of its key.
+TEST(BatchInvariantAnchors, StreamIsKeyedBySeedEpochAndSequenceOnly) {
+    const uint64_t seed = 0x1234;
+    EXPECT_EQ(sequence_anchor_rng(seed, 3, 17).state(), Rng(seed).fork(3).fork(17).state());
+    const uint64_t s = sequence_anchor_rng(seed, 3, 17).state();
+    EXPECT_NE(s, sequence_anchor_rng(seed + 1, 3, 17).state());
+    EXPECT_NE(s, sequence_anchor_rng(seed, 4, 17).state());
+    EXPECT_NE(s, sequence_anchor_rng(seed, 3, 18).state());
+}
+
+// A row padded into a batch of rows of other lengths (padding = loss mask 0, as a padded batch
+// has) gets exactly the anchors it gets alone, whatever its batch-mates and their order: nothing
+// is capped by the padded length or by another row's candidate count, and no stream is shared.
+TEST(BatchInvariantAnchors, PaddedRowDrawsTheSameAnchorsAsAlone) {
+    Rng gen(99);
+    const int64_t N = 6, B = 4;
+    for (int trial = 0; trial < 50; ++trial) {
+        // A batch of rows of different lengths and response densities; some with fewer
+        // candidates than N, some with none.
+        const int rows = 2 + static_cast<int>(gen.below(4));
+        std::vector<std::vector<uint8_t>> masks;
+        std::vector<std::vector<int32_t>> starts;  // two documents each
+        size_t longest = 0;
+        for (int r = 0; r < rows; ++r) {
+            const size_t len = 2 + gen.below(60);
+            masks.push_back(random_mask(gen, len, 0.1 + 0.8 * gen.uniform_f64()));
+            starts.push_back({0, static_cast<int32_t>(len / 2)});
+            longest = std::max(longest, len);
+        }
+        const uint64_t first_index = gen.below(1000);
+        const auto alone = [&](int r, bool documents) {
+            Rng rng = sequence_anchor_rng(7, 2, first_index + static_cast<uint64_t>(r));
+            return documents ? sample_document_anchors(masks[r], starts[r], B, N, rng)
+                             : sample_anchors(masks[r], N, rng);
+        };
+        // In the batch: every row padded to the longest, drawn last row first.
+        for (const bool documents : {false, true}) {
+            for (int r = rows - 1; r >= 0; --r) {
+                std::vector<uint8_t> padded = masks[r];
+                padded.resize(longest, 0);
+                // The padding is a document of its own, so no block of the row may run into it.
+                std::vector<int32_t> padded_starts = starts[r];
+                if (padded.size() > masks[r].size())
+                    padded_starts.push_back(static_cast<int32_t>(masks[r].size()));
+                Rng rng = sequence_anchor_rng(7, 2, first_index + static_cast<uint64_t>(r));
+                const auto in_batch =
+                    documents ? sample_document_anchors(padded, padded_starts, B, N, rng)
+                              : sample_anchors(padded, N, rng);
+                EXPECT_EQ(in_batch, alone(r, documents))
+                    << "trial " << trial << " row " << r << " documents " << documents;
+            }
+        }
+    }
 }
 
 }  // namespace

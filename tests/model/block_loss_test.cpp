@@ -1,6 +1,7 @@
 // block_loss (model/block_loss.h): the kl kind on block rows equal to the teacher's gives exactly
 // zero loss and gradient, KL is >= 0 otherwise and matches lm_head_kl on the gathered teacher rows,
-// the ce kind matches lm_head_ce, the teacher-row rule, and the train.loss names.
+// the ce kind matches lm_head_ce, D-PACE weighting is CE with the detached dpace_weights of the
+// rows' own CEs (and refuses kl), the teacher-row rule, and the train.loss names.
 #include <cmath>
 
 #include "backend/backend.h"
@@ -111,6 +112,53 @@ TEST(BlockLoss, CeEqualsLmHeadCe) {
     EXPECT_EQ(test::max_abs_diff(dh, dh_ref), 0.0);
 }
 
+// D-PACE: the loss sum and the gradient are those of CE weighted by dpace_weights of the rows'
+// CEs, taken as constants; the weights given (the slot mask) only mark the trained rows.
+TEST(BlockLoss, DpaceIsCeWeightedByTheDetachedDpaceWeights) {
+    auto be = make_cpu_backend(1);
+    Fixture f;
+    HostTensor mask({f.R});
+    for (int64_t r = 0; r < f.R; ++r) mask.f32()[r] = r % f.B == 0 || r == 6 ? 0.0f : 1.0f;
+    for (int64_t r = 0; r < f.R; ++r) {
+        if (mask.f32()[r] == 0.0f) f.labels.i32()[r] = -1;
+        f.weights.f32()[r] = mask.f32()[r];
+    }
+    Rng rng(12);
+    const HostTensor hf = test::random_tensor({f.R, f.D}, rng);
+    HostTensor dh({f.R, f.D});
+    BlockLossArgs a = f.args(LossKind::ce, hf);
+    a.teacher_hidden = a.teacher_rows = Tensor();
+    a.dpace_alpha = 0.4f;
+    const test::StepStats st = run(*be, a, dh);
+
+    HostTensor loss({f.R}), w({f.R}), dh_ref({f.R, f.D}), dh_mask({f.R, f.D});
+    LmHeadCeOut fwd;
+    fwd.loss_rows = loss;
+    be->lm_head_ce(hf, f.lm_head, f.labels, mask, 1.0f, 16, fwd);
+    be->dpace_weights(loss, mask, f.B, 0.4f, w);
+    LmHeadCeOut out;
+    out.dh = dh_ref;
+    be->lm_head_ce(hf, f.lm_head, f.labels, w, 0.5f, 16, out);
+    double sum = 0, wsum = 0;
+    for (int64_t r = 0; r < f.R; ++r) {
+        sum += w.f32()[r] * loss.f32()[r];
+        wsum += w.f32()[r];
+    }
+    EXPECT_NEAR(st.loss_sum, sum, 1e-5 * sum);
+    EXPECT_NEAR(st.weight_sum, wsum, 1e-5 * wsum);
+    EXPECT_LT(test::max_abs_diff(dh, dh_ref), 1e-6);
+    // ... which is not the mask-weighted CE's gradient: the weights matter.
+    LmHeadCeOut plain;
+    plain.dh = dh_mask;
+    be->lm_head_ce(hf, f.lm_head, f.labels, mask, 0.5f, 16, plain);
+    EXPECT_GT(test::max_abs_diff(dh, dh_mask), 1e-3);
+
+    a.kind = LossKind::kl;
+    a.teacher_hidden = f.teacher_hidden;
+    a.teacher_rows = f.teacher_rows;
+    EXPECT_THROW(run(*be, a, dh), Error);
+}
+
 TEST(BlockLoss, TeacherPositionAndNames) {
     // Block row k predicts token a + k: the target predicts it at a + k - 1.
     EXPECT_EQ(teacher_position(5, 1, 20), 5);
@@ -121,6 +169,10 @@ TEST(BlockLoss, TeacherPositionAndNames) {
     EXPECT_EQ(parse_loss_kind("ce"), LossKind::ce);
     EXPECT_STREQ(loss_kind_name(LossKind::kl), "kl");
     EXPECT_THROW(parse_loss_kind("mse"), Error);
+    EXPECT_EQ(parse_loss_weighting("dpace"), LossWeighting::dpace);
+    EXPECT_EQ(parse_loss_weighting("decay"), LossWeighting::decay);
+    EXPECT_STREQ(loss_weighting_name(LossWeighting::dpace), "dpace");
+    EXPECT_THROW(parse_loss_weighting("uniform"), Error);
 }
 
 }  // namespace

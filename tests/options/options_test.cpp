@@ -11,6 +11,7 @@
 
 #include "config/registry.h"
 #include "config/settings.h"
+#include "core/error.h"
 #include "options/chat_options.h"
 #include "options/cuda_graphs_options.h"
 #include "options/data_options.h"
@@ -32,14 +33,15 @@ std::shared_ptr<const config::Registry> registry() {
 // Every field, as text: two option structs describe alike exactly when their fields are equal.
 std::string describe(const train::TrainOptions& o) {
     return fmt::format(
-        "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
+        "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} "
+        "{} {}",
         o.lr, o.warmup_ratio, static_cast<int>(o.schedule), o.grad_clip, o.weight_decay, o.beta1,
         o.beta2, o.adam_eps, o.epochs, o.max_steps, o.batch_size, o.max_length, o.accumulation,
         o.checkpoint_every, o.shard_optimizer_state, o.replica_check_every, o.eval_every,
         o.log_every, o.output_dir.string(), o.eval_data.string(), o.eval_sequences,
         o.eval_prompts.string(), o.eval_prompt_count, o.eval_max_new_tokens, o.lm_head_chunk,
         o.num_anchors, o.loss_decay_gamma, static_cast<int>(o.loss), o.documents,
-        o.selector_loss_alpha);
+        o.selector_loss_alpha, static_cast<int>(o.loss_weighting), o.dpace_alpha);
 }
 std::string describe(const train::PretrainOptions& o) {
     return fmt::format("{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}", o.architecture,
@@ -199,6 +201,27 @@ TEST(Options, TrainingOptionsCarryEveryNamespace) {
     EXPECT_EQ(o.runtime.devices, 3);
     EXPECT_EQ(o.launch.world, 2);
     EXPECT_EQ(o.launch.rank, 1);
+}
+
+// D-PACE weighs slots by the draft's probability of the data's token: with another loss, or an
+// alpha of 0, the settings are refused naming the keys.
+TEST(Options, DpaceNeedsCeAndAPositiveAlpha) {
+    const config::Settings base(registry());
+    const auto message = [&](std::vector<std::pair<std::string, std::string>> kv) {
+        try {
+            (void)train_options_from_settings(base.with_overrides(kv));
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    const std::string kl = message({{"train.loss_weighting", "dpace"}, {"train.loss", "kl"}});
+    EXPECT_NE(kl.find("train.loss=ce"), std::string::npos) << kl;
+    const std::string zero =
+        message({{"train.loss_weighting", "dpace"}, {"train.dpace_alpha", "0"}});
+    EXPECT_NE(zero.find("train.dpace_alpha"), std::string::npos) << zero;
+    EXPECT_EQ(message({{"train.loss_weighting", "dpace"}}), "");
+    EXPECT_EQ(message({{"train.loss", "kl"}, {"train.dpace_alpha", "0"}}), "");  // decay: unused
 }
 
 }  // namespace

@@ -50,6 +50,7 @@ void check_device(const Exec& ex, const Tensor& t, const char* op, const char* n
 //   lm_head_kl.cpp  h, t bf16 [R, D], w bf16 [V, D], weights f32, loss_rows f32, argmax i32, dh
 //                   bf16 or f32, dw f32 (+=), workspace f32.
 //   loss_stats.cpp  loss_stats and argmax_rows (x f32 [R, V]).
+//   dpace_weights.cpp  ce, weights, out f32 [R].
 //   adamw.cpp       adamw_step: master, grad, m, v f32 (flat); grad_scale f32 [1] or empty; value
 //                   bf16 or empty. sum_squares, clip_scale: f32.
 //   sampling.cpp    sample_rows: logits f32 [R, V], uniforms f32 [R], out i32 [R].
