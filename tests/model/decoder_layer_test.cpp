@@ -1,8 +1,8 @@
 // One decoder layer (src/model/decoder_layer.h): layer_backward's parameter, input and context
 // gradients match finite differences of L = sum(dout * layer_forward_train(x, ctx)), for a
 // target-style layer (causal, no context) and a drafter-style one (the DFlash block mask over
-// [ctx ; x]), with Qwen3 q/k norms and without (Llama). Every weight tensor is checked at its
-// largest gradients and a few random elements.
+// [ctx ; x]), with Qwen3 q/k norms and without (Llama), and with YaRN's q scale. Every weight
+// tensor is checked at its largest gradients and a few random elements.
 #include "model/decoder_layer.h"
 
 #include <gtest/gtest.h>
@@ -21,6 +21,7 @@ namespace {
 struct Case {
     bool qwen3;
     bool drafter;  // context rows and the DFlash block mask
+    bool yarn;     // YaRN rope: its attention factor scales q after RoPE (drafters of gpt-oss)
 };
 
 class DecoderLayerTest : public ::testing::TestWithParam<Case> {};
@@ -28,7 +29,13 @@ class DecoderLayerTest : public ::testing::TestWithParam<Case> {};
 TEST_P(DecoderLayerTest, BackwardMatchesFiniteDifferences) {
     const Case c = GetParam();
     auto be = make_cpu_backend(1);
-    const TargetConfig tc = test::tiny_target_config(c.qwen3, 1);
+    TargetConfig tc = test::tiny_target_config(c.qwen3, 1);
+    if (c.yarn) {
+        tc.rope.scaling = RopeScaling();
+        tc.rope.scaling.type = RopeScalingType::yarn;
+        tc.rope.scaling.factor = 4.0;
+        tc.rope.scaling.original_max_position = 4;
+    }
     const LayerDims dims = layer_dims(tc);
     ParamSet ps(*be, target_tensor_specs(tc));
     Rng init(11);
@@ -102,11 +109,13 @@ TEST_P(DecoderLayerTest, BackwardMatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layers, DecoderLayerTest,
-                         ::testing::Values(Case{true, false}, Case{false, false}, Case{true, true},
-                                           Case{false, true}),
+                         ::testing::Values(Case{true, false, false}, Case{false, false, false},
+                                           Case{true, true, false}, Case{false, true, false},
+                                           Case{true, true, true}),
                          [](const auto& test_case) {
                              return std::string(test_case.param.qwen3 ? "qwen3" : "llama") +
-                                    (test_case.param.drafter ? "_drafter" : "_target");
+                                    (test_case.param.drafter ? "_drafter" : "_target") +
+                                    (test_case.param.yarn ? "_yarn" : "");
                          });
 
 }  // namespace
