@@ -32,7 +32,7 @@ train::TrainOptions train_options_from_settings(const config::Settings& s) {
     o.lm_head_chunk = s.get<int64_t>("train.lm_head_chunk");
     o.num_anchors = s.get<int64_t>("train.num_anchors");
     o.loss_decay_gamma = s.get<double>("train.loss_decay_gamma");
-    o.loss = parse_loss_kind(s.get<std::string>("train.loss"));
+    o.loss = parse_loss_mix(s.get<std::string>("train.loss"));
     o.documents = s.get<std::string>("train.documents");
     o.selector_loss_alpha = s.get<double>("train.selector_loss_alpha");
     return o;

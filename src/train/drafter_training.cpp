@@ -30,9 +30,9 @@ struct DrafterLossOptions {
     int64_t num_anchors = 512;
     double gamma = 7.0;
     int64_t ce_chunk = 8192;
-    LossKind loss = LossKind::ce;  // train.loss
-    bool documents = false;        // train.documents = separate
-    double selector_alpha = 1.0;   // train.selector_loss_alpha (DFlash2 drafters)
+    LossMix loss;                 // train.loss
+    bool documents = false;       // train.documents = separate
+    double selector_alpha = 1.0;  // train.selector_loss_alpha (DFlash2 drafters)
 };
 
 // What an evaluation decodes: the first train.eval_prompt_count prompts, greedily.
@@ -63,7 +63,7 @@ class DrafterTask : public WorkerTask {
     int64_t stats_offset() const override { return 1; }
     bool reports_tau() const override { return true; }
 
-    std::string loss_kind() const override { return loss_kind_name(opt_.loss); }
+    std::string loss_kind() const override { return opt_.loss.name(); }
 
     // DFlash2: the candidate selector's sums (SelectorStatsLayout) after the loss stats.
     int64_t extra_stats_size() const override {
@@ -178,13 +178,13 @@ class DrafterTask : public WorkerTask {
     }
 
   private:
-    // What the step optimises beyond plain CE over the packed sequence: for kl, room for the
-    // target's final hidden states (kept with the features while the drafter runs; ce takes no
-    // memory for them); for separate documents, each anchor's document start.
+    // What the step optimises beyond plain CE over the packed sequence: for a loss with a teacher
+    // term, room for the target's final hidden states (kept with the features while the drafter
+    // runs; ce takes no memory for them); for separate documents, each anchor's document start.
     BlockObjective make_objective(Backend& be, Workspace& ws, const MicroBatch& mb) {
         BlockObjective o;
         o.loss = opt_.loss;
-        if (opt_.loss == LossKind::kl) {
+        if (opt_.loss.needs_teacher()) {
             const auto S = static_cast<int64_t>(mb.seq.tokens.size());
             o.teacher_hidden = ws.take({S, target_->dims().D}, be.compute_dtype());
         }
@@ -336,7 +336,7 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const RunSettings&
     const TrainOptions& t = o.train;
     const DrafterLossOptions lo{t.num_anchors, t.loss_decay_gamma,        t.lm_head_chunk,
                                 t.loss,        t.documents == "separate", t.selector_loss_alpha};
-    log.info("objective: train.loss={}, train.documents={}{}", loss_kind_name(lo.loss), t.documents,
+    log.info("objective: train.loss={}, train.documents={}{}", lo.loss.name(), t.documents,
              init.config().dflash2()
                  ? fmt::format(", train.selector_loss_alpha={} (DFlash2 selector, top-{})",
                                lo.selector_alpha, init.config().d2.selector_top_k)

@@ -15,6 +15,7 @@
 #include "backend/workspace.h"
 #include "model/target.h"
 #include "support/test_util.h"
+#include "support/tiny_models.h"
 
 namespace dflash {
 namespace {
