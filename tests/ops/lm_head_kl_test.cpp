@@ -173,9 +173,8 @@ TEST(LmHeadKl, EveryKindMatchesFullLogitsReference) {
 }
 
 // V = 2, D = 1, w = [[1], [0]]: draft logits [ln 2, 0] (q = [2/3, 1/3]), teacher logits [0, 0]
-// (p = [1/2, 1/2]). KL = 1/2 ln(3/4) + 1/2 ln(3/2) = 1/2 ln(9/8); q - p = [1/6, -1/6], so
-// dh = 1/6 * 1 + (-1/6) * 0 = 1/6 and dw = (q - p) * h = [ln 2 / 6, -ln 2 / 6].
-TEST(LmHeadKl, HandComputedTwoTokenCase) {
+// (p = [1/2, 1/2]).
+Problem two_tokens() {
     Problem p{
         HostTensor({1, 1}), HostTensor({1, 1}), HostTensor({2, 1}), HostTensor({1}), 1.0f, {}};
     p.h.f32()[0] = std::log(2.0f);
@@ -183,6 +182,13 @@ TEST(LmHeadKl, HandComputedTwoTokenCase) {
     p.w.f32()[0] = 1.0f;
     p.w.f32()[1] = 0.0f;
     p.weights.f32()[0] = 1.0f;
+    return p;
+}
+
+// KL = 1/2 ln(3/4) + 1/2 ln(3/2) = 1/2 ln(9/8); q - p = [1/6, -1/6], so dh = 1/6 * 1 +
+// (-1/6) * 0 = 1/6 and dw = (q - p) * h = [ln 2 / 6, -ln 2 / 6].
+TEST(LmHeadKl, HandComputedTwoTokenCase) {
+    const Problem p = two_tokens();
     for (int64_t chunk : {1, 2}) {
         const Result got = run(p, chunk);
         EXPECT_NEAR(got.loss_rows.f32()[0], 0.5 * std::log(9.0 / 8.0), 1e-7);
@@ -197,13 +203,7 @@ TEST(LmHeadKl, HandComputedTwoTokenCase) {
 // mass where q > p) = 2/3 and the gradient q (1[q > p] - u) = [2/3 * 1/3, 1/3 * -2/3] = [2/9,
 // -2/9].
 TEST(LmHeadKl, HandComputedTwoTokenTv) {
-    Problem p{
-        HostTensor({1, 1}), HostTensor({1, 1}), HostTensor({2, 1}), HostTensor({1}), 1.0f, {}};
-    p.h.f32()[0] = std::log(2.0f);
-    p.t.f32()[0] = 0.0f;
-    p.w.f32()[0] = 1.0f;
-    p.w.f32()[1] = 0.0f;
-    p.weights.f32()[0] = 1.0f;
+    Problem p = two_tokens();
     p.div = {0.0f, 0.0f, 0.0f, 1.0f};
     for (int64_t chunk : {1, 2}) {
         const Result got = run(p, chunk);

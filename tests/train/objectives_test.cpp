@@ -59,7 +59,8 @@ TEST_F(Objectives, KlTrainingLowersTheKlAndMetricsNameIt) {
     for (const auto& j : metrics(s)) EXPECT_EQ(j.value("loss_kind", ""), "kl") << j.dump();
 }
 
-// The bounded losses train too: TV alone and DSpark's mix of data CE with L1 to the target.
+// The bounded losses train too: TV alone and DSpark's mix of data CE with L1 to the target
+// (measured: TV 0.57 -> 0.32, the mix 1.74 -> 1.13 over 40 steps; asked: at least a fifth off).
 TEST_F(Objectives, TvAndTheDsparkMixLowerTheirLoss) {
     for (const char* loss : {"tv", "0.1*ce+0.9*l1"}) {
         SCOPED_TRACE(loss);
@@ -74,7 +75,7 @@ TEST_F(Objectives, TvAndTheDsparkMixLowerTheirLoss) {
         ASSERT_EQ(losses.size(), 40u);
         const double first = (losses[0] + losses[1]) / 2, last = (losses[38] + losses[39]) / 2;
         EXPECT_GT(first, 0.0);
-        EXPECT_LT(last, 0.7 * first) << "first " << first << " last " << last;
+        EXPECT_LT(last, 0.8 * first) << "first " << first << " last " << last;
         for (const auto& j : metrics(s)) EXPECT_EQ(j.value("loss_kind", ""), loss) << j.dump();
     }
 }
