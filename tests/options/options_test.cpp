@@ -38,8 +38,7 @@ std::string describe(const train::TrainOptions& o) {
         o.checkpoint_every, o.shard_optimizer_state, o.replica_check_every, o.eval_every,
         o.log_every, o.output_dir.string(), o.eval_data.string(), o.eval_sequences,
         o.eval_prompts.string(), o.eval_prompt_count, o.eval_max_new_tokens, o.lm_head_chunk,
-        o.num_anchors, o.loss_decay_gamma, static_cast<int>(o.loss), o.documents,
-        o.selector_loss_alpha);
+        o.num_anchors, o.loss_decay_gamma, o.loss.name(), o.documents, o.selector_loss_alpha);
 }
 std::string describe(const train::PretrainOptions& o) {
     return fmt::format("{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}", o.architecture,
