@@ -94,6 +94,8 @@ std::string other_value(const config::Declaration& d) {
             return config::format_float(x > lo ? (x + lo) / 2 : (x + *d.max) / 2);
         }
         case config::Type::string:
+            // train.loss is a string with a grammar (a weighted sum of loss kinds).
+            if (d.key == "train.loss") return "0.5*" + std::get<std::string>(v) + "+kl";
             return std::get<std::string>(v) + "-other";
         case config::Type::enumeration:
             for (const auto& c : d.choices)
