@@ -125,16 +125,17 @@ DFLASH_OP(lm_head_ce,
           (const Tensor& h, const Tensor& w, const Tensor& labels, const Tensor& weights,
            float grad_scale, int64_t chunk, const LmHeadCeOut& out),
           (h, w, labels, weights, grad_scale, chunk, out))
-// Final projection + distillation over vocabulary chunks of `chunk` rows of w (never a whole
-// [R, V] logits matrix): per row r, the teacher p = softmax(t_r · Wᵀ) (no gradient flows into
-// it), the draft q = softmax(h_r · Wᵀ) and loss_r = KL(p || q) = sum_v p_v (log p_v - log q_v)
-// at temperature 1. h, t [R, D], w [V, D], weights f32 [R]; rows with weight 0 are ignored.
-// The gradient with respect to the draft logits is weight_r * (q - p). See LmHeadKlOut;
-// out.workspace must hold lm_head_kl_workspace(R, D, V, chunk) f32 elements.
+// Final projection + distribution losses over vocabulary chunks of `chunk` rows of w (never a
+// whole [R, V] logits matrix): per row r, the teacher p = softmax(t_r · Wᵀ) (no gradient flows
+// into it), the draft q = softmax(h_r · Wᵀ) and loss_r = the mix `div` of KL(p || q), KL(q || p),
+// JSD and TV at temperature 1 (see LmHeadDivergences). h, t [R, D], w [V, D], weights f32 [R];
+// rows with weight 0 are ignored. The gradient with respect to the draft logits is weight_r times
+// the mix of the closed forms (docs/training.md "Distribution losses"; forward KL: q - p). See
+// LmHeadKlOut; out.workspace must hold lm_head_kl_workspace(R, D, V, chunk) f32 elements.
 DFLASH_OP(lm_head_kl,
           (const Tensor& h, const Tensor& t, const Tensor& w, const Tensor& weights,
-           float grad_scale, int64_t chunk, const LmHeadKlOut& out),
-          (h, t, w, weights, grad_scale, chunk, out))
+           float grad_scale, int64_t chunk, const LmHeadDivergences& div, const LmHeadKlOut& out),
+          (h, t, w, weights, grad_scale, chunk, div, out))
 
 // ---- training statistics and the optimizer --------------------------------------------------
 // Adds one micro-batch's loss and accuracy sums into stats f32 [2 + 2P] (see LossStatsLayout):

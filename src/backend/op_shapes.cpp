@@ -338,7 +338,17 @@ void check_lm_head_ce_shapes(const Tensor& h, const Tensor& w, const Tensor& lab
 }
 
 void check_lm_head_kl_shapes(const Tensor& h, const Tensor& t, const Tensor& w,
-                             const Tensor& weights, int64_t chunk, const LmHeadKlOut& out) {
+                             const Tensor& weights, int64_t chunk, const LmHeadDivergences& div,
+                             const LmHeadKlOut& out) {
+    bool any = false, valid = true;
+    for (const float x : {div.kl, div.rkl, div.jsd, div.tv}) {
+        valid = valid && std::isfinite(x) && x >= 0.0f;
+        any = any || x > 0.0f;
+    }
+    DF_CHECK(valid && any,
+             "lm_head_kl: divergence weights kl={} rkl={} jsd={} tv={}; expected finite weights "
+             ">= 0, at least one > 0",
+             div.kl, div.rkl, div.jsd, div.tv);
     check_lm_head_common("lm_head_kl", h, w, weights, chunk, out.loss_rows, out.argmax, out.dh,
                          out.dw);
     DF_CHECK(t.dtype() == h.dtype() && t.shape() == h.shape(),

@@ -90,9 +90,11 @@ void check_add_row_bias_shapes(const Tensor& y, const Tensor& bias);
 // i32 [R], dh shaped like h, dw f32 shaped like w.
 void check_lm_head_ce_shapes(const Tensor& h, const Tensor& w, const Tensor& labels,
                              const Tensor& weights, int64_t chunk, const LmHeadCeOut& out);
-// lm_head_kl: as lm_head_ce without labels, and the teacher's t of h's dtype and shape.
+// lm_head_kl: as lm_head_ce without labels, the teacher's t of h's dtype and shape, and a
+// divergence mix of finite weights >= 0, not all 0.
 void check_lm_head_kl_shapes(const Tensor& h, const Tensor& t, const Tensor& w,
-                             const Tensor& weights, int64_t chunk, const LmHeadKlOut& out);
+                             const Tensor& weights, int64_t chunk, const LmHeadDivergences& div,
+                             const LmHeadKlOut& out);
 
 // ---- training statistics and the optimizer --------------------------------------------------
 // loss_stats: loss_rows and weights f32 [R], argmax and labels i32 [R], period >= 1, stats f32

@@ -156,15 +156,31 @@ struct LmHeadCeOut {
     Tensor workspace;
 };
 
-// ---- LM head + KL distillation -----------------------------------------------------------------
+// ---- LM head + distribution losses ------------------------------------------------------------
+// Which distances between the teacher's p and the draft's q lm_head_kl computes, each with its
+// weight in a row's loss (docs/training.md "Distribution losses"); 0 leaves a term out. The row's
+// loss is kl * KL(p || q) + rkl * KL(q || p) + jsd * JSD(p, q) + tv * TV(p, q) (an L1 distance is
+// tv with twice the weight). The default is forward KL alone.
+struct LmHeadDivergences {
+    float kl = 1.0f;   // sum_v p_v log(p_v / q_v)
+    float rkl = 0.0f;  // sum_v q_v log(q_v / p_v)
+    float jsd = 0.0f;  // (KL(p || m) + KL(q || m)) / 2, m = (p + q) / 2
+    float tv = 0.0f;   // sum_v |p_v - q_v| / 2
+    // jsd and tv need both normalisers before a row's loss can be summed: one more pass over the
+    // vocabulary than kl and rkl.
+    bool needs_mixed_pass() const { return jsd != 0.0f || tv != 0.0f; }
+};
+
 // Outputs of lm_head_kl. Tensors left empty are not computed.
 struct LmHeadKlOut {
-    Tensor loss_rows;  // f32 [R]: unweighted KL(p || q) per row (0 where weight == 0)
-    Tensor argmax;     // i32 [R]: argmax of the draft logits h · Wᵀ (lowest index on ties)
-    Tensor dh;  // [R, D] (f32 or the compute dtype): overwritten with grad_scale * d(sum_r w_r
-                // KL_r)/dh
-    // f32 [V, D]: accumulated (+=) with grad_scale * d(sum_r w_r KL_r)/dW through the draft logits
-    // only: the teacher's distribution is a constant (a frozen target), even when W is shared.
+    Tensor
+        loss_rows;  // f32 [R]: the unweighted (by row) divergence mix per row (0 where weight == 0)
+    Tensor argmax;  // i32 [R]: argmax of the draft logits h · Wᵀ (lowest index on ties)
+    Tensor dh;      // [R, D] (f32 or the compute dtype): overwritten with grad_scale * d(sum_r w_r
+                    // loss_r)/dh
+    // f32 [V, D]: accumulated (+=) with grad_scale * d(sum_r w_r loss_r)/dW through the draft
+    // logits only: the teacher's distribution is a constant (a frozen target), even when W is
+    // shared.
     Tensor dw;
     // f32 [Backend::lm_head_kl_workspace(R, D, V, chunk)]: per-chunk logits of both sides, row
     // statistics and (CUDA) the dh accumulator.

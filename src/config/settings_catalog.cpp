@@ -223,11 +223,12 @@ void add_train(Registry& r) {
                   "position decay of the block loss, exp(-(k-1)/gamma); 0 = no decay")
               .range(0, 1e6)
               .read_by("train loss (lm_head CE weights)"));
-    r.add(D::enumeration("train.loss", "ce", {"ce", "kl"},
-                         "block loss: ce = cross-entropy on the data's tokens; kl = forward "
-                         "KL(p_target || q_draft) at T=1 from the target's own next-token "
-                         "distribution (costs the target's final hidden states and a second "
-                         "chunked LM-head pass)")
+    r.add(D::string("train.loss", "ce",
+                    "block loss: ce = cross-entropy on the data's tokens; against the target's "
+                    "own next-token distribution p at T=1 (costs the target's final hidden "
+                    "states and more chunked LM-head passes, docs/training.md): kl = "
+                    "KL(p || q_draft), rkl = KL(q || p), jsd = Jensen-Shannon, tv = |p - q|_1 / 2, "
+                    "l1 = |p - q|_1; or a weighted sum sharing one weighting, e.g. 0.1*ce+0.9*l1")
               .read_by("train loss (lm_head_ce / lm_head_kl), arena planning"));
     r.add(D::enumeration("train.loss_weighting", "decay", {"decay", "dpace"},
                          "how block slots are weighed: decay = loss mask x "

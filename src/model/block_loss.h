@@ -1,6 +1,7 @@
-// The loss on a drafter's block rows (train.loss): cross-entropy against the data's tokens, or KL
-// distillation from the target's own next-token distribution. Shared by every drafter kind: it
-// sees only the final-normed block-row hidden states and the (frozen, shared) LM head, so a
+// The loss on a drafter's block rows (train.loss): cross-entropy against the data's tokens, a
+// distance from the target's own next-token distribution (forward or reverse KL, JSD, TV, L1), or
+// a weighted sum of these (docs/training.md "Distribution losses"). Shared by every drafter kind:
+// it sees only the final-normed block-row hidden states and the (frozen, shared) LM head, so a
 // drafter of another architecture (DFlash2) calls it the same way. Tested by
 // tests/model/block_loss_test.cpp and, through the drafter, tests/model/drafter_test.cpp.
 #pragma once
@@ -8,24 +9,50 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/workspace.h"
 
 namespace dflash {
 
-enum class LossKind { ce, kl };
+// ce: cross-entropy on the data's tokens; the others compare the draft's q with the target's p
+// (kl = KL(p || q), rkl = KL(q || p), jsd, tv = |p - q|_1 / 2, l1 = |p - q|_1).
+enum class LossKind { ce, kl, rkl, jsd, tv, l1 };
 
 // How block rows are weighed (train.loss_weighting, docs/training.md "D-PACE"): decay = the loss
 // mask x exp(-(k-1)/gamma), known before the forward; dpace = D-PACE, the expected accepted length
 // a slot's success makes reachable, computed from the rows' own cross-entropies in the step.
 enum class LossWeighting { decay, dpace };
 
-// "ce" / "kl" (the train.loss values); anything else is an error naming the choices.
-LossKind parse_loss_kind(const std::string& name);
 const char* loss_kind_name(LossKind kind);
 LossWeighting parse_loss_weighting(const std::string& name);
 const char* loss_weighting_name(LossWeighting weighting);
+
+struct LossTerm {
+    LossKind kind = LossKind::ce;
+    double weight = 1.0;  // > 0
+};
+
+// train.loss: one loss or a weighted sum of distinct ones. The terms share one row weighting and
+// one normaliser: a row's loss is sum_k weight_k * loss_k, weighed and normalised like one loss.
+struct LossMix {
+    std::vector<LossTerm> terms{{LossKind::ce, 1.0}};
+    LossMix() = default;
+    LossMix(LossKind kind) : terms{{kind, 1.0}} {}  // NOLINT: a single loss reads as its kind
+    double weight(LossKind kind) const;             // 0 when not a term
+    // Whether a term needs the target's distribution (every kind but ce).
+    bool needs_teacher() const;
+    // The teacher terms as lm_head_kl's mix (l1 is tv with twice the weight).
+    LmHeadDivergences divergences() const;
+    // The train.loss text that parses back to this mix: "kl", "0.1*ce+0.9*l1".
+    std::string name() const;
+};
+
+// A train.loss value: terms joined by '+', each "kind" or "weight*kind" (spaces allowed), every
+// kind at most once, weights finite and > 0. Anything else is an error naming train.loss and the
+// kinds.
+LossMix parse_loss_mix(const std::string& text);
 
 // The target row whose next-token distribution teaches block row k of the block anchored at a:
 // block row k predicts token a + k, which the target predicts from position a + k - 1. Rows that
@@ -33,13 +60,13 @@ const char* loss_weighting_name(LossWeighting weighting);
 int32_t teacher_position(int64_t anchor, int64_t k, int64_t seq_len);
 
 struct BlockLossArgs {
-    LossKind kind = LossKind::ce;
+    LossMix loss;
     Tensor hf;       // [R, D] final-normed block rows (the drafter's)
     Tensor lm_head;  // [V, D] the target's, frozen
     Tensor labels;   // i32 [R] (device): the data's tokens, -1 where weight is 0
     Tensor weights;  // f32 [R] (device): the decay weights
-    // kl only: the target's final-normed hidden states [S, D] (device) and, per block row, the
-    // row of it that teaches the row (i32 [R], device; teacher_position).
+    // Losses that need a teacher only: the target's final-normed hidden states [S, D] (device) and,
+    // per block row, the row of it that teaches the row (i32 [R], device; teacher_position).
     Tensor teacher_hidden;
     Tensor teacher_rows;
     float grad_scale = 1.0f;

@@ -284,9 +284,9 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const DrafterBatch& ba
             grad_weights.host.f32()[r] = w * grad_scale;
         }
     }
-    const bool kl = objective.loss == LossKind::kl;
+    const bool teacher = objective.loss.needs_teacher();
     Workspace::Staged teacher_rows;
-    if (kl) {
+    if (teacher) {
         teacher_rows = ws.input({R}, DType::i32);
         for (int64_t j = 0; j < N; ++j)
             for (int64_t k = 0; k < B; ++k)
@@ -316,12 +316,12 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const DrafterBatch& ba
     const DType act = be.compute_dtype();
 
     BlockLossArgs la;
-    la.kind = objective.loss;
+    la.loss = objective.loss;
     la.hf = f.hf;
     la.lm_head = lm_head;
     la.labels = labels.device;
     la.weights = weights.device;
-    if (kl) {
+    if (teacher) {
         la.teacher_hidden = objective.teacher_hidden;
         la.teacher_rows = teacher_rows.device;
     }

@@ -26,9 +26,10 @@ float dflash_position_weight(int64_t k, double gamma);
 // What a training step optimises beyond the default (cross-entropy, the whole packed sequence as
 // context): train.loss and train.documents.
 struct BlockObjective {
-    LossKind loss = LossKind::ce;
-    // kl: the target's final-normed hidden states [S, D] of the sequence (device); block row k of
-    // the block anchored at a learns the target's distribution at position a + k - 1.
+    LossMix loss;
+    // Losses with a teacher term (LossMix::needs_teacher): the target's final-normed hidden states
+    // [S, D] of the sequence (device); block row k of the block anchored at a learns the target's
+    // distribution at position a + k - 1.
     Tensor teacher_hidden;
     // Per anchor, the first context row its block may see (its document's start in a packed
     // sequence); empty: every block sees the context from row 0.

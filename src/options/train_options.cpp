@@ -34,7 +34,7 @@ train::TrainOptions train_options_from_settings(const config::Settings& s) {
     o.lm_head_chunk = s.get<int64_t>("train.lm_head_chunk");
     o.num_anchors = s.get<int64_t>("train.num_anchors");
     o.loss_decay_gamma = s.get<double>("train.loss_decay_gamma");
-    o.loss = parse_loss_kind(s.get<std::string>("train.loss"));
+    o.loss = parse_loss_mix(s.get<std::string>("train.loss"));
     o.documents = s.get<std::string>("train.documents");
     o.selector_loss_alpha = s.get<double>("train.selector_loss_alpha");
     o.loss_weighting = parse_loss_weighting(s.get<std::string>("train.loss_weighting"));
@@ -42,10 +42,10 @@ train::TrainOptions train_options_from_settings(const config::Settings& s) {
     if (o.loss_weighting == LossWeighting::dpace) {
         // D-PACE weighs a slot by the draft's probability of the data's token: a cross-entropy
         // quantity, meaningless for a distillation loss.
-        DF_CHECK(o.loss == LossKind::ce,
+        DF_CHECK(o.loss.name() == "ce",
                  "train.loss_weighting=dpace needs train.loss=ce (D-PACE weighs each slot by the "
                  "draft's probability of the data's token), but train.loss={}",
-                 loss_kind_name(o.loss));
+                 o.loss.name());
         DF_CHECK(o.dpace_alpha > 0,
                  "train.dpace_alpha={} must be in (0, 1]: at 0 a slot the draft gets wrong would "
                  "end every later slot's credit",

@@ -30,10 +30,10 @@ struct DrafterLossOptions {
     int64_t num_anchors = 512;
     double gamma = 7.0;
     int64_t ce_chunk = 8192;
-    LossKind loss = LossKind::ce;  // train.loss
-    bool documents = false;        // train.documents = separate
-    double selector_alpha = 1.0;   // train.selector_loss_alpha (DFlash2 drafters)
-    double dpace_alpha = 0;        // > 0: train.loss_weighting = dpace with train.dpace_alpha
+    LossMix loss;                 // train.loss
+    bool documents = false;       // train.documents = separate
+    double selector_alpha = 1.0;  // train.selector_loss_alpha (DFlash2 drafters)
+    double dpace_alpha = 0;       // > 0: train.loss_weighting = dpace with train.dpace_alpha
     // The decay gamma of the weights known before the forward: with D-PACE 0 (uniform), so that
     // a sequence's normaliser is its count of trained slots (docs/training.md "D-PACE").
     double static_gamma() const { return dpace_alpha > 0 ? 0.0 : gamma; }
@@ -67,7 +67,7 @@ class DrafterTask : public WorkerTask {
     int64_t stats_offset() const override { return 1; }
     bool reports_tau() const override { return true; }
 
-    std::string loss_kind() const override { return loss_kind_name(opt_.loss); }
+    std::string loss_kind() const override { return opt_.loss.name(); }
 
     // DFlash2: the candidate selector's sums (SelectorStatsLayout) after the loss stats.
     int64_t extra_stats_size() const override {
@@ -183,13 +183,13 @@ class DrafterTask : public WorkerTask {
     }
 
   private:
-    // What the step optimises beyond plain CE over the packed sequence: for kl, room for the
-    // target's final hidden states (kept with the features while the drafter runs; ce takes no
-    // memory for them); for separate documents, each anchor's document start.
+    // What the step optimises beyond plain CE over the packed sequence: for a loss with a teacher
+    // term, room for the target's final hidden states (kept with the features while the drafter
+    // runs; ce takes no memory for them); for separate documents, each anchor's document start.
     BlockObjective make_objective(Backend& be, Workspace& ws, const MicroBatch& mb) {
         BlockObjective o;
         o.loss = opt_.loss;
-        if (opt_.loss == LossKind::kl) {
+        if (opt_.loss.needs_teacher()) {
             const auto S = static_cast<int64_t>(mb.seq.tokens.size());
             o.teacher_hidden = ws.take({S, target_->dims().D}, be.compute_dtype());
         }
@@ -343,7 +343,7 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const RunSettings&
                           t.loss,        t.documents == "separate", t.selector_loss_alpha};
     if (t.loss_weighting == LossWeighting::dpace) lo.dpace_alpha = t.dpace_alpha;
     log.info("objective: train.loss={}, train.loss_weighting={}{}, train.documents={}{}",
-             loss_kind_name(lo.loss), loss_weighting_name(t.loss_weighting),
+             lo.loss.name(), loss_weighting_name(t.loss_weighting),
              lo.dpace_alpha > 0 ? fmt::format(" (alpha {})", lo.dpace_alpha) : std::string(),
              t.documents,
              init.config().dflash2()

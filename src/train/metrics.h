@@ -52,7 +52,8 @@ struct StepRecord {
     int64_t epoch = 0;
     bool eval = false;
     double loss = 0;
-    std::string loss_kind;  // "ce" or "kl" (train.loss); written next to loss when set
+    std::string loss_kind;  // train.loss as its canonical text ("kl", "0.1*ce+0.9*l1"); written
+                            // next to loss when set
     // Drafter: acc[k-1] = accuracy at block position k = 1..B-1. Pretraining: one entry, the
     // next-token accuracy.
     std::vector<double> acc;

@@ -52,7 +52,7 @@ struct TrainOptions {
     // The drafter's loss.
     int64_t num_anchors = 512;
     double loss_decay_gamma = 7.0;
-    LossKind loss = LossKind::ce;
+    LossMix loss;  // train.loss
     LossWeighting loss_weighting = LossWeighting::decay;
     double dpace_alpha = 0.5;          // in (0, 1]
     std::string documents = "packed";  // packed | separate

@@ -75,7 +75,7 @@ class WorkerTask {
     virtual int64_t stats_offset() const = 0;
     // Whether StepRecord::tau_implied means something (drafters).
     virtual bool reports_tau() const = 0;
-    // What StepRecord::loss is ("ce" or "kl", train.loss), written to metrics.jsonl.
+    // What StepRecord::loss is (train.loss as LossMix::name gives it), written to metrics.jsonl.
     virtual std::string loss_kind() const { return "ce"; }
     // Sums of the task's own beyond LossStatsLayout (DFlash2: the selector's), kept on the device
     // right after the loss stats, downloaded and all-reduced with them.

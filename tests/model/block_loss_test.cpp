@@ -1,7 +1,8 @@
-// block_loss (model/block_loss.h): the kl kind on block rows equal to the teacher's gives exactly
-// zero loss and gradient, KL is >= 0 otherwise and matches lm_head_kl on the gathered teacher rows,
-// the ce kind matches lm_head_ce, D-PACE weighting is CE with the detached dpace_weights of the
-// rows' own CEs (and refuses kl), the teacher-row rule, and the train.loss names.
+// block_loss (model/block_loss.h): every teacher kind on block rows equal to the teacher's gives
+// exactly zero loss and gradient, KL is >= 0 otherwise and matches lm_head_kl on the gathered
+// teacher rows, the ce kind matches lm_head_ce, a mix with ce equals the weighted sum of its
+// parts, D-PACE weighting is CE with the detached dpace_weights of the rows' own CEs (and refuses
+// kl), the teacher-row rule, and the train.loss texts (good ones and the errors of bad ones).
 #include <cmath>
 
 #include "backend/backend.h"
@@ -33,9 +34,9 @@ struct Fixture {
             teacher_rows.i32()[r] = teacher_position(r / B * 5 + 1, k, S);
         }
     }
-    BlockLossArgs args(LossKind kind, const Tensor& hf) const {
+    BlockLossArgs args(const LossMix& loss, const Tensor& hf) const {
         BlockLossArgs a;
-        a.kind = kind;
+        a.loss = loss;
         a.hf = hf;
         a.lm_head = lm_head;
         a.labels = labels;
@@ -63,10 +64,14 @@ TEST(BlockLoss, KlOfTheTeachersOwnRowsIsExactlyZero) {
     be->embedding_fwd(f.teacher_hidden, f.teacher_rows, hf);  // the draft equals the teacher
     HostTensor dh({f.R, f.D});
     fill_f32(dh, 3.0f);
-    const test::StepStats st = run(*be, f.args(LossKind::kl, hf), dh);
-    EXPECT_EQ(st.loss_sum, 0.0);
-    for (int64_t i = 0; i < dh.numel(); ++i) ASSERT_EQ(dh.f32()[i], 0.0f) << i;
-    EXPECT_GT(st.weight_sum, 0.0);
+    for (const char* loss : {"kl", "rkl", "jsd", "tv", "l1", "kl+0.5*rkl+2*jsd+tv+3*l1"}) {
+        SCOPED_TRACE(loss);
+        fill_f32(dh, 3.0f);
+        const test::StepStats st = run(*be, f.args(parse_loss_mix(loss), hf), dh);
+        EXPECT_EQ(st.loss_sum, 0.0);
+        for (int64_t i = 0; i < dh.numel(); ++i) ASSERT_EQ(dh.f32()[i], 0.0f) << i;
+        EXPECT_GT(st.weight_sum, 0.0);
+    }
 }
 
 TEST(BlockLoss, KlIsPositiveAndEqualsLmHeadKlOnTheGatheredTeacherRows) {
@@ -81,7 +86,7 @@ TEST(BlockLoss, KlIsPositiveAndEqualsLmHeadKlOnTheGatheredTeacherRows) {
     LmHeadKlOut out;
     out.loss_rows = loss;
     out.dh = dh_ref;
-    be->lm_head_kl(hf, t, f.lm_head, f.weights, 0.5f, 16, out);
+    be->lm_head_kl(hf, t, f.lm_head, f.weights, 0.5f, 16, LmHeadDivergences{}, out);
     double sum = 0;
     for (int64_t r = 0; r < f.R; ++r) {
         EXPECT_GE(loss.f32()[r], 0.0f) << r;
@@ -153,10 +158,65 @@ TEST(BlockLoss, DpaceIsCeWeightedByTheDetachedDpaceWeights) {
     be->lm_head_ce(hf, f.lm_head, f.labels, mask, 0.5f, 16, plain);
     EXPECT_GT(test::max_abs_diff(dh, dh_mask), 1e-3);
 
-    a.kind = LossKind::kl;
+    a.loss = LossKind::kl;
     a.teacher_hidden = f.teacher_hidden;
     a.teacher_rows = f.teacher_rows;
     EXPECT_THROW(run(*be, a, dh), Error);
+}
+
+// 0.1*ce+0.9*l1 (DSpark's mix): the loss sum and dh are 0.1 x ce's plus 0.9 x 2 x tv's.
+TEST(BlockLoss, MixWithCeEqualsWeightedSumOfItsParts) {
+    auto be = make_cpu_backend(1);
+    const Fixture f;
+    Rng rng(11);
+    const HostTensor hf = test::random_tensor({f.R, f.D}, rng);
+    HostTensor dh_mix({f.R, f.D}), dh_ce({f.R, f.D}), dh_tv({f.R, f.D});
+    const test::StepStats mix = run(*be, f.args(parse_loss_mix("0.1*ce + 0.9*l1"), hf), dh_mix);
+    const test::StepStats ce = run(*be, f.args(LossKind::ce, hf), dh_ce);
+    const test::StepStats tv = run(*be, f.args(LossKind::tv, hf), dh_tv);
+    EXPECT_GT(tv.loss_sum, 0.0);
+    const double want = 0.1 * ce.loss_sum + 1.8 * tv.loss_sum;
+    EXPECT_NEAR(mix.loss_sum, want, 1e-5 * want);
+    EXPECT_EQ(mix.weight_sum, ce.weight_sum);
+    double worst = 0, scale = 0;
+    for (int64_t i = 0; i < dh_mix.numel(); ++i) {
+        const double ref = 0.1 * dh_ce.f32()[i] + 1.8 * dh_tv.f32()[i];
+        worst = std::max(worst, std::fabs(dh_mix.f32()[i] - ref));
+        scale = std::max(scale, std::fabs(ref));
+    }
+    EXPECT_GT(scale, 0.0);
+    EXPECT_LT(worst, 1e-6 * std::max(1.0, scale));
+}
+
+TEST(BlockLoss, LossTexts) {
+    EXPECT_EQ(parse_loss_mix("kl").name(), "kl");
+    EXPECT_EQ(parse_loss_mix("ce").name(), "ce");
+    for (const char* k : {"rkl", "jsd", "tv", "l1"}) EXPECT_EQ(parse_loss_mix(k).name(), k);
+    const LossMix dspark = parse_loss_mix(" 0.1 * ce + 0.9*l1 ");
+    ASSERT_EQ(dspark.terms.size(), 2u);
+    EXPECT_EQ(dspark.weight(LossKind::ce), 0.1);
+    EXPECT_EQ(dspark.weight(LossKind::l1), 0.9);
+    EXPECT_EQ(dspark.weight(LossKind::kl), 0.0);
+    EXPECT_TRUE(dspark.needs_teacher());
+    EXPECT_FALSE(parse_loss_mix("2*ce").needs_teacher());
+    EXPECT_EQ(dspark.name(), "0.1*ce+0.9*l1");
+    EXPECT_EQ(parse_loss_mix(dspark.name()).name(), dspark.name());
+    // l1 is tv with twice the weight in the op's mix.
+    const LmHeadDivergences d = parse_loss_mix("0.5*kl+0.25*tv+l1+3*jsd+rkl").divergences();
+    EXPECT_EQ(d.kl, 0.5f);
+    EXPECT_EQ(d.rkl, 1.0f);
+    EXPECT_EQ(d.jsd, 3.0f);
+    EXPECT_EQ(d.tv, 2.25f);
+    for (const char* bad :
+         {"mse", "", "ce+", "0*ce", "-1*kl", "x*kl", "ce+ce", "0.1*ce+0.9*L1", "inf*tv", "0.5*"}) {
+        SCOPED_TRACE(bad);
+        try {
+            parse_loss_mix(bad);
+            FAIL() << "expected an error";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("train.loss"), std::string::npos) << e.what();
+        }
+    }
 }
 
 TEST(BlockLoss, TeacherPositionAndNames) {
@@ -165,10 +225,8 @@ TEST(BlockLoss, TeacherPositionAndNames) {
     EXPECT_EQ(teacher_position(5, 3, 20), 7);
     EXPECT_EQ(teacher_position(0, 0, 20), 0);    // the anchor row (weight 0): clamped
     EXPECT_EQ(teacher_position(18, 3, 20), 19);  // past the sequence (weight 0): clamped
-    EXPECT_EQ(parse_loss_kind("kl"), LossKind::kl);
-    EXPECT_EQ(parse_loss_kind("ce"), LossKind::ce);
     EXPECT_STREQ(loss_kind_name(LossKind::kl), "kl");
-    EXPECT_THROW(parse_loss_kind("mse"), Error);
+    EXPECT_STREQ(loss_kind_name(LossKind::l1), "l1");
     EXPECT_EQ(parse_loss_weighting("dpace"), LossWeighting::dpace);
     EXPECT_EQ(parse_loss_weighting("decay"), LossWeighting::decay);
     EXPECT_STREQ(loss_weighting_name(LossWeighting::dpace), "dpace");

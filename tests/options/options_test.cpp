@@ -40,8 +40,8 @@ std::string describe(const train::TrainOptions& o) {
         o.checkpoint_every, o.shard_optimizer_state, o.replica_check_every, o.eval_every,
         o.log_every, o.output_dir.string(), o.eval_data.string(), o.eval_sequences,
         o.eval_prompts.string(), o.eval_prompt_count, o.eval_max_new_tokens, o.lm_head_chunk,
-        o.num_anchors, o.loss_decay_gamma, static_cast<int>(o.loss), o.documents,
-        o.selector_loss_alpha, static_cast<int>(o.loss_weighting), o.dpace_alpha);
+        o.num_anchors, o.loss_decay_gamma, o.loss.name(), o.documents, o.selector_loss_alpha,
+        static_cast<int>(o.loss_weighting), o.dpace_alpha);
 }
 std::string describe(const train::PretrainOptions& o) {
     return fmt::format("{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}", o.architecture,
@@ -98,6 +98,8 @@ std::string other_value(const config::Declaration& d) {
             return config::format_float(x > lo ? (x + lo) / 2 : (x + *d.max) / 2);
         }
         case config::Type::string:
+            // train.loss is a string with a grammar (a weighted sum of loss kinds).
+            if (d.key == "train.loss") return "0.5*" + std::get<std::string>(v) + "+kl";
             return std::get<std::string>(v) + "-other";
         case config::Type::enumeration:
             for (const auto& c : d.choices)

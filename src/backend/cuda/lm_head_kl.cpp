@@ -1,14 +1,17 @@
-// cuda::lm_head_kl: the LM head + KL distillation over vocabulary chunks, never a whole [R, V]
-// logits matrix, with the CPU reference's semantics (Note [Chunked KL] in
-// backend/cpu/lm_head_kl.cpp). Host code: checks, workspace carving, and the sequence of cuBLASLt
-// GEMMs and row kernels (kernels/lm_head_kl.cu). Tested by tests/cuda/lm_head_kl_cuda_test.cpp.
+// cuda::lm_head_kl: the LM head + distribution losses (forward and reverse KL, JSD, TV and their
+// mixes) over vocabulary chunks, never a whole [R, V] logits matrix, with the CPU reference's
+// semantics (Note [Chunked divergences] in backend/cpu/lm_head_kl.cpp). Host code: checks,
+// workspace carving, and the sequence of cuBLASLt GEMMs and row kernels (kernels/lm_head_kl.cu).
+// Tested by tests/cuda/lm_head_kl_cuda_test.cpp.
 //
-// Pass 1 per chunk: d_c = h · w_cᵀ and t_c = t · w_cᵀ (f32), then the row statistics. Pass 2
-// (with dh or dw): both chunks again (skipped when one chunk covers the vocabulary: pass 1's are
-// still there), g = grad_scale * weight * (q - p) in bf16, dh_acc (f32) += g · w_c, dw_c += gᵀ · h.
-// Unlike lm_head_ce's flash-style dh there is no one-hot to cancel against: q - p is formed in f32
-// before the bf16 rounding, so its relative error stays 2^-9 however close q is to p.
-// GEMMs per chunk: 2 (loss only), 5 (dh or dw), 6 (both); 2 fewer with a single chunk.
+// Pass 1 per chunk: d_c = h · w_cᵀ and t_c = t · w_cᵀ (f32), then the row statistics. The mixed
+// pass (only for JSD or TV): both chunks again, then the JSD / TV sums. Pass 2 (with dh or dw):
+// both chunks again, g = grad_scale * weight * (the mix's gradient) in bf16, dh_acc (f32) +=
+// g · w_c, dw_c += gᵀ · h. With a single chunk the later passes reuse pass 1's logits. Unlike
+// lm_head_ce's flash-style dh there is no one-hot to cancel against: each closed form is formed
+// in f32 before the bf16 rounding, so its relative error stays 2^-9 however close q is to p.
+// GEMMs per chunk: 2 (loss only), 5 (dh or dw), 6 (both), plus 2 for the mixed pass; 2 fewer per
+// later pass with a single chunk.
 #include <cstdint>
 
 #include "backend/cuda/cuda_ops.h"
@@ -22,10 +25,10 @@ namespace dflash::cuda {
 namespace {
 
 // The workspace (f32 elements), each part on a 256-byte boundary: both sides' logits f32
-// [R, step], g bf16 [R, step], eight per-row arrays, then the f32 [R, D] dh accumulator.
+// [R, step], g bf16 [R, step], the per-row arrays, then the f32 [R, D] dh accumulator.
 struct KlLayout {
     int64_t d = 0, t = 0, g = 0;
-    int64_t rows[8] = {};
+    int64_t rows[kKlRowArrayCount] = {};
     int64_t acc = 0;
     int64_t total = 0;
 };
@@ -56,15 +59,23 @@ KlRowArrays row_arrays(float* base, const KlLayout& l) {
     a.d_sum = base + l.rows[1];
     a.t_max = base + l.rows[2];
     a.t_sum = base + l.rows[3];
-    a.cross = base + l.rows[4];
-    a.d_arg = reinterpret_cast<int32_t*>(base + l.rows[5]);
-    a.lse_d = base + l.rows[6];
-    a.lse_t = base + l.rows[7];
+    a.cross_p = base + l.rows[4];
+    a.cross_q = base + l.rows[5];
+    a.d_arg = reinterpret_cast<int32_t*>(base + l.rows[6]);
+    a.lse_d = base + l.rows[7];
+    a.lse_t = base + l.rows[8];
+    a.kl = base + l.rows[9];
+    a.rkl = base + l.rows[10];
+    a.jsd = base + l.rows[11];
+    a.kl_qm = base + l.rows[12];
+    a.tv = base + l.rows[13];
+    a.u = base + l.rows[14];
     return a;
 }
 
 void check_inputs(const Exec& ex, const Tensor& h, const Tensor& t, const Tensor& w,
-                  const Tensor& weights, int64_t chunk, const LmHeadKlOut& out) {
+                  const Tensor& weights, int64_t chunk, const LmHeadDivergences& div,
+                  const LmHeadKlOut& out) {
     for (const auto& [x, name] :
          {std::pair{&h, "h"}, std::pair{&t, "t"}, std::pair{&w, "w"},
           std::pair{&weights, "weights"}, std::pair{&out.loss_rows, "loss_rows"},
@@ -76,7 +87,7 @@ void check_inputs(const Exec& ex, const Tensor& h, const Tensor& t, const Tensor
                  (out.dh.empty() || out.dh.dtype() == DType::bf16 || out.dh.dtype() == DType::f32),
              "lm_head_kl: h {}, w {}, dh {}; the CUDA op takes bf16 h, t and w, bf16 or f32 dh",
              h.describe(), w.describe(), out.dh.describe());
-    check_lm_head_kl_shapes(h, t, w, weights, chunk, out);
+    check_lm_head_kl_shapes(h, t, w, weights, chunk, div, out);
     DF_CHECK(w.dim(0) <= INT32_MAX, "lm_head_kl: vocabulary {} does not fit the i32 argmax",
              w.dim(0));
     const int64_t need = lm_head_kl_workspace(h.dim(0), h.dim(1), w.dim(0), chunk);
@@ -96,8 +107,9 @@ int64_t lm_head_kl_workspace(int64_t rows, int64_t dim, int64_t vocab, int64_t c
 }
 
 void lm_head_kl(const Exec& ex, const Tensor& h, const Tensor& t, const Tensor& w,
-                const Tensor& weights, float grad_scale, int64_t chunk, const LmHeadKlOut& out) {
-    check_inputs(ex, h, t, w, weights, chunk, out);
+                const Tensor& weights, float grad_scale, int64_t chunk,
+                const LmHeadDivergences& div, const LmHeadKlOut& out) {
+    check_inputs(ex, h, t, w, weights, chunk, div, out);
     const int64_t r = h.dim(0), d = h.dim(1), v = w.dim(0);
     if (r == 0) return;
     const int64_t step = lm_step(v, chunk), chunks = lm_chunk_count(v, step);
@@ -113,21 +125,37 @@ void lm_head_kl(const Exec& ex, const Tensor& h, const Tensor& t, const Tensor& 
         return Tensor(base + part, DType::f32, Shape{r, n}, dev);
     };
 
-    for (int64_t c = 0; c < chunks; ++c) {  // pass 1: statistics
-        const int64_t v0 = lm_chunk_begin(c, step), n = lm_chunk_size(c, v, step);
+    const KlMix mix{div.kl, div.rkl, div.jsd, div.tv};
+    const auto chunk_logits = [&](int64_t v0, int64_t n) {
         const Tensor wc = w.rows(v0, v0 + n);
         gemm(ex, h, false, wc, true, logits(lay.d, n), 1.0f, 0.0f);
         gemm(ex, t, false, wc, true, logits(lay.t, n), 1.0f, 0.0f);
+    };
+    const auto row_args = [&](int64_t c, int64_t v0, int64_t n) {
         KlStatsArgs a;
         a.d = base + lay.d;
         a.t = base + lay.t;
         a.rows = r, a.n = n, a.v0 = v0;
         a.weights = weights.f32();
+        a.mix = mix;
         a.st = st;
         a.first = c == 0, a.last = c + 1 == chunks;
         a.loss_rows = out.loss_rows.empty() ? nullptr : out.loss_rows.f32();
         a.argmax = out.argmax.empty() ? nullptr : out.argmax.i32();
-        kl_stats_chunk(a, ex.stream);
+        return a;
+    };
+
+    for (int64_t c = 0; c < chunks; ++c) {  // pass 1: statistics
+        const int64_t v0 = lm_chunk_begin(c, step), n = lm_chunk_size(c, v, step);
+        chunk_logits(v0, n);
+        kl_stats_chunk(row_args(c, v0, n), ex.stream);
+    }
+    if (mix.mixed_pass()) {
+        for (int64_t c = 0; c < chunks; ++c) {  // the mixed pass: JSD, KL(q || m), TV, u
+            const int64_t v0 = lm_chunk_begin(c, step), n = lm_chunk_size(c, v, step);
+            if (chunks > 1) chunk_logits(v0, n);
+            kl_mixed_chunk(row_args(c, v0, n), ex.stream);
+        }
     }
     const bool want_dh = !out.dh.empty(), want_dw = !out.dw.empty();
     if (!want_dh && !want_dw) return;
@@ -138,13 +166,10 @@ void lm_head_kl(const Exec& ex, const Tensor& h, const Tensor& t, const Tensor& 
     for (int64_t c = 0; c < chunks; ++c) {  // pass 2: gradients
         const int64_t v0 = lm_chunk_begin(c, step), n = lm_chunk_size(c, v, step);
         const Tensor wc = w.rows(v0, v0 + n);
-        if (chunks > 1) {
-            gemm(ex, h, false, wc, true, logits(lay.d, n), 1.0f, 0.0f);
-            gemm(ex, t, false, wc, true, logits(lay.t, n), 1.0f, 0.0f);
-        }
+        if (chunks > 1) chunk_logits(v0, n);
         const Tensor g(base + lay.g, DType::bf16, Shape{r, n}, dev);
-        kl_grad_chunk(base + lay.d, base + lay.t, r, n, weights.f32(), grad_scale, st, g.bf16(),
-                      ex.stream);
+        kl_grad_chunk(base + lay.d, base + lay.t, r, n, weights.f32(), grad_scale, mix, st,
+                      g.bf16(), ex.stream);
         if (want_dh) gemm(ex, g, false, wc, false, acc, 1.0f, c == 0 ? 0.0f : 1.0f);
         if (want_dw) gemm(ex, g, true, h, false, out.dw.rows(v0, v0 + n), 1.0f, 1.0f);
     }
