@@ -48,11 +48,13 @@ class CudaSampling : public test::CudaVsCpu {
             gpu().upload(du, u.view());
             gpu().sample_rows(dl, p, du, dout);
             gpu().download(got.view(), dout);
-            for (int64_t r = 0; r < R; ++r)
-                if (k < static_cast<int>(us[r].size()))
+            for (int64_t r = 0; r < R; ++r) {
+                if (k < static_cast<int>(us[r].size())) {
                     ASSERT_EQ(got.i32()[r], want[r][k])
                         << "row " << r << " u " << us[r][k] << " T " << p.temperature << " top_k "
                         << p.top_k << " top_p " << p.top_p;
+                }
+            }
         }
     }
 };

@@ -29,11 +29,15 @@ TEST(FlatShard, ChunksAreAlignedAndWithTheTailCoverEveryElementOnce) {
                 EXPECT_EQ(s.chunk % FlatShard::kAlign, 0);
                 EXPECT_EQ(s.begin(), r * s.chunk);
                 EXPECT_LE(s.tail(), n);
-                if (world > 1) EXPECT_LT(n - s.tail(), world * (FlatShard::kAlign + 1));
+                if (world > 1) {
+                    EXPECT_LT(n - s.tail(), world * (FlatShard::kAlign + 1));
+                }
                 for (int64_t i = s.begin(); i < s.end(); ++i) ++covered[static_cast<size_t>(i)];
                 owned_total += s.chunk;
                 EXPECT_EQ(s.owned(), s.chunk + n - s.tail());
-                if (world == 1) EXPECT_FALSE(s.sharded());
+                if (world == 1) {
+                    EXPECT_FALSE(s.sharded());
+                }
             }
             const FlatShard s0 = FlatShard::of(n, world, 0);
             for (int64_t i = s0.tail(); i < n; ++i) ++covered[static_cast<size_t>(i)];
@@ -85,8 +89,9 @@ TEST_F(ShardedTraining, ThroughTheHostShardedEqualsUnshardedBitForBit) {
                                          {"train.grad_clip", clip},
                                          {"train.shard_optimizer_state", "true"}});
             ASSERT_EQ(plain.losses.size(), 6u);
-            if (std::string(clip) != "0")
+            if (std::string(clip) != "0") {
                 for (double g : plain.grad_norms) EXPECT_GT(g, 0.05);  // clipping was active
+            }
             expect_bitwise(sharded, plain, sharded.summary.model_dir, plain.summary.model_dir);
         }
     }
