@@ -1,12 +1,11 @@
 // Mixture-of-experts targets on the CUDA backend (issue 24), Qwen3-MoE and gpt-oss (sinks, sliding
 // windows, YaRN, biases): the row invariance lossless decoding rests on (a position's logits have
 // the same bits whether decoded alone or verified in a 16-token block, although the block routes
-// different numbers of tokens to each expert), and the logits within bf16 tolerance of the CPU's
-// float32 forward, which equals transformers (tests/model/hf_parity_test.cpp). Skips visibly
-// without a GPU.
+// different numbers of tokens to each expert). The ops are held to the CPU in moe_cuda_test and
+// attention_cuda_test; the whole forward's distance to the CPU is not tested yet
+// (docs/performance.md, "mixture-of-experts targets"). Skips visibly without a GPU.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "backend/backend_factory.h"
@@ -73,46 +72,6 @@ TEST_P(MoeRowInvariance, VerifyRowsEqualDecodeStepsBitForBit) {
         ASSERT_EQ(std::memcmp(decode.f32(), verify.f32() + i * 512, decode.nbytes()), 0)
             << (GetParam() ? "gpt_oss" : "qwen3_moe") << " position " << prompt.size() + i;
     }
-}
-
-// The CUDA forward against the CPU's float32 one (which equals transformers on the fixtures of
-// tests/fixtures/targets: hf_parity_test; those fixtures' head dim 16 has no CUDA kernel): the
-// same weights, prompt and continuation through a session, every row's logits within bf16
-// tolerance, and greedy choices equal wherever float32 is no near-tie.
-TEST_P(MoeRowInvariance, LogitsMatchTheCpuWithinBf16) {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    auto gpu = make_backend(DeviceKind::cuda, 0, 1);
-    auto cpu = make_cpu_backend(2);
-    const TargetConfig tc = invariance_config(GetParam());
-    // Smaller weights than the invariance test: bf16 rounding must not decide routing near-ties
-    // everywhere (a flipped expert is a legitimate bf16 effect, not a bug, but it is rare here).
-    const TargetModel g = TargetModel::random(*gpu, tc, 71, 0.05f);
-    TargetModel c(*cpu, tc);
-    c.params().copy_from(g.params());
-    const auto toks = random_tokens(200, 512, 23);
-    auto logits = [&](Backend& be, const TargetModel& m) {
-        TargetSession s(m, be, 256, {}, 64);
-        DeviceTensor l(be, {200, 512}, DType::f32);
-        s.forward(toks, l, Tensor());
-        return to_host_f32(be, l);
-    };
-    const HostTensor a = logits(*cpu, c), b = logits(*gpu, g);
-    const double d = test::max_rel_diff(b, a);
-    std::printf("%s: CUDA vs CPU logits, max relative difference %.2e\n",
-                GetParam() ? "gpt_oss" : "qwen3_moe", d);
-    EXPECT_LT(d, 5e-2);
-    int checked = 0;
-    for (int64_t r = 0; r < 200; ++r) {
-        const float* cr = a.f32() + r * 512;
-        const float* gr = b.f32() + r * 512;
-        std::vector<float> top(cr, cr + 512);
-        std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<>());
-        if (top[0] - top[1] < 5e-2f * std::max(1.0f, std::abs(top[0]))) continue;
-        ++checked;
-        EXPECT_EQ(std::max_element(gr, gr + 512) - gr, std::max_element(cr, cr + 512) - cr)
-            << "row " << r;
-    }
-    EXPECT_GT(checked, 100);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, MoeRowInvariance, ::testing::Values(false, true),
