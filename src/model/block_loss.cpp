@@ -142,7 +142,7 @@ void block_loss(Backend& be, Workspace& ws, const BlockLossArgs& a, const Tensor
     const Tensor& op_weights = prescaled ? a.grad_weights : a.weights;
     const float op_scale = prescaled ? 1.0f : a.grad_scale;
     if (a.dpace_alpha > 0.0f) {
-        DF_CHECK(a.loss.name() == "ce",
+        DF_CHECK(a.loss.is_only(LossKind::ce),
                  "D-PACE weighting (train.loss_weighting=dpace) needs train.loss=ce, not {}",
                  a.loss.name());
         // The weights depend on every row's CE, and lm_head_ce takes its weights before its

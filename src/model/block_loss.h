@@ -41,6 +41,10 @@ struct LossMix {
     LossMix() = default;
     LossMix(LossKind kind) : terms{{kind, 1.0}} {}  // NOLINT: a single loss reads as its kind
     double weight(LossKind kind) const;             // 0 when not a term
+    // Whether the mix is exactly `kind` alone at weight 1 (what D-PACE requires of ce).
+    bool is_only(LossKind kind) const {
+        return terms.size() == 1 && terms[0].kind == kind && terms[0].weight == 1.0;
+    }
     // Whether a term needs the target's distribution (every kind but ce).
     bool needs_teacher() const;
     // The teacher terms as lm_head_kl's mix (l1 is tv with twice the weight).

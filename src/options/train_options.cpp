@@ -42,7 +42,7 @@ train::TrainOptions train_options_from_settings(const config::Settings& s) {
     if (o.loss_weighting == LossWeighting::dpace) {
         // D-PACE weighs a slot by the draft's probability of the data's token: a cross-entropy
         // quantity, meaningless for a distillation loss.
-        DF_CHECK(o.loss.name() == "ce",
+        DF_CHECK(o.loss.is_only(LossKind::ce),
                  "train.loss_weighting=dpace needs train.loss=ce (D-PACE weighs each slot by the "
                  "draft's probability of the data's token), but train.loss={}",
                  o.loss.name());
