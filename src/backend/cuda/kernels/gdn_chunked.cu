@@ -73,7 +73,7 @@ size_t prep_smem_bytes(int dk, int dv) {
 
 size_t state_smem_bytes(int dk) {
     const int ld = dk + 4;
-    return sizeof(float) * static_cast<size_t>(dk * kSliceCols + 3 * kChunk * ld + kChunk * kChunk +
+    return sizeof(float) * static_cast<size_t>(dk * kSliceCols + kChunk * ld + kChunk * kChunk +
                                                kChunk * kSliceCols + 3 * kChunk);
 }
 
@@ -172,7 +172,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     }
 }
 
-__global__ void __launch_bounds__(kThreadsPerBlock)
+// Two blocks fit an SM (about 75 KB of shared memory each at dk = 128): the chunk's three [64, dk]
+// operands W, Q' and K' take turns in one buffer.
+__global__ void __launch_bounds__(kThreadsPerBlock, 2)
     state_kernel(RuleArgs a, Scratch sc, int chunk0, int chunks) {
     extern __shared__ float4 smem4[];
     float* sm = reinterpret_cast<float*>(smem4);
@@ -183,10 +185,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     const int col = c0 + lane;
     const bool col_ok = col < dv;
     float* Ss = sm;                    // [dk][32]: this block's state columns
-    float* Wc = Ss + dk * kSliceCols;  // [64][ld]
-    float* Qc = Wc + kChunk * ld;      // [64][ld]: q_i exp(G_i)
-    float* Kc = Qc + kChunk * ld;      // [64][ld]: k_j exp(G_L - G_j)
-    float* Pc = Kc + kChunk * ld;      // [64][64]
+    float* X = Ss + dk * kSliceCols;   // [64][ld]: W, then q_i exp(G_i), then k_j exp(G_L - G_j)
+    float* Pc = X + kChunk * ld;       // [64][64]
     float* Vp = Pc + kChunk * kChunk;  // [64][32]: V' = U - W S
     float* G = Vp + kChunk * kSliceCols;
     float* eq = G + kChunk;
@@ -198,59 +198,56 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
         Ss[idx] = cc < dv ? st[static_cast<int64_t>(r) * dv + cc] : 0.0f;
     }
     const int i0 = warp * 8;  // output rows of this warp in the V' and O products
+    // acc[u] += sum_r X[i0 + u][r] * Ss[r][lane] (X rows as float4, Ss columns as scalars).
+    const auto times_state = [&](float(&acc)[8]) {
+        for (int r = 0; r < dk; r += 4) {
+            const float s0 = Ss[r * kSliceCols + lane], s1 = Ss[(r + 1) * kSliceCols + lane];
+            const float s2 = Ss[(r + 2) * kSliceCols + lane], s3 = Ss[(r + 3) * kSliceCols + lane];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                const float4 x = *reinterpret_cast<const float4*>(X + (i0 + u) * ld + r);
+                acc[u] += x.x * s0 + x.y * s1 + x.z * s2 + x.w * s3;
+            }
+        }
+    };
     for (int ci = 0; ci < chunks; ++ci) {
         const int t0 = (chunk0 + ci) * kChunk;
         const int L = min(kChunk, a.S - t0);
         const int64_t row0 = h * sc.seg_tokens() + ci * kChunk;
         __syncthreads();  // the previous chunk is done with every buffer
         if (tid < kChunk) G[tid] = sc.G[row0 + tid];
+        for (int idx = tid; idx < kChunk * dk; idx += kThreadsPerBlock) {
+            const int i = idx / dk, r = idx % dk;
+            X[i * ld + r] = sc.W[(row0 + i) * dk + r];
+        }
+        const float* P = sc.P + (static_cast<int64_t>(h) * sc.seg_chunks + ci) * kChunk * kChunk;
+        for (int idx = tid; idx < kChunk * kChunk; idx += kThreadsPerBlock) Pc[idx] = P[idx];
         __syncthreads();
         if (tid < kChunk) {
             eq[tid] = tid < L ? expf(G[tid]) : 0.0f;
             ek[tid] = tid < L ? expf(G[L - 1] - G[tid]) : 0.0f;
         }
-        __syncthreads();
-        for (int idx = tid; idx < kChunk * dk; idx += kThreadsPerBlock) {
-            const int i = idx / dk, r = idx % dk;
-            Wc[i * ld + r] = sc.W[(row0 + i) * dk + r];
-            const int64_t off = (static_cast<int64_t>(t0 + i) * a.Hk + kh) * dk + r;
-            Qc[i * ld + r] = i < L ? a.q[off] * eq[i] : 0.0f;
-            Kc[i * ld + r] = i < L ? a.k[off] * ek[i] : 0.0f;
-        }
-        const float* P = sc.P + (static_cast<int64_t>(h) * sc.seg_chunks + ci) * kChunk * kChunk;
-        for (int idx = tid; idx < kChunk * kChunk; idx += kThreadsPerBlock) Pc[idx] = P[idx];
-        __syncthreads();
 
         // V' = U - W S for rows i0..i0+7, column `lane`.
         float acc[8] = {};
-        for (int r = 0; r < dk; r += 4) {
-            const float s0 = Ss[r * kSliceCols + lane], s1 = Ss[(r + 1) * kSliceCols + lane];
-            const float s2 = Ss[(r + 2) * kSliceCols + lane], s3 = Ss[(r + 3) * kSliceCols + lane];
-#pragma unroll
-            for (int u = 0; u < 8; ++u) {
-                const float4 w = *reinterpret_cast<const float4*>(Wc + (i0 + u) * ld + r);
-                acc[u] += w.x * s0 + w.y * s1 + w.z * s2 + w.w * s3;
-            }
-        }
+        times_state(acc);
 #pragma unroll
         for (int u = 0; u < 8; ++u) {
             const int i = i0 + u;
             Vp[i * kSliceCols + lane] = col_ok ? sc.U[(row0 + i) * dv + col] - acc[u] : 0.0f;
         }
-        __syncthreads();
+        __syncthreads();  // W is used up; eq and ek are ready
 
         // O = Q' S + P V'.
+        for (int idx = tid; idx < kChunk * dk; idx += kThreadsPerBlock) {
+            const int i = idx / dk, r = idx % dk;
+            X[i * ld + r] =
+                i < L ? a.q[(static_cast<int64_t>(t0 + i) * a.Hk + kh) * dk + r] * eq[i] : 0.0f;
+        }
+        __syncthreads();
 #pragma unroll
         for (int u = 0; u < 8; ++u) acc[u] = 0.0f;
-        for (int r = 0; r < dk; r += 4) {
-            const float s0 = Ss[r * kSliceCols + lane], s1 = Ss[(r + 1) * kSliceCols + lane];
-            const float s2 = Ss[(r + 2) * kSliceCols + lane], s3 = Ss[(r + 3) * kSliceCols + lane];
-#pragma unroll
-            for (int u = 0; u < 8; ++u) {
-                const float4 q = *reinterpret_cast<const float4*>(Qc + (i0 + u) * ld + r);
-                acc[u] += q.x * s0 + q.y * s1 + q.z * s2 + q.w * s3;
-            }
-        }
+        times_state(acc);
         for (int j = 0; j < i0 + 8; ++j) {
             const float vj = Vp[j * kSliceCols + lane];
 #pragma unroll
@@ -263,9 +260,15 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                 if (i < L) a.o[(static_cast<int64_t>(t0 + i) * a.Hv + h) * dv + col] = acc[u];
             }
         }
-        __syncthreads();  // every warp has read the old state
+        __syncthreads();  // every warp is done with Q' and the old state
 
         // S <- exp(G_L) S + K'^T V' for rows warp*16 .. warp*16+15 (those below dk).
+        for (int idx = tid; idx < kChunk * dk; idx += kThreadsPerBlock) {
+            const int i = idx / dk, r = idx % dk;
+            X[i * ld + r] =
+                i < L ? a.k[(static_cast<int64_t>(t0 + i) * a.Hk + kh) * dk + r] * ek[i] : 0.0f;
+        }
+        __syncthreads();
         float upd[kRowsPerWarp] = {};
         for (int j = 0; j < L; ++j) {
             const float vj = Vp[j * kSliceCols + lane];
@@ -273,7 +276,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
             for (int m4 = 0; m4 < kRowsPerWarp / 4; ++m4) {
                 const int r = warp * kRowsPerWarp + 4 * m4;
                 if (r < dk) {
-                    const float4 k = *reinterpret_cast<const float4*>(Kc + j * ld + r);
+                    const float4 k = *reinterpret_cast<const float4*>(X + j * ld + r);
                     upd[4 * m4] += k.x * vj;
                     upd[4 * m4 + 1] += k.y * vj;
                     upd[4 * m4 + 2] += k.z * vj;
