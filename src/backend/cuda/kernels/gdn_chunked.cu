@@ -25,8 +25,9 @@ namespace {
 
 constexpr int kThreadsPerBlock = 256;     // 8 warps
 constexpr int kTransStride = kChunk + 4;  // row stride of the transposed K / Q tiles (float4 rows)
-constexpr int kAStride = kChunk + 1;
-constexpr int kSliceCols = 32;                    // state columns per block of the state pass
+constexpr int kAStride = kChunk + 4;      // float4 rows
+constexpr int kSolveRows = 16;            // rows of the forward substitution held in registers
+constexpr int kSliceCols = 32;            // state columns per block of the state pass
 constexpr int kRowsPerWarp = kMaxChunkedDim / 8;  // state rows per warp in the update (16)
 
 // One segment's per-chunk matrices in the op workspace (offsets in floats, 64-float aligned).
@@ -68,7 +69,7 @@ Layout layout(int S, int Hv, int dk, int dv) {
 
 size_t prep_smem_bytes(int dk, int dv) {
     return sizeof(float) * static_cast<size_t>(2 * dk * kTransStride + kChunk * kAStride +
-                                               kChunk * (dk + dv) + 2 * kChunk);
+                                               kChunk * (dk + dv) + 3 * kChunk);
 }
 
 size_t state_smem_bytes(int dk) {
@@ -88,10 +89,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     const int kh = h / (a.Hv / a.Hk);
     float* Kt = sm;                      // [dk][kTransStride]: K transposed
     float* Qt = Kt + dk * kTransStride;  // [dk][kTransStride]
-    float* A = Qt + dk * kTransStride;   // [64][kAStride]
-    float* X = A + kChunk * kAStride;    // [64][dk + dv]: the right-hand sides, then W | U
+    float* At = Qt + dk * kTransStride;  // [64][kAStride]: A transposed (At[j][i] = A_ij)
+    float* X = At + kChunk * kAStride;   // [64][dk + dv]: the solved rows of W | U
     float* G = X + kChunk * nc;          // [64]
     float* B = G + kChunk;               // [64] beta
+    float* EG = B + kChunk;              // [64] exp(G)
     const int tid = threadIdx.x;
 
     if (tid == 0) {
@@ -110,7 +112,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
         Qt[r * kTransStride + i] = i < L ? a.q[off] : 0.0f;
     }
     __syncthreads();
-    if (tid < kChunk) sc.G[h * sc.seg_tokens() + ci * kChunk + tid] = G[tid];
+    if (tid < kChunk) {
+        sc.G[h * sc.seg_tokens() + ci * kChunk + tid] = G[tid];
+        EG[tid] = expf(G[tid]);
+    }
 
     // A and P, a 4x4 tile of each per thread.
     {
@@ -139,34 +144,57 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                 const int i = 4 * ti + u, j = 4 * tj + w;
                 // exp(G_i - G_j) only where i >= j: elsewhere it could overflow.
                 const float decay = i >= j ? expf(G[i] - G[j]) : 0.0f;
-                A[i * kAStride + j] = i > j ? B[i] * ak[u][w] * decay : 0.0f;
+                At[j * kAStride + i] = i > j ? B[i] * ak[u][w] * decay : 0.0f;
                 P[i * kChunk + j] = aq[u][w] * decay;
             }
     }
-    for (int idx = tid; idx < kChunk * nc; idx += kThreadsPerBlock) {
-        const int i = idx / nc, c = idx % nc;
-        float x = 0.0f;
-        if (i < L) {
-            x = c < dk ? B[i] * expf(G[i]) * Kt[c * kTransStride + i]
-                       : B[i] * a.v[(static_cast<int64_t>(t0 + i) * a.Hv + h) * dv + (c - dk)];
-        }
-        X[idx] = x;
-    }
-    __syncthreads();
+    __syncthreads();  // A complete
 
-    // Forward substitution, one column per thread: x_i -= sum_{j < i} A_ij x_j.
+    // Forward substitution, one column of [beta exp(G) K | beta V] per thread, in blocks of 16
+    // rows held in registers: x_i -= sum_{j < i} A_ij x_j with j ascending, first over the
+    // solved rows before the block (each x_j read once from shared memory for 16 rows, A^T
+    // columns as float4), then within the block. Rows at and past L are zero and stay zero
+    // (their A rows are zero). A thread reads back only its own column: no barrier needed.
     const int64_t row0 = h * sc.seg_tokens() + ci * kChunk;
     for (int c = tid; c < nc; c += kThreadsPerBlock) {
-        for (int i = 1; i < L; ++i) {
-            float x = X[i * nc + c];
-            for (int j = 0; j < i; ++j) x -= A[i * kAStride + j] * X[j * nc + c];
-            X[i * nc + c] = x;
-        }
-        for (int i = 0; i < kChunk; ++i) {
-            if (c < dk) {
-                sc.W[(row0 + i) * dk + c] = X[i * nc + c];
-            } else {
-                sc.U[(row0 + i) * dv + (c - dk)] = X[i * nc + c];
+        for (int i0 = 0; i0 < kChunk; i0 += kSolveRows) {
+            float x[kSolveRows];
+#pragma unroll
+            for (int u = 0; u < kSolveRows; ++u) {
+                const int i = i0 + u;
+                x[u] = 0.0f;
+                if (i < L) {
+                    x[u] =
+                        c < dk
+                            ? B[i] * EG[i] * Kt[c * kTransStride + i]
+                            : B[i] * a.v[(static_cast<int64_t>(t0 + i) * a.Hv + h) * dv + (c - dk)];
+                }
+            }
+            for (int j = 0; j < i0; ++j) {
+                const float xj = X[j * nc + c];
+                const float* col = At + j * kAStride + i0;
+#pragma unroll
+                for (int u = 0; u < kSolveRows; u += 4) {
+                    const float4 a4 = *reinterpret_cast<const float4*>(col + u);
+                    x[u] -= a4.x * xj;
+                    x[u + 1] -= a4.y * xj;
+                    x[u + 2] -= a4.z * xj;
+                    x[u + 3] -= a4.w * xj;
+                }
+            }
+#pragma unroll
+            for (int u = 1; u < kSolveRows; ++u)
+#pragma unroll
+                for (int w = 0; w < u; ++w) x[u] -= At[(i0 + w) * kAStride + i0 + u] * x[w];
+#pragma unroll
+            for (int u = 0; u < kSolveRows; ++u) {
+                const int i = i0 + u;
+                X[i * nc + c] = x[u];
+                if (c < dk) {
+                    sc.W[(row0 + i) * dk + c] = x[u];
+                } else {
+                    sc.U[(row0 + i) * dv + (c - dk)] = x[u];
+                }
             }
         }
     }
