@@ -26,6 +26,7 @@ namespace {
 constexpr int kThreadsPerBlock = 256;     // 8 warps
 constexpr int kTransStride = kChunk + 4;  // row stride of the transposed K / Q tiles (float4 rows)
 constexpr int kAStride = kChunk + 4;      // float4 rows
+constexpr int kLoadBatch = 8;             // float4 loads in flight per thread
 constexpr int kSolveRows = 16;            // rows of the forward substitution held in registers
 constexpr int kSliceCols = 32;            // state columns per block of the state pass
 constexpr int kRowsPerWarp = kMaxChunkedDim / 8;  // state rows per warp in the update (16)
@@ -78,6 +79,32 @@ size_t state_smem_bytes(int dk) {
                                                kChunk * kSliceCols + 3 * kChunk);
 }
 
+// Reads the first `rows` of 64 rows of `width` floats (a multiple of 4; row i at src + i *
+// stride) as float4 and hands each to put(i, column, value); rows at and past `rows` are handed
+// zeros without being read. Each thread issues kLoadBatch loads before it uses any, so their
+// latencies overlap: loads issued one after another, each waiting for the last, cost most of
+// the time of this kernel's first version.
+template <class Put>
+__device__ __forceinline__ void load_rows(const float* src, int64_t stride, int rows, int width,
+                                          Put&& put) {
+    const int per_row = width / 4, n4 = kChunk * per_row;
+    for (int base = threadIdx.x; base < n4; base += kLoadBatch * kThreadsPerBlock) {
+        float4 v[kLoadBatch];
+#pragma unroll
+        for (int b = 0; b < kLoadBatch; ++b) {
+            const int idx = base + b * kThreadsPerBlock, i = idx / per_row;
+            v[b] = float4{0.0f, 0.0f, 0.0f, 0.0f};
+            if (idx < n4 && i < rows)
+                v[b] = *reinterpret_cast<const float4*>(src + i * stride + 4 * (idx % per_row));
+        }
+#pragma unroll
+        for (int b = 0; b < kLoadBatch; ++b) {
+            const int idx = base + b * kThreadsPerBlock;
+            if (idx < n4) put(idx / per_row, 4 * (idx % per_row), v[b]);
+        }
+    }
+}
+
 __global__ void __launch_bounds__(kThreadsPerBlock)
     prep_kernel(RuleArgs a, Scratch sc, int chunk0) {
     extern __shared__ float4 smem4[];
@@ -105,12 +132,17 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
         }
     }
     if (tid < kChunk) B[tid] = tid < L ? a.beta[static_cast<int64_t>(t0 + tid) * a.Hv + h] : 0.0f;
-    for (int idx = tid; idx < kChunk * dk; idx += kThreadsPerBlock) {
-        const int i = idx / dk, r = idx % dk;
-        const int64_t off = (static_cast<int64_t>(t0 + i) * a.Hk + kh) * dk + r;
-        Kt[r * kTransStride + i] = i < L ? a.k[off] : 0.0f;
-        Qt[r * kTransStride + i] = i < L ? a.q[off] : 0.0f;
-    }
+    const int64_t qk0 = (static_cast<int64_t>(t0) * a.Hk + kh) * dk, qk_stride = a.Hk * dk;
+    const auto transpose_into = [&](float* dst) {
+        return [dst](int i, int r, float4 x) {
+            dst[r * kTransStride + i] = x.x;
+            dst[(r + 1) * kTransStride + i] = x.y;
+            dst[(r + 2) * kTransStride + i] = x.z;
+            dst[(r + 3) * kTransStride + i] = x.w;
+        };
+    };
+    load_rows(a.k + qk0, qk_stride, L, dk, transpose_into(Kt));
+    load_rows(a.q + qk0, qk_stride, L, dk, transpose_into(Qt));
     __syncthreads();
     if (tid < kChunk) {
         sc.G[h * sc.seg_tokens() + ci * kChunk + tid] = G[tid];
@@ -242,14 +274,15 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 2)
         const int t0 = (chunk0 + ci) * kChunk;
         const int L = min(kChunk, a.S - t0);
         const int64_t row0 = h * sc.seg_tokens() + ci * kChunk;
+        const int64_t qk0 = (static_cast<int64_t>(t0) * a.Hk + kh) * dk, qk_stride = a.Hk * dk;
         __syncthreads();  // the previous chunk is done with every buffer
         if (tid < kChunk) G[tid] = sc.G[row0 + tid];
-        for (int idx = tid; idx < kChunk * dk; idx += kThreadsPerBlock) {
-            const int i = idx / dk, r = idx % dk;
-            X[i * ld + r] = sc.W[(row0 + i) * dk + r];
-        }
+        load_rows(sc.W + row0 * dk, dk, kChunk, dk,
+                  [&](int i, int r, float4 x) { *reinterpret_cast<float4*>(X + i * ld + r) = x; });
         const float* P = sc.P + (static_cast<int64_t>(h) * sc.seg_chunks + ci) * kChunk * kChunk;
-        for (int idx = tid; idx < kChunk * kChunk; idx += kThreadsPerBlock) Pc[idx] = P[idx];
+        load_rows(P, kChunk, kChunk, kChunk, [&](int i, int j, float4 x) {
+            *reinterpret_cast<float4*>(Pc + i * kChunk + j) = x;
+        });
         __syncthreads();
         if (tid < kChunk) {
             eq[tid] = tid < L ? expf(G[tid]) : 0.0f;
@@ -267,11 +300,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 2)
         __syncthreads();  // W is used up; eq and ek are ready
 
         // O = Q' S + P V'.
-        for (int idx = tid; idx < kChunk * dk; idx += kThreadsPerBlock) {
-            const int i = idx / dk, r = idx % dk;
-            X[i * ld + r] =
-                i < L ? a.q[(static_cast<int64_t>(t0 + i) * a.Hk + kh) * dk + r] * eq[i] : 0.0f;
-        }
+        load_rows(a.q + qk0, qk_stride, L, dk, [&](int i, int r, float4 x) {
+            const float e = eq[i];
+            *reinterpret_cast<float4*>(X + i * ld + r) = float4{x.x * e, x.y * e, x.z * e, x.w * e};
+        });
         __syncthreads();
 #pragma unroll
         for (int u = 0; u < 8; ++u) acc[u] = 0.0f;
@@ -291,11 +323,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 2)
         __syncthreads();  // every warp is done with Q' and the old state
 
         // S <- exp(G_L) S + K'^T V' for rows warp*16 .. warp*16+15 (those below dk).
-        for (int idx = tid; idx < kChunk * dk; idx += kThreadsPerBlock) {
-            const int i = idx / dk, r = idx % dk;
-            X[i * ld + r] =
-                i < L ? a.k[(static_cast<int64_t>(t0 + i) * a.Hk + kh) * dk + r] * ek[i] : 0.0f;
-        }
+        load_rows(a.k + qk0, qk_stride, L, dk, [&](int i, int r, float4 x) {
+            const float e = ek[i];
+            *reinterpret_cast<float4*>(X + i * ld + r) = float4{x.x * e, x.y * e, x.z * e, x.w * e};
+        });
         __syncthreads();
         float upd[kRowsPerWarp] = {};
         for (int j = 0; j < L; ++j) {
