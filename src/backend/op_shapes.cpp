@@ -699,4 +699,117 @@ AdamWStepScalars adamw_step_scalars(const AdamWParams& p) {
     return s;
 }
 
+// ---- Gated DeltaNet -----------------------------------------------------------------------------
+
+namespace {
+
+// t has exactly `want` and dtype `dt`.
+void check_gdn_tensor(const Tensor& t, DType dt, const Shape& want, const char* op,
+                      const char* name) {
+    DF_CHECK(t.dtype() == dt && t.shape() == want, "{}: {} is {}; expected {} {}", op, name,
+             t.describe(), dtype_name(dt), want.to_string());
+}
+
+void check_gdn_count(const Tensor& count, const char* op) {
+    DF_CHECK(count.dtype() == DType::i32 && count.numel() == 1, "{}: count is {}; expected i32 [1]",
+             op, count.describe());
+}
+
+}  // namespace
+
+GdnConvDims check_gdn_conv_shapes(const Tensor& x, const Tensor& w, const Tensor& state,
+                                  const Tensor& y) {
+    constexpr const char* op = "gdn_conv";
+    DF_CHECK(x.rank() == 2 && x.dim(1) >= 1, "{}: x is {}; expected [S, C] with C >= 1", op,
+             x.describe());
+    DF_CHECK(w.rank() == 2 && w.dim(1) >= 2,
+             "{}: w is {}; expected [C, K] with K >= 2 (HF's conv1d.weight [C, 1, K] viewed)", op,
+             w.describe());
+    const GdnConvDims d{x.dim(0), x.dim(1), w.dim(1)};
+    check_gdn_tensor(w, x.dtype(), Shape{d.C, d.K}, op, "w");
+    check_gdn_tensor(y, x.dtype(), Shape{d.S, d.C}, op, "y");
+    check_gdn_tensor(state, DType::f32, Shape{d.K - 1, d.C}, op, "state");
+    return d;
+}
+
+GdnConvDims check_gdn_conv_advance_shapes(const Tensor& state, const Tensor& x,
+                                          const Tensor& count) {
+    constexpr const char* op = "gdn_conv_advance";
+    DF_CHECK(state.rank() == 2 && state.dtype() == DType::f32 && state.dim(0) >= 1,
+             "{}: state is {}; expected f32 [K-1, C] with K >= 2", op, state.describe());
+    const GdnConvDims d{x.rank() == 2 ? x.dim(0) : 0, state.dim(1), state.dim(0) + 1};
+    DF_CHECK(x.rank() == 2 && x.dim(1) == d.C, "{}: x is {}; expected [S, C={}] (state {})", op,
+             x.describe(), d.C, state.describe());
+    check_gdn_count(count, op);
+    return d;
+}
+
+GdnDims check_gdn_prepare_shapes(const Tensor& conv_out, const Tensor& b, const Tensor& a,
+                                 const Tensor& a_log, const Tensor& dt_bias, const Tensor& q,
+                                 const Tensor& k, const Tensor& v, const Tensor& g,
+                                 const Tensor& beta) {
+    constexpr const char* op = "gdn_prepare";
+    DF_CHECK(q.rank() == 3 && q.dim(1) >= 1 && q.dim(2) >= 1,
+             "{}: q is {}; expected f32 [S, Hk, dk] with Hk, dk >= 1", op, q.describe());
+    DF_CHECK(v.rank() == 3 && v.dim(1) >= 1 && v.dim(2) >= 1,
+             "{}: v is {}; expected f32 [S, Hv, dv] with Hv, dv >= 1", op, v.describe());
+    const GdnDims d{q.dim(0), q.dim(1), q.dim(2), v.dim(1), v.dim(2)};
+    DF_CHECK(d.Hv % d.Hk == 0, "{}: Hv={} value heads (v {}) is not a multiple of Hk={} (q {})", op,
+             d.Hv, v.describe(), d.Hk, q.describe());
+    check_gdn_tensor(q, DType::f32, Shape{d.S, d.Hk, d.dk}, op, "q");
+    check_gdn_tensor(k, DType::f32, Shape{d.S, d.Hk, d.dk}, op, "k");
+    check_gdn_tensor(v, DType::f32, Shape{d.S, d.Hv, d.dv}, op, "v");
+    check_gdn_tensor(g, DType::f32, Shape{d.S, d.Hv}, op, "g");
+    check_gdn_tensor(beta, DType::f32, Shape{d.S, d.Hv}, op, "beta");
+    const int64_t C = 2 * d.Hk * d.dk + d.Hv * d.dv;
+    DF_CHECK(conv_out.rank() == 2 && conv_out.dim(0) == d.S && conv_out.dim(1) == C,
+             "{}: conv_out is {}; expected [S={}, 2*Hk*dk + Hv*dv = {}] for q {} and v {}", op,
+             conv_out.describe(), d.S, C, q.describe(), v.describe());
+    check_gdn_tensor(b, conv_out.dtype(), Shape{d.S, d.Hv}, op, "b");
+    check_gdn_tensor(a, conv_out.dtype(), Shape{d.S, d.Hv}, op, "a");
+    DF_CHECK(a_log.rank() == 1 && a_log.dim(0) == d.Hv, "{}: a_log is {}; expected [Hv={}]", op,
+             a_log.describe(), d.Hv);
+    DF_CHECK(dt_bias.rank() == 1 && dt_bias.dim(0) == d.Hv, "{}: dt_bias is {}; expected [Hv={}]",
+             op, dt_bias.describe(), d.Hv);
+    return d;
+}
+
+GdnDims check_gdn_rule_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                              const Tensor& beta, const Tensor& state, const Tensor& o,
+                              const Tensor& count, bool o_optional, const char* op) {
+    DF_CHECK(q.rank() == 3 && q.dim(1) >= 1 && q.dim(2) >= 1,
+             "{}: q is {}; expected f32 [S, Hk, dk] with Hk, dk >= 1", op, q.describe());
+    DF_CHECK(v.rank() == 3 && v.dim(1) >= 1 && v.dim(2) >= 1,
+             "{}: v is {}; expected f32 [S, Hv, dv] with Hv, dv >= 1", op, v.describe());
+    const GdnDims d{q.dim(0), q.dim(1), q.dim(2), v.dim(1), v.dim(2)};
+    DF_CHECK(d.Hv % d.Hk == 0, "{}: Hv={} value heads (v {}) is not a multiple of Hk={} (q {})", op,
+             d.Hv, v.describe(), d.Hk, q.describe());
+    check_gdn_tensor(q, DType::f32, Shape{d.S, d.Hk, d.dk}, op, "q");
+    check_gdn_tensor(k, DType::f32, Shape{d.S, d.Hk, d.dk}, op, "k");
+    check_gdn_tensor(v, DType::f32, Shape{d.S, d.Hv, d.dv}, op, "v");
+    check_gdn_tensor(g, DType::f32, Shape{d.S, d.Hv}, op, "g");
+    check_gdn_tensor(beta, DType::f32, Shape{d.S, d.Hv}, op, "beta");
+    check_gdn_tensor(state, DType::f32, Shape{d.Hv, d.dk, d.dv}, op, "state");
+    if (!(o_optional && o.empty()))
+        check_gdn_tensor(o, DType::f32, Shape{d.S, d.Hv, d.dv}, op, "o");
+    if (!count.empty()) check_gdn_count(count, op);
+    return d;
+}
+
+GdnDims check_gdn_gated_norm_shapes(const Tensor& o, const Tensor& z, const Tensor& w, float eps,
+                                    const Tensor& y) {
+    constexpr const char* op = "gdn_gated_norm";
+    DF_CHECK(o.rank() == 3 && o.dtype() == DType::f32 && o.dim(1) >= 1 && o.dim(2) >= 1,
+             "{}: o is {}; expected f32 [S, Hv, dv] with Hv, dv >= 1", op, o.describe());
+    GdnDims d;
+    d.S = o.dim(0);
+    d.Hv = o.dim(1);
+    d.dv = o.dim(2);
+    check_gdn_tensor(z, z.dtype(), Shape{d.S, d.Hv * d.dv}, op, "z");
+    check_gdn_tensor(y, z.dtype(), Shape{d.S, d.Hv * d.dv}, op, "y");
+    check_gdn_tensor(w, z.dtype(), Shape{d.dv}, op, "w");
+    DF_CHECK(eps > 0.0f, "{}: eps={} must be > 0", op, eps);
+    return d;
+}
+
 }  // namespace dflash
