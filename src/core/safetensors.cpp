@@ -376,7 +376,9 @@ HostTensor SafetensorsFile::read(const std::string& name) const {
 // ---- writing -------------------------------------------------------------------------------
 
 uint64_t stored_nbytes(const Tensor& t, DType store_as) {
-    const size_t esize = t.dtype() == DType::i32 ? 4 : dtype_size(store_as);
+    // i32 and u8 keep their own width; only float tensors take store_as.
+    const bool raw = t.dtype() == DType::i32 || t.dtype() == DType::u8;
+    const size_t esize = raw ? dtype_size(t.dtype()) : dtype_size(store_as);
     return static_cast<uint64_t>(t.numel()) * esize;
 }
 
@@ -384,13 +386,14 @@ namespace {
 
 const char* stored_dtype_name(const Tensor& t, DType store_as) {
     if (t.dtype() == DType::i32) return "I32";
+    if (t.dtype() == DType::u8) return "U8";
     return store_as == DType::bf16 ? "BF16" : "F32";
 }
 
 // Streams one tensor's data, converting between f32 and bf16 in bounded chunks.
 void write_tensor_data(AtomicFileWriter& w, const Tensor& t, DType store_as) {
     const auto n = static_cast<size_t>(t.numel());
-    if (t.dtype() == DType::i32 || t.dtype() == store_as) {
+    if (t.dtype() == DType::i32 || t.dtype() == DType::u8 || t.dtype() == store_as) {
         w.write(t.data(), t.nbytes());
         return;
     }

@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -127,29 +126,6 @@ void load_expert_param(ParamSet& params, const Param& p, ExpertPart part, const 
 }
 
 }  // namespace
-
-float e2m1_value(uint8_t code) {
-    constexpr float kMagnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-    const float m = kMagnitude[code & 7];
-    return (code & 8) ? -m : m;
-}
-
-void decode_mxfp4(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, int64_t rows,
-                  int64_t groups, float* out) {
-    DF_ASSERT(static_cast<int64_t>(blocks.size()) == rows * groups * 16 &&
-                  static_cast<int64_t>(scales.size()) == rows * groups,
-              "MXFP4: {} block bytes and {} scale bytes for {} rows of {} groups", blocks.size(),
-              scales.size(), rows, groups);
-    for (int64_t g = 0; g < rows * groups; ++g) {
-        const int exponent = static_cast<int>(scales[g]) - 127;
-        float* o = out + g * 32;
-        for (int64_t j = 0; j < 16; ++j) {
-            const uint8_t byte = blocks[g * 16 + j];
-            o[2 * j] = std::ldexp(e2m1_value(byte & 0x0f), exponent);
-            o[2 * j + 1] = std::ldexp(e2m1_value(byte >> 4), exponent);
-        }
-    }
-}
 
 void load_target_params(ParamSet& params, const TargetConfig& c, const CheckpointReader& r,
                         ExpertFormat f) {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/mxfp4.h"
 #include "core/checkpoint_io.h"
 #include "core/tensor.h"
 #include "model/hf_config.h"
@@ -18,15 +19,6 @@
 #include "model/tensor_layout.h"
 
 namespace dflash {
-
-// The value of a 4-bit e2m1 code: bits 0-2 pick 0, 0.5, 1, 1.5, 2, 3, 4 or 6, bit 3 the sign.
-float e2m1_value(uint8_t code);
-
-// MXFP4 rows into f32: `rows` rows of `groups` groups of 32 values, each group 16 bytes of blocks
-// (byte j: element 2j in the low nibble, 2j+1 in the high one) times 2^(scale - 127) from one
-// scale byte. blocks [rows, groups, 16], scales [rows, groups], out [rows, groups * 32].
-void decode_mxfp4(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, int64_t rows,
-                  int64_t groups, float* out);
 
 // Every parameter of `params` (the model's layout, target_tensor_specs(c)) read from a checkpoint
 // whose experts are stored in format f. check_target_files has checked every name, shape and dtype
