@@ -131,12 +131,17 @@ std::vector<std::string> check_layout(const std::map<std::string, SafetensorsEnt
     }
     if (max_end > data_size) {
         // Tensors packed back to back from offset 0 whose end lies past the file: the header is
-        // fine and the data was cut short (an interrupted download or copy).
+        // fine and the data was cut short (an interrupted download or copy). Named: the first
+        // tensor the cut reaches.
+        std::string first_cut;
+        for (const auto& [n, e] : order)
+            if (first_cut.empty() && e->nbytes() > 0 && e->end > data_size) first_cut = *n;
         DF_CHECK(total != max_end,
                  "safetensors file {}: data is truncated: the header describes {} bytes of "
-                 "tensor data but the file holds only {} (file size {}, expected {}); was a "
-                 "download or copy interrupted?",
-                 quoted(path), max_end, data_size, data_start + data_size, data_start + max_end);
+                 "tensor data but the file holds only {} (file size {}, expected {}), so tensor "
+                 "'{}' and those after it are cut short; was a download or copy interrupted?",
+                 quoted(path), max_end, data_size, data_start + data_size, data_start + max_end,
+                 first_cut);
         for (const auto& [n, e] : order) {
             DF_CHECK(e->end <= data_size,
                      "safetensors file {}: tensor '{}' data_offsets [{}, {}] are out of range: "
