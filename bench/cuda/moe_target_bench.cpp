@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "../bench_util.h"
 #include "backend/backend_factory.h"
 #include "backend/workspace.h"
-#include "bench_util.h"
 #include "model/target.h"
 
 namespace dflash::bench {
