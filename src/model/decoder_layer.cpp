@@ -45,18 +45,21 @@ LayerWeights resolve(const ParamSet& p, const std::string& pre, const LayerDims&
     }
     w.wo = get("self_attn.o_proj.weight");
     w.post_ln = get("post_attention_layernorm.weight");
-    // The layout (target_tensor_specs) says which feed-forward a layer has.
-    if (!p.has(pre + "mlp.experts.gate_up_proj")) {
+    // The layout (target_tensor_specs) says which feed-forward a layer has: MoE layers have a
+    // router (their expert matrices may be packed outside the ParamSet: model/expert_weights.h).
+    const bool router = p.has(pre + "mlp.router.weight");  // gpt-oss; qwen3_moe: mlp.gate
+    if (!router && !p.has(pre + "mlp.gate.weight")) {
         w.w_gate = get("mlp.gate_proj.weight");
         w.w_up = get("mlp.up_proj.weight");
         w.w_down = get("mlp.down_proj.weight");
         return w;
     }
-    const bool router = p.has(pre + "mlp.router.weight");  // gpt-oss; qwen3_moe: mlp.gate
     w.router = get(router ? "mlp.router.weight" : "mlp.gate.weight");
     if (router) w.router_bias = get("mlp.router.bias");
-    w.experts_gate_up = get("mlp.experts.gate_up_proj");
-    w.experts_down = get("mlp.experts.down_proj");
+    if (p.has(pre + "mlp.experts.gate_up_proj")) {
+        w.experts_gate_up = get("mlp.experts.gate_up_proj");
+        w.experts_down = get("mlp.experts.down_proj");
+    }
     if (p.has(pre + "mlp.experts.gate_up_proj_bias")) {
         w.experts_gate_up_bias = get("mlp.experts.gate_up_proj_bias");
         w.experts_down_bias = get("mlp.experts.down_proj_bias");
@@ -117,6 +120,10 @@ void moe_core_forward(const LayerContext& lc, const LayerWeights& w, const Tenso
     ex.gate_up_bias = w.experts_gate_up_bias;
     ex.down = w.experts_down;
     ex.down_bias = w.experts_down_bias;
+    ex.gate_up_blocks = w.experts_gate_up_blocks;
+    ex.gate_up_scales = w.experts_gate_up_scales;
+    ex.down_blocks = w.experts_down_blocks;
+    ex.down_scales = w.experts_down_scales;
     if (d.swiglu_limit > 0) {
         ex.activation = MoeActivation::clamped_swiglu;
         ex.limit = d.swiglu_limit;

@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "backend/workspace.h"
 #include "model/decoder_layer.h"
+#include "model/expert_weights.h"
 #include "model/hf_config.h"
 #include "model/params.h"
 
@@ -23,7 +24,10 @@ namespace dflash {
 class TargetModel {
   public:
     TargetModel(Backend& be, TargetConfig cfg);  // zero weights on be's device
-    static TargetModel load(Backend& be, const std::filesystem::path& dir);
+    // MXFP4 experts (gpt-oss) stay packed on CUDA and are decoded on the CPU unless `mxfp4` says
+    // otherwise (model/expert_weights.h).
+    static TargetModel load(Backend& be, const std::filesystem::path& dir,
+                            Mxfp4Storage mxfp4 = Mxfp4Storage::backend_default);
     static TargetModel random(Backend& be, TargetConfig cfg, uint64_t seed, float std = 0.02f);
     void save(const std::filesystem::path& dir, DType store_as = DType::bf16) const;
 
@@ -36,6 +40,8 @@ class TargetModel {
     Tensor embed() const;    // [V, D]
     Tensor lm_head() const;  // [V, D] (the embedding when tied)
     const LayerWeights& layer(int64_t i) const { return layers_[i]; }
+    // The MXFP4 experts kept packed (then params() has no expert matrices), or empty.
+    const PackedExperts& packed_experts() const { return packed_; }
 
     // Full-sequence causal forward without a cache. Writes the outputs of `capture` layers
     // (0-based; output of layer id = HF hidden_states[id+1]) concatenated per row into features
@@ -61,6 +67,7 @@ class TargetModel {
                     const Tensor& stats);
 
   private:
+    TargetModel(Backend& be, TargetConfig cfg, bool packed_experts);
     // forward() on ids and positions already staged on the device (i32 [S] each).
     void forward_staged(Backend& be, Workspace& ws, const Tensor& ids, const Tensor& pos,
                         std::span<const int64_t> capture, const Tensor& features,
@@ -79,6 +86,7 @@ class TargetModel {
     std::vector<LayerWeights> layers_;
     // gpt-oss: f32 [L, H] copy of every layer's self_attn.sinks (the mask reads f32); else empty.
     DeviceTensor sinks_;
+    PackedExperts packed_;
 };
 
 // Inference state of one request: a KV cache per layer. Positions are implicit: the next token
