@@ -136,6 +136,11 @@ void gdn_chunked(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor&
     DF_CHECK(d.dk <= gdn::kMaxChunkedDim && d.dv <= gdn::kMaxChunkedDim && d.dk % 4 == 0,
              "{}: dk={} and dv={} must be at most {} and dk a multiple of 4 for the CUDA kernel",
              op, d.dk, d.dv, gdn::kMaxChunkedDim);
+    // The kernels read q and k rows as float4.
+    DF_CHECK(reinterpret_cast<uintptr_t>(q.data()) % 16 == 0 &&
+                 reinterpret_cast<uintptr_t>(k.data()) % 16 == 0,
+             "{}: q {} and k {} must start on 16-byte boundaries for the CUDA kernel", op,
+             q.describe(), k.describe());
     if (d.S == 0) return;
     DF_CHECK(ex.scratch != nullptr, "{}: the Exec has no op workspace", op);
     const gdn::RuleArgs a = rule_args(q, k, v, g, beta, state, o, d);
