@@ -274,6 +274,47 @@ __device__ __forceinline__ void mx_store(const MxSlice& s, unsigned char* b_tile
     }
 }
 
+// One pass of the main loop: waits for slice t, starts loading slice t + kStages - 1 (MXFP4
+// weights: into `fetch_into`'s registers), multiplies slice t, then (MXFP4) decodes slice
+// t + kStages - 2, loaded the pass before into `store_from`, into its stage. The kernel alternates
+// two MxSlices between the passes, so no register copy waits for loads still in flight.
+template <bool ALIGNED, bool MX>
+__device__ __forceinline__ void main_pass(const GroupedGemmArgs& g, const TileJob& job, int c0,
+                                          int t, int slices, unsigned char* smem, int tid,
+                                          bool warp_has_rows, float (&acc)[kTileCols / 8][4],
+                                          MxSlice& fetch_into, const MxSlice& store_from) {
+    const uint32_t base = smem_u32(smem);
+    const int lane = tid & 31, warp = tid >> 5;
+    const auto a_tile = [&](int stage) { return base + stage * kStageBytes; };
+    const auto b_tile = [&](int stage) { return base + stage * kStageBytes + kATileBytes; };
+    const int cur = t % kStages;
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    // The stage refilled now was multiplied in slice t - 1, which every warp has finished (the
+    // barrier above).
+    const int next = t + kStages - 1;
+    if (next < slices) {
+        load_stage<ALIGNED, MX>(g, job, c0, next * kTileK, smem, a_tile(next % kStages),
+                                b_tile(next % kStages), tid);
+        if constexpr (MX) mx_fetch(g, job, c0, next * kTileK, tid, fetch_into);
+    }
+    cp_async_commit();
+    if (warp_has_rows) {
+        attn::mma_abt<kTileK, kTileCols / 8, kTileK / 16>(
+            acc,
+            [&](int ks, uint32_t(&a)[4]) {
+                attn::lds_a<kTileK>(a, a_tile(cur), warp * 16, ks, lane);
+            },
+            b_tile(cur), 0, lane);
+    }
+    if constexpr (MX) {
+        // Slice t + 2 into its stage, which slice t - 2 used: every warp finished that before
+        // this pass's barrier, and slice t + 2 is read after two more barriers.
+        if (next - 1 < slices)
+            mx_store(store_from, smem + ((next - 1) % kStages) * kStageBytes + kATileBytes, tid);
+    }
+}
+
 // The kernel's variants (one template argument: the launch macro takes no commas).
 constexpr int kAlignedLoads = 1;  // cp.async for the bf16 tiles (load_stage's ALIGNED)
 constexpr int kMxfp4 = 2;         // MXFP4 weights
@@ -311,51 +352,25 @@ __global__ void __launch_bounds__(kBlockThreads) grouped_gemm_kernel(const Group
     // them). One commit group per slice, empty past the end, so wait<kStages - 2> always means
     // "slice t has landed".
     const int slices = cdiv(g.kdim, kTileK);
-    // MXFP4: B tiles in a stage's bytes, and the slice fetched but not yet stored (Note [moe
-    // MXFP4 tiles]).
-    [[maybe_unused]] const auto b_bytes = [&](int stage) {
-        return smem + stage * kStageBytes + kATileBytes;
-    };
-    [[maybe_unused]] MxSlice pending;
+    // MXFP4: the slices fetched but not yet stored (Note [moe MXFP4 tiles]), two in turn.
+    [[maybe_unused]] MxSlice pending, other;
     for (int t = 0; t < kStages - 1; ++t) {
         if (t < slices) {
             load_stage<ALIGNED, MX>(g, job, c0, t * kTileK, smem, a_tile(t), b_tile(t), tid);
             if constexpr (MX) {
                 // Slices 0 .. kStages - 3 are stored now, the last one in the loop's first pass.
                 mx_fetch(g, job, c0, t * kTileK, tid, pending);
-                if (t < kStages - 2) mx_store(pending, b_bytes(t), tid);
+                if (t < kStages - 2) mx_store(pending, smem + t * kStageBytes + kATileBytes, tid);
             }
         }
         cp_async_commit();
     }
-    for (int t = 0; t < slices; ++t) {
-        const int cur = t % kStages;
-        cp_async_wait<kStages - 2>();
-        __syncthreads();
-        // The stage refilled now was multiplied in slice t - 1, which every warp has finished
-        // (the barrier above).
-        const int next = t + kStages - 1;
-        [[maybe_unused]] MxSlice fresh;
-        if (next < slices) {
-            load_stage<ALIGNED, MX>(g, job, c0, next * kTileK, smem, a_tile(next % kStages),
-                                    b_tile(next % kStages), tid);
-            if constexpr (MX) mx_fetch(g, job, c0, next * kTileK, tid, fresh);
-        }
-        cp_async_commit();
-        if (warp_has_rows) {
-            attn::mma_abt<kTileK, kTileCols / 8, kTileK / 16>(
-                acc,
-                [&](int ks, uint32_t(&a)[4]) {
-                    attn::lds_a<kTileK>(a, a_tile(cur), warp * 16, ks, lane);
-                },
-                b_tile(cur), 0, lane);
-        }
-        if constexpr (MX) {
-            // Slice t + 2 into its stage, which slice t - 2 used: every warp finished that before
-            // this iteration's barrier, and slice t + 2 is read after two more barriers.
-            if (next - 1 < slices) mx_store(pending, b_bytes((next - 1) % kStages), tid);
-            pending = fresh;
-        }
+    for (int t = 0; t < slices; t += 2) {
+        main_pass<ALIGNED, MX>(g, job, c0, t, slices, smem, tid, warp_has_rows, acc, other,
+                               pending);
+        if (t + 1 < slices)
+            main_pass<ALIGNED, MX>(g, job, c0, t + 1, slices, smem, tid, warp_has_rows, acc,
+                                   pending, other);
     }
     if (!warp_has_rows) return;
 
