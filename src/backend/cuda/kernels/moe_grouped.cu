@@ -224,11 +224,12 @@ __device__ __forceinline__ void load_stage(const GroupedGemmArgs& g, const TileJ
 
 // One slice of an MXFP4 B tile in a thread's registers (Note [moe MXFP4 tiles]): the slice's
 // 128 rows x 8 chunks of 8 values, chunk idx = tid + i * kBlockThreads; per chunk its 4 bytes of
-// codes (value j in bits 4j..4j+3, as the bytes hold them: low nibble first) and its scale.
+// codes (value j in bits 4j..4j+3, as the bytes hold them: low nibble first) and its scale,
+// four scales to a register (byte i % 4 of scales[i / 4]).
 constexpr int kMxItems = kTileCols * (kTileK / 8) / kBlockThreads;
 struct MxSlice {
     uint32_t codes[kMxItems];
-    uint32_t scale[kMxItems];
+    uint32_t scales[kMxItems / 4];
 };
 
 // Issues the loads of slice k0's MXFP4 B tile (zeros past the matrix: code 0 is +0 at any scale).
@@ -238,16 +239,17 @@ __device__ __forceinline__ void mx_fetch(const GroupedGemmArgs& g, const TileJob
     const int64_t wrows = static_cast<int64_t>(g.activation == kNone ? g.n : 2 * g.n);
     const int64_t expert_row0 = static_cast<int64_t>(job.expert) * wrows;
     DF_ATTN_UNROLL
+    for (int i = 0; i < kMxItems / 4; ++i) s.scales[i] = 0u;
+    DF_ATTN_UNROLL
     for (int i = 0; i < kMxItems; ++i) {
         const int idx = tid + i * kBlockThreads;
         const int r = idx / (kTileK / 8), c = idx % (kTileK / 8);
         const int wr = weight_row(g, c0, r);
         s.codes[i] = 0u;
-        s.scale[i] = 0u;
         if (wr >= 0 && k0 + c * 8 < g.kdim) {
             const int64_t group = (expert_row0 + wr) * groups + k0 / 32 + c / 4;
             s.codes[i] = *reinterpret_cast<const uint32_t*>(g.w_blocks + group * 16 + (c % 4) * 4);
-            s.scale[i] = g.w_scales[group];
+            s.scales[i / 4] |= static_cast<uint32_t>(g.w_scales[group]) << (8 * (i % 4));
         }
     }
 }
@@ -258,11 +260,12 @@ __device__ __forceinline__ void mx_store(const MxSlice& s, unsigned char* b_tile
     for (int i = 0; i < kMxItems; ++i) {
         const int idx = tid + i * kBlockThreads;
         const int r = idx / (kTileK / 8), c = idx % (kTileK / 8);
+        const uint32_t scale = (s.scales[i / 4] >> (8 * (i % 4))) & 255u;
         uint32_t w[4];
         DF_ATTN_UNROLL
         for (int j = 0; j < 4; ++j) {
-            const uint32_t lo = mxfp4_bf16((s.codes[i] >> (8 * j)) & 15u, s.scale[i]);
-            const uint32_t hi = mxfp4_bf16((s.codes[i] >> (8 * j + 4)) & 15u, s.scale[i]);
+            const uint32_t lo = mxfp4_bf16((s.codes[i] >> (8 * j)) & 15u, scale);
+            const uint32_t hi = mxfp4_bf16((s.codes[i] >> (8 * j + 4)) & 15u, scale);
             w[j] = lo | (hi << 16);
         }
         uint4 v;
