@@ -262,12 +262,7 @@ __device__ __forceinline__ void mx_store(const MxSlice& s, unsigned char* b_tile
         const int r = idx / (kTileK / 8), c = idx % (kTileK / 8);
         const uint32_t scale = (s.scales[i / 4] >> (8 * (i % 4))) & 255u;
         uint32_t w[4];
-        DF_ATTN_UNROLL
-        for (int j = 0; j < 4; ++j) {
-            const uint32_t lo = mxfp4_bf16((s.codes[i] >> (8 * j)) & 15u, scale);
-            const uint32_t hi = mxfp4_bf16((s.codes[i] >> (8 * j + 4)) & 15u, scale);
-            w[j] = lo | (hi << 16);
-        }
+        mxfp4_bf16x8(s.codes[i], scale, w);
         uint4 v;
         v.x = w[0];
         v.y = w[1];
