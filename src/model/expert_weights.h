@@ -31,15 +31,19 @@ void decode_mxfp4(std::span<const uint8_t> blocks, std::span<const uint8_t> scal
 // Every parameter of `params` (the model's layout, target_tensor_specs(c)) read from a checkpoint
 // whose experts are stored in format f. check_target_files has checked every name, shape and dtype
 // against f before the model was allocated.
+// `names` maps the model's names to the checkpoint's (a hybrid wrapper's prefix); the hybrid
+// families' fused projections are regrouped on the way (model/hybrid_weights.h).
 void load_target_params(ParamSet& params, const TargetConfig& c, const CheckpointReader& r,
-                        ExpertFormat f);
+                        ExpertFormat f, const CheckpointNames& names = {});
 
-// The family's Hub format: per-expert for qwen3_moe, transformers' bf16 layout for gpt_oss (what
-// save() writes; transformers loads both), none for dense targets.
+// The family's Hub format: per-expert for qwen3_moe and qwen3_next, fused for qwen3_5_moe,
+// transformers' bf16 layout for gpt_oss (what save() writes; transformers loads them all), none
+// for dense targets.
 ExpertFormat hub_expert_format(const TargetConfig& c);
 
 // The parameters as a checkpoint in format f = hub_expert_format(c) stores them: (name, host f32
-// tensor) in stored_target_specs(c, f) order.
+// tensor) in stored_target_specs(c, f) order; the hybrid families' fused projections in their
+// stored row order, under the text model's own names (model.*, never a wrapper's prefix).
 std::vector<std::pair<std::string, HostTensor>> stored_target_tensors(const ParamSet& params,
                                                                       const TargetConfig& c);
 
