@@ -278,7 +278,9 @@ DFLASH_OP(moe_route,
 // in fp32, out overwritten; expert_e(x) = down_e · act(gate_up_e · x + b_gu) + b_d. x [R, D],
 // experts i32 [R, k] with ids in [0, E) (the CPU checks them; CUDA, which cannot read them,
 // leaves a term with an id outside out), weights f32 [R, k]. A row's bits do not depend on the
-// other rows (row invariance: a decode step and a verify block agree).
+// other rows (row invariance: a decode step and a verify block agree). The expert matrices may
+// be MXFP4 (MoeExperts::mxfp4()): decoded as they are read, the same result bit for bit as the
+// op on the decoded weights (f32 on the CPU, bf16 on CUDA), and no decoded copy is kept.
 DFLASH_OP(moe_experts,
           (const Tensor& x, const Tensor& experts, const Tensor& weights, const MoeExperts& w,
            const Tensor& out),

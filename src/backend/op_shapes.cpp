@@ -680,15 +680,18 @@ MoeExpertsDims check_moe_experts_shapes(const Tensor& x, const Tensor& experts,
              x.describe());
     DF_CHECK(experts.rank() == 2 && experts.dim(1) >= 1, "{}: experts is {}; expected i32 [R, k]",
              op, experts.describe());
-    DF_CHECK(w.gate_up.rank() == 3 && w.gate_up.dim(1) % 2 == 0 && w.gate_up.dim(1) >= 2 &&
-                 w.gate_up.dim(0) >= 1,
-             "{}: gate_up is {}; expected [E, 2I, D] with E, I >= 1", op, w.gate_up.describe());
+    // The expert matrices: gate_up [E, 2I, D] in x's dtype, or its MXFP4 blocks [E, 2I, D/32, 16].
+    const Tensor& gu = w.mxfp4() ? w.gate_up_blocks : w.gate_up;
+    DF_CHECK(
+        gu.rank() == (w.mxfp4() ? 4 : 3) && gu.dim(1) % 2 == 0 && gu.dim(1) >= 2 && gu.dim(0) >= 1,
+        "{}: {} is {}; expected [E, 2I, {}] with E, I >= 1", op,
+        w.mxfp4() ? "gate_up_blocks" : "gate_up", gu.describe(), w.mxfp4() ? "D/32, 16" : "D");
     MoeExpertsDims d;
     d.R = x.dim(0);
     d.D = x.dim(1);
     d.k = experts.dim(1);
-    d.E = w.gate_up.dim(0);
-    d.I = w.gate_up.dim(1) / 2;
+    d.E = gu.dim(0);
+    d.I = gu.dim(1) / 2;
     check_rows(experts, DType::i32, d.R, d.k, op, "experts");
     check_rows(weights, DType::f32, d.R, d.k, op, "weights");
     const DType dt = x.dtype();
@@ -697,8 +700,29 @@ MoeExpertsDims check_moe_experts_shapes(const Tensor& x, const Tensor& experts,
                  op, name, t.describe(), dtype_name(dt), want.to_string());
     };
     shaped(out, Shape{d.R, d.D}, "out");
-    shaped(w.gate_up, Shape{d.E, 2 * d.I, d.D}, "gate_up");
-    shaped(w.down, Shape{d.E, d.D, d.I}, "down");
+    if (w.mxfp4()) {
+        DF_CHECK(w.gate_up.empty() && w.down.empty(),
+                 "{}: MXFP4 experts (gate_up_blocks {}) with gate_up {} / down {} as well; give "
+                 "one form",
+                 op, gu.describe(), w.gate_up.describe(), w.down.describe());
+        DF_CHECK(d.D % 32 == 0 && d.I % 32 == 0,
+                 "{}: MXFP4 experts need D and I multiples of 32 (one scale per 32 values), got "
+                 "D={} I={}",
+                 op, d.D, d.I);
+        const auto bytes = [&](const Tensor& t, Shape want, const char* name) {
+            DF_CHECK(t.dtype() == DType::u8 && t.shape() == want, "{}: {} is {}; expected u8 {}",
+                     op, name, t.describe(), want.to_string());
+        };
+        bytes(w.gate_up_blocks, Shape{d.E, 2 * d.I, d.D / 32, 16}, "gate_up_blocks");
+        bytes(w.gate_up_scales, Shape{d.E, 2 * d.I, d.D / 32}, "gate_up_scales");
+        bytes(w.down_blocks, Shape{d.E, d.D, d.I / 32, 16}, "down_blocks");
+        bytes(w.down_scales, Shape{d.E, d.D, d.I / 32}, "down_scales");
+    } else {
+        DF_CHECK(w.gate_up_scales.empty() && w.down_blocks.empty() && w.down_scales.empty(),
+                 "{}: MXFP4 scales or down blocks without gate_up_blocks", op);
+        shaped(w.gate_up, Shape{d.E, 2 * d.I, d.D}, "gate_up");
+        shaped(w.down, Shape{d.E, d.D, d.I}, "down");
+    }
     if (!w.gate_up_bias.empty()) shaped(w.gate_up_bias, Shape{d.E, 2 * d.I}, "gate_up_bias");
     if (!w.down_bias.empty()) shaped(w.down_bias, Shape{d.E, d.D}, "down_bias");
     DF_CHECK(w.activation != MoeActivation::clamped_swiglu || w.limit > 0.0f,

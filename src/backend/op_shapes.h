@@ -185,7 +185,9 @@ struct MoeExpertsDims {
 };
 // x [R, D], experts i32 [R, k] with k >= 1, weights f32 [R, k], out [R, D]; w.gate_up [E, 2I, D]
 // and w.down [E, D, I] with E, I, D >= 1, the biases [E, 2I] / [E, D] or empty; x, out, the
-// weights and the biases of one dtype; limit > 0 for clamped_swiglu.
+// weights and the biases of one dtype; limit > 0 for clamped_swiglu. MXFP4 experts
+// (w.mxfp4()): gate_up and down empty, D and I multiples of 32, u8 blocks and scales shaped as
+// backend/ops.h: MoeExperts says.
 MoeExpertsDims check_moe_experts_shapes(const Tensor& x, const Tensor& experts,
                                         const Tensor& weights, const MoeExperts& w,
                                         const Tensor& out);

@@ -36,17 +36,21 @@ namespace {
 // The layout (target_tensor_specs) says which feed-forward a layer has.
 void resolve_feed_forward(const ParamSet& p, const std::string& pre, bool grads, LayerWeights& w) {
     auto get = [&](const std::string& n) { return grads ? p.grad(pre + n) : p.value(pre + n); };
-    if (!p.has(pre + "mlp.experts.gate_up_proj")) {
+    // MoE layers have a router (their expert matrices may be packed outside the ParamSet:
+    // model/expert_weights.h).
+    const bool router = p.has(pre + "mlp.router.weight");  // gpt-oss; qwen3_moe: mlp.gate
+    if (!router && !p.has(pre + "mlp.gate.weight")) {
         w.w_gate = get("mlp.gate_proj.weight");
         w.w_up = get("mlp.up_proj.weight");
         w.w_down = get("mlp.down_proj.weight");
         return;
     }
-    const bool router = p.has(pre + "mlp.router.weight");  // gpt-oss; qwen3_moe: mlp.gate
     w.router = get(router ? "mlp.router.weight" : "mlp.gate.weight");
     if (router) w.router_bias = get("mlp.router.bias");
-    w.experts_gate_up = get("mlp.experts.gate_up_proj");
-    w.experts_down = get("mlp.experts.down_proj");
+    if (p.has(pre + "mlp.experts.gate_up_proj")) {
+        w.experts_gate_up = get("mlp.experts.gate_up_proj");
+        w.experts_down = get("mlp.experts.down_proj");
+    }
     if (p.has(pre + "mlp.experts.gate_up_proj_bias")) {
         w.experts_gate_up_bias = get("mlp.experts.gate_up_proj_bias");
         w.experts_down_bias = get("mlp.experts.down_proj_bias");
@@ -187,6 +191,10 @@ void moe_core_forward(const LayerContext& lc, const LayerWeights& w, const Tenso
     ex.gate_up_bias = w.experts_gate_up_bias;
     ex.down = w.experts_down;
     ex.down_bias = w.experts_down_bias;
+    ex.gate_up_blocks = w.experts_gate_up_blocks;
+    ex.gate_up_scales = w.experts_gate_up_scales;
+    ex.down_blocks = w.experts_down_blocks;
+    ex.down_scales = w.experts_down_scales;
     if (d.swiglu_limit > 0) {
         ex.activation = MoeActivation::clamped_swiglu;
         ex.limit = d.swiglu_limit;
@@ -204,9 +212,10 @@ void moe_core_forward(const LayerContext& lc, const LayerWeights& w, const Tenso
         const Tensor g = lc.ws.take({R, d.Is}, act), u = lc.ws.take({R, d.Is}, act);
         linear(be, lc.prepared, h2, w.shared_gate_proj, g);
         linear(be, lc.prepared, h2, w.shared_up_proj, u);
-        be.swiglu_fwd(g, u, g);
+        const Tensor a = lc.ws.take({R, d.Is}, act);
+        be.swiglu_fwd(g, u, a);
         const Tensor shared = lc.ws.take({R, d.D}, act);
-        linear(be, lc.prepared, g, w.shared_down_proj, shared);
+        linear(be, lc.prepared, a, w.shared_down_proj, shared);
         const Tensor logit = lc.ws.take({R, 1}, DType::f32);
         be.gemm(h2, false, w.shared_gate, true, logit);
         be.add_sigmoid_scaled(y, shared, logit);

@@ -57,6 +57,9 @@ struct LayerWeights {
     Tensor experts_gate_up_bias;  // [E, 2Ie] (gpt-oss) or empty
     Tensor experts_down;          // [E, D, Ie]
     Tensor experts_down_bias;     // [E, D] (gpt-oss) or empty
+    // Or the two matrices as MXFP4 (backend/ops.h: MoeExperts), set by the model when its
+    // experts stay packed (model/expert_weights.h: PackedExperts); then the two above are empty.
+    Tensor experts_gate_up_blocks, experts_gate_up_scales, experts_down_blocks, experts_down_scales;
     // The hybrid families' shared expert (a SwiGLU MLP of width Is every token uses, scaled by
     // sigmoid(h2 · shared_gateᵀ)), or empty.
     Tensor shared_gate_proj, shared_up_proj;  // [Is, D]
@@ -75,7 +78,7 @@ struct LayerWeights {
     // gpt-oss: f32 [H] on the device, a copy of self_attn.sinks that the attention mask reads
     // (the parameter is in the compute dtype); set by the model, empty otherwise.
     Tensor sinks;
-    bool moe() const { return !experts_gate_up.empty(); }
+    bool moe() const { return !router.empty(); }
 };
 // prefix: "model.layers.3." (target) or "layers.3." (drafter). The hybrid families' norms are
 // the stored w here; the target points them at its (1 + w) copies (TargetModel).

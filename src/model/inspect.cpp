@@ -246,11 +246,23 @@ void describe_target_variants(const TargetConfig& c, ExpertFormat stored, std::s
             moe, c.num_hidden_layers - moe,
             c.swiglu_limit > 0 ? fmt::format("; clamped SwiGLU (limit {})", c.swiglu_limit)
                                : std::string());
-        if (stored != ExpertFormat::none)
-            out += fmt::format("               stored {}{}\n", expert_format_name(stored),
-                               stored == ExpertFormat::mxfp4
-                                   ? " (4-bit blocks, decoded to the compute dtype at load)"
-                                   : "");
+        // The expert matrices' memory as each backend holds them (model/expert_weights.h).
+        const double weights = 3.0 * static_cast<double>(moe) * static_cast<double>(c.num_experts) *
+                               static_cast<double>(c.hidden_size) *
+                               static_cast<double>(c.moe_intermediate_size);
+        const auto gb = [](double bytes) { return fmt::format("{:.3g} GB", bytes / 1e9); };
+        if (stored == ExpertFormat::mxfp4)
+            out += fmt::format(
+                "               stored mxfp4 (4-bit blocks, a scale byte per 32 weights): {} "
+                "bytes ({}) of expert matrices, kept so in GPU memory on CUDA (decoded inside the "
+                "expert GEMMs; bf16 would take {}), decoded to f32 at load on the CPU ({})\n",
+                grouped(static_cast<int64_t>(weights / 32.0 * 17.0)), gb(weights / 32.0 * 17.0),
+                gb(weights * 2.0), gb(weights * 4.0));
+        else if (stored != ExpertFormat::none)
+            out += fmt::format(
+                "               stored {}: expert matrices held in bf16 on CUDA ({}), f32 on the "
+                "CPU ({})\n",
+                expert_format_name(stored), gb(weights * 2.0), gb(weights * 4.0));
     }
     if (c.hybrid()) {
         out += fmt::format(

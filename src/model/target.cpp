@@ -47,10 +47,12 @@ TokenInputs stage_tokens(Workspace& ws, std::span<const int32_t> tokens, int64_t
 
 }  // namespace
 
-TargetModel::TargetModel(Backend& be, TargetConfig cfg)
+TargetModel::TargetModel(Backend& be, TargetConfig cfg) : TargetModel(be, std::move(cfg), false) {}
+
+TargetModel::TargetModel(Backend& be, TargetConfig cfg, bool packed_experts)
     : cfg_(std::move(cfg)),
       dims_(layer_dims(cfg_)),
-      params_(be, target_tensor_specs(cfg_)),
+      params_(be, target_param_specs(cfg_, packed_experts)),
       // The hybrid families turn only the first rotary_dim dims of each head.
       inv_freq_(upload_inv_freq(be, cfg_.rope, cfg_.hybrid() ? cfg_.rotary_dim() : cfg_.head_dim)),
       inv_freq_view_(inv_freq_.view()) {
@@ -125,14 +127,27 @@ Tensor TargetModel::final_norm() const {
     return final_norm_.empty() ? params_.value("model.norm.weight") : final_norm_;
 }
 
-TargetModel TargetModel::load(Backend& be, const std::filesystem::path& dir) {
+TargetModel TargetModel::load(Backend& be, const std::filesystem::path& dir, Mxfp4Storage mxfp4) {
     TargetConfig cfg = TargetConfig::load(dir);
     // Before anything is allocated for the model: names, shapes and dtypes in the stored format.
-    const ExpertFormat format = check_target_files(dir, cfg);
+    const ExpertFormat format =
+        check_target_files(dir, cfg, keeps_experts_packed(mxfp4, ExpertFormat::mxfp4, be));
     const CheckpointReader reader = CheckpointReader::open(dir);
+    const bool packed = keeps_experts_packed(mxfp4, format, be);
     const CheckpointNames names = checkpoint_names(cfg, reader.names());
-    TargetModel m(be, std::move(cfg));
+    TargetModel m(be, std::move(cfg), packed);
     load_target_params(m.params_, m.cfg_, reader, format, names);
+    if (packed) {
+        m.packed_ = PackedExperts::load(be, m.cfg_, reader);
+        for (int64_t l = 0; l < m.cfg_.num_hidden_layers; ++l) {
+            const PackedExperts::Layer& p = m.packed_.layer(l);
+            LayerWeights& w = m.layers_[l];
+            w.experts_gate_up_blocks = p.gate_up_blocks;
+            w.experts_gate_up_scales = p.gate_up_scales;
+            w.experts_down_blocks = p.down_blocks;
+            w.experts_down_scales = p.down_scales;
+        }
+    }
     m.sync_sinks();
     return m;
 }
@@ -152,7 +167,9 @@ TargetModel TargetModel::random(Backend& be, TargetConfig cfg, uint64_t seed, fl
 void TargetModel::save(const std::filesystem::path& dir, DType store_as) const {
     std::filesystem::create_directories(dir);
     // The family's Hub layout (expert_weights.h), which transformers loads as well.
-    const auto stored = stored_target_tensors(params_, cfg_);
+    auto stored = stored_target_tensors(params_, cfg_);
+    // Packed MXFP4 experts go back as the checkpoint held them: the Hub's MXFP4 layout.
+    for (auto& t : packed_.stored_tensors(backend(), cfg_)) stored.push_back(std::move(t));
     std::vector<std::pair<std::string, Tensor>> views;
     views.reserve(stored.size());
     for (const auto& [name, t] : stored) views.emplace_back(name, t.view());

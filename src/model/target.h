@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "backend/workspace.h"
 #include "model/decoder_layer.h"
+#include "model/expert_weights.h"
 #include "model/hf_config.h"
 #include "model/params.h"
 
@@ -25,7 +26,10 @@ namespace dflash {
 class TargetModel {
   public:
     TargetModel(Backend& be, TargetConfig cfg);  // zero weights on be's device
-    static TargetModel load(Backend& be, const std::filesystem::path& dir);
+    // MXFP4 experts (gpt-oss) stay packed on CUDA and are decoded on the CPU unless `mxfp4` says
+    // otherwise (model/expert_weights.h).
+    static TargetModel load(Backend& be, const std::filesystem::path& dir,
+                            Mxfp4Storage mxfp4 = Mxfp4Storage::backend_default);
     // Random weights (ParamSet::init_random); the hybrid families' (1 + w) norms get w = 0.
     static TargetModel random(Backend& be, TargetConfig cfg, uint64_t seed, float std = 0.02f);
     void save(const std::filesystem::path& dir, DType store_as = DType::bf16) const;
@@ -41,6 +45,8 @@ class TargetModel {
     // The final norm's scale: model.norm.weight, or for the hybrid families its (1 + w) copy.
     Tensor final_norm() const;
     const LayerWeights& layer(int64_t i) const { return layers_[i]; }
+    // The MXFP4 experts kept packed (then params() has no expert matrices), or empty.
+    const PackedExperts& packed_experts() const { return packed_; }
 
     // Full-sequence causal forward without a cache. Writes the outputs of `capture` layers
     // (0-based; output of layer id = HF hidden_states[id+1]) concatenated per row into features
@@ -66,6 +72,7 @@ class TargetModel {
                     const Tensor& stats);
 
   private:
+    TargetModel(Backend& be, TargetConfig cfg, bool packed_experts);
     // forward() on ids and positions already staged on the device (i32 [S] each).
     void forward_staged(Backend& be, Workspace& ws, const Tensor& ids, const Tensor& pos,
                         std::span<const int64_t> capture, const Tensor& features,
@@ -87,6 +94,7 @@ class TargetModel {
     std::vector<LayerWeights> layers_;
     // gpt-oss: f32 [L, H] copy of every layer's self_attn.sinks (the mask reads f32); else empty.
     DeviceTensor sinks_;
+    PackedExperts packed_;
     // The hybrid families' zero-centred RMSNorms scale by (1 + w) (w stored, as HF keeps it, and
     // saved as it is): (1 + w) of every such norm, computed in f32 on the host and held in the
     // compute dtype (exact on the CPU; on CUDA rounded to bf16 once), in parameter order; the

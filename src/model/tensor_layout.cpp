@@ -329,22 +329,26 @@ LayoutComparison compare_layout(const std::vector<TensorSpec>& layout,
 
 namespace {
 
-// The loaders' check (tensor_layout.h): memory (of the model's own f32 parameters, `params`),
-// then compare_layout of the stored tensors against `stored_specs(names stored)`. Differences name
-// the file holding the tensor.
+// The loaders' check (tensor_layout.h): memory (of the model's own f32 parameters, `params`, less
+// `not_held` elements that the checkpoint's names say stay out of them), then compare_layout of
+// the stored tensors against `stored_specs(names stored)`. Differences name the file holding the
+// tensor.
 void check_model_files(
     const std::filesystem::path& dir, const std::vector<TensorSpec>& params,
     const std::function<std::vector<TensorSpec>(const std::vector<std::string>&)>& stored_specs,
-    bool tied_embeddings, bool drafter, const CheckpointNames& names = {}) {
+    bool tied_embeddings, bool drafter,
+    const std::function<double(const std::vector<std::string>&)>& not_held = {},
+    const CheckpointNames& names = {}) {
+    const CheckpointReader r = CheckpointReader::open(dir);
     double bytes = 0;
     for (const auto& s : params) bytes += static_cast<double>(s.numel()) * 4.0;
+    if (not_held) bytes -= not_held(r.names()) * 4.0;
     const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
                           static_cast<double>(::sysconf(_SC_PAGE_SIZE));
     DF_CHECK(memory <= 0 || bytes <= memory,
              "'{}': the model needs {:.3g} GB for its weights in f32, more than this machine's "
              "{:.3g} GB of memory",
              dir.string(), bytes / 1e9, memory / 1e9);
-    const CheckpointReader r = CheckpointReader::open(dir);
     std::map<std::string, StoredTensor> stored;
     std::vector<std::string> model_names;
     for (const auto& n : r.names()) {
@@ -394,8 +398,15 @@ bool has_weights(const std::filesystem::path& dir) {
 
 }  // namespace
 
-ExpertFormat check_target_files(const std::filesystem::path& dir, const TargetConfig& c) {
+ExpertFormat check_target_files(const std::filesystem::path& dir, const TargetConfig& c,
+                                bool mxfp4_packed) {
     if (!has_weights(dir)) return ExpertFormat::none;
+    // Packed MXFP4 experts never become f32 parameters (model/expert_weights.h: PackedExperts).
+    const auto packed_elements = [&](const std::vector<std::string>& names) {
+        if (!mxfp4_packed || detect_expert_format(c, names) != ExpertFormat::mxfp4) return 0.0;
+        return 3.0 * static_cast<double>(c.num_moe_layers()) * static_cast<double>(c.num_experts) *
+               static_cast<double>(c.hidden_size) * static_cast<double>(c.moe_intermediate_size);
+    };
     ExpertFormat format = ExpertFormat::none;
     CheckpointNames names;
     if (c.hybrid()) {
@@ -419,7 +430,7 @@ ExpertFormat check_target_files(const std::filesystem::path& dir, const TargetCo
                      dir.string(), c.hidden_size, c.moe_intermediate_size);
             return stored_target_specs(c, format);
         },
-        c.tie_word_embeddings, /*drafter=*/false, names);
+        c.tie_word_embeddings, /*drafter=*/false, packed_elements, names);
     return format;
 }
 

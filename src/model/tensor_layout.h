@@ -130,9 +130,11 @@ LayoutComparison compare_layout(const std::vector<TensorSpec>& layout,
 // losing its DFlash2 tensors). The error names the directory and the first differences. A
 // directory without weights is left to the weight loader.
 // Differences are named with the file that holds the tensor. Returns the target's expert format
-// (ExpertFormat::none for dense targets or a directory without weights).
+// (ExpertFormat::none for dense targets or a directory without weights). mxfp4_packed: MXFP4
+// experts would stay packed (model/expert_weights.h), so they do not count in the memory check.
 // Hybrid wrappers: a checkpoint without the language model's tensors is refused by name.
-ExpertFormat check_target_files(const std::filesystem::path& dir, const TargetConfig& c);
+ExpertFormat check_target_files(const std::filesystem::path& dir, const TargetConfig& c,
+                                bool mxfp4_packed = false);
 void check_drafter_files(const std::filesystem::path& dir, const DrafterConfig& c);
 
 // Groups for parameter counts.

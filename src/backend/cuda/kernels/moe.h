@@ -70,6 +70,26 @@ DF_MOE_HD inline int sort_warps(int experts, int pairs) {
     return w < 1 ? 1 : (w > 32 ? 32 : w);
 }
 
+// ---- MXFP4 (backend/mxfp4.h)
+// ----------------------------------------------------------------------
+
+// The bf16 bits of e2m1 code `code` (4 bits) times 2^(scale - 127): decode_mxfp4's value, which is
+// exact in bf16 (one or two significant bits), so this is f32_to_bf16 of it bit for bit: zeros
+// keep their sign, values below 2^-126 are subnormal, and values of 2^128 and more are infinite.
+// Built from integer fields, no float arithmetic (no flush-to-zero or rounding mode matters).
+DF_MOE_HD inline uint32_t mxfp4_bf16(uint32_t code, uint32_t scale) {
+    const uint32_t sign = (code & 8u) << 12;
+    const uint32_t m = code & 7u;  // 0, 0.5, 1, 1.5, 2, 3, 4, 6
+    if (m == 0u) return sign;
+    // m = 2^p * (1 + h / 2): p = -1 for 0.5, 0 for 1 and 1.5, 1 for 2 and 3, 2 for 4 and 6.
+    const int biased = static_cast<int>(scale) + static_cast<int>(m >> 1) - 1;
+    const uint32_t h = (m & 1u) & (m > 1u ? 1u : 0u);
+    if (biased >= 255) return sign | 0x7f80u;
+    if (biased >= 1) return sign | (static_cast<uint32_t>(biased) << 7) | (h << 6);
+    // Subnormal (biased 0 or -1): (2 + h) * 2^(biased + 5) units of 2^-133.
+    return sign | ((2u + h) << (biased + 5));
+}
+
 // ---- launchers
 // ------------------------------------------------------------------------------------
 enum RouterKind : int { kSoftmaxTopk = 0, kTopkSoftmax = 1 };
@@ -97,11 +117,16 @@ struct ExpertsArgs {
     const uint16_t* x = nullptr;             // [R, D]
     const int32_t* ids = nullptr;            // [R, k]
     const float* weights = nullptr;          // [R, k]
-    const uint16_t* gate_up = nullptr;       // [E, 2I, D]
+    const uint16_t* gate_up = nullptr;       // [E, 2I, D], or null for MXFP4
     const uint16_t* gate_up_bias = nullptr;  // [E, 2I] or null
-    const uint16_t* down = nullptr;          // [E, D, I]
+    const uint16_t* down = nullptr;          // [E, D, I], or null for MXFP4
     const uint16_t* down_bias = nullptr;     // [E, D] or null
-    uint16_t* out = nullptr;                 // [R, D]
+    // MXFP4 experts instead (backend/ops.h: MoeExperts; D, I multiples of 32, 4-byte aligned).
+    const uint8_t* gate_up_blocks = nullptr;  // [E, 2I, D/32, 16]
+    const uint8_t* gate_up_scales = nullptr;  // [E, 2I, D/32]
+    const uint8_t* down_blocks = nullptr;     // [E, D, I/32, 16]
+    const uint8_t* down_scales = nullptr;     // [E, D, I/32]
+    uint16_t* out = nullptr;                  // [R, D]
     int rows = 0, dim = 0, k = 0, experts = 0, inter = 0;
     int activation = kSwiglu;
     float limit = 7.0f, alpha = 1.702f;
@@ -122,12 +147,17 @@ void sort_pairs(const int32_t* ids, int pairs, int experts, const ExpertsScratch
 // else a[s * kdim ...]. Gated (activation != kNone): W_e [2N, kdim] holds N gate rows then N up
 // rows, out[s, u] = act(gate_u + b, up_u + b) for u < N; otherwise W_e [N, kdim], out [n, N].
 // Each output's reduction runs over kdim in one fixed order whatever the expert's row count
-// (row invariance, Note [moe row invariance] in moe_grouped.cu).
+// (row invariance, Note [moe row invariance] in moe_grouped.cu). With w_blocks set, W is MXFP4
+// (blocks [E, rows, kdim/32, 16] 4-byte aligned, scales [E, rows, kdim/32], kdim % 32 == 0) and
+// w is unused: the weight tiles are decoded on their way into shared memory (Note [moe MXFP4
+// tiles]), the same bf16 values, so the same bits as the GEMM on the decoded weights.
 struct GroupedGemmArgs {
     const uint16_t* a = nullptr;
     const int32_t* sorted_pair = nullptr;
     int k_per_row = 1;
     const uint16_t* w = nullptr;
+    const uint8_t* w_blocks = nullptr;
+    const uint8_t* w_scales = nullptr;
     const uint16_t* bias = nullptr;  // [E, 2N] (gated) or [E, N], or null
     const int32_t* offsets = nullptr;
     const int32_t* tile_offsets = nullptr;
