@@ -152,7 +152,8 @@ TEST(O200kFixture, SpecialsOnlyAsAddedTokensGiveTheSameIds) {
     files.tokenizer_config_json = test::read_file(kFixtures + "o200k/tokenizer_config.json");
     files.origin = "o200k without specials in the vocabulary";
     const auto tok = make_hf_tokenizer(std::move(files), ChatOptions{});
-    for (const auto& c : expected_of("o200k")["texts"]) {
+    const json expected = expected_of("o200k");  // kept: a range over a temporary's member dangles
+    for (const auto& c : expected["texts"]) {
         const auto ids = c["ids"].get<std::vector<int32_t>>();
         EXPECT_EQ(tok->encode(case_text(c)), ids) << "case " << c["name"];
         EXPECT_EQ(utf8_lossy(tok->decode(ids)), c["decoded"].get<std::string>())
@@ -231,7 +232,8 @@ TEST(Qwen35Fixture, AddedTokensKeepQwen35Ids) {
     files.tokenizer_config_json = test::read_file(kFixtures + "qwen35/tokenizer_config.json");
     files.origin = "qwen35 without added tokens in the vocabulary";
     const auto added_only = make_hf_tokenizer(std::move(files), ChatOptions{});
-    for (const auto& c : expected_of("qwen35")["texts"])
+    const json expected = expected_of("qwen35");  // kept: a range over a temporary's member dangles
+    for (const auto& c : expected["texts"])
         EXPECT_EQ(added_only->encode(case_text(c)), c["ids"].get<std::vector<int32_t>>())
             << "case " << c["name"];
 }
@@ -257,7 +259,8 @@ TEST(Qwen35Fixture, NfcAndTheQwen35PatternDecideCases) {
     const auto qwen2_split =
         variant("qwen35 with Qwen2's split", tj["normalizer"], kQwen2SplitPattern);
     std::map<std::string, json> cases;
-    for (const auto& c : expected_of("qwen35")["texts"]) cases[c["name"]] = c;
+    const json expected = expected_of("qwen35");
+    for (const auto& c : expected["texts"]) cases[c["name"].get<std::string>()] = c;
     ASSERT_EQ(cases.count("qwen35_nfc_composition"), 1u);
     ASSERT_EQ(cases.count("qwen35_combining_marks"), 1u);
     const json& nfc = cases["qwen35_nfc_composition"];
