@@ -143,9 +143,10 @@ void check_rope_shapes(const Tensor& x, const Tensor& positions, const Tensor& i
                        const char* op) {
     DF_CHECK(x.rank() == 3, "{}: x has shape {}; expected [S, H, Dh]", op, x.shape().to_string());
     const int64_t s_len = x.dim(0), dh = x.dim(2);
-    DF_CHECK(dh % 2 == 0 && inv_freq.numel() == dh / 2,
-             "{}: head_dim Dh={} needs an even Dh and inv_freq of Dh/2 entries, got {} (compute "
-             "it with rope_inv_freq(cfg, Dh))",
+    DF_CHECK(dh % 2 == 0 && inv_freq.numel() >= 1 && inv_freq.numel() <= dh / 2,
+             "{}: head_dim Dh={} needs an even Dh and inv_freq of Dh/2 entries (R/2 for a "
+             "partial rotary over the first R dims), got {} (compute it with rope_inv_freq(cfg, "
+             "R))",
              op, dh, inv_freq.describe());
     DF_CHECK(positions.dtype() == DType::i32 && positions.numel() == s_len,
              "{}: positions is {} but x has S={} rows; expected i32 [{}]", op, positions.describe(),
@@ -266,6 +267,25 @@ AttentionDims check_attention_bwd_shapes(const Tensor& dout, const Tensor& q, co
     check_attention_like(dk, k, op, "dk", "k");
     check_attention_like(dv, k, op, "dv", "k");
     return d;
+}
+
+// ---- gating -------------------------------------------------------------------------------------
+
+void check_sigmoid_mul_shapes(const Tensor& x, const Tensor& gate, const Tensor& y) {
+    check_shaped_like(gate, x, "sigmoid_mul", "gate", "x");
+    check_shaped_like(y, x, "sigmoid_mul", "y", "x");
+}
+
+int64_t check_add_sigmoid_scaled_shapes(const Tensor& y, const Tensor& x, const Tensor& s) {
+    check_shaped_like(x, y, "add_sigmoid_scaled", "x", "y");
+    DF_CHECK(y.rank() >= 1, "add_sigmoid_scaled: y has shape {}; expected [R, C]",
+             y.shape().to_string());
+    const int64_t rows = y.dim(0);
+    DF_CHECK(s.numel() == rows,
+             "add_sigmoid_scaled: s has shape {} but y has {} rows; expected one gate logit a "
+             "row",
+             s.shape().to_string(), rows);
+    return rows;
 }
 
 // ---- SwiGLU -------------------------------------------------------------------------------------
