@@ -759,6 +759,25 @@ void check_gdn_count(const Tensor& count, const char* op) {
              op, count.describe());
 }
 
+// The delta rule's inputs (gdn_prepare's outputs): q, k f32 [S, Hk, dk], v f32 [S, Hv, dv] with Hv
+// a multiple of Hk, g and beta f32 [S, Hv]. Returns the sizes.
+GdnDims check_gdn_rule_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                              const Tensor& beta, const char* op) {
+    DF_CHECK(q.rank() == 3 && q.dim(1) >= 1 && q.dim(2) >= 1,
+             "{}: q is {}; expected f32 [S, Hk, dk] with Hk, dk >= 1", op, q.describe());
+    DF_CHECK(v.rank() == 3 && v.dim(1) >= 1 && v.dim(2) >= 1,
+             "{}: v is {}; expected f32 [S, Hv, dv] with Hv, dv >= 1", op, v.describe());
+    const GdnDims d{q.dim(0), q.dim(1), q.dim(2), v.dim(1), v.dim(2)};
+    DF_CHECK(d.Hv % d.Hk == 0, "{}: Hv={} value heads (v {}) is not a multiple of Hk={} (q {})", op,
+             d.Hv, v.describe(), d.Hk, q.describe());
+    check_gdn_tensor(q, DType::f32, Shape{d.S, d.Hk, d.dk}, op, "q");
+    check_gdn_tensor(k, DType::f32, Shape{d.S, d.Hk, d.dk}, op, "k");
+    check_gdn_tensor(v, DType::f32, Shape{d.S, d.Hv, d.dv}, op, "v");
+    check_gdn_tensor(g, DType::f32, Shape{d.S, d.Hv}, op, "g");
+    check_gdn_tensor(beta, DType::f32, Shape{d.S, d.Hv}, op, "beta");
+    return d;
+}
+
 }  // namespace
 
 GdnConvDims check_gdn_conv_shapes(const Tensor& x, const Tensor& w, const Tensor& state,
@@ -793,18 +812,7 @@ GdnDims check_gdn_prepare_shapes(const Tensor& conv_out, const Tensor& b, const 
                                  const Tensor& k, const Tensor& v, const Tensor& g,
                                  const Tensor& beta) {
     constexpr const char* op = "gdn_prepare";
-    DF_CHECK(q.rank() == 3 && q.dim(1) >= 1 && q.dim(2) >= 1,
-             "{}: q is {}; expected f32 [S, Hk, dk] with Hk, dk >= 1", op, q.describe());
-    DF_CHECK(v.rank() == 3 && v.dim(1) >= 1 && v.dim(2) >= 1,
-             "{}: v is {}; expected f32 [S, Hv, dv] with Hv, dv >= 1", op, v.describe());
-    const GdnDims d{q.dim(0), q.dim(1), q.dim(2), v.dim(1), v.dim(2)};
-    DF_CHECK(d.Hv % d.Hk == 0, "{}: Hv={} value heads (v {}) is not a multiple of Hk={} (q {})", op,
-             d.Hv, v.describe(), d.Hk, q.describe());
-    check_gdn_tensor(q, DType::f32, Shape{d.S, d.Hk, d.dk}, op, "q");
-    check_gdn_tensor(k, DType::f32, Shape{d.S, d.Hk, d.dk}, op, "k");
-    check_gdn_tensor(v, DType::f32, Shape{d.S, d.Hv, d.dv}, op, "v");
-    check_gdn_tensor(g, DType::f32, Shape{d.S, d.Hv}, op, "g");
-    check_gdn_tensor(beta, DType::f32, Shape{d.S, d.Hv}, op, "beta");
+    const GdnDims d = check_gdn_rule_inputs(q, k, v, g, beta, op);
     const int64_t C = 2 * d.Hk * d.dk + d.Hv * d.dv;
     DF_CHECK(conv_out.rank() == 2 && conv_out.dim(0) == d.S && conv_out.dim(1) == C,
              "{}: conv_out is {}; expected [S={}, 2*Hk*dk + Hv*dv = {}] for q {} and v {}", op,
@@ -821,18 +829,7 @@ GdnDims check_gdn_prepare_shapes(const Tensor& conv_out, const Tensor& b, const 
 GdnDims check_gdn_rule_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                               const Tensor& beta, const Tensor& state, const Tensor& o,
                               const Tensor& count, bool o_optional, const char* op) {
-    DF_CHECK(q.rank() == 3 && q.dim(1) >= 1 && q.dim(2) >= 1,
-             "{}: q is {}; expected f32 [S, Hk, dk] with Hk, dk >= 1", op, q.describe());
-    DF_CHECK(v.rank() == 3 && v.dim(1) >= 1 && v.dim(2) >= 1,
-             "{}: v is {}; expected f32 [S, Hv, dv] with Hv, dv >= 1", op, v.describe());
-    const GdnDims d{q.dim(0), q.dim(1), q.dim(2), v.dim(1), v.dim(2)};
-    DF_CHECK(d.Hv % d.Hk == 0, "{}: Hv={} value heads (v {}) is not a multiple of Hk={} (q {})", op,
-             d.Hv, v.describe(), d.Hk, q.describe());
-    check_gdn_tensor(q, DType::f32, Shape{d.S, d.Hk, d.dk}, op, "q");
-    check_gdn_tensor(k, DType::f32, Shape{d.S, d.Hk, d.dk}, op, "k");
-    check_gdn_tensor(v, DType::f32, Shape{d.S, d.Hv, d.dv}, op, "v");
-    check_gdn_tensor(g, DType::f32, Shape{d.S, d.Hv}, op, "g");
-    check_gdn_tensor(beta, DType::f32, Shape{d.S, d.Hv}, op, "beta");
+    const GdnDims d = check_gdn_rule_inputs(q, k, v, g, beta, op);
     check_gdn_tensor(state, DType::f32, Shape{d.Hv, d.dk, d.dv}, op, "state");
     if (!(o_optional && o.empty()))
         check_gdn_tensor(o, DType::f32, Shape{d.S, d.Hv, d.dv}, op, "o");

@@ -250,10 +250,14 @@ void describe_target_variants(const TargetConfig& c, ExpertFormat stored, std::s
         const double weights = 3.0 * static_cast<double>(moe) * static_cast<double>(c.num_experts) *
                                static_cast<double>(c.hidden_size) *
                                static_cast<double>(c.moe_intermediate_size);
-        const auto gb = [](double bytes) { return fmt::format("{:.3g} GB", bytes / 1e9); };
+        const auto gb = [](double bytes) {
+            if (bytes >= 1e9) return fmt::format("{:.1f} GB", bytes / 1e9);
+            if (bytes >= 1e6) return fmt::format("{:.1f} MB", bytes / 1e6);
+            return fmt::format("{:.1f} kB", bytes / 1e3);
+        };
         if (stored == ExpertFormat::mxfp4)
             out += fmt::format(
-                "               stored mxfp4 (4-bit blocks, a scale byte per 32 weights): {} "
+                "               stored MXFP4 (4-bit blocks, a scale byte per 32 weights): {} "
                 "bytes ({}) of expert matrices, kept so in GPU memory on CUDA (decoded inside the "
                 "expert GEMMs; bf16 would take {}), decoded to f32 at load on the CPU ({})\n",
                 grouped(static_cast<int64_t>(weights / 32.0 * 17.0)), gb(weights / 32.0 * 17.0),
