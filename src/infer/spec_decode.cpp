@@ -232,6 +232,11 @@ void decode_speculative(Decode& run, SpeculativeEngine::Sessions& ss, const Tens
         block[0] = anchor;
         std::copy(drafts.begin(), drafts.end(), block.begin() + 1);
         const int64_t start = run.tgt.length();
+        // Hybrid targets (docs/engine.md "Verify rollback of hybrid targets"): this forward also
+        // checkpoints every Gated DeltaNet state (one state read + write per linear layer) and
+        // saves the block's recurrence inputs (~48 KiB a row per layer at Qwen3.5-35B-A3B
+        // geometry); the crop below restores the checkpoint and replays the a + 1 kept rows (one
+        // more state read + write), instead of storing B states per layer.
         run.tgt.forward(block, logits, verify_features);
         VerifyOutcome v;
         if (opt.sampling.greedy()) {

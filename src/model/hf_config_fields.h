@@ -55,6 +55,31 @@ inline bool opt_bool(const json& j, const char* key, bool fallback) {
     return j[key].get<bool>();
 }
 
+// A list of integers (absent or null: empty).
+inline std::vector<int64_t> int_list(const json& j, const char* key) {
+    if (!present(j, key)) return {};
+    DF_CHECK(j[key].is_array(), "config key '{}' is {} (expected a list of integers)", key,
+             j[key].dump());
+    std::vector<int64_t> out;
+    for (const auto& v : j[key]) out.push_back(as_int(v, key));
+    return out;
+}
+
+// config.json's layer_types as written (a non-string entry as its JSON text, so the check that
+// names the entry can quote it); `kinds` names the expected entries for the error.
+inline std::vector<std::string> layer_type_list(const json& j, const char* kinds) {
+    std::vector<std::string> out;
+    if (!present(j, "layer_types")) return out;
+    DF_CHECK(j["layer_types"].is_array(), "config key 'layer_types' is {} (expected a list of {})",
+             j["layer_types"].dump(), kinds);
+    DF_CHECK(j["layer_types"].size() <= static_cast<size_t>(kMaxLayers),
+             "config key 'layer_types' lists {} layers, more than {}", j["layer_types"].size(),
+             kMaxLayers);
+    for (const auto& t : j["layer_types"])
+        out.push_back(t.is_string() ? t.get<std::string>() : t.dump());
+    return out;
+}
+
 // The MoE and gpt-oss keys of a target's config.json into c (c's layer fields already read).
 void parse_moe_fields(const json& j, TargetConfig& c);
 // Their problems, each a full sentence, appended to p.

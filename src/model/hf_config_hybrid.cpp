@@ -79,18 +79,8 @@ void parse_hybrid_fields(const json& j, const json& top, bool wrapper, TargetCon
             c.eos_token_id = top["eos_token_id"].get<int64_t>();
     }
     const int64_t L = std::clamp<int64_t>(c.num_hidden_layers, 0, kMaxLayers);
-    c.layer_types.clear();
-    if (present(j, "layer_types")) {
-        DF_CHECK(j["layer_types"].is_array(),
-                 "config key 'layer_types' is {} (expected a list of \"linear_attention\" / "
-                 "\"full_attention\")",
-                 j["layer_types"].dump());
-        DF_CHECK(j["layer_types"].size() <= static_cast<size_t>(kMaxLayers),
-                 "config key 'layer_types' lists {} layers, more than {}", j["layer_types"].size(),
-                 kMaxLayers);
-        for (const auto& t : j["layer_types"])
-            c.layer_types.push_back(t.is_string() ? t.get<std::string>() : t.dump());
-    } else {
+    c.layer_types = layer_type_list(j, "\"linear_attention\" / \"full_attention\"");
+    if (!present(j, "layer_types")) {
         // Qwen3-Next's rule: layer i is full attention iff (i + 1) % interval == 0.
         const int64_t interval = opt_int(j, "full_attention_interval", 4);
         DF_CHECK(interval >= 1, "config key 'full_attention_interval' is {} (must be at least 1)",
@@ -107,13 +97,7 @@ void parse_hybrid_fields(const json& j, const json& top, bool wrapper, TargetCon
     c.partial_rotary_factor = opt_double(j, "partial_rotary_factor", c.partial_rotary_factor);
     if (rp != nullptr) {
         c.partial_rotary_factor = opt_double(*rp, "partial_rotary_factor", c.partial_rotary_factor);
-        if (present(*rp, "mrope_section")) {
-            DF_CHECK((*rp)["mrope_section"].is_array(),
-                     "config key 'mrope_section' is {} (expected a list of integers)",
-                     (*rp)["mrope_section"].dump());
-            for (const auto& v : (*rp)["mrope_section"])
-                c.mrope_section.push_back(as_int(v, "mrope_section"));
-        }
+        c.mrope_section = int_list(*rp, "mrope_section");
         c.mrope_interleaved = opt_bool(*rp, "mrope_interleaved", false);
     }
     // Qwen3-Next's attention is always gated; Qwen3.5 says so in attn_output_gate.
@@ -134,13 +118,7 @@ void parse_hybrid_fields(const json& j, const json& top, bool wrapper, TargetCon
     c.norm_topk_prob = next ? opt_bool(j, "norm_topk_prob", true) : true;
     if (!next) return;
     c.decoder_sparse_step = opt_int(j, "decoder_sparse_step", 1);
-    if (present(j, "mlp_only_layers")) {
-        DF_CHECK(j["mlp_only_layers"].is_array(),
-                 "config key 'mlp_only_layers' is {} (expected a list of integers)",
-                 j["mlp_only_layers"].dump());
-        for (const auto& v : j["mlp_only_layers"])
-            c.mlp_only_layers.push_back(as_int(v, "mlp_only_layers"));
-    }
+    c.mlp_only_layers = int_list(j, "mlp_only_layers");
 }
 
 void hybrid_problems(const TargetConfig& c, std::vector<std::string>& p) {

@@ -37,15 +37,6 @@ namespace {
 constexpr const char* kSliding = "sliding_attention";
 constexpr const char* kFull = "full_attention";
 
-std::vector<int64_t> int_list(const json& j, const char* key) {
-    if (!present(j, key)) return {};
-    DF_CHECK(j[key].is_array(), "config key '{}' is {} (expected a list of integers)", key,
-             j[key].dump());
-    std::vector<int64_t> out;
-    for (const auto& v : j[key]) out.push_back(as_int(v, key));
-    return out;
-}
-
 // Router variants other models name: each is refused by its key rather than run as something
 // it is not.
 void refuse_other_routers(const json& j) {
@@ -80,17 +71,7 @@ int64_t expert_count(const json& j, const char* key, const char* other, int64_t 
 
 void parse_moe_fields(const json& j, TargetConfig& c) {
     refuse_other_routers(j);
-    if (present(j, "layer_types")) {
-        DF_CHECK(j["layer_types"].is_array(),
-                 "config key 'layer_types' is {} (expected a list of \"full_attention\" / "
-                 "\"sliding_attention\")",
-                 j["layer_types"].dump());
-        DF_CHECK(j["layer_types"].size() <= static_cast<size_t>(kMaxLayers),
-                 "config key 'layer_types' lists {} layers, more than {}", j["layer_types"].size(),
-                 kMaxLayers);
-        for (const auto& t : j["layer_types"])
-            c.layer_types.push_back(t.is_string() ? t.get<std::string>() : t.dump());
-    }
+    c.layer_types = layer_type_list(j, "\"full_attention\" / \"sliding_attention\"");
     if (c.model_type == "qwen3_moe") {
         // transformers' Qwen3MoeConfig defaults for absent keys.
         // transformers 5 writes num_local_experts, the Hub's configs num_experts.

@@ -117,7 +117,8 @@ HostTensor rope_ref(const Tensor& x, const std::vector<int32_t>& pos, const std:
                     double sign = 1.0) {
     const int64_t s_len = x.dim(0), heads = x.dim(1), dh = x.dim(2);
     const auto half = static_cast<int64_t>(inv.size());
-    HostTensor y = x.clone();  // dims past 2 * half (partial rotary) stay as they are
+    HostTensor y(x.shape());  // dims past 2 * half (partial rotary) stay as they are
+    std::memcpy(y.f32(), x.f32(), x.nbytes());
     for (int64_t s = 0; s < s_len; ++s)
         for (int64_t h = 0; h < heads; ++h)
             for (int64_t i = 0; i < half; ++i) {
