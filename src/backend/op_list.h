@@ -78,7 +78,9 @@ DFLASH_OP(rmsnorm_bwd,
 
 // ---- RoPE ---------------------------------------------------------------------------------------
 // In place on x [S, Hx, Dh] with positions i32 [S]; inv_freq f32 [Dh/2] (rope_inv_freq, on
-// this device). Angles, cos and sin in f32 as the HF reference computes them.
+// this device). Angles, cos and sin in f32 as the HF reference computes them. Partial rotary
+// (the hybrid families): inv_freq f32 [R/2] with R < Dh turns the first R dims of each head
+// (pairs i, i + R/2) and leaves dims R.. as they are.
 DFLASH_OP(rope_fwd, (const Tensor& x, const Tensor& positions, const Tensor& inv_freq),
           (x, positions, inv_freq))
 // In place on dx: the transpose of the rotation (rotation by the negative angle).
@@ -115,6 +117,14 @@ DFLASH_OP(add_inplace, (const Tensor& y, const Tensor& x, float alpha DFLASH_OP_
 DFLASH_OP(scale_inplace, (const Tensor& y, float alpha), (y, alpha))
 // y [R, C] += bias [C] on every row (Qwen2's q/k/v projection biases).
 DFLASH_OP(add_row_bias, (const Tensor& y, const Tensor& bias), (y, bias))
+
+// ---- gating (the hybrid families' output gates) -------------------------------------------
+// y = x * sigmoid(gate) element-wise over equal shapes (the gated attention's output gate); y
+// may alias x. Compute dtype.
+DFLASH_OP(sigmoid_mul, (const Tensor& x, const Tensor& gate, const Tensor& y), (x, gate, y))
+// y [R, C] += sigmoid(s[r]) * x[r, :] for every row (the shared expert scaled by its gate);
+// x and y the compute dtype, s f32 [R] (or [R, 1]).
+DFLASH_OP(add_sigmoid_scaled, (const Tensor& y, const Tensor& x, const Tensor& s), (y, x, s))
 
 // ---- LM head losses -----------------------------------------------------------------------------
 // Final projection + cross-entropy over vocabulary chunks of `chunk` rows of w (never the

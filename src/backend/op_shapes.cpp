@@ -143,9 +143,10 @@ void check_rope_shapes(const Tensor& x, const Tensor& positions, const Tensor& i
                        const char* op) {
     DF_CHECK(x.rank() == 3, "{}: x has shape {}; expected [S, H, Dh]", op, x.shape().to_string());
     const int64_t s_len = x.dim(0), dh = x.dim(2);
-    DF_CHECK(dh % 2 == 0 && inv_freq.numel() == dh / 2,
-             "{}: head_dim Dh={} needs an even Dh and inv_freq of Dh/2 entries, got {} (compute "
-             "it with rope_inv_freq(cfg, Dh))",
+    DF_CHECK(dh % 2 == 0 && inv_freq.numel() >= 1 && inv_freq.numel() <= dh / 2,
+             "{}: head_dim Dh={} needs an even Dh and inv_freq of Dh/2 entries (R/2 for a "
+             "partial rotary over the first R dims), got {} (compute it with rope_inv_freq(cfg, "
+             "R))",
              op, dh, inv_freq.describe());
     DF_CHECK(positions.dtype() == DType::i32 && positions.numel() == s_len,
              "{}: positions is {} but x has S={} rows; expected i32 [{}]", op, positions.describe(),
@@ -266,6 +267,25 @@ AttentionDims check_attention_bwd_shapes(const Tensor& dout, const Tensor& q, co
     check_attention_like(dk, k, op, "dk", "k");
     check_attention_like(dv, k, op, "dv", "k");
     return d;
+}
+
+// ---- gating -------------------------------------------------------------------------------------
+
+void check_sigmoid_mul_shapes(const Tensor& x, const Tensor& gate, const Tensor& y) {
+    check_shaped_like(gate, x, "sigmoid_mul", "gate", "x");
+    check_shaped_like(y, x, "sigmoid_mul", "y", "x");
+}
+
+int64_t check_add_sigmoid_scaled_shapes(const Tensor& y, const Tensor& x, const Tensor& s) {
+    check_shaped_like(x, y, "add_sigmoid_scaled", "x", "y");
+    DF_CHECK(y.rank() >= 1, "add_sigmoid_scaled: y has shape {}; expected [R, C]",
+             y.shape().to_string());
+    const int64_t rows = y.dim(0);
+    DF_CHECK(s.numel() == rows,
+             "add_sigmoid_scaled: s has shape {} but y has {} rows; expected one gate logit a "
+             "row",
+             s.shape().to_string(), rows);
+    return rows;
 }
 
 // ---- SwiGLU -------------------------------------------------------------------------------------
@@ -739,6 +759,25 @@ void check_gdn_count(const Tensor& count, const char* op) {
              op, count.describe());
 }
 
+// The delta rule's inputs (gdn_prepare's outputs): q, k f32 [S, Hk, dk], v f32 [S, Hv, dv] with Hv
+// a multiple of Hk, g and beta f32 [S, Hv]. Returns the sizes.
+GdnDims check_gdn_rule_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                              const Tensor& beta, const char* op) {
+    DF_CHECK(q.rank() == 3 && q.dim(1) >= 1 && q.dim(2) >= 1,
+             "{}: q is {}; expected f32 [S, Hk, dk] with Hk, dk >= 1", op, q.describe());
+    DF_CHECK(v.rank() == 3 && v.dim(1) >= 1 && v.dim(2) >= 1,
+             "{}: v is {}; expected f32 [S, Hv, dv] with Hv, dv >= 1", op, v.describe());
+    const GdnDims d{q.dim(0), q.dim(1), q.dim(2), v.dim(1), v.dim(2)};
+    DF_CHECK(d.Hv % d.Hk == 0, "{}: Hv={} value heads (v {}) is not a multiple of Hk={} (q {})", op,
+             d.Hv, v.describe(), d.Hk, q.describe());
+    check_gdn_tensor(q, DType::f32, Shape{d.S, d.Hk, d.dk}, op, "q");
+    check_gdn_tensor(k, DType::f32, Shape{d.S, d.Hk, d.dk}, op, "k");
+    check_gdn_tensor(v, DType::f32, Shape{d.S, d.Hv, d.dv}, op, "v");
+    check_gdn_tensor(g, DType::f32, Shape{d.S, d.Hv}, op, "g");
+    check_gdn_tensor(beta, DType::f32, Shape{d.S, d.Hv}, op, "beta");
+    return d;
+}
+
 }  // namespace
 
 GdnConvDims check_gdn_conv_shapes(const Tensor& x, const Tensor& w, const Tensor& state,
@@ -773,18 +812,7 @@ GdnDims check_gdn_prepare_shapes(const Tensor& conv_out, const Tensor& b, const 
                                  const Tensor& k, const Tensor& v, const Tensor& g,
                                  const Tensor& beta) {
     constexpr const char* op = "gdn_prepare";
-    DF_CHECK(q.rank() == 3 && q.dim(1) >= 1 && q.dim(2) >= 1,
-             "{}: q is {}; expected f32 [S, Hk, dk] with Hk, dk >= 1", op, q.describe());
-    DF_CHECK(v.rank() == 3 && v.dim(1) >= 1 && v.dim(2) >= 1,
-             "{}: v is {}; expected f32 [S, Hv, dv] with Hv, dv >= 1", op, v.describe());
-    const GdnDims d{q.dim(0), q.dim(1), q.dim(2), v.dim(1), v.dim(2)};
-    DF_CHECK(d.Hv % d.Hk == 0, "{}: Hv={} value heads (v {}) is not a multiple of Hk={} (q {})", op,
-             d.Hv, v.describe(), d.Hk, q.describe());
-    check_gdn_tensor(q, DType::f32, Shape{d.S, d.Hk, d.dk}, op, "q");
-    check_gdn_tensor(k, DType::f32, Shape{d.S, d.Hk, d.dk}, op, "k");
-    check_gdn_tensor(v, DType::f32, Shape{d.S, d.Hv, d.dv}, op, "v");
-    check_gdn_tensor(g, DType::f32, Shape{d.S, d.Hv}, op, "g");
-    check_gdn_tensor(beta, DType::f32, Shape{d.S, d.Hv}, op, "beta");
+    const GdnDims d = check_gdn_rule_inputs(q, k, v, g, beta, op);
     const int64_t C = 2 * d.Hk * d.dk + d.Hv * d.dv;
     DF_CHECK(conv_out.rank() == 2 && conv_out.dim(0) == d.S && conv_out.dim(1) == C,
              "{}: conv_out is {}; expected [S={}, 2*Hk*dk + Hv*dv = {}] for q {} and v {}", op,
@@ -801,18 +829,7 @@ GdnDims check_gdn_prepare_shapes(const Tensor& conv_out, const Tensor& b, const 
 GdnDims check_gdn_rule_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                               const Tensor& beta, const Tensor& state, const Tensor& o,
                               const Tensor& count, bool o_optional, const char* op) {
-    DF_CHECK(q.rank() == 3 && q.dim(1) >= 1 && q.dim(2) >= 1,
-             "{}: q is {}; expected f32 [S, Hk, dk] with Hk, dk >= 1", op, q.describe());
-    DF_CHECK(v.rank() == 3 && v.dim(1) >= 1 && v.dim(2) >= 1,
-             "{}: v is {}; expected f32 [S, Hv, dv] with Hv, dv >= 1", op, v.describe());
-    const GdnDims d{q.dim(0), q.dim(1), q.dim(2), v.dim(1), v.dim(2)};
-    DF_CHECK(d.Hv % d.Hk == 0, "{}: Hv={} value heads (v {}) is not a multiple of Hk={} (q {})", op,
-             d.Hv, v.describe(), d.Hk, q.describe());
-    check_gdn_tensor(q, DType::f32, Shape{d.S, d.Hk, d.dk}, op, "q");
-    check_gdn_tensor(k, DType::f32, Shape{d.S, d.Hk, d.dk}, op, "k");
-    check_gdn_tensor(v, DType::f32, Shape{d.S, d.Hv, d.dv}, op, "v");
-    check_gdn_tensor(g, DType::f32, Shape{d.S, d.Hv}, op, "g");
-    check_gdn_tensor(beta, DType::f32, Shape{d.S, d.Hv}, op, "beta");
+    const GdnDims d = check_gdn_rule_inputs(q, k, v, g, beta, op);
     check_gdn_tensor(state, DType::f32, Shape{d.Hv, d.dk, d.dv}, op, "state");
     if (!(o_optional && o.empty()))
         check_gdn_tensor(o, DType::f32, Shape{d.S, d.Hv, d.dv}, op, "o");

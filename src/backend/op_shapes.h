@@ -48,7 +48,8 @@ int64_t check_rmsnorm_bwd_shapes(const Tensor& dy, const Tensor& x, const Tensor
                                  const Tensor& rstd, const Tensor& dx, const Tensor& dw);
 
 // ---- RoPE ---------------------------------------------------------------------------------------
-// x [S, H, Dh] with Dh even, positions i32 [S], inv_freq [Dh/2]. op: rope_fwd or rope_bwd.
+// x [S, H, Dh] with Dh even, positions i32 [S], inv_freq [R/2] with 2 <= R <= Dh (R < Dh: partial
+// rotary). op: rope_fwd or rope_bwd.
 void check_rope_shapes(const Tensor& x, const Tensor& positions, const Tensor& inv_freq,
                        const char* op);
 
@@ -70,6 +71,13 @@ AttentionDims check_attention_bwd_shapes(const Tensor& dout, const Tensor& q, co
                                          const Tensor& v, const Tensor& out, const Tensor& lse,
                                          const AttnMask& mask, const Tensor& dq, const Tensor& dk,
                                          const Tensor& dv);
+
+// ---- gating -------------------------------------------------------------------------------------
+// sigmoid_mul: gate and y shaped like x.
+void check_sigmoid_mul_shapes(const Tensor& x, const Tensor& gate, const Tensor& y);
+// add_sigmoid_scaled: y of rank >= 1 viewed as [R, C] (R = its first dim), x shaped like y, s of
+// R elements. Returns R.
+int64_t check_add_sigmoid_scaled_shapes(const Tensor& y, const Tensor& x, const Tensor& s);
 
 // ---- SwiGLU -------------------------------------------------------------------------------------
 // Every tensor shaped like gate.

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "model/hybrid_weights.h"
 
 namespace dflash {
 
@@ -38,6 +39,7 @@ int64_t interleaved_row(int64_t r, int64_t i) {
 }
 
 std::span<const uint8_t> bytes_of(const CheckpointReader& r, const std::string& name) {
+    // MXFP4 experts are gpt_oss's, never under a wrapper prefix.
     const auto b = r.raw_bytes(name);
     return {reinterpret_cast<const uint8_t*>(b.data()), b.size()};
 }
@@ -82,7 +84,8 @@ void down_slab(const CheckpointReader& r, const std::string& pre, ExpertFormat f
 
 // An expert parameter read from format f, expert by expert (one slab on the host at a time).
 void load_expert_param(ParamSet& params, const Param& p, ExpertPart part, const std::string& pre,
-                       const TargetConfig& c, const CheckpointReader& r, ExpertFormat f) {
+                       const TargetConfig& c, const CheckpointReader& r, ExpertFormat f,
+                       const CheckpointNames& names) {
     const int64_t e_count = c.num_experts, i = c.moe_intermediate_size, d = c.hidden_size;
     if (part == ExpertPart::gate_up_bias) {
         // Stored [E, 2I] interleaved (both gpt_oss formats).
@@ -109,12 +112,12 @@ void load_expert_param(ParamSet& params, const Param& p, ExpertPart part, const 
         if (f == ExpertFormat::per_expert) {
             const std::string ex = fmt::format("{}{}.", pre, e);
             if (gate_up) {
-                const HostTensor g = r.read_f32(ex + "gate_proj.weight");
-                const HostTensor u = r.read_f32(ex + "up_proj.weight");
+                const HostTensor g = r.read_f32(names.stored(ex + "gate_proj.weight"));
+                const HostTensor u = r.read_f32(names.stored(ex + "up_proj.weight"));
                 std::memcpy(s, g.f32(), g.nbytes());
                 std::memcpy(s + i * d, u.f32(), u.nbytes());
             } else {
-                const HostTensor w = r.read_f32(ex + "down_proj.weight");
+                const HostTensor w = r.read_f32(names.stored(ex + "down_proj.weight"));
                 std::memcpy(s, w.f32(), w.nbytes());
             }
         } else if (gate_up) {
@@ -129,21 +132,25 @@ void load_expert_param(ParamSet& params, const Param& p, ExpertPart part, const 
 }  // namespace
 
 void load_target_params(ParamSet& params, const TargetConfig& c, const CheckpointReader& r,
-                        ExpertFormat f) {
+                        ExpertFormat f, const CheckpointNames& names) {
     for (const Param& p : params.params()) {
         const auto [part, pre] = expert_part(p.name);
         if (part == ExpertPart::none || f == ExpertFormat::fused ||
             (f == ExpertFormat::per_expert && part != ExpertPart::gate_up &&
              part != ExpertPart::down)) {
             // The model's own layout: read by name (shapes were checked before allocation).
-            const HostTensor t = r.read_f32(p.name);
+            const std::string stored = names.stored(p.name);
+            HostTensor t = r.read_f32(stored);
             DF_CHECK(t.shape() == p.shape, "{}: tensor '{}' has shape {} but the config implies {}",
-                     r.file_path(p.name).string(), p.name, t.shape().to_string(),
+                     r.file_path(stored).string(), stored, t.shape().to_string(),
                      p.shape.to_string());
+            // The hybrid families' fused projections: rows regrouped (model/hybrid_weights.h).
+            if (const auto src = hybrid_row_source(c, p.name); !src.empty())
+                t = gather_rows(t, src);
             params.write_f32(p.name, t.view());
             continue;
         }
-        load_expert_param(params, p, part, pre, c, r, f);
+        load_expert_param(params, p, part, pre, c, r, f, names);
     }
 }
 
@@ -279,6 +286,8 @@ std::vector<std::pair<std::string, HostTensor>> PackedExperts::stored_tensors(
 
 ExpertFormat hub_expert_format(const TargetConfig& c) {
     if (c.num_moe_layers() == 0) return ExpertFormat::none;
+    // Qwen3.5-MoE's published checkpoints hold the experts fused.
+    if (c.model_type == "qwen3_5_moe") return ExpertFormat::fused;
     return c.gpt_oss() ? ExpertFormat::gpt_oss : ExpertFormat::per_expert;
 }
 
@@ -290,7 +299,8 @@ std::vector<std::pair<std::string, HostTensor>> stored_target_tensors(const Para
     for (const Param& p : params.params()) {
         const auto [part, pre] = expert_part(p.name);
         HostTensor w = params.read_f32(p.name);
-        if (part == ExpertPart::none || part == ExpertPart::down_bias) {
+        if (const auto src = hybrid_row_source(c, p.name); !src.empty()) w = scatter_rows(w, src);
+        if (part == ExpertPart::none || part == ExpertPart::down_bias || f == ExpertFormat::fused) {
             out.emplace_back(p.name, std::move(w));
             continue;
         }

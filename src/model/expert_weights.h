@@ -28,8 +28,10 @@ namespace dflash {
 // Every parameter of `params` (the model's layout, target_tensor_specs(c)) read from a checkpoint
 // whose experts are stored in format f. check_target_files has checked every name, shape and dtype
 // against f before the model was allocated.
+// `names` maps the model's names to the checkpoint's (a hybrid wrapper's prefix); the hybrid
+// families' fused projections are regrouped on the way (model/hybrid_weights.h).
 void load_target_params(ParamSet& params, const TargetConfig& c, const CheckpointReader& r,
-                        ExpertFormat f);
+                        ExpertFormat f, const CheckpointNames& names = {});
 
 // How a loaded target holds MXFP4 experts (TargetModel::load).
 enum class Mxfp4Storage {
@@ -70,12 +72,14 @@ class PackedExperts {
     std::vector<Layer> layers_;
 };
 
-// The family's Hub format: per-expert for qwen3_moe, transformers' bf16 layout for gpt_oss (what
-// save() writes; transformers loads both), none for dense targets.
+// The family's Hub format: per-expert for qwen3_moe and qwen3_next, fused for qwen3_5_moe,
+// transformers' bf16 layout for gpt_oss (what save() writes; transformers loads them all), none
+// for dense targets.
 ExpertFormat hub_expert_format(const TargetConfig& c);
 
 // The parameters as a checkpoint in format f = hub_expert_format(c) stores them: (name, host f32
-// tensor) in stored_target_specs(c, f) order.
+// tensor) in stored_target_specs(c, f) order; the hybrid families' fused projections in their
+// stored row order, under the text model's own names (model.*, never a wrapper's prefix).
 std::vector<std::pair<std::string, HostTensor>> stored_target_tensors(const ParamSet& params,
                                                                       const TargetConfig& c);
 

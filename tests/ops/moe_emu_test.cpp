@@ -352,6 +352,29 @@ TEST(MoeMxfp4Emu, DecodeMatchesHostDecoderForEveryCodeAndScale) {
     }
 }
 
+// The 8-value decode the tile loads use (byte-permute tables where the scale keeps the values
+// normal) against mxfp4_bf16 value by value: every code at every place of the word, every scale,
+// other places random.
+TEST(MoeMxfp4Emu, EightValueDecodeMatchesValueByValue) {
+    Rng rng(19);
+    for (uint32_t scale = 0; scale < 256; ++scale) {
+        for (uint32_t code = 0; code < 16; ++code) {
+            for (int j = 0; j < 8; ++j) {
+                const uint32_t others = static_cast<uint32_t>(rng.next_u64());
+                const uint32_t codes = (others & ~(uint32_t{15} << (4 * j))) | (code << (4 * j));
+                uint32_t out[4];
+                mxfp4_bf16x8(codes, scale, out);
+                for (int v = 0; v < 8; ++v) {
+                    const uint32_t want = mxfp4_bf16((codes >> (4 * v)) & 15u, scale);
+                    const uint32_t got = (out[v / 2] >> (16 * (v % 2))) & 0xffffu;
+                    ASSERT_EQ(got, want)
+                        << "scale " << scale << " codes " << codes << " value " << v;
+                }
+            }
+        }
+    }
+}
+
 // Random MXFP4 experts for p's shapes; p's bf16 weights become their decoded values.
 MxWeights make_mx(Problem& p, Rng& rng) {
     const Case& c = p.c;

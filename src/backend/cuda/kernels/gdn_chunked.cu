@@ -25,8 +25,10 @@ namespace {
 
 constexpr int kThreadsPerBlock = 256;     // 8 warps
 constexpr int kTransStride = kChunk + 4;  // row stride of the transposed K / Q tiles (float4 rows)
-constexpr int kAStride = kChunk + 1;
-constexpr int kSliceCols = 32;                    // state columns per block of the state pass
+constexpr int kAStride = kChunk + 4;      // float4 rows
+constexpr int kLoadBatch = 8;             // float4 loads in flight per thread
+constexpr int kSolveRows = 16;            // rows of the forward substitution held in registers
+constexpr int kSliceCols = 32;            // state columns per block of the state pass
 constexpr int kRowsPerWarp = kMaxChunkedDim / 8;  // state rows per warp in the update (16)
 
 // One segment's per-chunk matrices in the op workspace (offsets in floats, 64-float aligned).
@@ -68,13 +70,39 @@ Layout layout(int S, int Hv, int dk, int dv) {
 
 size_t prep_smem_bytes(int dk, int dv) {
     return sizeof(float) * static_cast<size_t>(2 * dk * kTransStride + kChunk * kAStride +
-                                               kChunk * (dk + dv) + 2 * kChunk);
+                                               kChunk * (dk + dv) + 3 * kChunk);
 }
 
 size_t state_smem_bytes(int dk) {
     const int ld = dk + 4;
     return sizeof(float) * static_cast<size_t>(dk * kSliceCols + kChunk * ld + kChunk * kChunk +
                                                kChunk * kSliceCols + 3 * kChunk);
+}
+
+// Reads the first `rows` of 64 rows of `width` floats (a multiple of 4; row i at src + i *
+// stride) as float4 and hands each to put(i, column, value); rows at and past `rows` are handed
+// zeros without being read. Each thread issues kLoadBatch loads before it uses any, so their
+// latencies overlap: loads issued one after another, each waiting for the last, cost most of
+// the time of this kernel's first version.
+template <class Put>
+__device__ __forceinline__ void load_rows(const float* src, int64_t stride, int rows, int width,
+                                          Put&& put) {
+    const int per_row = width / 4, n4 = kChunk * per_row;
+    for (int base = threadIdx.x; base < n4; base += kLoadBatch * kThreadsPerBlock) {
+        float4 v[kLoadBatch];
+#pragma unroll
+        for (int b = 0; b < kLoadBatch; ++b) {
+            const int idx = base + b * kThreadsPerBlock, i = idx / per_row;
+            v[b] = float4{0.0f, 0.0f, 0.0f, 0.0f};
+            if (idx < n4 && i < rows)
+                v[b] = *reinterpret_cast<const float4*>(src + i * stride + 4 * (idx % per_row));
+        }
+#pragma unroll
+        for (int b = 0; b < kLoadBatch; ++b) {
+            const int idx = base + b * kThreadsPerBlock;
+            if (idx < n4) put(idx / per_row, 4 * (idx % per_row), v[b]);
+        }
+    }
 }
 
 __global__ void __launch_bounds__(kThreadsPerBlock)
@@ -88,10 +116,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     const int kh = h / (a.Hv / a.Hk);
     float* Kt = sm;                      // [dk][kTransStride]: K transposed
     float* Qt = Kt + dk * kTransStride;  // [dk][kTransStride]
-    float* A = Qt + dk * kTransStride;   // [64][kAStride]
-    float* X = A + kChunk * kAStride;    // [64][dk + dv]: the right-hand sides, then W | U
+    float* At = Qt + dk * kTransStride;  // [64][kAStride]: A transposed (At[j][i] = A_ij)
+    float* X = At + kChunk * kAStride;   // [64][dk + dv]: the solved rows of W | U
     float* G = X + kChunk * nc;          // [64]
     float* B = G + kChunk;               // [64] beta
+    float* EG = B + kChunk;              // [64] exp(G)
     const int tid = threadIdx.x;
 
     if (tid == 0) {
@@ -103,14 +132,22 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
         }
     }
     if (tid < kChunk) B[tid] = tid < L ? a.beta[static_cast<int64_t>(t0 + tid) * a.Hv + h] : 0.0f;
-    for (int idx = tid; idx < kChunk * dk; idx += kThreadsPerBlock) {
-        const int i = idx / dk, r = idx % dk;
-        const int64_t off = (static_cast<int64_t>(t0 + i) * a.Hk + kh) * dk + r;
-        Kt[r * kTransStride + i] = i < L ? a.k[off] : 0.0f;
-        Qt[r * kTransStride + i] = i < L ? a.q[off] : 0.0f;
-    }
+    const int64_t qk0 = (static_cast<int64_t>(t0) * a.Hk + kh) * dk, qk_stride = a.Hk * dk;
+    const auto transpose_into = [&](float* dst) {
+        return [dst](int i, int r, float4 x) {
+            dst[r * kTransStride + i] = x.x;
+            dst[(r + 1) * kTransStride + i] = x.y;
+            dst[(r + 2) * kTransStride + i] = x.z;
+            dst[(r + 3) * kTransStride + i] = x.w;
+        };
+    };
+    load_rows(a.k + qk0, qk_stride, L, dk, transpose_into(Kt));
+    load_rows(a.q + qk0, qk_stride, L, dk, transpose_into(Qt));
     __syncthreads();
-    if (tid < kChunk) sc.G[h * sc.seg_tokens() + ci * kChunk + tid] = G[tid];
+    if (tid < kChunk) {
+        sc.G[h * sc.seg_tokens() + ci * kChunk + tid] = G[tid];
+        EG[tid] = expf(G[tid]);
+    }
 
     // A and P, a 4x4 tile of each per thread.
     {
@@ -139,34 +176,57 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                 const int i = 4 * ti + u, j = 4 * tj + w;
                 // exp(G_i - G_j) only where i >= j: elsewhere it could overflow.
                 const float decay = i >= j ? expf(G[i] - G[j]) : 0.0f;
-                A[i * kAStride + j] = i > j ? B[i] * ak[u][w] * decay : 0.0f;
+                At[j * kAStride + i] = i > j ? B[i] * ak[u][w] * decay : 0.0f;
                 P[i * kChunk + j] = aq[u][w] * decay;
             }
     }
-    for (int idx = tid; idx < kChunk * nc; idx += kThreadsPerBlock) {
-        const int i = idx / nc, c = idx % nc;
-        float x = 0.0f;
-        if (i < L) {
-            x = c < dk ? B[i] * expf(G[i]) * Kt[c * kTransStride + i]
-                       : B[i] * a.v[(static_cast<int64_t>(t0 + i) * a.Hv + h) * dv + (c - dk)];
-        }
-        X[idx] = x;
-    }
-    __syncthreads();
+    __syncthreads();  // A complete
 
-    // Forward substitution, one column per thread: x_i -= sum_{j < i} A_ij x_j.
+    // Forward substitution, one column of [beta exp(G) K | beta V] per thread, in blocks of 16
+    // rows held in registers: x_i -= sum_{j < i} A_ij x_j with j ascending, first over the
+    // solved rows before the block (each x_j read once from shared memory for 16 rows, A^T
+    // columns as float4), then within the block. Rows at and past L are zero and stay zero
+    // (their A rows are zero). A thread reads back only its own column: no barrier needed.
     const int64_t row0 = h * sc.seg_tokens() + ci * kChunk;
     for (int c = tid; c < nc; c += kThreadsPerBlock) {
-        for (int i = 1; i < L; ++i) {
-            float x = X[i * nc + c];
-            for (int j = 0; j < i; ++j) x -= A[i * kAStride + j] * X[j * nc + c];
-            X[i * nc + c] = x;
-        }
-        for (int i = 0; i < kChunk; ++i) {
-            if (c < dk) {
-                sc.W[(row0 + i) * dk + c] = X[i * nc + c];
-            } else {
-                sc.U[(row0 + i) * dv + (c - dk)] = X[i * nc + c];
+        for (int i0 = 0; i0 < kChunk; i0 += kSolveRows) {
+            float x[kSolveRows];
+#pragma unroll
+            for (int u = 0; u < kSolveRows; ++u) {
+                const int i = i0 + u;
+                x[u] = 0.0f;
+                if (i < L) {
+                    x[u] =
+                        c < dk
+                            ? B[i] * EG[i] * Kt[c * kTransStride + i]
+                            : B[i] * a.v[(static_cast<int64_t>(t0 + i) * a.Hv + h) * dv + (c - dk)];
+                }
+            }
+            for (int j = 0; j < i0; ++j) {
+                const float xj = X[j * nc + c];
+                const float* col = At + j * kAStride + i0;
+#pragma unroll
+                for (int u = 0; u < kSolveRows; u += 4) {
+                    const float4 a4 = *reinterpret_cast<const float4*>(col + u);
+                    x[u] -= a4.x * xj;
+                    x[u + 1] -= a4.y * xj;
+                    x[u + 2] -= a4.z * xj;
+                    x[u + 3] -= a4.w * xj;
+                }
+            }
+#pragma unroll
+            for (int u = 1; u < kSolveRows; ++u)
+#pragma unroll
+                for (int w = 0; w < u; ++w) x[u] -= At[(i0 + w) * kAStride + i0 + u] * x[w];
+#pragma unroll
+            for (int u = 0; u < kSolveRows; ++u) {
+                const int i = i0 + u;
+                X[i * nc + c] = x[u];
+                if (c < dk) {
+                    sc.W[(row0 + i) * dk + c] = x[u];
+                } else {
+                    sc.U[(row0 + i) * dv + (c - dk)] = x[u];
+                }
             }
         }
     }
@@ -214,14 +274,15 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 2)
         const int t0 = (chunk0 + ci) * kChunk;
         const int L = min(kChunk, a.S - t0);
         const int64_t row0 = h * sc.seg_tokens() + ci * kChunk;
+        const int64_t qk0 = (static_cast<int64_t>(t0) * a.Hk + kh) * dk, qk_stride = a.Hk * dk;
         __syncthreads();  // the previous chunk is done with every buffer
         if (tid < kChunk) G[tid] = sc.G[row0 + tid];
-        for (int idx = tid; idx < kChunk * dk; idx += kThreadsPerBlock) {
-            const int i = idx / dk, r = idx % dk;
-            X[i * ld + r] = sc.W[(row0 + i) * dk + r];
-        }
+        load_rows(sc.W + row0 * dk, dk, kChunk, dk,
+                  [&](int i, int r, float4 x) { *reinterpret_cast<float4*>(X + i * ld + r) = x; });
         const float* P = sc.P + (static_cast<int64_t>(h) * sc.seg_chunks + ci) * kChunk * kChunk;
-        for (int idx = tid; idx < kChunk * kChunk; idx += kThreadsPerBlock) Pc[idx] = P[idx];
+        load_rows(P, kChunk, kChunk, kChunk, [&](int i, int j, float4 x) {
+            *reinterpret_cast<float4*>(Pc + i * kChunk + j) = x;
+        });
         __syncthreads();
         if (tid < kChunk) {
             eq[tid] = tid < L ? expf(G[tid]) : 0.0f;
@@ -239,11 +300,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 2)
         __syncthreads();  // W is used up; eq and ek are ready
 
         // O = Q' S + P V'.
-        for (int idx = tid; idx < kChunk * dk; idx += kThreadsPerBlock) {
-            const int i = idx / dk, r = idx % dk;
-            X[i * ld + r] =
-                i < L ? a.q[(static_cast<int64_t>(t0 + i) * a.Hk + kh) * dk + r] * eq[i] : 0.0f;
-        }
+        load_rows(a.q + qk0, qk_stride, L, dk, [&](int i, int r, float4 x) {
+            const float e = eq[i];
+            *reinterpret_cast<float4*>(X + i * ld + r) = float4{x.x * e, x.y * e, x.z * e, x.w * e};
+        });
         __syncthreads();
 #pragma unroll
         for (int u = 0; u < 8; ++u) acc[u] = 0.0f;
@@ -263,11 +323,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 2)
         __syncthreads();  // every warp is done with Q' and the old state
 
         // S <- exp(G_L) S + K'^T V' for rows warp*16 .. warp*16+15 (those below dk).
-        for (int idx = tid; idx < kChunk * dk; idx += kThreadsPerBlock) {
-            const int i = idx / dk, r = idx % dk;
-            X[i * ld + r] =
-                i < L ? a.k[(static_cast<int64_t>(t0 + i) * a.Hk + kh) * dk + r] * ek[i] : 0.0f;
-        }
+        load_rows(a.k + qk0, qk_stride, L, dk, [&](int i, int r, float4 x) {
+            const float e = ek[i];
+            *reinterpret_cast<float4*>(X + i * ld + r) = float4{x.x * e, x.y * e, x.z * e, x.w * e};
+        });
         __syncthreads();
         float upd[kRowsPerWarp] = {};
         for (int j = 0; j < L; ++j) {

@@ -90,6 +90,53 @@ DF_MOE_HD inline uint32_t mxfp4_bf16(uint32_t code, uint32_t scale) {
     return sign | ((2u + h) << (biased + 5));
 }
 
+// __byte_perm: byte i of the result is byte (s >> 4i) & 7 of the 8 bytes {x, y} (x the low
+// four). The host's copy is for the emulator and the tests.
+DF_MOE_HD inline uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+    return __byte_perm(x, y, s);
+#else
+    const uint64_t xy = (static_cast<uint64_t>(y) << 32) | x;
+    uint32_t r = 0;
+    for (int i = 0; i < 4; ++i)
+        r |= static_cast<uint32_t>((xy >> (8 * ((s >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+    return r;
+#endif
+}
+
+// The 8 values of 4 bytes of codes (value j in bits 4j..4j+3) at one scale, two bf16 a word
+// (value 2w in the low half of out[w]): mxfp4_bf16 of each. Where the scale keeps every value
+// normal (2 <= scale <= 252) four magnitudes at a time go through byte-permute tables: a value is
+// U(m) + ((scale - 1) << 7) (U: the exponent offset and mantissa bit of magnitude m), zeroed for
+// m = 0, with its sign bit; other scales take mxfp4_bf16 value by value.
+DF_MOE_HD inline void mxfp4_bf16x8(uint32_t codes, uint32_t scale, uint32_t (&out)[4]) {
+    if (scale < 2u || scale > 252u) {
+        for (int w = 0; w < 4; ++w)
+            out[w] = mxfp4_bf16((codes >> (8 * w)) & 15u, scale) |
+                     (mxfp4_bf16((codes >> (8 * w + 4)) & 15u, scale) << 16);
+        return;
+    }
+    // U(m) for m = 0..7: 0, 0x000, 0x080, 0x0c0, 0x100, 0x140, 0x180, 0x1c0 (low and high bytes),
+    // and a 0xff byte for every m but 0.
+    constexpr uint32_t kLo0 = 0xc0800000u, kLo1 = 0xc0804000u;
+    constexpr uint32_t kHi0 = 0x00000000u, kHi1 = 0x01010101u;
+    constexpr uint32_t kNz0 = 0xffffff00u, kNz1 = 0xffffffffu;
+    const uint32_t add = ((scale - 1u) << 7) * 0x00010001u;
+    for (int h = 0; h < 2; ++h) {
+        const uint32_t four = codes >> (16 * h);  // values 4h .. 4h + 3 in the low 16 bits
+        const uint32_t sel = four & 0x7777u;
+        const uint32_t lo = byte_perm(kLo0, kLo1, sel), hi = byte_perm(kHi0, kHi1, sel);
+        const uint32_t nz = byte_perm(kNz0, kNz1, sel);
+        for (int p = 0; p < 2; ++p) {
+            // Bytes lo[2p], hi[2p], lo[2p + 1], hi[2p + 1]: the pair's two U values.
+            const uint32_t u = byte_perm(lo, hi, p == 0 ? 0x5140u : 0x7362u);
+            const uint32_t mask = byte_perm(nz, 0u, p == 0 ? 0x1100u : 0x3322u);
+            const uint32_t sign = (((four >> (8 * p)) & 0x88u) * 0x01001000u) & 0x80008000u;
+            out[2 * h + p] = ((u + add) & mask) | sign;
+        }
+    }
+}
+
 // ---- launchers
 // ------------------------------------------------------------------------------------
 enum RouterKind : int { kSoftmaxTopk = 0, kTopkSoftmax = 1 };

@@ -224,11 +224,12 @@ __device__ __forceinline__ void load_stage(const GroupedGemmArgs& g, const TileJ
 
 // One slice of an MXFP4 B tile in a thread's registers (Note [moe MXFP4 tiles]): the slice's
 // 128 rows x 8 chunks of 8 values, chunk idx = tid + i * kBlockThreads; per chunk its 4 bytes of
-// codes (value j in bits 4j..4j+3, as the bytes hold them: low nibble first) and its scale.
+// codes (value j in bits 4j..4j+3, as the bytes hold them: low nibble first) and its scale,
+// four scales to a register (byte i % 4 of scales[i / 4]).
 constexpr int kMxItems = kTileCols * (kTileK / 8) / kBlockThreads;
 struct MxSlice {
     uint32_t codes[kMxItems];
-    uint32_t scale[kMxItems];
+    uint32_t scales[kMxItems / 4];
 };
 
 // Issues the loads of slice k0's MXFP4 B tile (zeros past the matrix: code 0 is +0 at any scale).
@@ -238,16 +239,17 @@ __device__ __forceinline__ void mx_fetch(const GroupedGemmArgs& g, const TileJob
     const int64_t wrows = static_cast<int64_t>(g.activation == kNone ? g.n : 2 * g.n);
     const int64_t expert_row0 = static_cast<int64_t>(job.expert) * wrows;
     DF_ATTN_UNROLL
+    for (int i = 0; i < kMxItems / 4; ++i) s.scales[i] = 0u;
+    DF_ATTN_UNROLL
     for (int i = 0; i < kMxItems; ++i) {
         const int idx = tid + i * kBlockThreads;
         const int r = idx / (kTileK / 8), c = idx % (kTileK / 8);
         const int wr = weight_row(g, c0, r);
         s.codes[i] = 0u;
-        s.scale[i] = 0u;
         if (wr >= 0 && k0 + c * 8 < g.kdim) {
             const int64_t group = (expert_row0 + wr) * groups + k0 / 32 + c / 4;
             s.codes[i] = *reinterpret_cast<const uint32_t*>(g.w_blocks + group * 16 + (c % 4) * 4);
-            s.scale[i] = g.w_scales[group];
+            s.scales[i / 4] |= static_cast<uint32_t>(g.w_scales[group]) << (8 * (i % 4));
         }
     }
 }
@@ -258,19 +260,56 @@ __device__ __forceinline__ void mx_store(const MxSlice& s, unsigned char* b_tile
     for (int i = 0; i < kMxItems; ++i) {
         const int idx = tid + i * kBlockThreads;
         const int r = idx / (kTileK / 8), c = idx % (kTileK / 8);
+        const uint32_t scale = (s.scales[i / 4] >> (8 * (i % 4))) & 255u;
         uint32_t w[4];
-        DF_ATTN_UNROLL
-        for (int j = 0; j < 4; ++j) {
-            const uint32_t lo = mxfp4_bf16((s.codes[i] >> (8 * j)) & 15u, s.scale[i]);
-            const uint32_t hi = mxfp4_bf16((s.codes[i] >> (8 * j + 4)) & 15u, s.scale[i]);
-            w[j] = lo | (hi << 16);
-        }
+        mxfp4_bf16x8(s.codes[i], scale, w);
         uint4 v;
         v.x = w[0];
         v.y = w[1];
         v.z = w[2];
         v.w = w[3];
         *reinterpret_cast<uint4*>(b_tile + swz<kTileK>(r, c)) = v;
+    }
+}
+
+// One pass of the main loop: waits for slice t, starts loading slice t + kStages - 1 (MXFP4
+// weights: into `fetch_into`'s registers), multiplies slice t, then (MXFP4) decodes slice
+// t + kStages - 2, loaded the pass before into `store_from`, into its stage. The kernel alternates
+// two MxSlices between the passes, so no register copy waits for loads still in flight.
+template <bool ALIGNED, bool MX>
+__device__ __forceinline__ void main_pass(const GroupedGemmArgs& g, const TileJob& job, int c0,
+                                          int t, int slices, unsigned char* smem, int tid,
+                                          bool warp_has_rows, float (&acc)[kTileCols / 8][4],
+                                          MxSlice& fetch_into, const MxSlice& store_from) {
+    const uint32_t base = smem_u32(smem);
+    const int lane = tid & 31, warp = tid >> 5;
+    const auto a_tile = [&](int stage) { return base + stage * kStageBytes; };
+    const auto b_tile = [&](int stage) { return base + stage * kStageBytes + kATileBytes; };
+    const int cur = t % kStages;
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    // The stage refilled now was multiplied in slice t - 1, which every warp has finished (the
+    // barrier above).
+    const int next = t + kStages - 1;
+    if (next < slices) {
+        load_stage<ALIGNED, MX>(g, job, c0, next * kTileK, smem, a_tile(next % kStages),
+                                b_tile(next % kStages), tid);
+        if constexpr (MX) mx_fetch(g, job, c0, next * kTileK, tid, fetch_into);
+    }
+    cp_async_commit();
+    if (warp_has_rows) {
+        attn::mma_abt<kTileK, kTileCols / 8, kTileK / 16>(
+            acc,
+            [&](int ks, uint32_t(&a)[4]) {
+                attn::lds_a<kTileK>(a, a_tile(cur), warp * 16, ks, lane);
+            },
+            b_tile(cur), 0, lane);
+    }
+    if constexpr (MX) {
+        // Slice t + 2 into its stage, which slice t - 2 used: every warp finished that before
+        // this pass's barrier, and slice t + 2 is read after two more barriers.
+        if (next - 1 < slices)
+            mx_store(store_from, smem + ((next - 1) % kStages) * kStageBytes + kATileBytes, tid);
     }
 }
 
@@ -311,51 +350,25 @@ __global__ void __launch_bounds__(kBlockThreads) grouped_gemm_kernel(const Group
     // them). One commit group per slice, empty past the end, so wait<kStages - 2> always means
     // "slice t has landed".
     const int slices = cdiv(g.kdim, kTileK);
-    // MXFP4: B tiles in a stage's bytes, and the slice fetched but not yet stored (Note [moe
-    // MXFP4 tiles]).
-    [[maybe_unused]] const auto b_bytes = [&](int stage) {
-        return smem + stage * kStageBytes + kATileBytes;
-    };
-    [[maybe_unused]] MxSlice pending;
+    // MXFP4: the slices fetched but not yet stored (Note [moe MXFP4 tiles]), two in turn.
+    [[maybe_unused]] MxSlice pending, other;
     for (int t = 0; t < kStages - 1; ++t) {
         if (t < slices) {
             load_stage<ALIGNED, MX>(g, job, c0, t * kTileK, smem, a_tile(t), b_tile(t), tid);
             if constexpr (MX) {
                 // Slices 0 .. kStages - 3 are stored now, the last one in the loop's first pass.
                 mx_fetch(g, job, c0, t * kTileK, tid, pending);
-                if (t < kStages - 2) mx_store(pending, b_bytes(t), tid);
+                if (t < kStages - 2) mx_store(pending, smem + t * kStageBytes + kATileBytes, tid);
             }
         }
         cp_async_commit();
     }
-    for (int t = 0; t < slices; ++t) {
-        const int cur = t % kStages;
-        cp_async_wait<kStages - 2>();
-        __syncthreads();
-        // The stage refilled now was multiplied in slice t - 1, which every warp has finished
-        // (the barrier above).
-        const int next = t + kStages - 1;
-        [[maybe_unused]] MxSlice fresh;
-        if (next < slices) {
-            load_stage<ALIGNED, MX>(g, job, c0, next * kTileK, smem, a_tile(next % kStages),
-                                    b_tile(next % kStages), tid);
-            if constexpr (MX) mx_fetch(g, job, c0, next * kTileK, tid, fresh);
-        }
-        cp_async_commit();
-        if (warp_has_rows) {
-            attn::mma_abt<kTileK, kTileCols / 8, kTileK / 16>(
-                acc,
-                [&](int ks, uint32_t(&a)[4]) {
-                    attn::lds_a<kTileK>(a, a_tile(cur), warp * 16, ks, lane);
-                },
-                b_tile(cur), 0, lane);
-        }
-        if constexpr (MX) {
-            // Slice t + 2 into its stage, which slice t - 2 used: every warp finished that before
-            // this iteration's barrier, and slice t + 2 is read after two more barriers.
-            if (next - 1 < slices) mx_store(pending, b_bytes((next - 1) % kStages), tid);
-            pending = fresh;
-        }
+    for (int t = 0; t < slices; t += 2) {
+        main_pass<ALIGNED, MX>(g, job, c0, t, slices, smem, tid, warp_has_rows, acc, other,
+                               pending);
+        if (t + 1 < slices)
+            main_pass<ALIGNED, MX>(g, job, c0, t + 1, slices, smem, tid, warp_has_rows, acc,
+                                   pending, other);
     }
     if (!warp_has_rows) return;
 
