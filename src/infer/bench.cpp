@@ -14,6 +14,11 @@ double ratio(double num, double den) {
     return den > 0 ? num / den : 0.0;
 }
 
+void add_hist(std::vector<int64_t>& sum, const std::vector<int64_t>& h) {
+    if (sum.size() < h.size()) sum.resize(h.size(), 0);
+    for (size_t n = 0; n < h.size(); ++n) sum[n] += h[n];
+}
+
 void add_stats(BenchTotals& t, const BenchRequest& r) {
     t.requests += 1;
     t.prompt_tokens += r.prompt_tokens;
@@ -27,9 +32,8 @@ void add_stats(BenchTotals& t, const BenchRequest& r) {
     t.speculative_decode_s += r.speculative.decode_s;
     t.draft_s += r.speculative.draft_s;
     t.verify_s += r.speculative.verify_s;
-    const auto& h = r.speculative.accept_hist;
-    if (t.accept_hist.size() < h.size()) t.accept_hist.resize(h.size(), 0);
-    for (size_t n = 0; n < h.size(); ++n) t.accept_hist[n] += h[n];
+    add_hist(t.accept_hist, r.speculative.accept_hist);
+    add_hist(t.accepted_hist, r.speculative.accepted_hist);
 }
 
 std::string token_text(int32_t t) {
@@ -44,10 +48,19 @@ std::string BenchMismatch::to_string() const {
 }
 
 // Only tokens committed after the prefill count: the first token comes from the prefill in both
-// runs, so tau is (new_tokens - 1) / steps, as GenerateStats::tau.
+// runs, so tau is (new_tokens - 1) / steps, as GenerateStats::tau. new_tokens stops at the
+// budget and at a stop token, so a last step counts what it committed, not what it accepted:
+// the reference decoder's count.
 double BenchTotals::tau() const {
     return ratio(static_cast<double>(speculative_new_tokens - requests),
                  static_cast<double>(speculative_steps));
+}
+
+double BenchTotals::tau_accepted() const {
+    int64_t tokens = 0;
+    for (size_t n = 0; n < accepted_hist.size(); ++n)
+        tokens += static_cast<int64_t>(n) * accepted_hist[n];
+    return ratio(static_cast<double>(tokens), static_cast<double>(speculative_steps));
 }
 
 double BenchTotals::baseline_tpot_s() const {
@@ -188,7 +201,9 @@ std::string histogram_text(const std::vector<int64_t>& hist) {
         total += hist[n];
         most = std::max(most, hist[n]);
     }
-    std::string out = "acceptance length (tokens committed per step, incl. the target's token):\n";
+    std::string out =
+        "acceptance length (tokens committed per step within max_new_tokens, incl. the target's "
+        "token):\n";
     out += fmt::format("{:>4}  {:>8}  {:>6}\n", "n", "steps", "share");
     for (size_t n = 1; n < hist.size(); ++n) {
         const size_t bar = most > 0 ? static_cast<size_t>(40 * hist[n] / most) : 0;
@@ -244,9 +259,12 @@ std::string format_bench_table(const BenchReport& rep) {
         t.speedup(), t.predicted_speedup(), t.tau(), ms(t_ar), ms(ratio(t.draft_s, steps)),
         ms(ratio(t.verify_s, steps)), ratio(t.speedup(), t.predicted_speedup()));
     out += fmt::format(
-        "tau: {:.3f} pooled over steps, {:.3f} mean of per-prompt tau; block size {}; backend {}; "
-        "drafts in {}\n",
-        t.tau(), rep.mean_request_tau(), rep.block_size, rep.backend, rep.draft_precision);
+        "tau (tokens a step commits within max_new_tokens, as the reference decoder counts): "
+        "{:.3f} mean of per-prompt tau, {:.3f} pooled over steps; counting what last steps "
+        "accepted past the budget or a stop token: {:.3f}\n",
+        rep.mean_request_tau(), t.tau(), t.tau_accepted());
+    out += fmt::format("block size {}; backend {}; drafts in {}\n", rep.block_size, rep.backend,
+                       rep.draft_precision);
     if (!rep.greedy) {
         out += "lossless: not checked (temperature > 0: outputs are samples)\n";
     } else if (rep.lossless()) {
@@ -269,7 +287,9 @@ nlohmann::json bench_to_json(const BenchReport& rep) {
         return json{{"new_tokens", s.new_tokens},
                     {"steps", s.steps},
                     {"tau", s.tau()},
+                    {"tau_accepted", s.tau_accepted()},
                     {"accept_hist", s.accept_hist},
+                    {"accepted_hist", s.accepted_hist},
                     {"prefill_s", s.prefill_s},
                     {"draft_s", s.draft_s},
                     {"verify_s", s.verify_s},
@@ -304,7 +324,9 @@ nlohmann::json bench_to_json(const BenchReport& rep) {
         {"speculative_steps", t.speculative_steps},
         {"tau", t.tau()},
         {"tau_mean_of_requests", rep.mean_request_tau()},
+        {"tau_accepted", t.tau_accepted()},
         {"accept_hist", t.accept_hist},
+        {"accepted_hist", t.accepted_hist},
         {"baseline_tpot_s", t.baseline_tpot_s()},
         {"speculative_tpot_s", t.speculative_tpot_s()},
         {"baseline_tokens_per_s", per_s(t.baseline_new_tokens, t.baseline_decode_s)},

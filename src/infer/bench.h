@@ -46,12 +46,19 @@ struct BenchTotals {
     int64_t prompt_tokens = 0;
     int64_t baseline_new_tokens = 0, speculative_new_tokens = 0;
     int64_t baseline_steps = 0, speculative_steps = 0;
-    std::vector<int64_t> accept_hist;  // [B+1]: steps that committed n tokens, n = 1..B
+    // [B+1]: steps that committed n tokens within the budget (through a stop token), n = 1..B;
+    // the reference decoder's acceptance lengths (GenerateStats::accept_hist).
+    std::vector<int64_t> accept_hist;
+    // [B+1]: steps that accepted n - 1 drafts, counted in full past the budget or a stop token
+    // (GenerateStats::accepted_hist).
+    std::vector<int64_t> accepted_hist;
     double baseline_prefill_s = 0, speculative_prefill_s = 0;
     double baseline_decode_s = 0, speculative_decode_s = 0;
     double draft_s = 0, verify_s = 0;
 
-    double tau() const;                 // tokens committed per step, pooled over prompts
+    double tau() const;  // tokens committed per step within the budget, pooled over prompts
+    // a + 1 per step, pooled, counting what last steps accepted past the budget or a stop token.
+    double tau_accepted() const;
     double baseline_tpot_s() const;     // baseline decode time per output token
     double speculative_tpot_s() const;  // speculative decode time per output token
     double speedup() const;             // baseline_tpot_s / speculative_tpot_s
@@ -74,7 +81,7 @@ struct BenchReport {
     std::vector<BenchMismatch> mismatches;  // empty when lossless (or not checked)
     GraphStats graphs;                      // the device's graph cache after both engines ran
     // Mean over prompts of each prompt's tau (docs/speculative-sampling.md "What `dflash bench`
-    // measures"); prompts without steps skipped.
+    // measures"): the reference benchmark's "acceptance length"; prompts without steps skipped.
     double mean_request_tau() const;
     bool lossless() const { return mismatches.empty(); }
 };

@@ -159,6 +159,7 @@ void decode_plain(Decode& run, const Tensor& logits, int32_t anchor) {
         st.verify_s += seconds_since(t0);
         st.steps += 1;
         st.accept_hist[1] += 1;
+        st.accepted_hist[1] += 1;
     } while (run.commit(std::span(&anchor, 1)));
 }
 
@@ -255,11 +256,13 @@ void decode_speculative(Decode& run, SpeculativeEngine::Sessions& ss, const Tens
         pending = verify_features.rows(0, a + 1);
         if (opt.trace) opt.trace(StepTrace{st.steps, drafts, a, v.next});
         st.steps += 1;
-        st.accept_hist[a + 1] += 1;
+        st.accepted_hist[a + 1] += 1;
         std::vector<int32_t> committed(drafts.begin(), drafts.begin() + a);
         committed.push_back(v.next);
         anchor = v.next;
+        const size_t before = run.res.tokens.size();
         go = run.commit(committed);
+        st.accept_hist[run.res.tokens.size() - before] += 1;
     }
 }
 
@@ -279,6 +282,13 @@ std::string to_string(StopReason r) {
 
 double GenerateStats::tau() const {
     return steps > 0 ? static_cast<double>(new_tokens - 1) / static_cast<double>(steps) : 0.0;
+}
+
+double GenerateStats::tau_accepted() const {
+    int64_t tokens = 0;
+    for (size_t n = 0; n < accepted_hist.size(); ++n)
+        tokens += static_cast<int64_t>(n) * accepted_hist[n];
+    return steps > 0 ? static_cast<double>(tokens) / static_cast<double>(steps) : 0.0;
 }
 
 SpeculativeEngine::~SpeculativeEngine() = default;
@@ -362,6 +372,7 @@ GenerateResult SpeculativeEngine::generate(std::span<const int32_t> prompt,
     GenerateStats& st = res.stats;
     st.prompt_tokens = P;
     st.accept_hist.assign(B + 1, 0);
+    st.accepted_hist.assign(B + 1, 0);
     // Positions P .. max_ctx-1 can be generated; the verify block may reach B-1 past the last one.
     const int64_t budget = std::min(opt.max_new_tokens, max_ctx - P);
     GenerateOptions budgeted = opt;

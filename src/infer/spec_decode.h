@@ -50,13 +50,23 @@ std::string to_string(StopReason r);
 struct GenerateStats {
     int64_t prompt_tokens = 0;
     int64_t new_tokens = 0;
-    int64_t steps = 0;                 // decode steps after the prefill
-    std::vector<int64_t> accept_hist;  // [B+1]: steps that committed n tokens, n = 1..B
-    double prefill_s = 0;              // target prefill (time to first token)
-    double draft_s = 0;                // all drafter forwards
-    double verify_s = 0;               // all target forwards after the prefill
-    double decode_s = 0;               // everything after the prefill
-    double tau() const;                // mean tokens committed per step (a + 1)
+    int64_t steps = 0;  // decode steps after the prefill
+    // [B+1]: steps that committed n tokens, n = 1..B. A step commits its a + 1 tokens up to the
+    // token budget and through a stop token, so the last step may count fewer than it accepted
+    // (the reference decoder's acceptance lengths); sum of n * accept_hist[n] = new_tokens - 1.
+    std::vector<int64_t> accept_hist;
+    // [B+1]: steps whose verification accepted a drafts, at n = a + 1, counted in full even when
+    // the budget or a stop token cut the step short.
+    std::vector<int64_t> accepted_hist;
+    double prefill_s = 0;  // target prefill (time to first token)
+    double draft_s = 0;    // all drafter forwards
+    double verify_s = 0;   // all target forwards after the prefill
+    double decode_s = 0;   // everything after the prefill
+    // Mean tokens committed per step: (new_tokens - 1) / steps, the mean of accept_hist.
+    double tau() const;
+    // Mean of a + 1 over the steps, counting what the last step accepted past the budget or a
+    // stop token: the mean of accepted_hist, >= tau().
+    double tau_accepted() const;
 };
 
 struct GenerateResult {

@@ -241,7 +241,13 @@ void TargetModel::forward_staged(Backend& be, Workspace& ws, const Tensor& ids, 
     Tensor y = ws.take({S, D}, act);
     be.embedding_fwd(embed(), ids, x);
     const LayerContext lc{be, ws, dims_, inv_freq_view_};
-    for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+    // Without final_hidden nothing reads the layers after the deepest captured one: skip them
+    // (docs/training.md "Target layers per loss").
+    const int64_t layers = !final_hidden.empty() ? cfg_.num_hidden_layers
+                           : capture.empty()
+                               ? 0
+                               : *std::max_element(capture.begin(), capture.end()) + 1;
+    for (int64_t l = 0; l < layers; ++l) {
         // Each layer's activations are dropped once its output exists (no backward here).
         const Workspace::Mark m = ws.mark();
         if (cfg_.is_linear_layer(l)) {

@@ -51,7 +51,8 @@ class TargetModel {
     // Full-sequence causal forward without a cache. Writes the outputs of `capture` layers
     // (0-based; output of layer id = HF hidden_states[id+1]) concatenated per row into features
     // [S, K*D] (if non-empty, device, compute dtype) and the final-normed hidden state into
-    // final_hidden [S, D] (if non-empty). Takes its memory from ws (not reset: the caller owns it).
+    // final_hidden [S, D] (if non-empty). Without final_hidden the layers after the deepest
+    // captured one are not run. Takes its memory from ws (not reset: the caller owns it).
     void forward(Backend& be, Workspace& ws, std::span<const int32_t> tokens,
                  std::span<const int64_t> capture, const Tensor& features,
                  const Tensor& final_hidden) const;

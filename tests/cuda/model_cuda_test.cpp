@@ -241,7 +241,8 @@ void expect_lossless(const TargetModel& t, const DrafterModel& d, Backend& be, i
         o.max_new_tokens = 5 + (i * 5) % 30;
         const auto a = plain.generate(prompt, o), b = spec.generate(prompt, o);
         ASSERT_EQ(a.tokens, b.tokens) << "prompt " << i;
-        for (size_t k = 0; k < b.stats.accept_hist.size(); ++k) hist[k] += b.stats.accept_hist[k];
+        for (size_t k = 0; k < b.stats.accepted_hist.size(); ++k)
+            hist[k] += b.stats.accepted_hist[k];
     }
 }
 

@@ -1,8 +1,9 @@
 // The benchmark on a tiny random target + drafter pair: per-request and total fields agree with
-// each other (histograms sum to steps, tau = (new_tokens - 1) / steps, totals are the sums of the
-// per-prompt figures; speed-up and prediction are pinned on hand-made totals with known answers),
-// greedy runs are lossless, a baseline of a different target is caught at the first differing
-// position, and the table / JSON carry every figure.
+// each other (histograms sum to steps, tau = (new_tokens - 1) / steps = the committed histogram's
+// mean, a last step cut by the budget counted as committed (the reference decoder's count); totals
+// are the sums of the per-prompt figures; speed-up and prediction are pinned on hand-made totals
+// with known answers), greedy runs are lossless, a baseline of a different target is caught at the
+// first differing position, and the table / JSON carry every figure.
 #include "infer/bench.h"
 
 #include <cmath>
@@ -74,6 +75,10 @@ TEST(Bench, ReportFieldsAreConsistentAndGreedyIsLossless) {
         ASSERT_EQ(b.accept_hist.size(), 5u);
         EXPECT_EQ(b.accept_hist[0], 0);
         EXPECT_EQ(sum(b.accept_hist), b.steps) << i;
+        EXPECT_EQ(sum(b.accepted_hist), b.steps) << i;
+        int64_t committed = 0;
+        for (int64_t n = 0; n < 5; ++n) committed += n * b.accept_hist[n];
+        EXPECT_EQ(committed, b.new_tokens - 1) << i;
         EXPECT_NEAR(b.tau(), static_cast<double>(b.new_tokens - 1) / b.steps, 1e-12);
         EXPECT_GE(b.tau(), 1.0);
         EXPECT_LE(b.tau(), 4.0);
@@ -184,6 +189,43 @@ TEST(Bench, SampledRunsAreNotCheckedForLosslessness) {
     EXPECT_TRUE(r.mismatches.empty());
     EXPECT_NE(format_bench_table(r).find("lossless: not checked"), std::string::npos);
     EXPECT_FALSE(bench_to_json(r)["lossless_checked"].get<bool>());
+}
+
+// tau as the reference decoder counts it: the tokens a step commits within max_new_tokens. With
+// every draft accepted (zero final norms: every logit 0, both models pick token 0), block 5 and
+// a budget of 8 tokens (1 from the prefill, then 5 + 5), the second step accepts 5 tokens but
+// commits 2: tau (5 + 2) / 2 = 3.5 and a histogram of one 5 and one 2. Counting what the last
+// step accepted gives 5 and two 5s, which the report keeps as tau_accepted.
+TEST(Bench, TauCountsOnlyTokensCommittedWithinTheBudget) {
+    auto be = make_cpu_backend(1);
+    Pair p = make_pair(3, 5);
+    fill_f32(p.target.params().value("model.norm.weight"), 0.0f);
+    fill_f32(p.drafter.params().value("norm.weight"), 0.0f);
+    GenerateOptions opt;
+    opt.max_new_tokens = 8;
+    const BenchReport r = run_bench(p.target, p.drafter, *be, make_prompts(2, 37), opt, Logger());
+    ASSERT_EQ(r.block_size, 5);
+    for (const BenchRequest& q : r.requests) {
+        EXPECT_EQ(q.speculative.new_tokens, 8);
+        EXPECT_EQ(q.speculative.steps, 2);
+        EXPECT_EQ(q.speculative.accept_hist, (std::vector<int64_t>{0, 0, 1, 0, 0, 1}));
+        EXPECT_EQ(q.speculative.accepted_hist, (std::vector<int64_t>{0, 0, 0, 0, 0, 2}));
+        EXPECT_DOUBLE_EQ(q.speculative.tau(), 3.5);
+        EXPECT_DOUBLE_EQ(q.speculative.tau_accepted(), 5.0);
+    }
+    EXPECT_EQ(r.total.accept_hist, (std::vector<int64_t>{0, 0, 2, 0, 0, 2}));
+    EXPECT_DOUBLE_EQ(r.total.tau(), 3.5);
+    EXPECT_DOUBLE_EQ(r.mean_request_tau(), 3.5);
+    EXPECT_DOUBLE_EQ(r.total.tau_accepted(), 5.0);
+    const std::string table = format_bench_table(r);
+    for (const char* s : {"within max_new_tokens", "3.500 mean of per-prompt tau",
+                          "past the budget or a stop token: 5.000"})
+        EXPECT_NE(table.find(s), std::string::npos) << s << "\n" << table;
+    const nlohmann::json j = bench_to_json(r);
+    EXPECT_DOUBLE_EQ(j["total"]["tau"].get<double>(), 3.5);
+    EXPECT_DOUBLE_EQ(j["total"]["tau_accepted"].get<double>(), 5.0);
+    EXPECT_EQ(j["total"]["accepted_hist"].get<std::vector<int64_t>>(), r.total.accepted_hist);
+    EXPECT_DOUBLE_EQ(j["requests"][0]["speculative"]["tau_accepted"].get<double>(), 5.0);
 }
 
 TEST(Bench, TableAndJsonCarryEveryFigure) {

@@ -74,7 +74,9 @@ void expect_lossless(const Pair& p, Backend& be, int64_t prompts, std::vector<in
         ASSERT_EQ(a.tokens, b.tokens) << "prompt " << i;
         EXPECT_EQ(streamed, b.tokens);
         EXPECT_EQ(static_cast<int64_t>(b.tokens.size()), o.max_new_tokens);
-        for (size_t k = 0; k < b.stats.accept_hist.size(); ++k) hist[k] += b.stats.accept_hist[k];
+        // What verification accepted (a last step cut by the budget counted in full).
+        for (size_t k = 0; k < b.stats.accepted_hist.size(); ++k)
+            hist[k] += b.stats.accepted_hist[k];
     }
 }
 
@@ -196,7 +198,7 @@ TEST(SpecDecode, Bf16DraftsAreCloseToF32Drafts) {
 }
 
 // --trace's records: one per step, accepted + 1 tokens committed each, the next token committed
-// last, and the histogram counts them.
+// last, and the accepted histogram counts them.
 TEST(SpecDecode, TraceAgreesWithAcceptanceCounts) {
     auto be = make_cpu_backend(1);
     for (const bool v2 : {false, true}) {
@@ -221,7 +223,14 @@ TEST(SpecDecode, TraceAgreesWithAcceptanceCounts) {
             replay.insert(replay.end(), drafted[s].begin(), drafted[s].begin() + steps[s].accepted);
             replay.push_back(steps[s].next);
         }
-        EXPECT_EQ(hist, r.stats.accept_hist) << (v2 ? "dflash2" : "dflash");
+        EXPECT_EQ(hist, r.stats.accepted_hist) << (v2 ? "dflash2" : "dflash");
+        // accept_hist counts what each step committed: the same but for a last step cut short
+        // by the budget, and its mean is tau.
+        int64_t committed = 0;
+        for (size_t n = 0; n < r.stats.accept_hist.size(); ++n)
+            committed += static_cast<int64_t>(n) * r.stats.accept_hist[n];
+        EXPECT_EQ(committed, r.stats.new_tokens - 1);
+        EXPECT_GE(r.stats.tau_accepted(), r.stats.tau());
         replay.resize(std::min(replay.size(), r.tokens.size()));
         EXPECT_EQ(replay, r.tokens);
     }

@@ -1,9 +1,11 @@
 // Drafter training with the objectives of train.loss and train.documents (drafter_training.h):
 // KL distillation lowers the KL on the CPU and metrics.jsonl says which loss it is; so do TV and
 // DSpark's 0.1*ce+0.9*l1 mix; a bad train.loss is an error naming the setting; separate documents
-// train, and a run of both resumes bit for bit from a checkpoint; ce stays the default.
+// train, and a run of both resumes bit for bit from a checkpoint; ce stays the default; ce does not
+// depend on the target's layers past the deepest feature layer, a teacher loss does.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -22,6 +24,21 @@ class Objectives : public test::SharedInputsTest<Objectives> {
     static void write_inputs(const std::filesystem::path& dir) {
         test::write_pattern_dataset(dir / "data", 24, 3);
         test::write_tiny_target(dir / "target");
+        write_poisoned_target(dir / "target", dir / "poisoned_target");
+    }
+
+    // The target with weights that overflow to infinities and NaN when run (a loaded file may not
+    // hold NaN) after the drafter's deepest feature layer: layers 3 and 4 of 5 (the default
+    // features are [1, 2]) and the final norm.
+    static void write_poisoned_target(const std::filesystem::path& from,
+                                      const std::filesystem::path& to) {
+        TargetModel m = TargetModel::load(test::host_backend(), from);
+        for (const Param& p : m.params().params())
+            if (p.name.starts_with("model.layers.3.") || p.name.starts_with("model.layers.4.") ||
+                p.name == "model.norm.weight")
+                fill_f32(p.value, 1e30f);
+        m.save(to);
+        save_tokenizer_spec(to, *make_byte_tokenizer());
     }
 
   protected:
@@ -90,6 +107,33 @@ TEST_F(Objectives, BadLossIsAnErrorNamingTheSetting) {
             EXPECT_NE(std::string(e.what()).find("train.loss"), std::string::npos) << e.what();
         }
     }
+}
+
+// CE reads only the features of target_layer_ids (the online step's target forward stops at the
+// deepest of them; tests/model/target_early_stop_test.cpp counts the ops): overflowing weights in
+// the layers after it and in the final norm change no loss, bit for bit, while a loss with a
+// teacher term needs them and diverges at once (docs/training.md "Target layers per loss").
+TEST_F(Objectives, CeSkipsTargetLayersPastTheDeepestFeatureAndKlRunsThem) {
+    const auto run = [](const std::string& out, const char* target, const char* loss) {
+        std::vector<double> losses;
+        train::DrafterTrainJob job = test::drafter_job(dir_->path(), out);
+        job.target_dir = dir_->path() / target;
+        job.hooks.on_record = [&losses](const train::StepRecord& rec) {
+            if (!rec.eval) losses.push_back(rec.loss);
+        };
+        train_drafter_from_settings(
+            job, test::drafter_settings({{"train.loss", loss}, {"train.max_steps", "3"}}),
+            Logger());
+        return losses;
+    };
+    const std::vector<double> clean = run("early-clean", "target", "ce");
+    const std::vector<double> poisoned = run("early-poisoned", "poisoned_target", "ce");
+    ASSERT_EQ(clean.size(), 3u);
+    for (const double l : clean) EXPECT_TRUE(std::isfinite(l) && l > 0) << l;
+    EXPECT_EQ(poisoned, clean);
+    const std::string err =
+        test::error_of([&] { run("early-kl", "poisoned_target", "0.5*ce+0.5*kl"); });
+    EXPECT_NE(err.find("the loss is"), std::string::npos) << err;
 }
 
 TEST_F(Objectives, CeIsTheDefaultAndNamed) {

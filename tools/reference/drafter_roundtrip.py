@@ -309,7 +309,9 @@ def main():
         ref_steps = []
         toks, hist = speculative_greedy(model, drafter, r["prompt_ids"], bench["max_new_tokens"],
                                         stops, ref_steps)
-        ours = r["speculative"]["accept_hist"]
+        # The reference loop counts a + 1 per step in full, as dflash's accepted_hist does
+        # (accept_hist counts what a step committed within the budget; older reports lack it).
+        ours = r["speculative"].get("accepted_hist", r["speculative"]["accept_hist"])
         identical = hist == ours
         if args.trace_drafts:
             our_steps = dflash_traced_drafts(args, r["prompt_ids"], bench["max_new_tokens"])
