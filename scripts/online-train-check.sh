@@ -7,7 +7,8 @@
 # (gpu-bundle/bundle.tar.xz, scripts/gpu-bundle.sh); the data is this repository's own text,
 # byte-tokenized and packed. Prints the median step time over the steps after the first three,
 # samples/s for the machine and per GPU, and the peak GPU memory nvidia-smi saw.
-# GPUS (default 1), STEPS (default 12), SHARD=1 (train.shard_optimizer_state), EXCHANGE
+# TARGET=qwen3_30b_a3b: a Qwen3-30B-A3B-shaped mixture-of-experts target instead (61 GB bf16; issue
+# 24), written in transformers 5's fused expert spelling. GPUS (default 1), STEPS (default 12), SHARD=1 (train.shard_optimizer_state), EXCHANGE
 # (runtime.gradient_exchange with several GPUs, default device); output under $OUT or ./gpu-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,42 +20,74 @@ gpus=${GPUS:-1}
 steps=${STEPS:-12}
 repo_text_data "$run/data" > "$dest/online-data.txt" 2>&1 || { tail "$dest/online-data.txt"; exit 1; }
 t0=$(date +%s)
+tdir="$run/target"
+# A 61 GB target goes to memory (/dev/shm) when it has the room, the disk being small there.
+if [[ ${TARGET:-qwen3_8b} != qwen3_8b ]] &&
+    (($(df -k --output=avail /dev/shm 2> /dev/null | tail -1 || echo 0) > 62000000)); then
+    tdir=/dev/shm/dflash-online-target
+    rm -rf "$tdir"
+    trap 'rm -rf "$tdir"' EXIT
+fi
 # The layout and tokenizer files from `dflash init` at a tiny width; the 8B-shaped weights from
 # torch on the GPU (drawing 8.2 billion normals on one host core takes minutes).
-"$bin" init target -o "$run/target" --vocab 151936 --pretrain.hidden_size 64 \
+"$bin" init target -o "$tdir" --vocab 151936 --pretrain.hidden_size 64 \
     --pretrain.num_layers 1 --pretrain.num_heads 4 --pretrain.num_kv_heads 2 \
     --pretrain.head_dim 16 --pretrain.intermediate_size 128 \
     --pretrain.tie_word_embeddings false > "$dest/online-init.txt" 2>&1 ||
     { tail "$dest/online-init.txt"; exit 1; }
-python3 - "$run/target" <<'PY' || exit 1
-import json, sys, torch
+python3 - "$tdir" "${TARGET:-qwen3_8b}" <<'PY' || exit 1
+import json, os, sys, torch
 from safetensors.torch import save_file
-d = sys.argv[1]
+d, kind = sys.argv[1], sys.argv[2]
 cfg = json.load(open(f"{d}/config.json"))
-L, D, H, KV, Dh, I = 36, 4096, 32, 8, 128, 12288
 V = cfg["vocab_size"]
+if kind == "qwen3_8b":
+    L, D, H, KV, Dh, I, E, k, Ie = 36, 4096, 32, 8, 128, 12288, 0, 0, 0
+elif kind == "qwen3_30b_a3b":  # Qwen3-30B-A3B: 128 experts of width 768, top 8, every layer
+    L, D, H, KV, Dh, I, E, k, Ie = 48, 2048, 32, 4, 128, 6144, 128, 8, 768
+else:
+    sys.exit(f"TARGET={kind}: expected qwen3_8b or qwen3_30b_a3b")
 cfg.update(hidden_size=D, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=KV,
            head_dim=Dh, intermediate_size=I, max_window_layers=L, rope_theta=1e6,
            tie_word_embeddings=False)
+if E:
+    cfg.update(model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], num_experts=E,
+               num_experts_per_tok=k, moe_intermediate_size=Ie, norm_topk_prob=True,
+               decoder_sparse_step=1, mlp_only_layers=[])
 g = torch.Generator(device="cuda").manual_seed(0)
 def w(*shape):
     return (torch.randn(*shape, device="cuda", generator=g) * 0.02).to(torch.bfloat16).cpu()
 def ones(n):
     return torch.ones(n, dtype=torch.bfloat16)
-t = {"model.embed_tokens.weight": w(V, D), "model.norm.weight": ones(D), "lm_head.weight": w(V, D)}
+# One shard per layer (and one for the rest), so no process holds the whole model at once.
+weight_map, total = {}, 0
+def shard(name, t):
+    global total
+    save_file(t, f"{d}/{name}", metadata={"format": "pt"})
+    weight_map.update({key: name for key in t})
+    total += sum(x.numel() for x in t.values())
+shard("model-rest.safetensors", {"model.embed_tokens.weight": w(V, D), "model.norm.weight": ones(D),
+                                 "lm_head.weight": w(V, D)})
 for l in range(L):
     p = f"model.layers.{l}."
-    t.update({p + "input_layernorm.weight": ones(D), p + "post_attention_layernorm.weight": ones(D),
-              p + "self_attn.q_proj.weight": w(H * Dh, D), p + "self_attn.k_proj.weight": w(KV * Dh, D),
-              p + "self_attn.v_proj.weight": w(KV * Dh, D), p + "self_attn.o_proj.weight": w(D, H * Dh),
-              p + "self_attn.q_norm.weight": ones(Dh), p + "self_attn.k_norm.weight": ones(Dh),
-              p + "mlp.gate_proj.weight": w(I, D), p + "mlp.up_proj.weight": w(I, D),
-              p + "mlp.down_proj.weight": w(D, I)})
-save_file(t, f"{d}/model.safetensors", metadata={"format": "pt"})
+    t = {p + "input_layernorm.weight": ones(D), p + "post_attention_layernorm.weight": ones(D),
+         p + "self_attn.q_proj.weight": w(H * Dh, D), p + "self_attn.k_proj.weight": w(KV * Dh, D),
+         p + "self_attn.v_proj.weight": w(KV * Dh, D), p + "self_attn.o_proj.weight": w(D, H * Dh),
+         p + "self_attn.q_norm.weight": ones(Dh), p + "self_attn.k_norm.weight": ones(Dh)}
+    if E:  # transformers 5's fused spelling
+        t.update({p + "mlp.gate.weight": w(E, D), p + "mlp.experts.gate_up_proj": w(E, 2 * Ie, D),
+                  p + "mlp.experts.down_proj": w(E, D, Ie)})
+    else:
+        t.update({p + "mlp.gate_proj.weight": w(I, D), p + "mlp.up_proj.weight": w(I, D),
+                  p + "mlp.down_proj.weight": w(D, I)})
+    shard(f"model-layer{l:03d}.safetensors", t)
+if os.path.exists(f"{d}/model.safetensors"):
+    os.remove(f"{d}/model.safetensors")
+json.dump({"metadata": {}, "weight_map": weight_map},
+          open(f"{d}/model.safetensors.index.json", "w"), indent=1)
 json.dump(cfg, open(f"{d}/config.json", "w"), indent=2)
-print(f"{sum(x.numel() for x in t.values()) / 1e9:.2f}B parameters")
-PY
-echo "random Qwen3-8B-shaped target written in $(($(date +%s) - t0)) s"
+print(f"{kind}: {total / 1e9:.2f}B parameters")
+PYecho "random ${TARGET:-qwen3_8b}-shaped target written in $(($(date +%s) - t0)) s"
 extra=()
 [[ ${SHARD:-0} == 1 ]] && extra+=(--train.shard_optimizer_state true)
 ((gpus > 1)) && extra+=(--runtime.gradient_exchange "${EXCHANGE:-device}")
@@ -62,7 +95,7 @@ nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 500 
     > "$run/memory.csv" 2>/dev/null &
 smi=$!
 t0=$(date +%s)
-timeout 420 "$bin" train --target "$run/target" --data "$run/data" --output "$run/r" \
+timeout 420 "$bin" train --target "$tdir" --data "$run/data" --output "$run/r" \
     --runtime.devices "$gpus" --drafter.num_layers 5 --drafter.block_size 16 \
     --train.max_length 3072 --train.num_anchors 512 --train.max_steps "$steps" \
     --train.checkpoint_every 0 --train.eval_every 0 --train.log_every 1 --train.epochs 1000 \

@@ -33,8 +33,8 @@ DeviceTensor::DeviceTensor(Backend& be, Shape shape, DType dtype) {
 }
 
 HostTensor to_host_f32(Backend& be, const Tensor& t) {
-    DF_CHECK(t.dtype() != DType::i32, "to_host_f32: {} is not a floating-point tensor",
-             t.describe());
+    DF_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16,
+             "to_host_f32: {} is not a floating-point tensor", t.describe());
     HostTensor out(t.shape(), DType::f32);
     if (t.numel() == 0) return out;
     if (t.dtype() == DType::f32) {

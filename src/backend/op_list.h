@@ -78,7 +78,9 @@ DFLASH_OP(rmsnorm_bwd,
 
 // ---- RoPE ---------------------------------------------------------------------------------------
 // In place on x [S, Hx, Dh] with positions i32 [S]; inv_freq f32 [Dh/2] (rope_inv_freq, on
-// this device). Angles, cos and sin in f32 as the HF reference computes them.
+// this device). Angles, cos and sin in f32 as the HF reference computes them. Partial rotary
+// (the hybrid families): inv_freq f32 [R/2] with R < Dh turns the first R dims of each head
+// (pairs i, i + R/2) and leaves dims R.. as they are.
 DFLASH_OP(rope_fwd, (const Tensor& x, const Tensor& positions, const Tensor& inv_freq),
           (x, positions, inv_freq))
 // In place on dx: the transpose of the rotation (rotation by the negative angle).
@@ -120,6 +122,14 @@ DFLASH_OP(add_uniform_noise, (const Tensor& x, const Tensor& seed, float amplitu
           (x, seed, amplitude))
 // y [R, C] += bias [C] on every row (Qwen2's q/k/v projection biases).
 DFLASH_OP(add_row_bias, (const Tensor& y, const Tensor& bias), (y, bias))
+
+// ---- gating (the hybrid families' output gates) -------------------------------------------
+// y = x * sigmoid(gate) element-wise over equal shapes (the gated attention's output gate); y
+// may alias x. Compute dtype.
+DFLASH_OP(sigmoid_mul, (const Tensor& x, const Tensor& gate, const Tensor& y), (x, gate, y))
+// y [R, C] += sigmoid(s[r]) * x[r, :] for every row (the shared expert scaled by its gate);
+// x and y the compute dtype, s f32 [R] (or [R, 1]).
+DFLASH_OP(add_sigmoid_scaled, (const Tensor& y, const Tensor& x, const Tensor& s), (y, x, s))
 
 // ---- LM head losses -----------------------------------------------------------------------------
 // Final projection + cross-entropy over vocabulary chunks of `chunk` rows of w (never the
@@ -292,11 +302,67 @@ DFLASH_OP(moe_route,
 // in fp32, out overwritten; expert_e(x) = down_e · act(gate_up_e · x + b_gu) + b_d. x [R, D],
 // experts i32 [R, k] with ids in [0, E) (the CPU checks them; CUDA, which cannot read them,
 // leaves a term with an id outside out), weights f32 [R, k]. A row's bits do not depend on the
-// other rows (row invariance: a decode step and a verify block agree).
+// other rows (row invariance: a decode step and a verify block agree). The expert matrices may
+// be MXFP4 (MoeExperts::mxfp4()): decoded as they are read, the same result bit for bit as the
+// op on the decoded weights (f32 on the CPU, bf16 on CUDA), and no decoded copy is kept.
 DFLASH_OP(moe_experts,
           (const Tensor& x, const Tensor& experts, const Tensor& weights, const MoeExperts& w,
            const Tensor& out),
           (x, experts, weights, w, out))
+
+// ---- Gated DeltaNet (the linear-attention layers of qwen3_next / qwen3_5 targets) -----------
+// Forward only: the target is frozen while a drafter trains, so no op here has a backward.
+// C = 2*Hk*dk + Hv*dv (the q|k|v channels), r = Hv / Hk (an integer); "compute dtype" is f32 on
+// the CPU and bf16 on CUDA. The recurrence's inputs, state and output stay f32 everywhere.
+//
+// Short causal depthwise convolution + SiLU over the q|k|v channels. x [S, C] raw (pre-conv)
+// inputs, compute dtype; w [C, K] (HF's conv1d.weight [C, 1, K] viewed), compute dtype, K >= 2;
+// state f32 [K-1, C]: the K-1 raw inputs before x[0], oldest first (zeros at a sequence start),
+// read only. y [S, C] compute dtype: y[t, c] = silu(sum_j w[c, j] * u[t-K+1+j, c]), u = [state ;
+// x].
+DFLASH_OP(gdn_conv, (const Tensor& x, const Tensor& w, const Tensor& state, const Tensor& y),
+          (x, w, state, y))
+// state f32 [K-1, C] <- the last K-1 rows of [state ; x[0 : n)], n = count[0] (i32 [1] on the
+// device, clamped to [0, S]); x [S, C] compute dtype. Rolls the conv cache forward by the n
+// accepted tokens of a verify block.
+DFLASH_OP(gdn_conv_advance, (const Tensor& state, const Tensor& x, const Tensor& count),
+          (state, x, count))
+// The recurrence's inputs from the conv output and the b / a projections. conv_out [S, C] as
+// [q all heads | k all heads | v all heads] (compute dtype); b, a [S, Hv] (compute dtype); a_log,
+// dt_bias [Hv] (f32 or the compute dtype). Outputs, all f32: q, k [S, Hk, dk], each head
+// L2-normalised over dk as x * rsqrt(sum x^2 + 1e-6), q then times dk^-0.5; v [S, Hv, dv];
+// g [S, Hv] = -exp(a_log) * softplus(a + dt_bias) (softplus(x) = x above 20); beta [S, Hv] =
+// sigmoid(b). Hk, dk, Hv, dv are read from the output shapes.
+DFLASH_OP(gdn_prepare,
+          (const Tensor& conv_out, const Tensor& b, const Tensor& a, const Tensor& a_log,
+           const Tensor& dt_bias, const Tensor& q, const Tensor& k, const Tensor& v,
+           const Tensor& g, const Tensor& beta),
+          (conv_out, b, a, a_log, dt_bias, q, k, v, g, beta))
+// The gated delta rule over the S tokens of one sequence; value head h reads key head h / r.
+// Per token, for each value head with state S_h:
+//   S_h <- exp(g) * S_h;  e = v - S_h^T k;  S_h <- S_h + k (beta * e)^T;  o = S_h^T q
+// q, k f32 [S, Hk, dk]; v f32 [S, Hv, dv]; g, beta f32 [S, Hv]; state f32 [Hv, dk, dv] (HF's
+// orientation), updated in place; o f32 [S, Hv, dv].
+// gdn_chunked: the chunked (WY) form, chunks of 64 tokens (any S; a short last chunk), for
+// prefills and the training step's target forward. Equal to gdn_recurrent up to f32 rounding.
+DFLASH_OP(gdn_chunked,
+          (const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+           const Tensor& state, const Tensor& o),
+          (q, k, v, g, beta, state, o))
+// gdn_recurrent: token by token (decode, verify blocks, and the replay after a rejected draft).
+// count i32 [1] on the device, or empty: only the first min(max(count[0], 0), S) tokens are
+// applied (o rows past them are not written); o may be empty (a replay needs only the state).
+DFLASH_OP(gdn_recurrent,
+          (const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+           const Tensor& state, const Tensor& o, const Tensor& count),
+          (q, k, v, g, beta, state, o, count))
+// The layer's output norm (NOT zero-centred), per token and head over dv:
+// y = cast(o * rsqrt(mean(o^2) + eps)) * w * silu(z), cast = to the compute dtype. o f32
+// [S, Hv, dv]; z [S, Hv*dv] compute dtype; w [dv] compute dtype (one vector shared by every head);
+// y [S, Hv*dv] compute dtype.
+DFLASH_OP(gdn_gated_norm,
+          (const Tensor& o, const Tensor& z, const Tensor& w, float eps, const Tensor& y),
+          (o, z, w, eps, y))
 
 #undef DFLASH_OP
 #undef DFLASH_OP_DEFAULT

@@ -143,9 +143,10 @@ void check_rope_shapes(const Tensor& x, const Tensor& positions, const Tensor& i
                        const char* op) {
     DF_CHECK(x.rank() == 3, "{}: x has shape {}; expected [S, H, Dh]", op, x.shape().to_string());
     const int64_t s_len = x.dim(0), dh = x.dim(2);
-    DF_CHECK(dh % 2 == 0 && inv_freq.numel() == dh / 2,
-             "{}: head_dim Dh={} needs an even Dh and inv_freq of Dh/2 entries, got {} (compute "
-             "it with rope_inv_freq(cfg, Dh))",
+    DF_CHECK(dh % 2 == 0 && inv_freq.numel() >= 1 && inv_freq.numel() <= dh / 2,
+             "{}: head_dim Dh={} needs an even Dh and inv_freq of Dh/2 entries (R/2 for a "
+             "partial rotary over the first R dims), got {} (compute it with rope_inv_freq(cfg, "
+             "R))",
              op, dh, inv_freq.describe());
     DF_CHECK(positions.dtype() == DType::i32 && positions.numel() == s_len,
              "{}: positions is {} but x has S={} rows; expected i32 [{}]", op, positions.describe(),
@@ -269,6 +270,25 @@ AttentionDims check_attention_bwd_shapes(const Tensor& dout, const Tensor& q, co
     check_attention_like(dk, k, op, "dk", "k");
     check_attention_like(dv, k, op, "dv", "k");
     return d;
+}
+
+// ---- gating -------------------------------------------------------------------------------------
+
+void check_sigmoid_mul_shapes(const Tensor& x, const Tensor& gate, const Tensor& y) {
+    check_shaped_like(gate, x, "sigmoid_mul", "gate", "x");
+    check_shaped_like(y, x, "sigmoid_mul", "y", "x");
+}
+
+int64_t check_add_sigmoid_scaled_shapes(const Tensor& y, const Tensor& x, const Tensor& s) {
+    check_shaped_like(x, y, "add_sigmoid_scaled", "x", "y");
+    DF_CHECK(y.rank() >= 1, "add_sigmoid_scaled: y has shape {}; expected [R, C]",
+             y.shape().to_string());
+    const int64_t rows = y.dim(0);
+    DF_CHECK(s.numel() == rows,
+             "add_sigmoid_scaled: s has shape {} but y has {} rows; expected one gate logit a "
+             "row",
+             s.shape().to_string(), rows);
+    return rows;
 }
 
 // ---- SwiGLU -------------------------------------------------------------------------------------
@@ -700,15 +720,18 @@ MoeExpertsDims check_moe_experts_shapes(const Tensor& x, const Tensor& experts,
              x.describe());
     DF_CHECK(experts.rank() == 2 && experts.dim(1) >= 1, "{}: experts is {}; expected i32 [R, k]",
              op, experts.describe());
-    DF_CHECK(w.gate_up.rank() == 3 && w.gate_up.dim(1) % 2 == 0 && w.gate_up.dim(1) >= 2 &&
-                 w.gate_up.dim(0) >= 1,
-             "{}: gate_up is {}; expected [E, 2I, D] with E, I >= 1", op, w.gate_up.describe());
+    // The expert matrices: gate_up [E, 2I, D] in x's dtype, or its MXFP4 blocks [E, 2I, D/32, 16].
+    const Tensor& gu = w.mxfp4() ? w.gate_up_blocks : w.gate_up;
+    DF_CHECK(
+        gu.rank() == (w.mxfp4() ? 4 : 3) && gu.dim(1) % 2 == 0 && gu.dim(1) >= 2 && gu.dim(0) >= 1,
+        "{}: {} is {}; expected [E, 2I, {}] with E, I >= 1", op,
+        w.mxfp4() ? "gate_up_blocks" : "gate_up", gu.describe(), w.mxfp4() ? "D/32, 16" : "D");
     MoeExpertsDims d;
     d.R = x.dim(0);
     d.D = x.dim(1);
     d.k = experts.dim(1);
-    d.E = w.gate_up.dim(0);
-    d.I = w.gate_up.dim(1) / 2;
+    d.E = gu.dim(0);
+    d.I = gu.dim(1) / 2;
     check_rows(experts, DType::i32, d.R, d.k, op, "experts");
     check_rows(weights, DType::f32, d.R, d.k, op, "weights");
     const DType dt = x.dtype();
@@ -717,8 +740,29 @@ MoeExpertsDims check_moe_experts_shapes(const Tensor& x, const Tensor& experts,
                  op, name, t.describe(), dtype_name(dt), want.to_string());
     };
     shaped(out, Shape{d.R, d.D}, "out");
-    shaped(w.gate_up, Shape{d.E, 2 * d.I, d.D}, "gate_up");
-    shaped(w.down, Shape{d.E, d.D, d.I}, "down");
+    if (w.mxfp4()) {
+        DF_CHECK(w.gate_up.empty() && w.down.empty(),
+                 "{}: MXFP4 experts (gate_up_blocks {}) with gate_up {} / down {} as well; give "
+                 "one form",
+                 op, gu.describe(), w.gate_up.describe(), w.down.describe());
+        DF_CHECK(d.D % 32 == 0 && d.I % 32 == 0,
+                 "{}: MXFP4 experts need D and I multiples of 32 (one scale per 32 values), got "
+                 "D={} I={}",
+                 op, d.D, d.I);
+        const auto bytes = [&](const Tensor& t, Shape want, const char* name) {
+            DF_CHECK(t.dtype() == DType::u8 && t.shape() == want, "{}: {} is {}; expected u8 {}",
+                     op, name, t.describe(), want.to_string());
+        };
+        bytes(w.gate_up_blocks, Shape{d.E, 2 * d.I, d.D / 32, 16}, "gate_up_blocks");
+        bytes(w.gate_up_scales, Shape{d.E, 2 * d.I, d.D / 32}, "gate_up_scales");
+        bytes(w.down_blocks, Shape{d.E, d.D, d.I / 32, 16}, "down_blocks");
+        bytes(w.down_scales, Shape{d.E, d.D, d.I / 32}, "down_scales");
+    } else {
+        DF_CHECK(w.gate_up_scales.empty() && w.down_blocks.empty() && w.down_scales.empty(),
+                 "{}: MXFP4 scales or down blocks without gate_up_blocks", op);
+        shaped(w.gate_up, Shape{d.E, 2 * d.I, d.D}, "gate_up");
+        shaped(w.down, Shape{d.E, d.D, d.I}, "down");
+    }
     if (!w.gate_up_bias.empty()) shaped(w.gate_up_bias, Shape{d.E, 2 * d.I}, "gate_up_bias");
     if (!w.down_bias.empty()) shaped(w.down_bias, Shape{d.E, d.D}, "down_bias");
     DF_CHECK(w.activation != MoeActivation::clamped_swiglu || w.limit > 0.0f,
@@ -737,6 +781,116 @@ AdamWStepScalars adamw_step_scalars(const AdamWParams& p) {
     s.step_size = static_cast<float>(static_cast<double>(p.lr) / bc1);
     s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
     return s;
+}
+
+// ---- Gated DeltaNet -----------------------------------------------------------------------------
+
+namespace {
+
+// t has exactly `want` and dtype `dt`.
+void check_gdn_tensor(const Tensor& t, DType dt, const Shape& want, const char* op,
+                      const char* name) {
+    DF_CHECK(t.dtype() == dt && t.shape() == want, "{}: {} is {}; expected {} {}", op, name,
+             t.describe(), dtype_name(dt), want.to_string());
+}
+
+void check_gdn_count(const Tensor& count, const char* op) {
+    DF_CHECK(count.dtype() == DType::i32 && count.numel() == 1, "{}: count is {}; expected i32 [1]",
+             op, count.describe());
+}
+
+// The delta rule's inputs (gdn_prepare's outputs): q, k f32 [S, Hk, dk], v f32 [S, Hv, dv] with Hv
+// a multiple of Hk, g and beta f32 [S, Hv]. Returns the sizes.
+GdnDims check_gdn_rule_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                              const Tensor& beta, const char* op) {
+    DF_CHECK(q.rank() == 3 && q.dim(1) >= 1 && q.dim(2) >= 1,
+             "{}: q is {}; expected f32 [S, Hk, dk] with Hk, dk >= 1", op, q.describe());
+    DF_CHECK(v.rank() == 3 && v.dim(1) >= 1 && v.dim(2) >= 1,
+             "{}: v is {}; expected f32 [S, Hv, dv] with Hv, dv >= 1", op, v.describe());
+    const GdnDims d{q.dim(0), q.dim(1), q.dim(2), v.dim(1), v.dim(2)};
+    DF_CHECK(d.Hv % d.Hk == 0, "{}: Hv={} value heads (v {}) is not a multiple of Hk={} (q {})", op,
+             d.Hv, v.describe(), d.Hk, q.describe());
+    check_gdn_tensor(q, DType::f32, Shape{d.S, d.Hk, d.dk}, op, "q");
+    check_gdn_tensor(k, DType::f32, Shape{d.S, d.Hk, d.dk}, op, "k");
+    check_gdn_tensor(v, DType::f32, Shape{d.S, d.Hv, d.dv}, op, "v");
+    check_gdn_tensor(g, DType::f32, Shape{d.S, d.Hv}, op, "g");
+    check_gdn_tensor(beta, DType::f32, Shape{d.S, d.Hv}, op, "beta");
+    return d;
+}
+
+}  // namespace
+
+GdnConvDims check_gdn_conv_shapes(const Tensor& x, const Tensor& w, const Tensor& state,
+                                  const Tensor& y) {
+    constexpr const char* op = "gdn_conv";
+    DF_CHECK(x.rank() == 2 && x.dim(1) >= 1, "{}: x is {}; expected [S, C] with C >= 1", op,
+             x.describe());
+    DF_CHECK(w.rank() == 2 && w.dim(1) >= 2,
+             "{}: w is {}; expected [C, K] with K >= 2 (HF's conv1d.weight [C, 1, K] viewed)", op,
+             w.describe());
+    const GdnConvDims d{x.dim(0), x.dim(1), w.dim(1)};
+    check_gdn_tensor(w, x.dtype(), Shape{d.C, d.K}, op, "w");
+    check_gdn_tensor(y, x.dtype(), Shape{d.S, d.C}, op, "y");
+    check_gdn_tensor(state, DType::f32, Shape{d.K - 1, d.C}, op, "state");
+    return d;
+}
+
+GdnConvDims check_gdn_conv_advance_shapes(const Tensor& state, const Tensor& x,
+                                          const Tensor& count) {
+    constexpr const char* op = "gdn_conv_advance";
+    DF_CHECK(state.rank() == 2 && state.dtype() == DType::f32 && state.dim(0) >= 1,
+             "{}: state is {}; expected f32 [K-1, C] with K >= 2", op, state.describe());
+    const GdnConvDims d{x.rank() == 2 ? x.dim(0) : 0, state.dim(1), state.dim(0) + 1};
+    DF_CHECK(x.rank() == 2 && x.dim(1) == d.C, "{}: x is {}; expected [S, C={}] (state {})", op,
+             x.describe(), d.C, state.describe());
+    check_gdn_count(count, op);
+    return d;
+}
+
+GdnDims check_gdn_prepare_shapes(const Tensor& conv_out, const Tensor& b, const Tensor& a,
+                                 const Tensor& a_log, const Tensor& dt_bias, const Tensor& q,
+                                 const Tensor& k, const Tensor& v, const Tensor& g,
+                                 const Tensor& beta) {
+    constexpr const char* op = "gdn_prepare";
+    const GdnDims d = check_gdn_rule_inputs(q, k, v, g, beta, op);
+    const int64_t C = 2 * d.Hk * d.dk + d.Hv * d.dv;
+    DF_CHECK(conv_out.rank() == 2 && conv_out.dim(0) == d.S && conv_out.dim(1) == C,
+             "{}: conv_out is {}; expected [S={}, 2*Hk*dk + Hv*dv = {}] for q {} and v {}", op,
+             conv_out.describe(), d.S, C, q.describe(), v.describe());
+    check_gdn_tensor(b, conv_out.dtype(), Shape{d.S, d.Hv}, op, "b");
+    check_gdn_tensor(a, conv_out.dtype(), Shape{d.S, d.Hv}, op, "a");
+    DF_CHECK(a_log.rank() == 1 && a_log.dim(0) == d.Hv, "{}: a_log is {}; expected [Hv={}]", op,
+             a_log.describe(), d.Hv);
+    DF_CHECK(dt_bias.rank() == 1 && dt_bias.dim(0) == d.Hv, "{}: dt_bias is {}; expected [Hv={}]",
+             op, dt_bias.describe(), d.Hv);
+    return d;
+}
+
+GdnDims check_gdn_rule_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                              const Tensor& beta, const Tensor& state, const Tensor& o,
+                              const Tensor& count, bool o_optional, const char* op) {
+    const GdnDims d = check_gdn_rule_inputs(q, k, v, g, beta, op);
+    check_gdn_tensor(state, DType::f32, Shape{d.Hv, d.dk, d.dv}, op, "state");
+    if (!(o_optional && o.empty()))
+        check_gdn_tensor(o, DType::f32, Shape{d.S, d.Hv, d.dv}, op, "o");
+    if (!count.empty()) check_gdn_count(count, op);
+    return d;
+}
+
+GdnDims check_gdn_gated_norm_shapes(const Tensor& o, const Tensor& z, const Tensor& w, float eps,
+                                    const Tensor& y) {
+    constexpr const char* op = "gdn_gated_norm";
+    DF_CHECK(o.rank() == 3 && o.dtype() == DType::f32 && o.dim(1) >= 1 && o.dim(2) >= 1,
+             "{}: o is {}; expected f32 [S, Hv, dv] with Hv, dv >= 1", op, o.describe());
+    GdnDims d;
+    d.S = o.dim(0);
+    d.Hv = o.dim(1);
+    d.dv = o.dim(2);
+    check_gdn_tensor(z, z.dtype(), Shape{d.S, d.Hv * d.dv}, op, "z");
+    check_gdn_tensor(y, z.dtype(), Shape{d.S, d.Hv * d.dv}, op, "y");
+    check_gdn_tensor(w, z.dtype(), Shape{d.dv}, op, "w");
+    DF_CHECK(eps > 0.0f, "{}: eps={} must be > 0", op, eps);
+    return d;
 }
 
 }  // namespace dflash

@@ -48,7 +48,8 @@ int64_t check_rmsnorm_bwd_shapes(const Tensor& dy, const Tensor& x, const Tensor
                                  const Tensor& rstd, const Tensor& dx, const Tensor& dw);
 
 // ---- RoPE ---------------------------------------------------------------------------------------
-// x [S, H, Dh] with Dh even, positions i32 [S], inv_freq [Dh/2]. op: rope_fwd or rope_bwd.
+// x [S, H, Dh] with Dh even, positions i32 [S], inv_freq [R/2] with 2 <= R <= Dh (R < Dh: partial
+// rotary). op: rope_fwd or rope_bwd.
 void check_rope_shapes(const Tensor& x, const Tensor& positions, const Tensor& inv_freq,
                        const char* op);
 
@@ -70,6 +71,13 @@ AttentionDims check_attention_bwd_shapes(const Tensor& dout, const Tensor& q, co
                                          const Tensor& v, const Tensor& out, const Tensor& lse,
                                          const AttnMask& mask, const Tensor& dq, const Tensor& dk,
                                          const Tensor& dv);
+
+// ---- gating -------------------------------------------------------------------------------------
+// sigmoid_mul: gate and y shaped like x.
+void check_sigmoid_mul_shapes(const Tensor& x, const Tensor& gate, const Tensor& y);
+// add_sigmoid_scaled: y of rank >= 1 viewed as [R, C] (R = its first dim), x shaped like y, s of
+// R elements. Returns R.
+int64_t check_add_sigmoid_scaled_shapes(const Tensor& y, const Tensor& x, const Tensor& s);
 
 // ---- SwiGLU -------------------------------------------------------------------------------------
 // Every tensor shaped like gate.
@@ -187,9 +195,45 @@ struct MoeExpertsDims {
 };
 // x [R, D], experts i32 [R, k] with k >= 1, weights f32 [R, k], out [R, D]; w.gate_up [E, 2I, D]
 // and w.down [E, D, I] with E, I, D >= 1, the biases [E, 2I] / [E, D] or empty; x, out, the
-// weights and the biases of one dtype; limit > 0 for clamped_swiglu.
+// weights and the biases of one dtype; limit > 0 for clamped_swiglu. MXFP4 experts
+// (w.mxfp4()): gate_up and down empty, D and I multiples of 32, u8 blocks and scales shaped as
+// backend/ops.h: MoeExperts says.
 MoeExpertsDims check_moe_experts_shapes(const Tensor& x, const Tensor& experts,
                                         const Tensor& weights, const MoeExperts& w,
                                         const Tensor& out);
+
+// ---- Gated DeltaNet ----------------------------------------------------------------------------
+struct GdnConvDims {
+    int64_t S = 0, C = 0, K = 0;  // tokens, channels, taps
+};
+// gdn_conv: x [S, C], w [C, K] with K >= 2, y [S, C], x / w / y of one dtype; state f32 [K-1, C].
+GdnConvDims check_gdn_conv_shapes(const Tensor& x, const Tensor& w, const Tensor& state,
+                                  const Tensor& y);
+// gdn_conv_advance: state f32 [K-1, C] with K >= 2, x [S, C], count i32 [1]. K is read from the
+// state's rows.
+GdnConvDims check_gdn_conv_advance_shapes(const Tensor& state, const Tensor& x,
+                                          const Tensor& count);
+struct GdnDims {
+    int64_t S = 0, Hk = 0, dk = 0, Hv = 0,
+            dv = 0;                            // tokens, key heads and dim, value heads and dim
+    int64_t ratio() const { return Hv / Hk; }  // value heads per key head
+};
+// gdn_prepare: q, k f32 [S, Hk, dk], v f32 [S, Hv, dv] with Hk, dk, Hv, dv >= 1 and Hv a multiple
+// of Hk; g, beta f32 [S, Hv]; conv_out [S, 2*Hk*dk + Hv*dv]; b, a [S, Hv] of conv_out's dtype;
+// a_log, dt_bias [Hv] (their dtype is the backend's business).
+GdnDims check_gdn_prepare_shapes(const Tensor& conv_out, const Tensor& b, const Tensor& a,
+                                 const Tensor& a_log, const Tensor& dt_bias, const Tensor& q,
+                                 const Tensor& k, const Tensor& v, const Tensor& g,
+                                 const Tensor& beta);
+// gdn_chunked / gdn_recurrent (op names either): q, k f32 [S, Hk, dk], v f32 [S, Hv, dv] with
+// Hv a multiple of Hk, g, beta f32 [S, Hv], state f32 [Hv, dk, dv], o f32 [S, Hv, dv] (may be
+// empty when o_optional), count i32 [1] or empty.
+GdnDims check_gdn_rule_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                              const Tensor& beta, const Tensor& state, const Tensor& o,
+                              const Tensor& count, bool o_optional, const char* op);
+// gdn_gated_norm: o f32 [S, Hv, dv]; z and y [S, Hv*dv] and w [dv] of one dtype; eps > 0.
+// Returns S, Hv and dv (Hk and dk stay 0).
+GdnDims check_gdn_gated_norm_shapes(const Tensor& o, const Tensor& z, const Tensor& w, float eps,
+                                    const Tensor& y);
 
 }  // namespace dflash

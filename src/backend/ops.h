@@ -260,11 +260,23 @@ enum class MoeActivation {
 // The experts' weights, E experts of hidden size D and intermediate size I, in the Linear
 // orientation (y = x · Wᵀ). A checkpoint that stores them otherwise (gpt-oss's [E, D, 2I] with
 // interleaved gate/up rows) is rearranged into this layout when it is loaded.
+//
+// The two matrices come either in x's dtype (gate_up, down) or as MXFP4 (backend/mxfp4.h), the
+// same rows in the same order, each row's D (or I) values as groups of 32: blocks u8
+// [.., groups, 16] (two e2m1 codes a byte, the low nibble first) and scales u8 [.., groups] (e8m0:
+// 2^(s - 127)). Then gate_up and down stay empty and the op decodes the weights as it reads them,
+// computing exactly what it computes on the decoded weights (D and I multiples of 32). gpt-oss
+// experts stay MXFP4 in GPU memory so (a quarter of bf16's bytes).
 struct MoeExperts {
     Tensor gate_up;       // [E, 2I, D]: rows [0, I) the gate projection, [I, 2I) the up projection
     Tensor gate_up_bias;  // [E, 2I] or empty (gpt-oss has biases, Qwen3-MoE none)
     Tensor down;          // [E, D, I]
     Tensor down_bias;     // [E, D] or empty
+    Tensor gate_up_blocks;  // MXFP4 gate_up: u8 [E, 2I, D/32, 16], or empty
+    Tensor gate_up_scales;  // u8 [E, 2I, D/32]
+    Tensor down_blocks;     // MXFP4 down: u8 [E, D, I/32, 16]
+    Tensor down_scales;     // u8 [E, D, I/32]
+    bool mxfp4() const { return !gate_up_blocks.empty(); }
     MoeActivation activation = MoeActivation::swiglu;
     float limit = 7.0f;    // clamped_swiglu
     float alpha = 1.702f;  // clamped_swiglu

@@ -428,13 +428,15 @@ void add_infer(Registry& r) {
 
 void add_chat(Registry& r) {
     r.add(D::enumeration("chat.template", "auto",
-                         {"auto", "qwen3", "llama3", "llama3.1", "harmony"},
-                         "chat template of an HF tokenizer; auto = recognise "
+                         {"auto", "qwen3", "qwen3_5", "llama3", "llama3.1", "harmony"},
+                         "chat template of an HF tokenizer; auto = the one config.json's "
+                         "model_type implies (qwen3_5 for Qwen3.5), else recognise "
                          "tokenizer_config.json's")
               .read_by("HF tokenizer: data prepare, generate --chat, prompts, tokenize --chat"));
     r.add(D::boolean("chat.enable_thinking", true,
-                     "Qwen3 thinking mode (false: the prompt ends with an empty think block)")
-              .read_by("qwen3 chat template"));
+                     "Qwen3 / Qwen3.5 thinking mode (false: the prompt ends with an empty think "
+                     "block; true: Qwen3.5's prompt opens one)")
+              .read_by("qwen3 and qwen3_5 chat templates"));
     r.add(D::string("chat.date_string", "26 Jul 2024", "Llama-3.1 template's 'Today Date'")
               .read_by("llama3.1 chat template"));
     r.add(D::enumeration("chat.reasoning_effort", "medium", {"low", "medium", "high"},

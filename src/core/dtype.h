@@ -8,7 +8,8 @@
 
 namespace dflash {
 
-enum class DType : uint8_t { f32, bf16, i32 };
+// u8: raw bytes (MXFP4 expert blocks and scales, docs/formats.md); no arithmetic op takes it.
+enum class DType : uint8_t { f32, bf16, i32, u8 };
 
 constexpr size_t dtype_size(DType t) {
     switch (t) {
@@ -18,6 +19,8 @@ constexpr size_t dtype_size(DType t) {
             return 2;
         case DType::i32:
             return 4;
+        case DType::u8:
+            return 1;
     }
     return 0;
 }
@@ -30,6 +33,8 @@ constexpr std::string_view dtype_name(DType t) {
             return "bf16";
         case DType::i32:
             return "i32";
+        case DType::u8:
+            return "u8";
     }
     return "?";
 }

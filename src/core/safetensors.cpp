@@ -131,12 +131,17 @@ std::vector<std::string> check_layout(const std::map<std::string, SafetensorsEnt
     }
     if (max_end > data_size) {
         // Tensors packed back to back from offset 0 whose end lies past the file: the header is
-        // fine and the data was cut short (an interrupted download or copy).
+        // fine and the data was cut short (an interrupted download or copy). Named: the first
+        // tensor the cut reaches.
+        std::string first_cut;
+        for (const auto& [n, e] : order)
+            if (first_cut.empty() && e->nbytes() > 0 && e->end > data_size) first_cut = *n;
         DF_CHECK(total != max_end,
                  "safetensors file {}: data is truncated: the header describes {} bytes of "
-                 "tensor data but the file holds only {} (file size {}, expected {}); was a "
-                 "download or copy interrupted?",
-                 quoted(path), max_end, data_size, data_start + data_size, data_start + max_end);
+                 "tensor data but the file holds only {} (file size {}, expected {}), so tensor "
+                 "'{}' and those after it are cut short; was a download or copy interrupted?",
+                 quoted(path), max_end, data_size, data_start + data_size, data_start + max_end,
+                 first_cut);
         for (const auto& [n, e] : order) {
             DF_CHECK(e->end <= data_size,
                      "safetensors file {}: tensor '{}' data_offsets [{}, {}] are out of range: "
@@ -376,7 +381,9 @@ HostTensor SafetensorsFile::read(const std::string& name) const {
 // ---- writing -------------------------------------------------------------------------------
 
 uint64_t stored_nbytes(const Tensor& t, DType store_as) {
-    const size_t esize = t.dtype() == DType::i32 ? 4 : dtype_size(store_as);
+    // i32 and u8 keep their own width; only float tensors take store_as.
+    const bool raw = t.dtype() == DType::i32 || t.dtype() == DType::u8;
+    const size_t esize = raw ? dtype_size(t.dtype()) : dtype_size(store_as);
     return static_cast<uint64_t>(t.numel()) * esize;
 }
 
@@ -384,13 +391,14 @@ namespace {
 
 const char* stored_dtype_name(const Tensor& t, DType store_as) {
     if (t.dtype() == DType::i32) return "I32";
+    if (t.dtype() == DType::u8) return "U8";
     return store_as == DType::bf16 ? "BF16" : "F32";
 }
 
 // Streams one tensor's data, converting between f32 and bf16 in bounded chunks.
 void write_tensor_data(AtomicFileWriter& w, const Tensor& t, DType store_as) {
     const auto n = static_cast<size_t>(t.numel());
-    if (t.dtype() == DType::i32 || t.dtype() == store_as) {
+    if (t.dtype() == DType::i32 || t.dtype() == DType::u8 || t.dtype() == store_as) {
         w.write(t.data(), t.nbytes());
         return;
     }

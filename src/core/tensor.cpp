@@ -63,6 +63,11 @@ uint16_t* Tensor::bf16() const {
     return static_cast<uint16_t*>(data_);
 }
 
+uint8_t* Tensor::u8() const {
+    DF_ASSERT(dtype_ == DType::u8, "tensor {} accessed as u8", describe());
+    return static_cast<uint8_t*>(data_);
+}
+
 Tensor Tensor::reshape(Shape s) const {
     DF_ASSERT(s.numel() == numel(), "reshape {} -> {} changes the element count",
               shape_.to_string(), s.to_string());

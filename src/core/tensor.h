@@ -65,6 +65,7 @@ class Tensor {
     float* f32() const;
     int32_t* i32() const;
     uint16_t* bf16() const;
+    uint8_t* u8() const;
 
     // Same data, another shape with the same element count.
     Tensor reshape(Shape s) const;

@@ -2,6 +2,7 @@
 // Tested by tests/model/decoder_layer_test.cpp and the target/drafter tests.
 #include "model/decoder_layer.h"
 
+#include "model/gdn_layer.h"
 #include "model/rope_yarn.h"
 
 namespace dflash {
@@ -21,16 +22,94 @@ LayerDims layer_dims(const TargetConfig& cfg) {
     d.gpt_oss_router = cfg.gpt_oss();
     d.norm_topk = cfg.norm_topk_prob;
     d.swiglu_limit = static_cast<float>(cfg.swiglu_limit);
+    d.Is = cfg.shared_expert_intermediate_size;
+    d.lin_hk = cfg.linear_num_key_heads;
+    d.lin_dk = cfg.linear_key_head_dim;
+    d.lin_hv = cfg.linear_num_value_heads;
+    d.lin_dv = cfg.linear_value_head_dim;
+    d.lin_kernel = cfg.linear_conv_kernel_dim;
     return d;
 }
 
 namespace {
 
+// The layout (target_tensor_specs) says which feed-forward a layer has.
+void resolve_feed_forward(const ParamSet& p, const std::string& pre, bool grads, LayerWeights& w) {
+    auto get = [&](const std::string& n) { return grads ? p.grad(pre + n) : p.value(pre + n); };
+    // MoE layers have a router (their expert matrices may be packed outside the ParamSet:
+    // model/expert_weights.h).
+    const bool router = p.has(pre + "mlp.router.weight");  // gpt-oss; qwen3_moe: mlp.gate
+    if (!router && !p.has(pre + "mlp.gate.weight")) {
+        w.w_gate = get("mlp.gate_proj.weight");
+        w.w_up = get("mlp.up_proj.weight");
+        w.w_down = get("mlp.down_proj.weight");
+        return;
+    }
+    w.router = get(router ? "mlp.router.weight" : "mlp.gate.weight");
+    if (router) w.router_bias = get("mlp.router.bias");
+    if (p.has(pre + "mlp.experts.gate_up_proj")) {
+        w.experts_gate_up = get("mlp.experts.gate_up_proj");
+        w.experts_down = get("mlp.experts.down_proj");
+    }
+    if (p.has(pre + "mlp.experts.gate_up_proj_bias")) {
+        w.experts_gate_up_bias = get("mlp.experts.gate_up_proj_bias");
+        w.experts_down_bias = get("mlp.experts.down_proj_bias");
+    }
+    if (p.has(pre + "mlp.shared_expert.gate_proj.weight")) {
+        w.shared_gate_proj = get("mlp.shared_expert.gate_proj.weight");
+        w.shared_up_proj = get("mlp.shared_expert.up_proj.weight");
+        w.shared_down_proj = get("mlp.shared_expert.down_proj.weight");
+        w.shared_gate = get("mlp.shared_expert_gate.weight");
+    }
+}
+
+// A Gated DeltaNet mixer: Qwen3.5's split projections, or Qwen3-Next's fused ones as row ranges
+// (their rows were regrouped at load, model/hybrid_weights.h).
+void resolve_linear(const ParamSet& p, const std::string& pre, const LayerDims& d, bool grads,
+                    LayerWeights& w) {
+    auto get = [&](const std::string& n) {
+        return grads ? p.grad(pre + "linear_attn." + n) : p.value(pre + "linear_attn." + n);
+    };
+    const int64_t c = d.lin_conv_dim(), vd = d.lin_hv * d.lin_dv;
+    if (p.has(pre + "linear_attn.in_proj_qkvz.weight")) {
+        const Tensor qkvz = get("in_proj_qkvz.weight"), ba = get("in_proj_ba.weight");
+        if (!qkvz.empty()) {
+            w.lin_qkv = qkvz.rows(0, c);
+            w.lin_z = qkvz.rows(c, c + vd);
+            w.lin_b = ba.rows(0, d.lin_hv);
+            w.lin_a = ba.rows(d.lin_hv, 2 * d.lin_hv);
+        }
+    } else {
+        w.lin_qkv = get("in_proj_qkv.weight");
+        w.lin_z = get("in_proj_z.weight");
+        w.lin_b = get("in_proj_b.weight");
+        w.lin_a = get("in_proj_a.weight");
+    }
+    const Tensor conv = get("conv1d.weight");
+    if (!conv.empty()) w.lin_conv = conv.reshape({c, d.lin_kernel});
+    w.lin_a_log = get("A_log");
+    w.lin_dt_bias = get("dt_bias");
+    w.lin_norm = get("norm.weight");
+    w.lin_out = get("out_proj.weight");
+}
+
 LayerWeights resolve(const ParamSet& p, const std::string& pre, const LayerDims& d, bool grads) {
     auto get = [&](const std::string& n) { return grads ? p.grad(pre + n) : p.value(pre + n); };
     LayerWeights w;
     w.input_ln = get("input_layernorm.weight");
+    w.post_ln = get("post_attention_layernorm.weight");
+    resolve_feed_forward(p, pre, grads, w);
+    if (p.has(pre + "linear_attn.out_proj.weight")) {
+        resolve_linear(p, pre, d, grads, w);
+        return w;
+    }
     w.wq = get("self_attn.q_proj.weight");
+    // The hybrid families' gated attention: q_proj's rows were regrouped at load into all query
+    // rows, then all gate rows (model/hybrid_weights.h).
+    if (!w.wq.empty() && w.wq.dim(0) == 2 * d.H * d.Dh) {
+        w.wq_gate = w.wq.rows(d.H * d.Dh, 2 * d.H * d.Dh);
+        w.wq = w.wq.rows(0, d.H * d.Dh);
+    }
     w.wk = get("self_attn.k_proj.weight");
     w.wv = get("self_attn.v_proj.weight");
     if (d.qkv_bias) {
@@ -44,23 +123,6 @@ LayerWeights resolve(const ParamSet& p, const std::string& pre, const LayerDims&
         w.k_norm = get("self_attn.k_norm.weight");
     }
     w.wo = get("self_attn.o_proj.weight");
-    w.post_ln = get("post_attention_layernorm.weight");
-    // The layout (target_tensor_specs) says which feed-forward a layer has.
-    if (!p.has(pre + "mlp.experts.gate_up_proj")) {
-        w.w_gate = get("mlp.gate_proj.weight");
-        w.w_up = get("mlp.up_proj.weight");
-        w.w_down = get("mlp.down_proj.weight");
-        return w;
-    }
-    const bool router = p.has(pre + "mlp.router.weight");  // gpt-oss; qwen3_moe: mlp.gate
-    w.router = get(router ? "mlp.router.weight" : "mlp.gate.weight");
-    if (router) w.router_bias = get("mlp.router.bias");
-    w.experts_gate_up = get("mlp.experts.gate_up_proj");
-    w.experts_down = get("mlp.experts.down_proj");
-    if (p.has(pre + "mlp.experts.gate_up_proj_bias")) {
-        w.experts_gate_up_bias = get("mlp.experts.gate_up_proj_bias");
-        w.experts_down_bias = get("mlp.experts.down_proj_bias");
-    }
     return w;
 }
 
@@ -71,6 +133,18 @@ void project(const LayerContext& lc, const Tensor& x, const Tensor& w, const Ten
     linear(lc.be, lc.prepared, x, w, y, accumulate ? 1.0f : 0.0f);
     if (!bias.empty())
         lc.be.add_row_bias(y.reshape({y.numel() / bias.numel(), bias.numel()}), bias);
+}
+
+// The hybrid families' gated attention: attn [Sq, H*Dh] *= sigmoid(hq · wq_gateᵀ) (forward
+// only: these targets are frozen). A no-op for other layers.
+void apply_output_gate(const LayerContext& lc, const LayerWeights& w, const Tensor& hq,
+                       const Tensor& attn) {
+    if (w.wq_gate.empty()) return;
+    const Workspace::Mark mark = lc.ws.mark();
+    const Tensor gate = lc.ws.take(attn.shape(), lc.be.compute_dtype());
+    linear(lc.be, lc.prepared, hq, w.wq_gate, gate);
+    lc.be.sigmoid_mul(attn, gate, attn);
+    lc.ws.release(mark);
 }
 
 // Rows [0, a) of dst <- a, rows [a, a+b) <- b.
@@ -117,6 +191,10 @@ void moe_core_forward(const LayerContext& lc, const LayerWeights& w, const Tenso
     ex.gate_up_bias = w.experts_gate_up_bias;
     ex.down = w.experts_down;
     ex.down_bias = w.experts_down_bias;
+    ex.gate_up_blocks = w.experts_gate_up_blocks;
+    ex.gate_up_scales = w.experts_gate_up_scales;
+    ex.down_blocks = w.experts_down_blocks;
+    ex.down_scales = w.experts_down_scales;
     if (d.swiglu_limit > 0) {
         ex.activation = MoeActivation::clamped_swiglu;
         ex.limit = d.swiglu_limit;
@@ -127,6 +205,20 @@ void moe_core_forward(const LayerContext& lc, const LayerWeights& w, const Tenso
         be.add_inplace(y, part, 1.0f);
     } else {
         be.moe_experts(h2, experts, weights, ex, y);
+    }
+    if (!w.shared_gate_proj.empty()) {
+        // The hybrid families' shared expert: y += sigmoid(h2 · shared_gateᵀ) * swiglu MLP(h2).
+        const DType act = be.compute_dtype();
+        const Tensor g = lc.ws.take({R, d.Is}, act), u = lc.ws.take({R, d.Is}, act);
+        linear(be, lc.prepared, h2, w.shared_gate_proj, g);
+        linear(be, lc.prepared, h2, w.shared_up_proj, u);
+        const Tensor a = lc.ws.take({R, d.Is}, act);
+        be.swiglu_fwd(g, u, a);
+        const Tensor shared = lc.ws.take({R, d.D}, act);
+        linear(be, lc.prepared, a, w.shared_down_proj, shared);
+        const Tensor logit = lc.ws.take({R, 1}, DType::f32);
+        be.gemm(h2, false, w.shared_gate, true, logit);
+        be.add_sigmoid_scaled(y, shared, logit);
     }
     lc.ws.release(mark);
 }
@@ -151,10 +243,10 @@ void mlp_forward(const LayerContext& lc, const LayerWeights& w, const Tensor& x1
 
 }  // namespace
 
-DeviceTensor upload_inv_freq(Backend& be, const RopeConfig& rope, int64_t head_dim) {
+DeviceTensor upload_inv_freq(Backend& be, const RopeConfig& rope, int64_t rotary_dim) {
     const std::vector<float> f = rope.scaling.type == RopeScalingType::yarn
-                                     ? yarn_inv_freq(rope, head_dim)
-                                     : rope_inv_freq(rope, head_dim);
+                                     ? yarn_inv_freq(rope, rotary_dim)
+                                     : rope_inv_freq(rope, rotary_dim);
     const auto n = static_cast<int64_t>(f.size());
     DeviceTensor t(be, {n}, DType::f32);
     from_host_f32(be, t, HostTensor::from_f32({n}, f).view());
@@ -210,6 +302,7 @@ void attention_core_forward(const LayerContext& lc, const LayerWeights& w, const
     AttnMask m = mask;
     if (!w.sinks.empty()) m.sinks = w.sinks;
     be.attention_fwd(a.q, a.k, a.v, m, a.attn.reshape({Sq, d.H, d.Dh}), a.lse);
+    apply_output_gate(lc, w, hq, a.attn);
     project(lc, a.attn, w.wo, w.bo, o, accumulate);
 }
 
@@ -361,6 +454,26 @@ void write_kv(const LayerContext& lc, const LayerWeights& w, const Tensor& in, c
 
 }  // namespace
 
+void linear_layer_forward(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
+                          const LinearState& st, LinearMode mode, const Tensor& count,
+                          const LinearSaved* save, const Tensor& out) {
+    const LayerDims& d = lc.dims;
+    Backend& be = lc.be;
+    const int64_t S = x.dim(0);
+    const Workspace::Mark mark = lc.ws.mark();
+    const DType act = be.compute_dtype();
+    auto buf = [&](Shape s) { return lc.ws.take(s, act); };
+    auto f32 = [&](Shape s) { return lc.ws.take(s, DType::f32); };
+    const Tensor h = buf({S, d.D});
+    be.rmsnorm_fwd(x, w.input_ln, d.eps, h, Tensor());
+    const Tensor x1 = buf({S, d.D});
+    be.copy(x1, x);
+    gdn_mixer_forward(lc, w, h, st, mode, count, save, x1, true);
+    mlp_forward(lc, w, x1, f32({S}), buf({S, d.D}), buf({S, d.I}), buf({S, d.I}), buf({S, d.I}),
+                out);
+    lc.ws.release(mark);
+}
+
 void layer_append_context(const LayerContext& lc, const LayerWeights& w, const Tensor& ctx,
                           const Tensor& pos, LayerKvCache& cache, const Tensor& row0) {
     const Workspace::Mark mark = lc.ws.mark();
@@ -393,6 +506,7 @@ void layer_forward_cached(const LayerContext& lc, const LayerWeights& w, const T
     mask.sinks = w.sinks;
     be.attention_fwd(q, cache.k.view(), cache.v.view(), mask, attn.reshape({Sq, d.H, d.Dh}),
                      Tensor());
+    apply_output_gate(lc, w, h, attn);
     Tensor x1 = buf({Sq, d.D});
     be.copy(x1, x);
     project(lc, attn, w.wo, w.bo, x1, true);

@@ -32,6 +32,11 @@ struct LayerDims {
     bool gpt_oss_router = false;  // top-k logits then softmax over k (else softmax then top-k)
     bool norm_topk = false;       // softmax-then-top-k: divide the k weights by their sum
     float swiglu_limit = 0;       // gpt-oss's clamped SwiGLU (0: plain SwiGLU)
+    // The hybrid families (TargetConfig::hybrid): the shared expert's width (0: none) and the
+    // Gated DeltaNet dims of their linear layers (model/gdn_layer.h).
+    int64_t Is = 0;
+    int64_t lin_hk = 0, lin_dk = 0, lin_hv = 0, lin_dv = 0, lin_kernel = 0;
+    int64_t lin_conv_dim() const { return 2 * lin_hk * lin_dk + lin_hv * lin_dv; }  // C
 };
 LayerDims layer_dims(const TargetConfig& cfg);
 
@@ -41,6 +46,7 @@ struct LayerWeights {
     Tensor wq, wk, wv;      // [H*Dh, D], [Hkv*Dh, D], [Hkv*Dh, D]
     Tensor bq, bk, bv, bo;  // [H*Dh], [Hkv*Dh], [Hkv*Dh], [D] when the model has biases
     Tensor q_norm, k_norm;  // [Dh] (qwen3 only; empty for llama)
+    Tensor wq_gate;         // [H*Dh, D]: the hybrid families' output gate rows of q_proj, or empty
     Tensor wo;              // [D, H*Dh]
     Tensor post_ln;         // [D]
     Tensor w_gate, w_up;    // [I, D] (dense layers)
@@ -51,12 +57,31 @@ struct LayerWeights {
     Tensor experts_gate_up_bias;  // [E, 2Ie] (gpt-oss) or empty
     Tensor experts_down;          // [E, D, Ie]
     Tensor experts_down_bias;     // [E, D] (gpt-oss) or empty
+    // Or the two matrices as MXFP4 (backend/ops.h: MoeExperts), set by the model when its
+    // experts stay packed (model/expert_weights.h: PackedExperts); then the two above are empty.
+    Tensor experts_gate_up_blocks, experts_gate_up_scales, experts_down_blocks, experts_down_scales;
+    // The hybrid families' shared expert (a SwiGLU MLP of width Is every token uses, scaled by
+    // sigmoid(h2 · shared_gateᵀ)), or empty.
+    Tensor shared_gate_proj, shared_up_proj;  // [Is, D]
+    Tensor shared_down_proj;                  // [D, Is]
+    Tensor shared_gate;                       // [1, D]
+    // A Gated DeltaNet layer's mixer instead of attention (wq etc. empty then).
+    Tensor lin_qkv;       // [C, D], C = 2*Hk*dk + Hv*dv: q, k, v of every head
+    Tensor lin_z;         // [Hv*dv, D]: the output norm's gate
+    Tensor lin_b, lin_a;  // [Hv, D]: beta and decay inputs
+    Tensor lin_conv;      // [C, K]: the causal convolution (conv1d.weight [C, 1, K] viewed)
+    Tensor lin_a_log;     // [Hv]
+    Tensor lin_dt_bias;   // [Hv]
+    Tensor lin_norm;      // [dv]: the output norm (a plain scale, not 1 + w)
+    Tensor lin_out;       // [D, Hv*dv]
+    bool linear() const { return !lin_qkv.empty(); }
     // gpt-oss: f32 [H] on the device, a copy of self_attn.sinks that the attention mask reads
     // (the parameter is in the compute dtype); set by the model, empty otherwise.
     Tensor sinks;
-    bool moe() const { return !experts_gate_up.empty(); }
+    bool moe() const { return !router.empty(); }
 };
-// prefix: "model.layers.3." (target) or "layers.3." (drafter).
+// prefix: "model.layers.3." (target) or "layers.3." (drafter). The hybrid families' norms are
+// the stored w here; the target points them at its (1 + w) copies (TargetModel).
 LayerWeights layer_weights(const ParamSet& p, const std::string& prefix, const LayerDims& d);
 LayerWeights layer_grads(const ParamSet& p, const std::string& prefix, const LayerDims& d);
 
@@ -84,9 +109,9 @@ struct LayerActs {
     Tensor gate, up, act;  // [Sq, I]
 };
 
-// RoPE's inverse frequencies (rope_inv_freq; yarn_inv_freq for YaRN) as an f32 [Dh/2] tensor on
-// be's device.
-DeviceTensor upload_inv_freq(Backend& be, const RopeConfig& rope, int64_t head_dim);
+// RoPE's inverse frequencies (rope_inv_freq; yarn_inv_freq for YaRN) as an f32 [R/2] tensor on
+// be's device, R = rotary_dim (head_dim, or fewer for a partial rotary).
+DeviceTensor upload_inv_freq(Backend& be, const RopeConfig& rope, int64_t rotary_dim);
 
 // What every layer call runs on: the backend (real, or the planning one while a step is sized),
 // the step's workspace, the layer sizes and RoPE's inverse frequencies (f32 [Dh/2] on the device).
@@ -142,6 +167,29 @@ void attention_core_backward(const LayerContext& lc, const LayerWeights& w, cons
                              const Tensor& dctx);
 void mlp_core_backward(const LayerContext& lc, const LayerWeights& w, const LayerWeights& g,
                        const LayerActs& acts, const Tensor& dy, const Tensor& dh2);
+
+// A Gated DeltaNet layer's recurrent state (model/gdn_layer.h): conv f32 [K-1, C] (the last K-1
+// raw inputs of the convolution), ssm f32 [Hv, dk, dv].
+struct LinearState {
+    Tensor conv, ssm;
+};
+// What a cached linear layer saves of its rows for a later replay (TargetSession::crop): the raw
+// convolution inputs qkv [n, C] (compute dtype) and the recurrence's inputs q, k f32 [n, Hk, dk],
+// v f32 [n, Hv, dv], g, beta f32 [n, Hv]. Empty: nothing saved.
+struct LinearSaved {
+    Tensor qkv, q, k, v, g, beta;
+};
+// Which form of the recurrence a linear layer runs: chunked (prefills, full forwards) or token
+// by token (decode, verify blocks).
+enum class LinearMode { chunked, recurrent };
+
+// A hybrid family's linear layer, h = x + deltanet(input_ln(x)), out = h + mlp(post_ln(h)), over
+// the rows x [S, D] from the state st, which it advances by all S rows (`count` i32 [1] on the
+// device holds S: the conv cache's roll). `save` (its tensors' rows [0, S)) receives the rows'
+// inputs when non-null. out may alias x. Temporaries come from lc.ws and are given back.
+void linear_layer_forward(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
+                          const LinearState& st, LinearMode mode, const Tensor& count,
+                          const LinearSaved* save, const Tensor& out);
 
 // One layer's KV cache: rows [0, len) hold K (after norm and RoPE) and V, in the compute dtype.
 struct LayerKvCache {

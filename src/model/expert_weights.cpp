@@ -4,10 +4,11 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
+#include "model/hybrid_weights.h"
 
 namespace dflash {
 
@@ -38,6 +39,7 @@ int64_t interleaved_row(int64_t r, int64_t i) {
 }
 
 std::span<const uint8_t> bytes_of(const CheckpointReader& r, const std::string& name) {
+    // MXFP4 experts are gpt_oss's, never under a wrapper prefix.
     const auto b = r.raw_bytes(name);
     return {reinterpret_cast<const uint8_t*>(b.data()), b.size()};
 }
@@ -82,7 +84,8 @@ void down_slab(const CheckpointReader& r, const std::string& pre, ExpertFormat f
 
 // An expert parameter read from format f, expert by expert (one slab on the host at a time).
 void load_expert_param(ParamSet& params, const Param& p, ExpertPart part, const std::string& pre,
-                       const TargetConfig& c, const CheckpointReader& r, ExpertFormat f) {
+                       const TargetConfig& c, const CheckpointReader& r, ExpertFormat f,
+                       const CheckpointNames& names) {
     const int64_t e_count = c.num_experts, i = c.moe_intermediate_size, d = c.hidden_size;
     if (part == ExpertPart::gate_up_bias) {
         // Stored [E, 2I] interleaved (both gpt_oss formats).
@@ -109,12 +112,12 @@ void load_expert_param(ParamSet& params, const Param& p, ExpertPart part, const 
         if (f == ExpertFormat::per_expert) {
             const std::string ex = fmt::format("{}{}.", pre, e);
             if (gate_up) {
-                const HostTensor g = r.read_f32(ex + "gate_proj.weight");
-                const HostTensor u = r.read_f32(ex + "up_proj.weight");
+                const HostTensor g = r.read_f32(names.stored(ex + "gate_proj.weight"));
+                const HostTensor u = r.read_f32(names.stored(ex + "up_proj.weight"));
                 std::memcpy(s, g.f32(), g.nbytes());
                 std::memcpy(s + i * d, u.f32(), u.nbytes());
             } else {
-                const HostTensor w = r.read_f32(ex + "down_proj.weight");
+                const HostTensor w = r.read_f32(names.stored(ex + "down_proj.weight"));
                 std::memcpy(s, w.f32(), w.nbytes());
             }
         } else if (gate_up) {
@@ -128,50 +131,163 @@ void load_expert_param(ParamSet& params, const Param& p, ExpertPart part, const 
 
 }  // namespace
 
-float e2m1_value(uint8_t code) {
-    constexpr float kMagnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-    const float m = kMagnitude[code & 7];
-    return (code & 8) ? -m : m;
-}
-
-void decode_mxfp4(std::span<const uint8_t> blocks, std::span<const uint8_t> scales, int64_t rows,
-                  int64_t groups, float* out) {
-    DF_ASSERT(static_cast<int64_t>(blocks.size()) == rows * groups * 16 &&
-                  static_cast<int64_t>(scales.size()) == rows * groups,
-              "MXFP4: {} block bytes and {} scale bytes for {} rows of {} groups", blocks.size(),
-              scales.size(), rows, groups);
-    for (int64_t g = 0; g < rows * groups; ++g) {
-        const int exponent = static_cast<int>(scales[g]) - 127;
-        float* o = out + g * 32;
-        for (int64_t j = 0; j < 16; ++j) {
-            const uint8_t byte = blocks[g * 16 + j];
-            o[2 * j] = std::ldexp(e2m1_value(byte & 0x0f), exponent);
-            o[2 * j + 1] = std::ldexp(e2m1_value(byte >> 4), exponent);
-        }
-    }
-}
-
 void load_target_params(ParamSet& params, const TargetConfig& c, const CheckpointReader& r,
-                        ExpertFormat f) {
+                        ExpertFormat f, const CheckpointNames& names) {
     for (const Param& p : params.params()) {
         const auto [part, pre] = expert_part(p.name);
         if (part == ExpertPart::none || f == ExpertFormat::fused ||
             (f == ExpertFormat::per_expert && part != ExpertPart::gate_up &&
              part != ExpertPart::down)) {
             // The model's own layout: read by name (shapes were checked before allocation).
-            const HostTensor t = r.read_f32(p.name);
+            const std::string stored = names.stored(p.name);
+            HostTensor t = r.read_f32(stored);
             DF_CHECK(t.shape() == p.shape, "{}: tensor '{}' has shape {} but the config implies {}",
-                     r.file_path(p.name).string(), p.name, t.shape().to_string(),
+                     r.file_path(stored).string(), stored, t.shape().to_string(),
                      p.shape.to_string());
+            // The hybrid families' fused projections: rows regrouped (model/hybrid_weights.h).
+            if (const auto src = hybrid_row_source(c, p.name); !src.empty())
+                t = gather_rows(t, src);
             params.write_f32(p.name, t.view());
             continue;
         }
-        load_expert_param(params, p, part, pre, c, r, f);
+        load_expert_param(params, p, part, pre, c, r, f, names);
     }
+}
+
+bool keeps_experts_packed(Mxfp4Storage s, ExpertFormat f, const Backend& be) {
+    if (f != ExpertFormat::mxfp4) return false;
+    if (s == Mxfp4Storage::backend_default) return be.device().kind == DeviceKind::cuda;
+    return s == Mxfp4Storage::packed;
+}
+
+std::vector<TensorSpec> target_param_specs(const TargetConfig& c, bool packed_experts) {
+    std::vector<TensorSpec> specs = target_tensor_specs(c);
+    if (!packed_experts) return specs;
+    std::erase_if(specs, [](const TensorSpec& s) {
+        const auto [part, pre] = expert_part(s.name);
+        return part == ExpertPart::gate_up || part == ExpertPart::down;
+    });
+    return specs;
+}
+
+namespace {
+
+// One packed tensor's place in PackedExperts' buffer.
+struct Piece {
+    std::string name;  // tail after ".mlp.experts."
+    Shape shape;
+    int64_t rows;       // rows per expert (2I or D)
+    int64_t row_bytes;  // bytes per row
+    bool interleaved;   // gate_up: the checkpoint interleaves gate and up rows
+};
+
+std::vector<Piece> packed_pieces(const TargetConfig& c) {
+    const int64_t e = c.num_experts, i = c.moe_intermediate_size, d = c.hidden_size;
+    return {{"gate_up_proj_blocks", {e, 2 * i, d / 32, 16}, 2 * i, d / 32 * 16, true},
+            {"gate_up_proj_scales", {e, 2 * i, d / 32}, 2 * i, d / 32, true},
+            {"down_proj_blocks", {e, d, i / 32, 16}, d, i / 32 * 16, false},
+            {"down_proj_scales", {e, d, i / 32}, d, i / 32, false}};
+}
+
+int64_t aligned(int64_t bytes) {
+    return (bytes + 255) / 256 * 256;
+}
+
+std::string experts_prefix(int64_t l) {
+    return fmt::format("model.layers.{}.mlp.experts.", l);
+}
+
+}  // namespace
+
+PackedExperts PackedExperts::load(Backend& be, const TargetConfig& c, const CheckpointReader& r) {
+    DF_ASSERT(c.gpt_oss() && c.hidden_size % 32 == 0 && c.moe_intermediate_size % 32 == 0);
+    const std::vector<Piece> pieces = packed_pieces(c);
+    int64_t total = 0;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+        if (c.is_moe_layer(l))
+            for (const Piece& p : pieces) total += aligned(p.shape.numel());
+    PackedExperts out;
+    out.storage_ = DeviceTensor(be, {std::max<int64_t>(total, 1)}, DType::u8);
+    auto* base = static_cast<uint8_t*>(out.storage_.view().data());
+    const DeviceRef dev = be.device();
+    const int64_t i = c.moe_intermediate_size;
+    int64_t off = 0;
+    out.layers_.resize(static_cast<size_t>(c.num_hidden_layers));
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        if (!c.is_moe_layer(l)) continue;
+        Layer& layer = out.layers_[static_cast<size_t>(l)];
+        Tensor* views[4] = {&layer.gate_up_blocks, &layer.gate_up_scales, &layer.down_blocks,
+                            &layer.down_scales};
+        for (size_t k = 0; k < pieces.size(); ++k) {
+            const Piece& p = pieces[k];
+            const std::string name = experts_prefix(l) + p.name;
+            const auto stored = r.raw_bytes(name);
+            DF_CHECK(static_cast<int64_t>(stored.size()) == p.shape.numel(),
+                     "{}: tensor '{}' holds {} bytes but {} needs {}", r.file_path(name).string(),
+                     name, stored.size(), p.shape.to_string(), p.shape.numel());
+            *views[k] = Tensor(base + off, DType::u8, p.shape, dev);
+            off += aligned(p.shape.numel());
+            // Expert by expert through one host slab, gate_up's rows reordered on the way.
+            const int64_t slab = p.rows * p.row_bytes;
+            HostTensor h({slab}, DType::u8);
+            for (int64_t e = 0; e < c.num_experts; ++e) {
+                const unsigned char* src = stored.data() + e * slab;
+                for (int64_t row = 0; row < p.rows; ++row) {
+                    const int64_t from = p.interleaved ? interleaved_row(row, i) : row;
+                    std::memcpy(h.view().u8() + row * p.row_bytes, src + from * p.row_bytes,
+                                static_cast<size_t>(p.row_bytes));
+                }
+                be.upload(views[k]->rows(e, e + 1).reshape({slab}), h.view());
+                be.synchronize();  // h is refilled next
+            }
+        }
+    }
+    return out;
+}
+
+int64_t PackedExperts::bytes() const {
+    int64_t n = 0;
+    for (const Layer& l : layers_)
+        n += static_cast<int64_t>(l.gate_up_blocks.nbytes() + l.gate_up_scales.nbytes() +
+                                  l.down_blocks.nbytes() + l.down_scales.nbytes());
+    return n;
+}
+
+std::vector<std::pair<std::string, HostTensor>> PackedExperts::stored_tensors(
+    Backend& be, const TargetConfig& c) const {
+    const std::vector<Piece> pieces = packed_pieces(c);
+    const int64_t i = c.moe_intermediate_size;
+    std::vector<std::pair<std::string, HostTensor>> out;
+    for (int64_t l = 0; l < static_cast<int64_t>(layers_.size()); ++l) {
+        const Layer& layer = layers_[static_cast<size_t>(l)];
+        if (layer.gate_up_blocks.empty()) continue;
+        const Tensor* views[4] = {&layer.gate_up_blocks, &layer.gate_up_scales, &layer.down_blocks,
+                                  &layer.down_scales};
+        for (size_t k = 0; k < pieces.size(); ++k) {
+            const Piece& p = pieces[k];
+            HostTensor ours(p.shape, DType::u8);
+            be.download(ours.view(), *views[k]);
+            if (!p.interleaved) {
+                out.emplace_back(experts_prefix(l) + p.name, std::move(ours));
+                continue;
+            }
+            HostTensor hub(p.shape, DType::u8);
+            const int64_t slab = p.rows * p.row_bytes;
+            for (int64_t e = 0; e < c.num_experts; ++e)
+                for (int64_t row = 0; row < p.rows; ++row)
+                    std::memcpy(hub.view().u8() + e * slab + interleaved_row(row, i) * p.row_bytes,
+                                ours.view().u8() + e * slab + row * p.row_bytes,
+                                static_cast<size_t>(p.row_bytes));
+            out.emplace_back(experts_prefix(l) + p.name, std::move(hub));
+        }
+    }
+    return out;
 }
 
 ExpertFormat hub_expert_format(const TargetConfig& c) {
     if (c.num_moe_layers() == 0) return ExpertFormat::none;
+    // Qwen3.5-MoE's published checkpoints hold the experts fused.
+    if (c.model_type == "qwen3_5_moe") return ExpertFormat::fused;
     return c.gpt_oss() ? ExpertFormat::gpt_oss : ExpertFormat::per_expert;
 }
 
@@ -183,7 +299,8 @@ std::vector<std::pair<std::string, HostTensor>> stored_target_tensors(const Para
     for (const Param& p : params.params()) {
         const auto [part, pre] = expert_part(p.name);
         HostTensor w = params.read_f32(p.name);
-        if (part == ExpertPart::none || part == ExpertPart::down_bias) {
+        if (const auto src = hybrid_row_source(c, p.name); !src.empty()) w = scatter_rows(w, src);
+        if (part == ExpertPart::none || part == ExpertPart::down_bias || f == ExpertFormat::fused) {
             out.emplace_back(p.name, std::move(w));
             continue;
         }

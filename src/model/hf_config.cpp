@@ -137,7 +137,8 @@ TargetConfig parse_layer_fields(const json& j, const std::string& model_type, co
     DF_CHECK(j.is_object(), "config.json is {} (expected an object)", j.type_name());
     TargetConfig c;
     c.model_type = model_type;
-    c.qk_norm = model_type == "qwen3" || model_type == "qwen3_moe";
+    c.qk_norm =
+        model_type == "qwen3" || model_type == "qwen3_moe" || is_hybrid_model_type(model_type);
     c.hidden_size = req_int(j, "hidden_size", what);
     c.intermediate_size = req_int(j, "intermediate_size", what);
     c.num_hidden_layers = req_int(j, "num_hidden_layers", what);
@@ -370,9 +371,9 @@ std::vector<std::string> TargetConfig::problems() const {
         if (!ok) p.push_back(std::move(msg));
     };
     need(model_type == "qwen3" || model_type == "llama" || model_type == "qwen2" ||
-             model_type == "qwen3_moe" || model_type == "gpt_oss",
+             model_type == "qwen3_moe" || model_type == "gpt_oss" || hybrid(),
          fmt::format("model_type '{}' is not supported (supported: qwen3, qwen2, llama, "
-                     "qwen3_moe, gpt_oss)",
+                     "qwen3_moe, gpt_oss, qwen3_next, qwen3_5, qwen3_5_moe)",
                      model_type));
     const std::pair<const char*, int64_t> dims[] = {
         {"hidden_size", hidden_size},
@@ -413,9 +414,9 @@ std::vector<std::string> TargetConfig::problems() const {
              fmt::format("rope_scaling.original_max_position_embeddings={} must be positive",
                          rope.scaling.original_max_position));
     }
-    need(qk_norm == (model_type == "qwen3" || model_type == "qwen3_moe"),
-         fmt::format("qk_norm={} does not match model_type '{}' (qwen3 and qwen3_moe have "
-                     "q_norm/k_norm, llama, qwen2 and gpt_oss have not)",
+    need(qk_norm == (model_type == "qwen3" || model_type == "qwen3_moe" || hybrid()),
+         fmt::format("qk_norm={} does not match model_type '{}' (qwen3, qwen3_moe and the hybrid "
+                     "families have q_norm/k_norm, llama, qwen2 and gpt_oss have not)",
                      qk_norm, model_type));
     if (rope.scaling.type == RopeScalingType::yarn) {
         need(rope.scaling.original_max_position > 0,
@@ -429,6 +430,7 @@ std::vector<std::string> TargetConfig::problems() const {
                          rope.scaling.attention_factor));
     }
     moe_problems(*this, p);
+    if (hybrid()) hybrid_problems(*this, p);
     std::vector<std::pair<std::string, int64_t>> ids = {{"bos_token_id", bos_token_id},
                                                         {"eos_token_id", eos_token_id}};
     for (int64_t id : extra_eos_token_ids) ids.emplace_back("eos_token_id", id);
@@ -446,6 +448,16 @@ std::vector<std::string> TargetConfig::problems() const {
 TargetConfig TargetConfig::from_json_unchecked(const json& j) {
     DF_CHECK(j.is_object() && present(j, "model_type") && j["model_type"].is_string(),
              "config.json has no \"model_type\" string (expected \"qwen3\" or \"llama\")");
+    if (is_hybrid_model_type(j["model_type"].get<std::string>())) {
+        const HybridSource src = hybrid_source(j);
+        json text = *src.text;
+        // qwen3_5_moe has no dense layer and may leave intermediate_size out.
+        if (src.model_type == "qwen3_5_moe" && !present(text, "intermediate_size"))
+            text["intermediate_size"] = opt_int(text, "moe_intermediate_size", 512);
+        TargetConfig c = parse_layer_fields(text, src.model_type, "a target model");
+        parse_hybrid_fields(text, j, src.wrapper, c);
+        return c;
+    }
     TargetConfig c = parse_layer_fields(j, j["model_type"].get<std::string>(), "a target model");
     parse_moe_fields(j, c);
     return c;
@@ -477,7 +489,9 @@ json TargetConfig::to_json() const {
     j["initializer_range"] = 0.02;
     j["torch_dtype"] = torch_dtype;
     j["use_cache"] = true;
-    if (llama) {
+    if (hybrid()) {
+        hybrid_fields_json(*this, j);
+    } else if (llama) {
         j["mlp_bias"] = false;
         j["pretraining_tp"] = 1;
     } else if (moe() || gpt_oss()) {
@@ -745,6 +759,16 @@ DrafterConfig make_drafter_config(const TargetConfig& t, int64_t num_layers, int
     d.layer.layer_types.clear();
     d.layer.sliding_window = 0;
     d.layer.attention_sinks = false;
+    // Nor do they have the hybrid families' linear layers, partial rotary or gated attention.
+    d.layer.partial_rotary_factor = 1.0;
+    d.layer.attn_output_gate = false;
+    d.layer.mrope_section.clear();
+    d.layer.mrope_interleaved = false;
+    d.layer.linear_num_key_heads = d.layer.linear_num_value_heads = 0;
+    d.layer.linear_key_head_dim = d.layer.linear_value_head_dim = 0;
+    d.layer.linear_conv_kernel_dim = 0;
+    d.layer.shared_expert_intermediate_size = 0;
+    d.layer.multimodal_wrapper = false;
     d.sliding_layers.assign(num_layers, false);  // full layers unless the caller slides some
     d.block_size = block_size;
     d.mask_token_id = mask_token_id;

@@ -32,14 +32,16 @@ inline constexpr int64_t kMaxTargetFeatures = 64;
 inline constexpr int64_t kMaxExperts = 4096;
 
 struct TargetConfig {
-    std::string model_type = "qwen3";  // "qwen3", "qwen2", "llama", "qwen3_moe" or "gpt_oss"
-    int64_t hidden_size = 0;           // D
-    int64_t intermediate_size = 0;     // I of dense layers (gpt_oss: of each expert, = I_e)
-    int64_t num_hidden_layers = 0;     // L
-    int64_t num_attention_heads = 0;   // H
-    int64_t num_key_value_heads = 0;   // Hkv
-    int64_t head_dim = 0;              // Dh (default D / H)
-    int64_t vocab_size = 0;            // V
+    // "qwen3", "qwen2", "llama", "qwen3_moe", "gpt_oss", or a hybrid family: "qwen3_next",
+    // "qwen3_5", "qwen3_5_moe" (config.json's qwen3_5_text / qwen3_5_moe_text are read as these)
+    std::string model_type = "qwen3";
+    int64_t hidden_size = 0;          // D
+    int64_t intermediate_size = 0;    // I of dense layers (gpt_oss: of each expert, = I_e)
+    int64_t num_hidden_layers = 0;    // L
+    int64_t num_attention_heads = 0;  // H
+    int64_t num_key_value_heads = 0;  // Hkv
+    int64_t head_dim = 0;             // Dh (default D / H)
+    int64_t vocab_size = 0;           // V
     int64_t max_position_embeddings = 0;
     double rms_norm_eps = 1e-6;
     RopeConfig rope;
@@ -73,6 +75,24 @@ struct TargetConfig {
     bool attention_sinks = false;  // gpt_oss: self_attn.sinks [H], a logit per head that joins
                                    // the softmax's denominator only
 
+    // Hybrid linear-attention families (qwen3_next, qwen3_5, qwen3_5_moe; docs/formats.md
+    // "Hybrid linear-attention targets"): layer_types lists "linear_attention" (a Gated DeltaNet
+    // layer) or "full_attention" per layer (filled from full_attention_interval when config.json
+    // has no list). Every RMSNorm but the DeltaNet's output norm scales by (1 + w).
+    double partial_rotary_factor = 1.0;  // RoPE turns the first factor * head_dim dims of a head
+    bool attn_output_gate = false;       // q_proj also yields a per-head sigmoid output gate
+    std::vector<int64_t> mrope_section;  // qwen3_5's M-RoPE split, kept for saving only (text
+    bool mrope_interleaved = false;      // positions are equal on all streams: plain 1-D RoPE)
+    int64_t linear_num_key_heads = 0;    // Hk
+    int64_t linear_num_value_heads = 0;  // Hv (a multiple of Hk)
+    int64_t linear_key_head_dim = 0;     // dk
+    int64_t linear_value_head_dim = 0;   // dv
+    int64_t linear_conv_kernel_dim = 0;  // K, the causal convolution's taps
+    int64_t shared_expert_intermediate_size = 0;  // MoE layers' shared expert width (0: none)
+    // Read from a multimodal ...ForConditionalGeneration config (the text model in text_config,
+    // weights under model.language_model.); save() writes the text model alone.
+    bool multimodal_wrapper = false;
+
     static TargetConfig from_json(const nlohmann::json& j);
     // from_json without the final problems() check (malformed values still throw): for tools
     // such as `dflash inspect` that report every problem instead of stopping at the first.
@@ -94,6 +114,18 @@ struct TargetConfig {
     bool o_bias() const { return attention_bias && model_type != "qwen2"; }
 
     bool moe() const { return num_experts > 0; }
+    // qwen3_next, qwen3_5 or qwen3_5_moe (hf_config_hybrid.cpp).
+    bool hybrid() const;
+    // Layer i is a Gated DeltaNet ("linear_attention") layer.
+    bool is_linear_layer(int64_t i) const;
+    int64_t num_linear_layers() const;
+    // The leading dims of each head that RoPE turns: head_dim * partial_rotary_factor (even).
+    int64_t rotary_dim() const;
+    // The q|k|v channels of a linear layer: 2 * Hk * dk + Hv * dv.
+    int64_t linear_conv_dim() const {
+        return 2 * linear_num_key_heads * linear_key_head_dim +
+               linear_num_value_heads * linear_value_head_dim;
+    }
     bool gpt_oss() const { return model_type == "gpt_oss"; }
     // Whether layer i's feed-forward is the experts (else the dense MLP): gpt_oss every layer;
     // otherwise E > 0, i not in mlp_only_layers and (i+1) % decoder_sparse_step == 0.

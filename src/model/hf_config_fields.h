@@ -62,4 +62,20 @@ void moe_problems(const TargetConfig& c, std::vector<std::string>& p);
 // Their keys, as transformers writes them for c.model_type, added to j.
 void moe_fields_json(const TargetConfig& c, json& j);
 
+// The hybrid linear-attention families (hf_config_hybrid.cpp). config.json's model_type names
+// one: qwen3_next, qwen3_5_text, qwen3_5_moe_text, or the multimodal wrappers qwen3_5 /
+// qwen3_5_moe (their text model in text_config).
+bool is_hybrid_model_type(const std::string& model_type);
+struct HybridSource {
+    const json* text;        // the object holding the text model's keys
+    std::string model_type;  // qwen3_next, qwen3_5 or qwen3_5_moe
+    bool wrapper;            // text is the wrapper's text_config
+};
+HybridSource hybrid_source(const json& j);
+// The hybrid keys of the text config j (the wrapper's top level `top`, else j itself) into c.
+void parse_hybrid_fields(const json& j, const json& top, bool wrapper, TargetConfig& c);
+void hybrid_problems(const TargetConfig& c, std::vector<std::string>& p);
+// The text model's config as transformers' ...ForCausalLM writes it.
+void hybrid_fields_json(const TargetConfig& c, json& j);
+
 }  // namespace dflash::config_fields

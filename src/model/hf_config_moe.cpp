@@ -124,7 +124,8 @@ void moe_problems(const TargetConfig& c, std::vector<std::string>& p) {
     auto need = [&](bool ok, std::string msg) {
         if (!ok) p.push_back(std::move(msg));
     };
-    const bool moe_type = c.model_type == "qwen3_moe" || c.gpt_oss();
+    const bool moe_type = c.model_type == "qwen3_moe" || c.gpt_oss() ||
+                          c.model_type == "qwen3_next" || c.model_type == "qwen3_5_moe";
     if (moe_type) {
         const char* e_key = c.gpt_oss() ? "num_local_experts" : "num_experts";
         need(c.num_experts >= 1 && c.num_experts <= kMaxExperts,
@@ -159,7 +160,8 @@ void moe_problems(const TargetConfig& c, std::vector<std::string>& p) {
         need(c.attention_sinks, "gpt_oss attention has sinks");
         need(!c.qk_norm, "gpt_oss attention has no q_norm/k_norm");
     }
-    if (c.layer_types.empty()) return;
+    // The hybrid families' layer_types (linear / full attention): hybrid_problems.
+    if (c.layer_types.empty() || c.hybrid()) return;
     need(static_cast<int64_t>(c.layer_types.size()) == c.num_hidden_layers,
          fmt::format("layer_types lists {} layers but num_hidden_layers={}", c.layer_types.size(),
                      c.num_hidden_layers));

@@ -31,7 +31,8 @@ struct DirState {
     std::optional<TargetConfig> target;
     std::optional<DrafterConfig> drafter;
     std::unique_ptr<CheckpointReader> ckpt;
-    std::map<std::string, Found> tensors;       // from the checkpoint
+    std::map<std::string, Found> tensors;       // from the checkpoint, under the model's names
+    std::map<std::string, std::string> stored;  // model name -> checkpoint name, where they differ
     std::vector<std::string> notes;             // worth saying, not wrong
     ExpertFormat experts = ExpertFormat::none;  // how the checkpoint stores MoE experts
 };
@@ -141,7 +142,8 @@ void check_values(const DirState& st, std::vector<std::string>& problems) {
     for (const auto& [name, f] : st.tensors) {
         if (f.dtype != "F32" && f.dtype != "BF16" && f.dtype != "F16") continue;
         try {
-            const auto nf = st.ckpt->nonfinite(name);
+            const auto it = st.stored.find(name);
+            const auto nf = st.ckpt->nonfinite(it == st.stored.end() ? name : it->second);
             if (nf.count > 0)
                 problems.push_back(
                     fmt::format("tensor '{}' is not finite: {}", name,
@@ -150,6 +152,30 @@ void check_values(const DirState& st, std::vector<std::string>& problems) {
             problems.push_back(fmt::format("tensor '{}': {}", name, e.what()));
         }
     }
+}
+
+// The hybrid families' checkpoints (docs/formats.md "Hybrid linear-attention targets"): a
+// wrapper's model.language_model.* tensors under the text model's names, its vision tower and
+// the multi-token-prediction head left out of the layout check, and said so.
+void map_hybrid_names(DirState& st) {
+    std::vector<std::string> names;
+    for (const auto& [n, f] : st.tensors) names.push_back(n);
+    const CheckpointNames cn = checkpoint_names(*st.target, names);
+    std::map<std::string, Found> mapped;
+    for (auto& [n, f] : st.tensors) {
+        const std::string m = cn.model(n);
+        if (m.empty()) continue;
+        if (m != n) st.stored[m] = n;
+        mapped[m] = std::move(f);
+    }
+    st.tensors = std::move(mapped);
+    if (cn.language_prefix != "model.")
+        st.notes.push_back(
+            fmt::format("the language model's tensors are stored under '{}'", cn.language_prefix));
+    if (cn.vision + cn.mtp > 0)
+        st.notes.push_back(fmt::format(
+            "skipped: {} vision tensors, {} MTP tensors (a text target does not use them)",
+            cn.vision, cn.mtp));
 }
 
 std::string guess_kind(const DirState& st) {
@@ -190,6 +216,12 @@ std::string family_name(const std::string& model_type) {
     if (model_type == "llama") return "llama (Llama, dense)";
     if (model_type == "qwen3_moe") return "qwen3_moe (Qwen3-MoE, mixture of experts)";
     if (model_type == "gpt_oss") return "gpt_oss (gpt-oss, mixture of experts)";
+    if (model_type == "qwen3_next")
+        return "qwen3_next (Qwen3-Next: Gated DeltaNet and gated attention, mixture of experts)";
+    if (model_type == "qwen3_5")
+        return "qwen3_5 (Qwen3.5: Gated DeltaNet and gated attention, dense)";
+    if (model_type == "qwen3_5_moe")
+        return "qwen3_5_moe (Qwen3.5-MoE: Gated DeltaNet and gated attention, mixture of experts)";
     return model_type;
 }
 
@@ -214,11 +246,43 @@ void describe_target_variants(const TargetConfig& c, ExpertFormat stored, std::s
             moe, c.num_hidden_layers - moe,
             c.swiglu_limit > 0 ? fmt::format("; clamped SwiGLU (limit {})", c.swiglu_limit)
                                : std::string());
-        if (stored != ExpertFormat::none)
-            out += fmt::format("               stored {}{}\n", expert_format_name(stored),
-                               stored == ExpertFormat::mxfp4
-                                   ? " (4-bit blocks, decoded to the compute dtype at load)"
-                                   : "");
+        // The expert matrices' memory as each backend holds them (model/expert_weights.h).
+        const double weights = 3.0 * static_cast<double>(moe) * static_cast<double>(c.num_experts) *
+                               static_cast<double>(c.hidden_size) *
+                               static_cast<double>(c.moe_intermediate_size);
+        const auto gb = [](double bytes) {
+            if (bytes >= 1e9) return fmt::format("{:.1f} GB", bytes / 1e9);
+            if (bytes >= 1e6) return fmt::format("{:.1f} MB", bytes / 1e6);
+            return fmt::format("{:.1f} kB", bytes / 1e3);
+        };
+        if (stored == ExpertFormat::mxfp4)
+            out += fmt::format(
+                "               stored MXFP4 (4-bit blocks, a scale byte per 32 weights): {} "
+                "bytes ({}) of expert matrices, kept so in GPU memory on CUDA (decoded inside the "
+                "expert GEMMs; bf16 would take {}), decoded to f32 at load on the CPU ({})\n",
+                grouped(static_cast<int64_t>(weights / 32.0 * 17.0)), gb(weights / 32.0 * 17.0),
+                gb(weights * 2.0), gb(weights * 4.0));
+        else if (stored != ExpertFormat::none)
+            out += fmt::format(
+                "               stored {}: expert matrices held in bf16 on CUDA ({}), f32 on the "
+                "CPU ({})\n",
+                expert_format_name(stored), gb(weights * 2.0), gb(weights * 4.0));
+    }
+    if (c.hybrid()) {
+        out += fmt::format(
+            "linear attn:   {} Gated DeltaNet layers, {} full-attention; key heads {} x {}, value "
+            "heads {} x {}, conv {} taps\n",
+            c.num_linear_layers(), c.num_hidden_layers - c.num_linear_layers(),
+            c.linear_num_key_heads, c.linear_key_head_dim, c.linear_num_value_heads,
+            c.linear_value_head_dim, c.linear_conv_kernel_dim);
+        out += fmt::format(
+            "               rotary on {} of {} head dims; {}; zero-centred (1 + w) norms{}\n",
+            c.rotary_dim(), c.head_dim,
+            c.attn_output_gate ? "sigmoid output gate" : "no output gate",
+            c.multimodal_wrapper ? "; text model of a multimodal checkpoint" : "");
+        if (c.shared_expert_intermediate_size > 0)
+            out += fmt::format("shared expert: width {}, sigmoid-gated\n",
+                               c.shared_expert_intermediate_size);
     }
     std::vector<int64_t> sliding;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l)
@@ -330,6 +394,7 @@ InspectReport inspect_directory(const std::filesystem::path& dir, const InspectO
         std::vector<TensorSpec> specs;
         if (st.drafter && layout_is_meaningful(st.drafter->layer))
             specs = drafter_tensor_specs(*st.drafter);
+        if (st.target && st.target->hybrid() && st.ckpt) map_hybrid_names(st);
         if (st.target && layout_is_meaningful(*st.target)) {
             std::vector<std::string> names;
             for (const auto& [n, f] : st.tensors) names.push_back(n);

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 
 #include "core/checkpoint_io.h"
 #include "model/expert_weights.h"
+#include "model/gdn_layer.h"
 #include "model/tensor_layout.h"
 
 namespace dflash {
@@ -45,11 +47,14 @@ TokenInputs stage_tokens(Workspace& ws, std::span<const int32_t> tokens, int64_t
 
 }  // namespace
 
-TargetModel::TargetModel(Backend& be, TargetConfig cfg)
+TargetModel::TargetModel(Backend& be, TargetConfig cfg) : TargetModel(be, std::move(cfg), false) {}
+
+TargetModel::TargetModel(Backend& be, TargetConfig cfg, bool packed_experts)
     : cfg_(std::move(cfg)),
       dims_(layer_dims(cfg_)),
-      params_(be, target_tensor_specs(cfg_)),
-      inv_freq_(upload_inv_freq(be, cfg_.rope, cfg_.head_dim)),
+      params_(be, target_param_specs(cfg_, packed_experts)),
+      // The hybrid families turn only the first rotary_dim dims of each head.
+      inv_freq_(upload_inv_freq(be, cfg_.rope, cfg_.hybrid() ? cfg_.rotary_dim() : cfg_.head_dim)),
       inv_freq_view_(inv_freq_.view()) {
     for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
         layers_.push_back(layer_weights(params_, layer_prefix(l), dims_));
@@ -57,8 +62,52 @@ TargetModel::TargetModel(Backend& be, TargetConfig cfg)
         sinks_ = DeviceTensor(be, {cfg_.num_hidden_layers, dims_.H}, DType::f32);
         for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
             layers_[l].sinks = sinks_.view().rows(l, l + 1).reshape({dims_.H});
-        sync_sinks();
     }
+    if (cfg_.hybrid()) point_at_centred_norms(be);
+    sync_sinks();
+}
+
+namespace {
+
+// The hybrid families' zero-centred norms: every model RMSNorm but the Gated DeltaNet's output
+// norm (linear_attn.norm.weight, a plain scale).
+bool is_centred_norm(const std::string& name) {
+    return name.ends_with("layernorm.weight") || name.ends_with("self_attn.q_norm.weight") ||
+           name.ends_with("self_attn.k_norm.weight") || name == "model.norm.weight";
+}
+
+}  // namespace
+
+void TargetModel::point_at_centred_norms(Backend& be) {
+    int64_t total = 0;
+    for (const Param& p : params_.params())
+        if (is_centred_norm(p.name)) total += p.shape.numel();
+    centred_norms_ = DeviceTensor(be, {total}, be.compute_dtype());
+    std::map<std::string, Tensor> by_name;
+    int64_t off = 0;
+    for (const Param& p : params_.params()) {
+        if (!is_centred_norm(p.name)) continue;
+        const int64_t n = p.shape.numel();
+        const Tensor v = centred_norms_.view().rows(off, off + n).reshape(p.shape);
+        centred_views_.emplace_back(p.name, v);
+        by_name[p.name] = v;
+        off += n;
+    }
+    auto get = [&](const std::string& name) {
+        const auto it = by_name.find(name);
+        return it == by_name.end() ? Tensor() : it->second;
+    };
+    for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+        const std::string pre = layer_prefix(l);
+        LayerWeights& w = layers_[l];
+        w.input_ln = get(pre + "input_layernorm.weight");
+        w.post_ln = get(pre + "post_attention_layernorm.weight");
+        if (!w.linear()) {
+            w.q_norm = get(pre + "self_attn.q_norm.weight");
+            w.k_norm = get(pre + "self_attn.k_norm.weight");
+        }
+    }
+    final_norm_ = get("model.norm.weight");
 }
 
 void TargetModel::sync_sinks() {
@@ -66,15 +115,39 @@ void TargetModel::sync_sinks() {
         const HostTensor h = params_.read_f32(layer_prefix(l) + "self_attn.sinks");
         from_host_f32(backend(), layers_[l].sinks, h.view());
     }
+    // (1 + w) in f32, as transformers computes it for the hybrid families' norms.
+    for (const auto& [name, view] : centred_views_) {
+        HostTensor h = params_.read_f32(name);
+        for (int64_t i = 0; i < h.numel(); ++i) h.f32()[i] = 1.0f + h.f32()[i];
+        from_host_f32(backend(), view, h.view());
+    }
 }
 
-TargetModel TargetModel::load(Backend& be, const std::filesystem::path& dir) {
+Tensor TargetModel::final_norm() const {
+    return final_norm_.empty() ? params_.value("model.norm.weight") : final_norm_;
+}
+
+TargetModel TargetModel::load(Backend& be, const std::filesystem::path& dir, Mxfp4Storage mxfp4) {
     TargetConfig cfg = TargetConfig::load(dir);
     // Before anything is allocated for the model: names, shapes and dtypes in the stored format.
-    const ExpertFormat format = check_target_files(dir, cfg);
+    const ExpertFormat format =
+        check_target_files(dir, cfg, keeps_experts_packed(mxfp4, ExpertFormat::mxfp4, be));
     const CheckpointReader reader = CheckpointReader::open(dir);
-    TargetModel m(be, std::move(cfg));
-    load_target_params(m.params_, m.cfg_, reader, format);
+    const bool packed = keeps_experts_packed(mxfp4, format, be);
+    const CheckpointNames names = checkpoint_names(cfg, reader.names());
+    TargetModel m(be, std::move(cfg), packed);
+    load_target_params(m.params_, m.cfg_, reader, format, names);
+    if (packed) {
+        m.packed_ = PackedExperts::load(be, m.cfg_, reader);
+        for (int64_t l = 0; l < m.cfg_.num_hidden_layers; ++l) {
+            const PackedExperts::Layer& p = m.packed_.layer(l);
+            LayerWeights& w = m.layers_[l];
+            w.experts_gate_up_blocks = p.gate_up_blocks;
+            w.experts_gate_up_scales = p.gate_up_scales;
+            w.experts_down_blocks = p.down_blocks;
+            w.experts_down_scales = p.down_scales;
+        }
+    }
     m.sync_sinks();
     return m;
 }
@@ -83,6 +156,10 @@ TargetModel TargetModel::random(Backend& be, TargetConfig cfg, uint64_t seed, fl
     TargetModel m(be, std::move(cfg));
     Rng rng(seed);
     m.params_.init_random(rng, std);
+    // The hybrid families' zero-centred norms start at w = 0 (scale 1), as transformers
+    // initialises them.
+    for (const auto& [name, view] : m.centred_views_)
+        m.params_.write_f32(name, HostTensor(view.shape()).view());
     m.sync_sinks();
     return m;
 }
@@ -90,7 +167,9 @@ TargetModel TargetModel::random(Backend& be, TargetConfig cfg, uint64_t seed, fl
 void TargetModel::save(const std::filesystem::path& dir, DType store_as) const {
     std::filesystem::create_directories(dir);
     // The family's Hub layout (expert_weights.h), which transformers loads as well.
-    const auto stored = stored_target_tensors(params_, cfg_);
+    auto stored = stored_target_tensors(params_, cfg_);
+    // Packed MXFP4 experts go back as the checkpoint held them: the Hub's MXFP4 layout.
+    for (auto& t : packed_.stored_tensors(backend(), cfg_)) stored.push_back(std::move(t));
     std::vector<std::pair<std::string, Tensor>> views;
     views.reserve(stored.size());
     for (const auto& [name, t] : stored) views.emplace_back(name, t.view());
@@ -165,6 +244,20 @@ void TargetModel::forward_staged(Backend& be, Workspace& ws, const Tensor& ids, 
     for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
         // Each layer's activations are dropped once its output exists (no backward here).
         const Workspace::Mark m = ws.mark();
+        if (cfg_.is_linear_layer(l)) {
+            // A Gated DeltaNet layer from a zero state (a sequence start), chunked.
+            const LinearState st{ws.take({dims_.lin_kernel - 1, dims_.lin_conv_dim()}, DType::f32),
+                                 ws.take({dims_.lin_hv, dims_.lin_dk, dims_.lin_dv}, DType::f32)};
+            be.fill(st.conv, 0.0f);
+            be.fill(st.ssm, 0.0f);
+            linear_layer_forward(lc, layer(l), x, st, LinearMode::chunked, Tensor(), nullptr, y);
+            ws.release(m);
+            std::swap(x, y);
+            for (size_t c = 0; c < capture.size(); ++c)
+                if (capture[c] == l && !features.empty())
+                    be.copy_columns(features, static_cast<int64_t>(c) * D, x);
+            continue;
+        }
         LayerActs acts;
         AttnMask mask = AttnMask::causal(0);
         mask.window = cfg_.layer_window(l);
@@ -175,8 +268,7 @@ void TargetModel::forward_staged(Backend& be, Workspace& ws, const Tensor& ids, 
             if (capture[c] == l && !features.empty())
                 be.copy_columns(features, static_cast<int64_t>(c) * D, x);
     }
-    if (!final_hidden.empty())
-        be.rmsnorm_fwd(x, params_.value("model.norm.weight"), dims_.eps, final_hidden, Tensor());
+    if (!final_hidden.empty()) be.rmsnorm_fwd(x, final_norm(), dims_.eps, final_hidden, Tensor());
 }
 
 void TargetModel::train_step(Backend& be, Workspace& ws, std::span<const int32_t> tokens,
@@ -185,9 +277,10 @@ void TargetModel::train_step(Backend& be, Workspace& ws, std::span<const int32_t
     const int64_t S = static_cast<int64_t>(tokens.size()), D = dims_.D, L = cfg_.num_hidden_layers;
     bool sliding = false;
     for (int64_t l = 0; l < L; ++l) sliding = sliding || cfg_.layer_window(l) > 0;
-    DF_CHECK(!cfg_.moe() && !cfg_.attention_sinks && !sliding,
-             "pretraining a {} target (experts, attention sinks or sliding-window layers) is not "
-             "supported: such targets are used frozen, to train drafters for",
+    DF_CHECK(!cfg_.moe() && !cfg_.attention_sinks && !sliding && !cfg_.hybrid(),
+             "pretraining a {} target (experts, attention sinks, sliding-window or linear "
+             "attention layers) is not supported: such targets are used frozen, to train "
+             "drafters for",
              cfg_.model_type);
     DF_CHECK(S >= 2, "a training sequence needs at least 2 tokens, got {}", S);
     DF_ASSERT(loss_mask.size() == tokens.size());
@@ -261,12 +354,33 @@ TargetSession::TargetSession(const TargetModel& model, Backend& be, int64_t capa
       capture_(std::move(capture)),
       max_rows_(std::max<int64_t>(1, std::min(max_rows, capacity))) {
     check_capture(model.config(), capture_);
+    const TargetConfig& cfg = model.config();
     const LayerDims& d = model.dims();
-    cache_.resize(model.config().num_hidden_layers);
-    for (auto& c : cache_) {
-        c.k = DeviceTensor(be, {capacity, d.Hkv, d.Dh}, be.compute_dtype());
-        c.v = DeviceTensor(be, {capacity, d.Hkv, d.Dh}, be.compute_dtype());
+    const DType act = be.compute_dtype();
+    cache_.resize(cfg.num_hidden_layers);
+    hybrid_ = cfg.hybrid();
+    save_rows_ = std::min(max_rows_, kRollbackRows);
+    if (hybrid_) linear_.resize(cfg.num_hidden_layers);
+    for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+        if (!cfg.is_linear_layer(l)) {
+            cache_[l].k = DeviceTensor(be, {capacity, d.Hkv, d.Dh}, act);
+            cache_[l].v = DeviceTensor(be, {capacity, d.Hkv, d.Dh}, act);
+            continue;
+        }
+        LinearCache& c = linear_[l];
+        const Shape conv{d.lin_kernel - 1, d.lin_conv_dim()}, ssm{d.lin_hv, d.lin_dk, d.lin_dv};
+        c.conv = DeviceTensor(be, conv, DType::f32);
+        c.ssm = DeviceTensor(be, ssm, DType::f32);
+        c.conv_ckpt = DeviceTensor(be, conv, DType::f32);
+        c.ssm_ckpt = DeviceTensor(be, ssm, DType::f32);
+        c.qkv = DeviceTensor(be, {save_rows_, d.lin_conv_dim()}, act);
+        c.q = DeviceTensor(be, {save_rows_, d.lin_hk, d.lin_dk}, DType::f32);
+        c.k = DeviceTensor(be, {save_rows_, d.lin_hk, d.lin_dk}, DType::f32);
+        c.v = DeviceTensor(be, {save_rows_, d.lin_hv, d.lin_dv}, DType::f32);
+        c.g = DeviceTensor(be, {save_rows_, d.lin_hv}, DType::f32);
+        c.beta = DeviceTensor(be, {save_rows_, d.lin_hv}, DType::f32);
     }
+    reset_linear_states();
     // The largest piece, with logits for every row: the most any forward() takes.
     const std::vector<int32_t> tokens(static_cast<size_t>(max_rows_), 0);
     Workspace fake = Workspace::planning(be.device());
@@ -298,6 +412,9 @@ void TargetSession::forward(std::span<const int32_t> tokens, const Tensor& logit
         const Tensor lg = l1 > l0 ? logits.rows(l0 - (n - nl), l1 - (n - nl)) : Tensor();
         const Tensor ft = features.empty() ? Tensor() : features.rows(i, e);
         ws_.reset();
+        // Hybrid targets: a piece short enough to be rolled back checkpoints its start (the
+        // piece saves its rows); after a longer one nothing before its end can be returned to.
+        if (hybrid_) checkpoint_len_ = e - i <= save_rows_ ? len_ : len_ + (e - i);
         run_piece(be_, ws_, tokens.subspan(i, e - i), len_, lg, ft);
         len_ += e - i;
     }
@@ -307,12 +424,19 @@ void TargetSession::run_piece(Backend& be, Workspace& ws, std::span<const int32_
                               int64_t start, const Tensor& logits, const Tensor& features) {
     const int64_t n = static_cast<int64_t>(tokens.size()), D = model_.dims().D;
     const TokenInputs in = stage_tokens(ws, tokens, start);
-    // [first cache row written, cache length after the piece]: read on the device.
-    Workspace::Staged rows = ws.input({2}, DType::i32);
+    // [first cache row written, cache length after the piece, rows in the piece]: read on the
+    // device.
+    Workspace::Staged rows = ws.input({3}, DType::i32);
     rows.host.i32()[0] = static_cast<int32_t>(start);
     rows.host.i32()[1] = static_cast<int32_t>(start + n);
+    rows.host.i32()[2] = static_cast<int32_t>(n);
     ws.send_inputs();
     const Tensor row0 = rows.device.rows(0, 1), kv_len = rows.device.rows(1, 2);
+    const Tensor count = rows.device.rows(2, 3);
+    // Hybrid targets: pieces that can be rolled back checkpoint their states and save their rows,
+    // and run the recurrence token by token as the replay does (so a replayed state is the one
+    // this forward reached); longer pieces (prefills) run it chunked.
+    const bool save = hybrid_ && n <= save_rows_;
     // Everything below reads its positions from device memory: one step per piece shape.
     const StepKey key{
         owner_.id(),
@@ -323,8 +447,20 @@ void TargetSession::run_piece(Backend& be, Workspace& ws, std::span<const int32_
         be.embedding_fwd(model_.embed(), in.ids, x);
         const LayerContext lc{be, ws, model_.dims(), model_.inv_freq()};
         for (int64_t l = 0; l < model_.config().num_hidden_layers; ++l) {
-            layer_forward_cached(lc, model_.layer(l), x, in.pos, cache_[l], row0, kv_len,
-                                 AttnMaskKind::causal, x, model_.config().layer_window(l));
+            if (model_.config().is_linear_layer(l)) {
+                const LinearCache& c = linear_[l];
+                if (save) {
+                    be.copy(c.conv_ckpt.view(), c.conv.view());
+                    be.copy(c.ssm_ckpt.view(), c.ssm.view());
+                }
+                const LinearSaved saved = c.saved();
+                linear_layer_forward(lc, model_.layer(l), x, c.state(),
+                                     save ? LinearMode::recurrent : LinearMode::chunked, count,
+                                     save ? &saved : nullptr, x);
+            } else {
+                layer_forward_cached(lc, model_.layer(l), x, in.pos, cache_[l], row0, kv_len,
+                                     AttnMaskKind::causal, x, model_.config().layer_window(l));
+            }
             for (size_t c = 0; c < capture_.size(); ++c)
                 if (capture_[c] == l && !features.empty())
                     be.copy_columns(features, static_cast<int64_t>(c) * D, x);
@@ -332,8 +468,7 @@ void TargetSession::run_piece(Backend& be, Workspace& ws, std::span<const int32_
         if (!logits.empty()) {
             const int64_t nl = logits.dim(0);
             Tensor h = ws.take({nl, D}, be.compute_dtype());
-            be.rmsnorm_fwd(x.rows(n - nl, n), model_.params().value("model.norm.weight"),
-                           model_.dims().eps, h, Tensor());
+            be.rmsnorm_fwd(x.rows(n - nl, n), model_.final_norm(), model_.dims().eps, h, Tensor());
             be.gemm(h, false, model_.lm_head(), true, logits);
         }
     });
@@ -341,7 +476,52 @@ void TargetSession::run_piece(Backend& be, Workspace& ws, std::span<const int32_
 
 void TargetSession::crop(int64_t len) {
     DF_ASSERT(len >= 0 && len <= len_, "crop to {} with {} cached", len, len_);
+    if (hybrid_ && len != len_) {
+        if (len == 0) {
+            reset_linear_states();
+        } else {
+            DF_CHECK(len >= checkpoint_len_,
+                     "cannot roll a {} target back to {} tokens: its linear-attention states "
+                     "can return only to the start of the last forward piece ({} tokens; "
+                     "pieces of at most {} rows), or to 0",
+                     model_.config().model_type, len, checkpoint_len_, save_rows_);
+            replay(len - checkpoint_len_);
+        }
+    }
     len_ = len;
+}
+
+LinearSaved TargetSession::LinearCache::saved() const {
+    return {qkv.view(), q.view(), k.view(), v.view(), g.view(), beta.view()};
+}
+
+void TargetSession::reset_linear_states() {
+    for (const LinearCache& c : linear_) {
+        if (c.conv.empty()) continue;
+        be_.fill(c.conv.view(), 0.0f);
+        be_.fill(c.ssm.view(), 0.0f);
+    }
+    checkpoint_len_ = 0;
+}
+
+// Cost (docs/engine.md "Verify rollback of hybrid targets"): per linear layer one state copy
+// back from the checkpoint and one pass over the n kept rows reading the state once, next to
+// the verify's own state copy at its start and its saved rows (T rows of q, k, v, g, beta: KBs).
+void TargetSession::replay(int64_t n) {
+    ws_.reset();
+    Workspace::Staged count = ws_.input({1}, DType::i32);
+    count.host.i32()[0] = static_cast<int32_t>(n);
+    ws_.send_inputs();
+    // The number of rows is read on the device: one step serves every accepted length.
+    const StepKey key{owner_.id(), "target.replay", {}};
+    be_.run_step(key, [&] {
+        for (const LinearCache& c : linear_) {
+            if (c.conv.empty()) continue;
+            be_.copy(c.conv.view(), c.conv_ckpt.view());
+            be_.copy(c.ssm.view(), c.ssm_ckpt.view());
+            gdn_replay(be_, c.saved(), c.state(), count.device);
+        }
+    });
 }
 
 }  // namespace dflash

@@ -1,4 +1,6 @@
-// The target: a Qwen3 / Qwen2 / Llama-3 dense or Qwen3-MoE / gpt-oss mixture-of-experts decoder
+// The target: a Qwen3 / Qwen2 / Llama-3 dense or Qwen3-MoE / gpt-oss mixture-of-experts decoder,
+// or a hybrid linear-attention one (Qwen3-Next, Qwen3.5 dense or MoE: Gated DeltaNet layers
+// between gated full-attention layers, docs/formats.md "Hybrid linear-attention targets"),
 // loaded from (or written to) an HF directory (experts in any stored spelling,
 // model/expert_weights.h), its
 // weights on one backend's device. Full-sequence forward with captured layer outputs (the
@@ -15,6 +17,7 @@
 #include "backend/backend.h"
 #include "backend/workspace.h"
 #include "model/decoder_layer.h"
+#include "model/expert_weights.h"
 #include "model/hf_config.h"
 #include "model/params.h"
 
@@ -23,7 +26,11 @@ namespace dflash {
 class TargetModel {
   public:
     TargetModel(Backend& be, TargetConfig cfg);  // zero weights on be's device
-    static TargetModel load(Backend& be, const std::filesystem::path& dir);
+    // MXFP4 experts (gpt-oss) stay packed on CUDA and are decoded on the CPU unless `mxfp4` says
+    // otherwise (model/expert_weights.h).
+    static TargetModel load(Backend& be, const std::filesystem::path& dir,
+                            Mxfp4Storage mxfp4 = Mxfp4Storage::backend_default);
+    // Random weights (ParamSet::init_random); the hybrid families' (1 + w) norms get w = 0.
     static TargetModel random(Backend& be, TargetConfig cfg, uint64_t seed, float std = 0.02f);
     void save(const std::filesystem::path& dir, DType store_as = DType::bf16) const;
 
@@ -35,7 +42,11 @@ class TargetModel {
     Backend& backend() const { return params_.backend(); }
     Tensor embed() const;    // [V, D]
     Tensor lm_head() const;  // [V, D] (the embedding when tied)
+    // The final norm's scale: model.norm.weight, or for the hybrid families its (1 + w) copy.
+    Tensor final_norm() const;
     const LayerWeights& layer(int64_t i) const { return layers_[i]; }
+    // The MXFP4 experts kept packed (then params() has no expert matrices), or empty.
+    const PackedExperts& packed_experts() const { return packed_; }
 
     // Full-sequence causal forward without a cache. Writes the outputs of `capture` layers
     // (0-based; output of layer id = HF hidden_states[id+1]) concatenated per row into features
@@ -61,6 +72,7 @@ class TargetModel {
                     const Tensor& stats);
 
   private:
+    TargetModel(Backend& be, TargetConfig cfg, bool packed_experts);
     // forward() on ids and positions already staged on the device (i32 [S] each).
     void forward_staged(Backend& be, Workspace& ws, const Tensor& ids, const Tensor& pos,
                         std::span<const int64_t> capture, const Tensor& features,
@@ -71,18 +83,38 @@ class TargetModel {
     ParamSet params_;
     DeviceTensor inv_freq_;
     Tensor inv_freq_view_;
-    // After the weights changed (load, random): the f32 copy of the attention sinks.
+    // After the weights changed (load, random): the f32 copy of the attention sinks and the
+    // hybrid families' (1 + w) norm scales.
     void sync_sinks();
+    // The hybrid families: centred_norms_ allocated and the layers' norms pointed at it.
+    void point_at_centred_norms(Backend& be);
 
     // Views into params_, resolved once: every forward (each decode step too) uses them, and the
     // parameters' storage never moves.
     std::vector<LayerWeights> layers_;
     // gpt-oss: f32 [L, H] copy of every layer's self_attn.sinks (the mask reads f32); else empty.
     DeviceTensor sinks_;
+    PackedExperts packed_;
+    // The hybrid families' zero-centred RMSNorms scale by (1 + w) (w stored, as HF keeps it, and
+    // saved as it is): (1 + w) of every such norm, computed in f32 on the host and held in the
+    // compute dtype (exact on the CPU; on CUDA rounded to bf16 once), in parameter order; the
+    // layers' input_ln / post_ln / q_norm / k_norm and final_norm_ are views into it. Empty for
+    // other targets. Forward only: these targets are frozen.
+    DeviceTensor centred_norms_;
+    std::vector<std::pair<std::string, Tensor>> centred_views_;  // parameter name, its (1 + w)
+    Tensor final_norm_;
 };
 
-// Inference state of one request: a KV cache per layer. Positions are implicit: the next token
-// fed sits at position length().
+// Inference state of one request: a KV cache per full-attention layer, and per Gated DeltaNet
+// layer (hybrid targets) its convolution and recurrent states. Positions are implicit: the next
+// token fed sits at position length().
+//
+// Rollback of hybrid targets (docs/engine.md "Verify rollback of hybrid targets"): a recurrent
+// state cannot drop rows, so every forward piece of at most kRollbackRows rows first copies the
+// states it starts from (the checkpoint, at checkpoint_length()) and saves its rows' convolution
+// inputs and recurrence inputs; crop(len) with checkpoint_length() <= len restores the checkpoint
+// and replays the len - checkpoint_length() kept rows (gdn_replay). A crop further back is an
+// error for hybrid targets (other than crop(0), which starts over).
 class TargetSession {
   public:
     // max_rows: the most tokens one forward() feeds (prefills longer than that run in pieces).
@@ -98,6 +130,10 @@ class TargetSession {
     void forward(std::span<const int32_t> tokens, const Tensor& logits, const Tensor& features);
     // Drops every cached position >= len.
     void crop(int64_t len);
+    // Hybrid targets: the earliest length crop() can return to (0 for other targets).
+    int64_t checkpoint_length() const { return hybrid_ ? checkpoint_len_ : 0; }
+    // The most rows a forward piece may have and still be rolled back (verify blocks are 16).
+    static constexpr int64_t kRollbackRows = 256;
 
   private:
     // One piece of at most max_rows tokens at positions start.. (also run dry, to plan ws_).
@@ -110,9 +146,26 @@ class TargetSession {
     int64_t capacity_;
     std::vector<int64_t> capture_;
     int64_t max_rows_;
-    std::vector<LayerKvCache> cache_;
+    std::vector<LayerKvCache> cache_;  // per layer; empty for linear layers
     int64_t len_ = 0;
     Workspace ws_;
+
+    // Hybrid targets: per layer (empty for full-attention layers) the live state, the checkpoint
+    // and the saved rows of the last piece (LinearSaved, kRollbackRows rows or max_rows if
+    // fewer).
+    struct LinearCache {
+        DeviceTensor conv, ssm, conv_ckpt, ssm_ckpt;
+        DeviceTensor qkv, q, k, v, g, beta;
+        LinearState state() const { return {conv.view(), ssm.view()}; }
+        LinearSaved saved() const;
+    };
+    bool hybrid_ = false;
+    int64_t save_rows_ = 0;
+    std::vector<LinearCache> linear_;
+    int64_t checkpoint_len_ = 0;  // where the live checkpoint was taken
+    // Restores every checkpoint and replays n saved rows (n = 0: the checkpoint alone).
+    void replay(int64_t n);
+    void reset_linear_states();  // zeros (a sequence start)
 };
 
 }  // namespace dflash

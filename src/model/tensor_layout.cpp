@@ -58,19 +58,64 @@ void append_experts(std::vector<TensorSpec>& out, const std::string& prefix, con
         add("experts.gate_up_proj_bias", {e, 2 * i});
         add("experts.down_proj_bias", {e, d});
     }
+    // The hybrid families' shared expert (a SwiGLU MLP every token uses) and its sigmoid gate.
+    if (const int64_t s = c.shared_expert_intermediate_size; s > 0) {
+        add("shared_expert.gate_proj.weight", {s, d});
+        add("shared_expert.up_proj.weight", {s, d});
+        add("shared_expert.down_proj.weight", {d, s});
+        add("shared_expert_gate.weight", {1, d});
+    }
+}
+
+// A hybrid family's Gated DeltaNet mixer under `prefix` ("model.layers.3."): Qwen3-Next fuses
+// the projections (in_proj_qkvz, in_proj_ba), Qwen3.5 splits them.
+void append_linear_attention(std::vector<TensorSpec>& out, const std::string& prefix,
+                             const TargetConfig& c) {
+    const int64_t d = c.hidden_size, conv = c.linear_conv_dim();
+    const int64_t hv = c.linear_num_value_heads, vd = hv * c.linear_value_head_dim;
+    auto add = [&](const char* name, std::vector<int64_t> shape) {
+        out.push_back({prefix + "linear_attn." + name, std::move(shape)});
+    };
+    if (c.model_type == "qwen3_next") {
+        add("in_proj_qkvz.weight", {conv + vd, d});
+        add("in_proj_ba.weight", {2 * hv, d});
+    } else {
+        add("in_proj_qkv.weight", {conv, d});
+        add("in_proj_z.weight", {vd, d});
+        add("in_proj_b.weight", {hv, d});
+        add("in_proj_a.weight", {hv, d});
+    }
+    add("conv1d.weight", {conv, 1, c.linear_conv_kernel_dim});
+    add("dt_bias", {hv});
+    add("A_log", {hv});
+    add("norm.weight", {c.linear_value_head_dim});
+    add("out_proj.weight", {d, vd});
 }
 
 // The tensors of one decoder layer under `prefix` ("model.layers.3." or "layers.3."); `moe`: its
-// feed-forward is the experts, stored in format f.
+// feed-forward is the experts, stored in format f; `linear`: its mixer is a Gated DeltaNet.
 void append_layer(std::vector<TensorSpec>& out, const std::string& prefix, const TargetConfig& c,
-                  bool moe = false, ExpertFormat f = ExpertFormat::none) {
+                  bool moe = false, ExpertFormat f = ExpertFormat::none, bool linear = false) {
     const int64_t d = c.hidden_size, dh = c.head_dim, i = c.intermediate_size;
     const int64_t q = c.num_attention_heads * dh, kv = c.num_key_value_heads * dh;
     auto add = [&](const char* name, std::vector<int64_t> shape) {
         out.push_back({prefix + name, std::move(shape)});
     };
     add("input_layernorm.weight", {d});
-    add("self_attn.q_proj.weight", {q, d});
+    if (linear) {
+        append_linear_attention(out, prefix, c);
+        add("post_attention_layernorm.weight", {d});
+        if (moe) {
+            append_experts(out, prefix + "mlp.", c, f);
+        } else {
+            add("mlp.gate_proj.weight", {i, d});
+            add("mlp.up_proj.weight", {i, d});
+            add("mlp.down_proj.weight", {d, i});
+        }
+        return;
+    }
+    // The output gate doubles q_proj: per head [query (Dh) | gate (Dh)].
+    add("self_attn.q_proj.weight", {c.attn_output_gate ? 2 * q : q, d});
     if (c.qkv_bias()) add("self_attn.q_proj.bias", {q});
     add("self_attn.k_proj.weight", {kv, d});
     if (c.qkv_bias()) add("self_attn.k_proj.bias", {kv});
@@ -129,10 +174,41 @@ std::vector<TensorSpec> stored_target_specs(const TargetConfig& c, ExpertFormat 
     std::vector<TensorSpec> out;
     out.push_back({"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}});
     for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-        append_layer(out, fmt::format("model.layers.{}.", l), c, c.is_moe_layer(l), f);
+        append_layer(out, fmt::format("model.layers.{}.", l), c, c.is_moe_layer(l), f,
+                     c.is_linear_layer(l));
     out.push_back({"model.norm.weight", {c.hidden_size}});
     if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, c.hidden_size}});
     return out;
+}
+
+namespace {
+constexpr std::string_view kWrapperPrefix = "model.language_model.";
+}  // namespace
+
+std::string CheckpointNames::stored(const std::string& model_name) const {
+    if (language_prefix == "model." || !model_name.starts_with("model.")) return model_name;
+    return language_prefix + model_name.substr(6);
+}
+
+std::string CheckpointNames::model(const std::string& stored_name) const {
+    if (vision + mtp > 0 &&
+        (stored_name.starts_with("model.visual.") || stored_name.starts_with("mtp.")))
+        return "";
+    if (language_prefix != "model." && stored_name.starts_with(language_prefix))
+        return "model." + stored_name.substr(language_prefix.size());
+    return stored_name;
+}
+
+CheckpointNames checkpoint_names(const TargetConfig& c, const std::vector<std::string>& stored) {
+    CheckpointNames n;
+    for (const auto& s : stored)
+        if (s.starts_with(kWrapperPrefix)) n.language_prefix = std::string(kWrapperPrefix);
+    if (!c.hybrid()) return n;
+    for (const auto& s : stored) {
+        n.vision += s.starts_with("model.visual.") ? 1 : 0;
+        n.mtp += s.starts_with("mtp.") ? 1 : 0;
+    }
+    return n;
 }
 
 std::string_view required_stored_dtype(std::string_view n) {
@@ -253,26 +329,36 @@ LayoutComparison compare_layout(const std::vector<TensorSpec>& layout,
 
 namespace {
 
-// The loaders' check (tensor_layout.h): memory (of the model's own f32 parameters, `params`),
-// then compare_layout of the stored tensors against `stored_specs(names stored)`. Differences name
-// the file holding the tensor.
+// The loaders' check (tensor_layout.h): memory (of the model's own f32 parameters, `params`, less
+// `not_held` elements that the checkpoint's names say stay out of them), then compare_layout of
+// the stored tensors against `stored_specs(names stored)`. Differences name the file holding the
+// tensor.
 void check_model_files(
     const std::filesystem::path& dir, const std::vector<TensorSpec>& params,
     const std::function<std::vector<TensorSpec>(const std::vector<std::string>&)>& stored_specs,
-    bool tied_embeddings, bool drafter) {
+    bool tied_embeddings, bool drafter,
+    const std::function<double(const std::vector<std::string>&)>& not_held = {},
+    const CheckpointNames& names = {}) {
+    const CheckpointReader r = CheckpointReader::open(dir);
     double bytes = 0;
     for (const auto& s : params) bytes += static_cast<double>(s.numel()) * 4.0;
+    if (not_held) bytes -= not_held(r.names()) * 4.0;
     const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
                           static_cast<double>(::sysconf(_SC_PAGE_SIZE));
     DF_CHECK(memory <= 0 || bytes <= memory,
              "'{}': the model needs {:.3g} GB for its weights in f32, more than this machine's "
              "{:.3g} GB of memory",
              dir.string(), bytes / 1e9, memory / 1e9);
-    const CheckpointReader r = CheckpointReader::open(dir);
     std::map<std::string, StoredTensor> stored;
-    for (const auto& n : r.names()) stored[n] = {r.dtype(n), r.shape(n)};
+    std::vector<std::string> model_names;
+    for (const auto& n : r.names()) {
+        const std::string m = names.model(n);
+        if (m.empty()) continue;
+        stored[m] = {r.dtype(n), r.shape(n)};
+        model_names.push_back(m);
+    }
     const LayoutComparison cmp =
-        compare_layout(stored_specs(r.names()), stored, tied_embeddings, drafter);
+        compare_layout(stored_specs(model_names), stored, tied_embeddings, drafter);
     std::vector<std::string> wrong;
     std::string hint;
     for (const auto& d : cmp.differences) {
@@ -285,8 +371,8 @@ void check_model_files(
                 " (DFlash2 modules: is this a DFlash2 drafter whose config.json says "
                 "\"architectures\": [\"DFlashDraftModel\"] instead of [\"DFlash2DraftModel\"]?)";
         if (wrong.size() == 3) continue;
-        const std::string file =
-            r.has(d.name) ? fmt::format(" in '{}'", r.file_path(d.name).string()) : "";
+        const std::string sn = names.stored(d.name);
+        const std::string file = r.has(sn) ? fmt::format(" in '{}'", r.file_path(sn).string()) : "";
         // The loaders' compact wording for the common cases (the first few of many).
         if (d.kind == Kind::missing)
             wrong.push_back(
@@ -312,9 +398,27 @@ bool has_weights(const std::filesystem::path& dir) {
 
 }  // namespace
 
-ExpertFormat check_target_files(const std::filesystem::path& dir, const TargetConfig& c) {
+ExpertFormat check_target_files(const std::filesystem::path& dir, const TargetConfig& c,
+                                bool mxfp4_packed) {
     if (!has_weights(dir)) return ExpertFormat::none;
+    // Packed MXFP4 experts never become f32 parameters (model/expert_weights.h: PackedExperts).
+    const auto packed_elements = [&](const std::vector<std::string>& names) {
+        if (!mxfp4_packed || detect_expert_format(c, names) != ExpertFormat::mxfp4) return 0.0;
+        return 3.0 * static_cast<double>(c.num_moe_layers()) * static_cast<double>(c.num_experts) *
+               static_cast<double>(c.hidden_size) * static_cast<double>(c.moe_intermediate_size);
+    };
     ExpertFormat format = ExpertFormat::none;
+    CheckpointNames names;
+    if (c.hybrid()) {
+        const CheckpointReader r = CheckpointReader::open(dir);
+        names = checkpoint_names(c, r.names());
+        DF_CHECK(!c.multimodal_wrapper || names.language_prefix == kWrapperPrefix,
+                 "'{}' holds no '{}*' tensors, but its config.json (model_type {} with a "
+                 "text_config) is a multimodal checkpoint whose language model lives there: the "
+                 "language model's weights are missing",
+                 r.files().empty() ? dir.string() : r.files().front().string(), kWrapperPrefix,
+                 c.model_type);
+    }
     check_model_files(
         dir, target_tensor_specs(c),
         [&](const std::vector<std::string>& names) {
@@ -326,7 +430,7 @@ ExpertFormat check_target_files(const std::filesystem::path& dir, const TargetCo
                      dir.string(), c.hidden_size, c.moe_intermediate_size);
             return stored_target_specs(c, format);
         },
-        c.tie_word_embeddings, /*drafter=*/false);
+        c.tie_word_embeddings, /*drafter=*/false, packed_elements, names);
     return format;
 }
 

@@ -58,6 +58,23 @@ ExpertFormat detect_expert_format(const TargetConfig& c, const std::vector<std::
 // The tensors a checkpoint in format f holds (target_tensor_specs with the experts spelled so).
 std::vector<TensorSpec> stored_target_specs(const TargetConfig& c, ExpertFormat f);
 
+// How a checkpoint names a target's tensors. The hybrid families' multimodal wrappers
+// (docs/formats.md "Hybrid linear-attention targets") keep the text model under
+// "model.language_model." instead of "model." and add a vision tower (model.visual.*) and a
+// multi-token-prediction head (mtp.*), which a text target skips (Qwen3-Next stores mtp.* too).
+struct CheckpointNames {
+    std::string language_prefix = "model.";
+    int64_t vision = 0, mtp = 0;  // tensors skipped
+    // A model tensor's stored name (model.X -> language_prefix X; others unchanged).
+    std::string stored(const std::string& model_name) const;
+    // A stored tensor's model name, or "" for a skipped one.
+    std::string model(const std::string& stored_name) const;
+};
+// The names of checkpoint `stored` for config c: the wrapper prefix when any stored name has it;
+// skips only for the hybrid families (other targets keep every name, so their stray tensors are
+// still reported).
+CheckpointNames checkpoint_names(const TargetConfig& c, const std::vector<std::string>& stored);
+
 // fc.weight [D, K*D], hidden_norm.weight [D], norm.weight [D], and per layer i the 11 tensors
 // layers.{i}.{input_layernorm, self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm,
 // post_attention_layernorm, mlp.{gate,up,down}_proj}.weight. No embeddings and no lm_head: the
@@ -113,8 +130,11 @@ LayoutComparison compare_layout(const std::vector<TensorSpec>& layout,
 // losing its DFlash2 tensors). The error names the directory and the first differences. A
 // directory without weights is left to the weight loader.
 // Differences are named with the file that holds the tensor. Returns the target's expert format
-// (ExpertFormat::none for dense targets or a directory without weights).
-ExpertFormat check_target_files(const std::filesystem::path& dir, const TargetConfig& c);
+// (ExpertFormat::none for dense targets or a directory without weights). mxfp4_packed: MXFP4
+// experts would stay packed (model/expert_weights.h), so they do not count in the memory check.
+// Hybrid wrappers: a checkpoint without the language model's tensors is refused by name.
+ExpertFormat check_target_files(const std::filesystem::path& dir, const TargetConfig& c,
+                                bool mxfp4_packed = false);
 void check_drafter_files(const std::filesystem::path& dir, const DrafterConfig& c);
 
 // Groups for parameter counts.

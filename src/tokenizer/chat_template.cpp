@@ -1,6 +1,7 @@
-// Qwen3, Llama-3 and harmony (gpt-oss) chat templates as code (chat_template.h). Each mirrors the
-// public Jinja template of its model family step by step; the Jinja each is checked against lives
-// in tools/reference/chat_templates/. Tested by tests/tokenizer/chat_template_test.cpp.
+// Qwen3, Qwen3.5, Llama-3 and harmony (gpt-oss) chat templates as code (chat_template.h). Each
+// mirrors the public Jinja template of its model family step by step; the Jinja each is checked
+// against lives in tools/reference/chat_templates/. Tested by
+// tests/tokenizer/chat_template_test.cpp.
 #include "tokenizer/chat_template.h"
 
 #include "core/error.h"
@@ -57,6 +58,20 @@ void refuse_thinking(const ChatMessage& m, size_t i, const std::string& tmpl, co
              i, tmpl, where);
 }
 
+// The index of the last user message that is not a tool's answer (<tool_response>...), the
+// query the assistant turns after it reply to; msgs.size() when there is none. Qwen3.5's template
+// looks at the trimmed text, Qwen3's at the text as it is.
+size_t last_user_query(const std::vector<ChatMessage>& msgs, bool trimmed) {
+    for (size_t k = msgs.size(); k-- > 0;) {
+        const std::string_view c =
+            trimmed ? python_strip(msgs[k].content) : std::string_view(msgs[k].content);
+        const bool tool_response =
+            c.starts_with("<tool_response>") && c.ends_with("</tool_response>");
+        if (msgs[k].role == "user" && !tool_response) return k;
+    }
+    return msgs.size();
+}
+
 // Qwen3 (Qwen3-0.6B ... Qwen3-235B-A22B). Tool calls and tool roles are not supported.
 class Qwen3Template final : public ChatTemplate {
   public:
@@ -67,17 +82,10 @@ class Qwen3Template final : public ChatTemplate {
     std::vector<ChatSegment> render(const std::vector<ChatMessage>& msgs,
                                     bool add_generation_prompt) const override {
         std::vector<ChatSegment> out;
-        // The last user message: assistant turns after it show their reasoning block.
-        size_t last_query = msgs.empty() ? 0 : msgs.size() - 1;
-        for (size_t k = msgs.size(); k-- > 0;) {
-            const std::string& c = msgs[k].content;
-            const bool tool_response =
-                c.starts_with("<tool_response>") && c.ends_with("</tool_response>");
-            if (msgs[k].role == "user" && !tool_response) {
-                last_query = k;
-                break;
-            }
-        }
+        // Assistant turns after the last query show their reasoning block; without a query the
+        // template's default is the last message.
+        size_t last_query = last_user_query(msgs, false);
+        if (last_query == msgs.size()) last_query = msgs.empty() ? 0 : msgs.size() - 1;
         for (size_t i = 0; i < msgs.size(); ++i) {
             const ChatMessage& m = msgs[i];
             refuse_thinking(m, i, name(), "inside the content, in <think>...</think>");
@@ -119,6 +127,79 @@ class Qwen3Template final : public ChatTemplate {
         const std::string prompt_part = generation_prompt().substr(head.size());
         emit(out, head, 0);
         if (!prompt_part.empty() && body.starts_with(prompt_part)) {
+            emit(out, prompt_part, 0);
+            body.erase(0, prompt_part.size());
+        }
+        emit(out, body + "<|im_end|>", 1);
+        emit(out, "\n", 0);
+    }
+
+    bool thinking_;
+};
+
+// Qwen3.5 / Qwen3.6 (dense and MoE). ChatML as Qwen3, but every message's text is trimmed
+// (Python's strip, the Jinja `trim` filter), a system message may only come first, and the model
+// thinks by default: the generation prompt opens a think block (with thinking off it writes an
+// empty closed one), and every assistant turn after the last user query carries a think block,
+// an empty one when the turn has no reasoning. Turns before that query lose theirs, as the model
+// sees history at inference. Tool calls, tool roles and images are not supported.
+class Qwen35Template final : public ChatTemplate {
+  public:
+    explicit Qwen35Template(bool enable_thinking) : thinking_(enable_thinking) {}
+    std::string name() const override { return "qwen3_5"; }
+    std::string end_of_turn() const override { return "<|im_end|>"; }
+
+    std::vector<ChatSegment> render(const std::vector<ChatMessage>& msgs,
+                                    bool add_generation_prompt) const override {
+        DF_CHECK(!msgs.empty(), "the qwen3_5 chat template needs at least one message");
+        const size_t last_query = last_user_query(msgs, true);
+        DF_CHECK(last_query < msgs.size(),
+                 "the qwen3_5 chat template needs a user message (one that is not a "
+                 "<tool_response>) in the conversation");
+        std::vector<ChatSegment> out;
+        for (size_t i = 0; i < msgs.size(); ++i) {
+            const ChatMessage& m = msgs[i];
+            refuse_thinking(m, i, name(), "inside the content, in <think>...</think>");
+            const std::string text(python_strip(m.content));
+            if (m.role == "system") {
+                DF_CHECK(i == 0,
+                         "chat message {} is a system message after the first message; the "
+                         "qwen3_5 chat template takes one, as the first message",
+                         i);
+                emit(out, "<|im_start|>system\n" + text + "<|im_end|>\n", 0);
+            } else if (m.role == "user") {
+                emit(out, "<|im_start|>user\n" + text + "<|im_end|>\n", 0);
+            } else if (m.role == "assistant") {
+                assistant_turn(out, text, i > last_query);
+            } else {
+                DF_FAIL("the qwen3_5 chat template has no role '{}' (tool calls are not supported)",
+                        m.role);
+            }
+        }
+        if (add_generation_prompt) emit(out, "<|im_start|>assistant\n" + prompt_think(), 0);
+        return out;
+    }
+
+  private:
+    // What the generation prompt writes after "<|im_start|>assistant\n".
+    std::string prompt_think() const { return thinking_ ? "<think>\n" : "<think>\n\n</think>\n\n"; }
+
+    void assistant_turn(std::vector<ChatSegment>& out, std::string_view text,
+                        bool after_query) const {
+        std::string_view answer = text, reasoning;
+        if (text.find("</think>") != std::string_view::npos) {
+            reasoning = strip_newlines(
+                after_last(strip_newlines(before_first(text, "</think>"), false, true), "<think>"),
+                true, false);
+            answer = strip_newlines(after_last(text, "</think>"), true, false);
+        }
+        std::string body(answer);
+        if (after_query)
+            body = "<think>\n" + std::string(python_strip(reasoning)) + "\n</think>\n\n" + body;
+        // What the generation prompt supplies is not the model's to predict.
+        const std::string prompt_part = prompt_think();
+        emit(out, "<|im_start|>assistant\n", 0);
+        if (body.starts_with(prompt_part)) {
             emit(out, prompt_part, 0);
             body.erase(0, prompt_part.size());
         }
@@ -266,6 +347,22 @@ class HarmonyTemplate final : public ChatTemplate {
     std::string effort_, date_, identity_;
 };
 
+// Whether the Jinja source prints the string literal `text` (as written in the source, escapes
+// and all) by itself: '...' or "..." followed by the end of an output tag, `}}` or `-}}`.
+bool outputs_alone(std::string_view jinja, std::string_view text) {
+    for (const char quote : {'\'', '"'}) {
+        const std::string literal = quote + std::string(text) + quote;
+        for (size_t at = jinja.find(literal); at != std::string_view::npos;
+             at = jinja.find(literal, at + 1)) {
+            std::string_view rest = jinja.substr(at + literal.size());
+            while (!rest.empty() && (rest.front() == ' ' || rest.front() == '\t'))
+                rest.remove_prefix(1);
+            if (rest.starts_with("}}") || rest.starts_with("-}}")) return true;
+        }
+    }
+    return false;
+}
+
 }  // namespace
 
 std::string_view python_strip(std::string_view s) {
@@ -285,6 +382,12 @@ std::string_view python_strip(std::string_view s) {
     return s.substr(b, e - b);
 }
 
+std::string chat_template_for_model_type(std::string_view model_type) {
+    for (std::string_view t : {"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
+        if (model_type == t) return "qwen3_5";
+    return "";
+}
+
 std::string chat_text(const std::vector<ChatSegment>& segments) {
     std::string out;
     for (const auto& s : segments) out += s.text;
@@ -294,6 +397,7 @@ std::string chat_text(const std::vector<ChatSegment>& segments) {
 std::unique_ptr<ChatTemplate> make_chat_template(std::string_view name, const ChatOptions& opt,
                                                  std::string bos_token) {
     if (name == "qwen3") return std::make_unique<Qwen3Template>(opt.enable_thinking);
+    if (name == "qwen3_5") return std::make_unique<Qwen35Template>(opt.enable_thinking);
     if (name == "llama3" || name == "llama3.1") {
         DF_CHECK(!bos_token.empty(),
                  "the {} chat template starts with the bos token, but the tokenizer has none "
@@ -311,6 +415,11 @@ std::string detect_chat_template(std::string_view jinja) {
     // gpt-oss's: messages framed by <|start|>role<|message|>...<|end|>, replies in channels.
     if (has("<|start|>") && has("<|message|>") && has("<|channel|>") && has("<|end|>"))
         return "harmony";
+    // Qwen3.5's: ChatML with enable_thinking whose generation prompt opens a think block on its
+    // own; Qwen3's has the other marks but writes "<think>\n" only followed by the reasoning or
+    // as part of the empty block. Checked first.
+    if (has("<|im_start|>") && has("enable_thinking") && outputs_alone(jinja, "<think>\\n"))
+        return "qwen3_5";
     if (has("<|im_start|>") && has("<think>") && has("enable_thinking") && has("last_query_index"))
         return "qwen3";
     if (has("<|start_header_id|>") && has("<|eot_id|>")) {

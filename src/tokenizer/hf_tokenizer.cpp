@@ -150,6 +150,8 @@ class HfTokenizer final : public Tokenizer {
 
     void set_chat_template(const hf::TokenizerConfig& cfg, const ChatOptions& chat) {
         std::string want = chat.template_name;
+        if (want == "auto" && !chat_template_for_model_type(files_.model_type).empty())
+            want = chat_template_for_model_type(files_.model_type);
         if (want == "auto") {
             want = detect_chat_template(cfg.chat_template);
             if (!cfg.chat_template_problem.empty()) {
@@ -280,6 +282,13 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const fs::path& dir, const ChatOpti
         f.tokenizer_config_json = read_file(dir / kHfTokenizerConfigFile);
     if (fs::exists(dir / kHfChatTemplateFile))
         f.chat_template_jinja = read_file(dir / kHfChatTemplateFile);
+    if (fs::exists(dir / kHfModelConfigFile)) {
+        // Only the type is wanted; a config.json that is not JSON is the model loader's to
+        // report, not the tokenizer's.
+        const json cfg = json::parse(read_file(dir / kHfModelConfigFile), nullptr, false);
+        if (cfg.is_object() && cfg.contains("model_type") && cfg["model_type"].is_string())
+            f.model_type = cfg["model_type"].get<std::string>();
+    }
     return make_hf_tokenizer(std::move(f), chat);
 }
 

@@ -1,8 +1,8 @@
 // The pre-tokenizer split of HF byte-level BPE tokenizers: a regular expression (Qwen2/Qwen3's,
-// Llama-3's, gpt-oss's o200k, GPT-2's) cuts text into pieces that BPE then encodes one by one. The
-// patterns are written for Oniguruma (what the `tokenizers` library uses); they are compiled here
-// with PCRE2 in UTF mode with Unicode properties (\p{L}, \p{N}, and \s / case folding by Unicode
-// rules, PCRE2_UCP), which reads these patterns the same way. Tested by
+// Qwen3.5's, Llama-3's, gpt-oss's o200k, GPT-2's) cuts text into pieces that BPE then encodes one
+// by one. The patterns are written for Oniguruma (what the `tokenizers` library uses); they are
+// compiled here with PCRE2 in UTF mode with Unicode properties (\p{L}, \p{M}, \p{N}, and \s / case
+// folding by Unicode rules, PCRE2_UCP), which reads these patterns the same way. Tested by
 // tests/tokenizer/regex_split_test.cpp.
 #pragma once
 
@@ -31,6 +31,11 @@ inline constexpr std::string_view kLlama3SplitPattern =
 // to three; punctuation keeps trailing newlines and slashes.
 inline constexpr std::string_view kO200kSplitPattern =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Qwen3.5's: Qwen2's with combining marks (\p{M}) as part of words, so a letter and its accents,
+// or an Indic consonant and its vowel signs, stay one piece (in Qwen2's, punctuation takes a mark
+// that follows it and words break at marks); digits still one by one.
+inline constexpr std::string_view kQwen35SplitPattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 // The pattern of the ByteLevel pre-tokenizer with use_regex = true (GPT-2).
 inline constexpr std::string_view kGpt2SplitPattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";

@@ -4,7 +4,9 @@
 // many, experts with more than one 64-row tile), both activations, with and without biases;
 // row invariance (a token's output has the same bits alone and inside blocks where its experts
 // get other row counts, at other places of their tiles); recording both ops in a CUDA graph; and
-// argument errors. Skips visibly without a GPU.
+// argument errors. MXFP4 experts (blocks and scales in GPU memory, decoded in the GEMMs' tile
+// loads): the bits of the op on the decoded bf16 weights on awkward sizes, near the CPU's MXFP4
+// op, and row invariant. Skips visibly without a GPU.
 //
 // Tolerance of moe_experts: inputs are bf16-rounded so both sides see the same values; the GPU
 // rounds the activations and each expert's output to bf16 before the fp32 weighted sum and the
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/mxfp4.h"
 #include "cuda/elem_test_util.h"
 #include "support/test_util.h"
 
@@ -272,6 +275,122 @@ TEST_F(CudaMoe, ArgumentErrors) {
                       gpu().moe_route(logits, {MoeRouterKind::softmax_topk, 33, true}, ids, w);
                   }),
                   "k=33"));
+}
+
+// ---- MXFP4 experts ----------------------------------------------------------------------------
+
+// Random MXFP4 experts: u8 blocks and scales on the host and the GPU. make_mx_problem puts their
+// decoded values into the problem's f32 weights (exact in bf16), so the bf16 GpuProblem of it is
+// the decoded-bf16 twin.
+struct MxHost {
+    HostTensor gu_blocks, gu_scales, dn_blocks, dn_scales;
+};
+struct MxGpu {
+    DeviceTensor gu_blocks, gu_scales, dn_blocks, dn_scales;
+};
+
+HostTensor random_bytes(Shape shape, Rng& rng, int lo, int hi) {
+    HostTensor t(shape, DType::u8);
+    for (int64_t i = 0; i < t.numel(); ++i)
+        t.view().u8()[i] = static_cast<uint8_t>(lo + static_cast<int>(rng.below(hi - lo + 1)));
+    return t;
+}
+
+void decode_into(const HostTensor& blocks, const HostTensor& scales, const HostTensor& out) {
+    const int64_t groups = blocks.dim(2), rows = blocks.numel() / (groups * 16);
+    decode_mxfp4({blocks.view().u8(), blocks.nbytes()}, {scales.view().u8(), scales.nbytes()}, rows,
+                 groups, out.f32());
+}
+
+MxHost make_mx(Problem& p, const Case& c, Rng& rng) {
+    MxHost m;
+    m.gu_blocks = random_bytes({c.E, 2 * c.I, c.D / 32, 16}, rng, 0, 255);
+    m.gu_scales = random_bytes({c.E, 2 * c.I, c.D / 32}, rng, 121, 125);
+    m.dn_blocks = random_bytes({c.E, c.D, c.I / 32, 16}, rng, 0, 255);
+    m.dn_scales = random_bytes({c.E, c.D, c.I / 32}, rng, 120, 123);
+    decode_into(m.gu_blocks, m.gu_scales, p.gate_up);
+    decode_into(m.dn_blocks, m.dn_scales, p.down);
+    return m;
+}
+
+MxGpu to_gpu_mx(Backend& gpu, const MxHost& m) {
+    const auto up = [&](const HostTensor& h) {
+        DeviceTensor d(gpu, h.shape(), DType::u8);
+        gpu.upload(d, h);
+        gpu.synchronize();
+        return d;
+    };
+    return {up(m.gu_blocks), up(m.gu_scales), up(m.dn_blocks), up(m.dn_scales)};
+}
+
+// w with its matrices replaced by MXFP4 tensors (host or device).
+MoeExperts as_mx(MoeExperts w, const Tensor& gub, const Tensor& gus, const Tensor& dnb,
+                 const Tensor& dns) {
+    w.gate_up = Tensor();
+    w.down = Tensor();
+    w.gate_up_blocks = gub;
+    w.gate_up_scales = gus;
+    w.down_blocks = dnb;
+    w.down_scales = dns;
+    return w;
+}
+
+TEST_F(CudaMoe, Mxfp4SameBitsAsDecodedBf16) {
+    Rng rng(41);
+    // D and I multiples of 32 but not of the 64-wide slice (96, 160, 352), two gated column
+    // tiles (I = 96, 160), several output tiles (D = 160, 352), experts without rows (E = 6 and
+    // 128 with few pairs), 300 tokens (several row tiles an expert), gpt-oss's top-4.
+    for (const Case& c : {Case{1, 3, 1, 32, 32}, Case{2, 6, 2, 96, 160}, Case{300, 4, 2, 160, 96},
+                          Case{16, 128, 4, 256, 96}, Case{37, 5, 3, 352, 64}}) {
+        for (const MoeActivation act : {MoeActivation::swiglu, MoeActivation::clamped_swiglu}) {
+            Problem p = make_problem(c, act, true, rng);
+            const MxHost mh = make_mx(p, c, rng);
+            GpuProblem g(gpu(), p);  // bf16 weights: the decoded values
+            const HostTensor want = gpu_experts(gpu(), g);
+            const MxGpu mg = to_gpu_mx(gpu(), mh);
+            const MoeExperts bf16_w = g.w;
+            g.w = as_mx(g.w, mg.gu_blocks, mg.gu_scales, mg.dn_blocks, mg.dn_scales);
+            const HostTensor got = gpu_experts(gpu(), g);
+            const std::string what = dims(c.R, c.E, c.k) + " D " + std::to_string(c.D) + " I " +
+                                     std::to_string(c.I) + " act " +
+                                     std::to_string(static_cast<int>(act));
+            EXPECT_EQ(test::bit_mismatch(got, want), "") << what;
+            // The CPU's MXFP4 op (decoding on the fly, in f32) within the bf16 tolerance.
+            HostTensor ref(p.x.shape());
+            cpu().moe_experts(p.x, p.ids, p.weights,
+                              as_mx(p.w, mh.gu_blocks, mh.gu_scales, mh.dn_blocks, mh.dn_scales),
+                              ref);
+            EXPECT_EQ(test::mismatch(got, ref, {1e-2, 2e-2, 1e-2 * test::max_abs(ref)}), "")
+                << what;
+            g.w = bf16_w;
+        }
+    }
+}
+
+// Token 40 of a 70-token block (70 rows on expert 0: two row tiles) has the bits it has alone.
+TEST_F(CudaMoe, Mxfp4RowInvariant) {
+    Rng rng(43);
+    const Case c{70, 4, 2, 96, 64};
+    Problem block = make_problem(c, MoeActivation::clamped_swiglu, true, rng);
+    const MxHost mh = make_mx(block, c, rng);
+    const MxGpu mg = to_gpu_mx(gpu(), mh);
+    std::fill_n(block.ids.i32(), block.ids.numel(), 0);
+    block.ids.i32()[40 * 2 + 1] = 3;
+    GpuProblem gb(gpu(), block);
+    gb.w = as_mx(gb.w, mg.gu_blocks, mg.gu_scales, mg.dn_blocks, mg.dn_scales);
+    const HostTensor all = gpu_experts(gpu(), gb);
+    Problem solo = make_problem({1, c.E, c.k, c.D, c.I}, MoeActivation::clamped_swiglu, true, rng);
+    copy_tensor(solo.gate_up_bias, block.gate_up_bias);
+    copy_tensor(solo.down_bias, block.down_bias);
+    std::copy_n(block.x.f32() + 40 * c.D, c.D, solo.x.f32());
+    std::copy_n(block.ids.i32() + 40 * 2, 2, solo.ids.i32());
+    std::copy_n(block.weights.f32() + 40 * 2, 2, solo.weights.f32());
+    GpuProblem gs(gpu(), solo);
+    gs.w = as_mx(gs.w, mg.gu_blocks, mg.gu_scales, mg.dn_blocks, mg.dn_scales);
+    const HostTensor alone = gpu_experts(gpu(), gs);
+    HostTensor row({1, c.D});
+    std::copy_n(all.f32() + 40 * c.D, c.D, row.f32());
+    EXPECT_EQ(test::bit_mismatch(row, alone), "");
 }
 
 }  // namespace

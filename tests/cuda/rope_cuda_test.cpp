@@ -3,7 +3,8 @@
 // 4 heads per thread; positions up to 2^17 (large angles: sincosf's slow range reduction) and the
 // llama3-scaled frequencies. Tolerance: within one bf16 rounding (1/256 |ref| + 1e-3 max|ref|
 // per element, 1e-2 relative error norm); the CPU's std::cos/sin and CUDA's sincosf differ by at
-// most a few f32 ulp before that rounding.
+// most a few f32 ulp before that rounding. Partial rotary (R < Dh: the hybrid families' 64 of 256
+// dims) on both the vector and the scalar path.
 #include <array>
 #include <string>
 
@@ -17,15 +18,19 @@ using test::mismatch;
 
 class CudaRope : public test::CudaVsCpu {
   protected:
-    void check(int64_t s, int64_t h, int64_t dh, const RopeConfig& cfg, int32_t max_pos, Rng& rng);
+    // r: the rotary dims (0: all of dh).
+    void check(int64_t s, int64_t h, int64_t dh, const RopeConfig& cfg, int32_t max_pos, Rng& rng,
+               int64_t r = 0);
 };
 
 void CudaRope::check(int64_t s, int64_t h, int64_t dh, const RopeConfig& cfg, int32_t max_pos,
-                     Rng& rng) {
+                     Rng& rng, int64_t r) {
+    if (r == 0) r = dh;
     const std::string what = "x [" + std::to_string(s) + ", " + std::to_string(h) + ", " +
-                             std::to_string(dh) + "] max_pos " + std::to_string(max_pos);
-    const std::vector<float> freq = rope_inv_freq(cfg, dh);
-    HostTensor inv_freq = HostTensor::from_f32({dh / 2}, freq);
+                             std::to_string(dh) + "] rotary " + std::to_string(r) + " max_pos " +
+                             std::to_string(max_pos);
+    const std::vector<float> freq = rope_inv_freq(cfg, r);
+    HostTensor inv_freq = HostTensor::from_f32({r / 2}, freq);
     HostTensor pos({s}, DType::i32);
     for (int64_t i = 0; i < s; ++i) pos.i32()[i] = static_cast<int32_t>(rng.below(max_pos));
     if (s > 1) pos.i32()[s - 1] = max_pos - 1;
@@ -77,12 +82,21 @@ TEST_F(CudaRope, LargePositionsAndScaledFrequencies) {
     check(65, 3, 64, cfg, 1 << 17, rng);
 }
 
+TEST_F(CudaRope, PartialRotaryMatchesCpu) {
+    Rng rng(3);
+    RopeConfig cfg;
+    cfg.theta = 1e7;
+    check(100, 4, 256, cfg, 40000, rng, 64);  // Qwen3.5's geometry, vector path
+    check(17, 3, 32, cfg, 40000, rng, 8);     // 4 pairs: the scalar path inside a wide head
+    check(9, 5, 6, cfg, 40000, rng, 2);       // scalar path
+}
+
 TEST_F(CudaRope, RejectsBadArguments) {
     DeviceTensor x(gpu(), {4, 2, 8}, DType::bf16);
     DeviceTensor pos(gpu(), {3}, DType::i32);
     DeviceTensor pos4(gpu(), {4}, DType::i32);
     DeviceTensor freq(gpu(), {4}, DType::f32);
-    DeviceTensor freq_bad(gpu(), {3}, DType::f32);
+    DeviceTensor freq_bad(gpu(), {5}, DType::f32);  // more than Dh/2
     EXPECT_TRUE(
         test::has(test::error_of([&] { gpu().rope_fwd(x, pos, freq); }), "expected i32 [4]"));
     EXPECT_TRUE(

@@ -1,10 +1,11 @@
-// Parity with HF transformers on the mixture-of-experts targets: tests/fixtures/targets/* are tiny
-// random Qwen3-MoE and gpt-oss checkpoints that transformers built, saved in the spellings
-// published checkpoints use, and ran (tools/reference/moe_fixture.py says which features each
-// exercises). dflash loads each directory on the CPU backend and must give transformers'
-// last-position logits, its 24-token greedy continuations (decoded here through the KV-cached
-// session) and its hidden_states (the drafter's features follow hidden_states[id + 1],
-// docs/formats.md).
+// Parity with HF transformers on the mixture-of-experts and hybrid linear-attention targets:
+// tests/fixtures/targets/* are tiny random Qwen3-MoE, gpt-oss, Qwen3-Next, Qwen3.5 (dense, MoE
+// and the multimodal wrapper) checkpoints that transformers built, saved in the spellings
+// published checkpoints use, and ran (tools/reference/moe_fixture.py and hybrid_fixture.py say
+// which features each exercises; the hybrid prompts of 100 tokens cross a 64-token chunk). dflash
+// loads each directory on the CPU backend and must give transformers' last-position logits, its
+// 24-token greedy continuations (decoded here through the KV-cached session) and its hidden_states
+// (the drafter's features follow hidden_states[id + 1], docs/formats.md).
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -103,7 +104,8 @@ TEST_P(HfParityTest, GreedyContinuationThroughTheCache) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfParityTest,
                          ::testing::Values("qwen3_moe_fused", "qwen3_moe_experts", "gpt_oss",
-                                           "gpt_oss_mxfp4"));
+                                           "gpt_oss_mxfp4", "qwen3_next", "qwen3_5", "qwen3_5_moe",
+                                           "qwen3_5_wrapper"));
 
 }  // namespace
 }  // namespace dflash

@@ -77,5 +77,19 @@ TEST(MoeInspect, GptOssReportsWindowsSinksAndMismatches) {
         << r.text;
 }
 
+// The MXFP4 fixture: the experts' bytes as stored (and kept on CUDA), in bf16 and in f32.
+TEST(MoeInspect, GptOssMxfp4StatesTheExpertBytesEachBackendHolds) {
+    const InspectReport r =
+        inspect_directory(DFLASH_SOURCE_DIR "/tests/fixtures/targets/gpt_oss_mxfp4");
+    EXPECT_TRUE(r.ok()) << r.text;
+    // 4 layers x 4 experts x 3 matrices of 96 x 32: 147,456 weights, 17 bytes per 32.
+    EXPECT_TRUE(test::has(r.text,
+                          "stored MXFP4 (4-bit blocks, a scale byte per 32 weights): 78,336 bytes "
+                          "(78.3 kB) of expert matrices, kept so in GPU memory on CUDA (decoded "
+                          "inside the expert GEMMs; bf16 would take 294.9 kB), decoded to f32 at "
+                          "load on the CPU (589.8 kB)"))
+        << r.text;
+}
+
 }  // namespace
 }  // namespace dflash

@@ -6,7 +6,10 @@
 // exhaustively on small sizes; and row invariance (a token's outputs have the same bits alone and
 // inside a block where its experts get other row counts). Checks the kernels' index arithmetic,
 // fragment plumbing, edges and pipelining without a GPU (label cpu); tests/cuda/moe_cuda_test.cpp
-// checks the real thing. Both cp.async modes run.
+// checks the real thing. Both cp.async modes run. MXFP4 weights (Note [moe MXFP4 tiles]): the
+// bf16 decode of every (code, scale) against backend/mxfp4.h, and the GEMMs on blocks and scales
+// give the bits of the GEMMs on the decoded bf16 weights, awkward sizes and row invariance
+// included.
 // Tolerance: the kernel rounds activations and expert outputs to bf16 (the op does too), so the
 // result is within a few bf16 ulps: relative L2 error <= 1e-2, every element within 2e-2 |ref| +
 // 1e-2 max |ref|.
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/mxfp4.h"
 #include "core/rng.h"
 #include "ops/attention_emu.h"
 // The emulator must come first: it defines the CUDA spellings the kernels use.
@@ -177,8 +181,15 @@ TEST(MoeSortEmu, MatchesStableGrouping) {
     }
 }
 
-// moe_experts with the emulated sort and GEMMs; returns out [R, D] (bf16 values as f32).
-std::vector<float> run_emulated(const Problem& p, bool biases, CopyMode mode) {
+// MXFP4 experts (blocks and scales of both matrices), or none.
+struct MxWeights {
+    std::vector<uint8_t> gu_blocks, gu_scales, dn_blocks, dn_scales;
+};
+
+// moe_experts with the emulated sort and GEMMs; returns out [R, D] (bf16 values as f32). With mx
+// the GEMMs read the MXFP4 weights instead of p's bf16 ones.
+std::vector<float> run_emulated(const Problem& p, bool biases, CopyMode mode,
+                                const MxWeights* mx = nullptr) {
     const Case& c = p.c;
     const std::vector<int32_t> ids(p.ids.i32(), p.ids.i32() + p.ids.numel());
     Layout l = sort_emulated(ids, c.E);
@@ -206,7 +217,9 @@ std::vector<float> run_emulated(const Problem& p, bool biases, CopyMode mode) {
     g.a = p.x.bits.data();
     g.sorted_pair = l.sorted_pair.data();
     g.k_per_row = c.k;
-    g.w = p.gate_up.bits.data();
+    g.w = mx != nullptr ? nullptr : p.gate_up.bits.data();
+    g.w_blocks = mx != nullptr ? mx->gu_blocks.data() : nullptr;
+    g.w_scales = mx != nullptr ? mx->gu_scales.data() : nullptr;
     g.bias = biases ? p.gate_up_bias.bits.data() : nullptr;
     g.kdim = c.D;
     g.n = c.I;
@@ -217,7 +230,9 @@ std::vector<float> run_emulated(const Problem& p, bool biases, CopyMode mode) {
     g.a = act.data();
     g.sorted_pair = nullptr;
     g.k_per_row = 1;
-    g.w = p.down.bits.data();
+    g.w = mx != nullptr ? nullptr : p.down.bits.data();
+    g.w_blocks = mx != nullptr ? mx->dn_blocks.data() : nullptr;
+    g.w_scales = mx != nullptr ? mx->dn_scales.data() : nullptr;
     g.bias = biases ? p.down_bias.bits.data() : nullptr;
     g.kdim = c.I;
     g.n = c.D;
@@ -319,6 +334,115 @@ TEST(MoeGemmEmu, RowInvariant) {
         EXPECT_EQ(std::memcmp(alone.data(), all.data() + 40 * shape.D, alone.size() * 4), 0)
             << "D " << shape.D;
     }
+}
+
+// ---- MXFP4 weights --------------------------------------------------------------------------
+
+TEST(MoeMxfp4Emu, DecodeMatchesHostDecoderForEveryCodeAndScale) {
+    for (uint32_t scale = 0; scale < 256; ++scale) {
+        for (uint32_t code = 0; code < 16; ++code) {
+            // One group whose first value is the code (the byte's low nibble), the rest zeros.
+            std::vector<uint8_t> blocks(16, 0), scales(1, static_cast<uint8_t>(scale));
+            blocks[0] = static_cast<uint8_t>(code);
+            std::vector<float> out(32);
+            decode_mxfp4(blocks, scales, 1, 1, out.data());
+            ASSERT_EQ(mxfp4_bf16(code, scale), uint32_t{f32_to_bf16(out[0])})
+                << "code " << code << " scale " << scale << " value " << out[0];
+        }
+    }
+}
+
+// The 8-value decode the tile loads use (byte-permute tables where the scale keeps the values
+// normal) against mxfp4_bf16 value by value: every code at every place of the word, every scale,
+// other places random.
+TEST(MoeMxfp4Emu, EightValueDecodeMatchesValueByValue) {
+    Rng rng(19);
+    for (uint32_t scale = 0; scale < 256; ++scale) {
+        for (uint32_t code = 0; code < 16; ++code) {
+            for (int j = 0; j < 8; ++j) {
+                const uint32_t others = static_cast<uint32_t>(rng.next_u64());
+                const uint32_t codes = (others & ~(uint32_t{15} << (4 * j))) | (code << (4 * j));
+                uint32_t out[4];
+                mxfp4_bf16x8(codes, scale, out);
+                for (int v = 0; v < 8; ++v) {
+                    const uint32_t want = mxfp4_bf16((codes >> (4 * v)) & 15u, scale);
+                    const uint32_t got = (out[v / 2] >> (16 * (v % 2))) & 0xffffu;
+                    ASSERT_EQ(got, want)
+                        << "scale " << scale << " codes " << codes << " value " << v;
+                }
+            }
+        }
+    }
+}
+
+// Random MXFP4 experts for p's shapes; p's bf16 weights become their decoded values.
+MxWeights make_mx(Problem& p, Rng& rng) {
+    const Case& c = p.c;
+    MxWeights m;
+    const auto bytes = [&](std::vector<uint8_t>& v, size_t n, int lo, int hi) {
+        v.resize(n);
+        for (auto& b : v) b = static_cast<uint8_t>(lo + static_cast<int>(rng.below(hi - lo + 1)));
+    };
+    const auto set = [&](Mat& w, const std::vector<uint8_t>& blocks,
+                         const std::vector<uint8_t>& scales, int64_t cols) {
+        const int64_t groups = cols / 32, rows = w.f32.numel() / cols;
+        decode_mxfp4(blocks, scales, rows, groups, w.f32.f32());
+        for (int64_t i = 0; i < w.f32.numel(); ++i)
+            w.bits[static_cast<size_t>(i)] = f32_to_bf16(w.f32.f32()[i]);
+    };
+    const auto gu_groups = static_cast<size_t>(c.E) * 2 * c.I * (c.D / 32);
+    const auto dn_groups = static_cast<size_t>(c.E) * c.D * (c.I / 32);
+    bytes(m.gu_blocks, gu_groups * 16, 0, 255);
+    bytes(m.gu_scales, gu_groups, 121, 125);
+    bytes(m.dn_blocks, dn_groups * 16, 0, 255);
+    bytes(m.dn_scales, dn_groups, 120, 123);
+    set(p.gate_up, m.gu_blocks, m.gu_scales, c.D);
+    set(p.down, m.dn_blocks, m.dn_scales, c.I);
+    return m;
+}
+
+TEST(MoeMxfp4Emu, SameBitsAsDecodedBf16Weights) {
+    Rng rng(21);
+    // D, I multiples of 32 but not of the 64-wide slice (96, 160, 352: partial last slices; 352:
+    // more slices than stages), I = 96 > 64 units (two gated column tiles, the second partial),
+    // D = 160 > 128 outputs (two column tiles); experts with no rows (E = 6, R * k = 4), one
+    // expert with 70 rows (two row tiles).
+    for (const Case& c : {Case{1, 3, 1, 32, 32}, Case{2, 6, 2, 96, 160}, Case{9, 3, 2, 160, 96},
+                          Case{70, 1, 1, 64, 32}, Case{5, 4, 3, 352, 64}}) {
+        for (const int act : {int{kSwiglu}, int{kClampedSwiglu}}) {
+            for (const CopyMode mode : {CopyMode::at_wait, CopyMode::at_issue}) {
+                Problem p(c, act, rng);
+                const MxWeights mx = make_mx(p, rng);
+                const std::vector<float> want = run_emulated(p, true, mode);
+                const std::vector<float> got = run_emulated(p, true, mode, &mx);
+                EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+                    << "R " << c.R << " E " << c.E << " k " << c.k << " D " << c.D << " I " << c.I
+                    << " act " << act;
+                // And the decoded weights give the reference's numbers.
+                EXPECT_EQ(compare(got, run_cpu(p, true)), "") << "R " << c.R << " D " << c.D;
+            }
+        }
+    }
+}
+
+TEST(MoeMxfp4Emu, RowInvariant) {
+    Rng rng(23);
+    const Case shape{1, 3, 2, 96, 64};
+    Problem block({70, shape.E, shape.k, shape.D, shape.I}, kClampedSwiglu, rng);
+    const MxWeights mx = make_mx(block, rng);
+    std::fill_n(block.ids.i32(), block.ids.numel(), 0);
+    block.ids.i32()[40 * 2 + 1] = 2;
+    Problem solo({1, shape.E, shape.k, shape.D, shape.I}, kClampedSwiglu, rng);
+    solo.gate_up_bias = std::move(block.gate_up_bias);
+    solo.down_bias = std::move(block.down_bias);
+    std::copy_n(block.x.bits.data() + 40 * shape.D, shape.D, solo.x.bits.data());
+    std::copy_n(block.ids.i32() + 40 * 2, 2, solo.ids.i32());
+    std::copy_n(block.weights.f32() + 40 * 2, 2, solo.weights.f32());
+    const std::vector<float> alone = run_emulated(solo, true, CopyMode::at_wait, &mx);
+    block.gate_up_bias = std::move(solo.gate_up_bias);
+    block.down_bias = std::move(solo.down_bias);
+    const std::vector<float> all = run_emulated(block, true, CopyMode::at_wait, &mx);
+    EXPECT_EQ(std::memcmp(alone.data(), all.data() + 40 * shape.D, alone.size() * 4), 0);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // against hand-worked rows (ties, normalize on and off, k == E), the experts against a naive
 // double-precision loop per token (both activations, with and without biases, awkward sizes and
 // more tokens than one of the op's blocks), row and thread-count invariance, and the argument
-// errors.
+// errors. MXFP4 experts: the op on blocks and scales gives the bits of the op on the decoded
+// weights, stays row invariant, and refuses mis-shaped blocks, scales and dimensions.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/mxfp4.h"
 #include "support/test_util.h"
 
 namespace dflash {
@@ -258,6 +260,134 @@ TEST(MoeOps, ArgumentErrors) {
     EXPECT_TRUE(test::has(err(w, out), "limit"));
     p.experts.i32()[3] = static_cast<int32_t>(c.E);
     EXPECT_TRUE(test::has(err(p.w, out), "experts[1, 1] = 4 is outside [0, E=4)"));
+}
+
+// ---- MXFP4 experts ----------------------------------------------------------------------------
+
+// Random MXFP4 experts and the same weights decoded to f32 (backend/mxfp4.h): the op must give
+// the same bits from either.
+struct Mxfp4Problem {
+    Problem p;  // p.w holds the decoded f32 weights
+    HostTensor gu_blocks, gu_scales, dn_blocks, dn_scales;
+    MoeExperts mx;  // the same experts as blocks and scales
+};
+
+HostTensor random_bytes(Shape shape, Rng& rng, int lo, int hi) {
+    HostTensor t(shape, DType::u8);
+    for (int64_t i = 0; i < t.numel(); ++i)
+        t.view().u8()[i] = static_cast<uint8_t>(lo + static_cast<int>(rng.below(hi - lo + 1)));
+    return t;
+}
+
+HostTensor decoded(const HostTensor& blocks, const HostTensor& scales, Shape shape) {
+    HostTensor out(shape);
+    const int64_t groups = blocks.dim(2), rows = blocks.numel() / (groups * 16);
+    decode_mxfp4({blocks.view().u8(), blocks.nbytes()}, {scales.view().u8(), scales.nbytes()}, rows,
+                 groups, out.f32());
+    return out;
+}
+
+Mxfp4Problem make_mxfp4_problem(const Case& c, MoeActivation act, bool biases, uint64_t seed) {
+    Mxfp4Problem m;
+    m.p = make_problem(c, act, biases, seed);
+    Rng rng(seed + 1000);
+    // Scales around 2^-4..2^-1 (so clamped_swiglu's clamps still bite), blocks any byte.
+    m.gu_blocks = random_bytes({c.E, 2 * c.I, c.D / 32, 16}, rng, 0, 255);
+    m.gu_scales = random_bytes({c.E, 2 * c.I, c.D / 32}, rng, 121, 126);
+    m.dn_blocks = random_bytes({c.E, c.D, c.I / 32, 16}, rng, 0, 255);
+    m.dn_scales = random_bytes({c.E, c.D, c.I / 32}, rng, 119, 124);
+    m.p.gate_up = decoded(m.gu_blocks, m.gu_scales, {c.E, 2 * c.I, c.D});
+    m.p.down = decoded(m.dn_blocks, m.dn_scales, {c.E, c.D, c.I});
+    m.p.w.gate_up = m.p.gate_up;
+    m.p.w.down = m.p.down;
+    m.mx = m.p.w;
+    m.mx.gate_up = Tensor();
+    m.mx.down = Tensor();
+    m.mx.gate_up_blocks = m.gu_blocks;
+    m.mx.gate_up_scales = m.gu_scales;
+    m.mx.down_blocks = m.dn_blocks;
+    m.mx.down_scales = m.dn_scales;
+    return m;
+}
+
+HostTensor run_mxfp4(const Mxfp4Problem& m, const cpu::Exec& ex) {
+    HostTensor out({m.p.x.dim(0), m.p.x.dim(1)});
+    fill_f32(out, 123.0f);
+    cpu::moe_experts(ex, m.p.x, m.p.experts, m.p.weights, m.mx, out);
+    return out;
+}
+
+TEST(MoeExpertsMxfp4, SameBitsAsDecodedWeights) {
+    const cpu::PooledExec ex{3};
+    uint64_t seed = 500;
+    // D, I multiples of 32 (one or several groups, odd group counts), one expert or many, a token
+    // block crossing the op's 128, k == E.
+    for (const Case& c : {Case{1, 4, 2, 32, 32}, Case{9, 5, 3, 96, 64}, Case{131, 3, 2, 64, 96},
+                          Case{5, 1, 1, 160, 32}, Case{6, 3, 3, 32, 160}}) {
+        for (const MoeActivation act : {MoeActivation::swiglu, MoeActivation::clamped_swiglu}) {
+            for (const bool biases : {false, true}) {
+                const Mxfp4Problem m = make_mxfp4_problem(c, act, biases, ++seed);
+                const HostTensor want = run_experts(m.p, ex);
+                const HostTensor got = run_mxfp4(m, ex);
+                EXPECT_EQ(std::memcmp(got.f32(), want.f32(), want.nbytes()), 0)
+                    << "R=" << c.R << " E=" << c.E << " k=" << c.k << " D=" << c.D << " I=" << c.I
+                    << " act=" << static_cast<int>(act) << " biases=" << biases;
+                // And the decoded weights are what the op's definition multiplies.
+                EXPECT_LT(test::max_rel_diff(got.f32(), naive_experts(m.p, c)), 2e-5);
+            }
+        }
+    }
+}
+
+TEST(MoeExpertsMxfp4, RowAndThreadInvariant) {
+    const Case c{37, 5, 3, 64, 32};
+    const Mxfp4Problem m = make_mxfp4_problem(c, MoeActivation::clamped_swiglu, true, 91);
+    const HostTensor all = run_mxfp4(m, cpu::PooledExec{3});
+    const HostTensor all1 = run_mxfp4(m, cpu::PooledExec{1});
+    EXPECT_EQ(std::memcmp(all.f32(), all1.f32(), all.nbytes()), 0);
+    for (const int64_t t : {0, 17, 36}) {
+        HostTensor out({1, c.D});
+        cpu::moe_experts(cpu::PooledExec{2}, m.p.x.view().rows(t, t + 1),
+                         m.p.experts.view().rows(t, t + 1), m.p.weights.view().rows(t, t + 1), m.mx,
+                         out);
+        EXPECT_EQ(std::memcmp(out.f32(), all.f32() + t * c.D, out.nbytes()), 0) << "token " << t;
+    }
+}
+
+TEST(MoeExpertsMxfp4, ArgumentErrors) {
+    const cpu::PooledExec ex{1};
+    const Case c{3, 4, 2, 64, 32};
+    const Mxfp4Problem m = make_mxfp4_problem(c, MoeActivation::clamped_swiglu, true, 7);
+    HostTensor out({c.R, c.D});
+    const auto err = [&](const MoeExperts& w) {
+        return test::error_of(
+            [&] { cpu::moe_experts(ex, m.p.x, m.p.experts, m.p.weights, w, out); });
+    };
+    EXPECT_EQ(err(m.mx), "");
+    MoeExperts w = m.mx;
+    w.gate_up = m.p.gate_up;  // both forms
+    EXPECT_TRUE(test::has(err(w), "give one form"));
+    w = m.mx;
+    HostTensor short_scales({c.E, 2 * c.I, c.D / 32 - 1}, DType::u8);
+    w.gate_up_scales = short_scales;
+    EXPECT_TRUE(test::has(err(w), "gate_up_scales is u8[4, 64, 1]@cpu; expected u8 [4, 64, 2]"));
+    w = m.mx;
+    HostTensor down_blocks_f32({c.E, c.D, c.I / 32, 16});
+    w.down_blocks = down_blocks_f32;
+    EXPECT_TRUE(test::has(err(w), "down_blocks is f32"));
+    w = m.mx;
+    w.down_scales = Tensor();
+    EXPECT_TRUE(test::has(err(w), "down_scales"));
+    w = m.mx;
+    w.gate_up_blocks = Tensor();  // scales without blocks: neither form is whole
+    w.gate_up = m.p.gate_up;
+    w.down = m.p.down;
+    EXPECT_TRUE(test::has(err(w), "without gate_up_blocks"));
+    // D not a multiple of 32: blocks of 2 groups for D = 48 do not describe it.
+    HostTensor x48({c.R, 48}), out48({c.R, 48});
+    const std::string e48 =
+        test::error_of([&] { cpu::moe_experts(ex, x48, m.p.experts, m.p.weights, m.mx, out48); });
+    EXPECT_TRUE(test::has(e48, "multiples of 32")) << e48;
 }
 
 }  // namespace

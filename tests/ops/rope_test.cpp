@@ -1,6 +1,6 @@
 // rope_inv_freq (none / linear / llama3 scaling, with a hand-derived llama3 table) and
 // cpu::rope_fwd/bwd (NeoX rotate-half) against naive formulas, finite differences of the backward,
-// errors and thread-count independence.
+// errors, thread-count independence and partial rotary (R < Dh: only the first R dims turn).
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -115,8 +115,9 @@ TEST(RopeInvFreq, BadConfigsThrow) {
 // reference the model was trained with).
 HostTensor rope_ref(const Tensor& x, const std::vector<int32_t>& pos, const std::vector<float>& inv,
                     double sign = 1.0) {
-    const int64_t s_len = x.dim(0), heads = x.dim(1), dh = x.dim(2), half = dh / 2;
-    HostTensor y(x.shape());
+    const int64_t s_len = x.dim(0), heads = x.dim(1), dh = x.dim(2);
+    const auto half = static_cast<int64_t>(inv.size());
+    HostTensor y = x.clone();  // dims past 2 * half (partial rotary) stay as they are
     for (int64_t s = 0; s < s_len; ++s)
         for (int64_t h = 0; h < heads; ++h)
             for (int64_t i = 0; i < half; ++i) {
@@ -210,8 +211,37 @@ TEST(Rope, ShapeErrors) {
     EXPECT_THROW(cpu::rope_fwd(ex, x, posf, test::vec_tensor(inv)), Error);
     EXPECT_THROW(cpu::rope_fwd(ex, odd, pos, test::vec_tensor(inv)), Error);
     EXPECT_THROW(cpu::rope_fwd(ex, flat, pos, test::vec_tensor(inv)), Error);
-    EXPECT_THROW(cpu::rope_bwd(ex, x, pos, test::vec_tensor(rope_inv_freq(RopeConfig{}, 6))),
+    EXPECT_THROW(cpu::rope_bwd(ex, x, pos, test::vec_tensor(rope_inv_freq(RopeConfig{}, 10))),
                  Error);
+    EXPECT_THROW(cpu::rope_bwd(ex, x, pos, test::vec_tensor(std::vector<float>{})), Error);
+}
+
+// Partial rotary (Qwen3-Next / Qwen3.5: 64 of 256 dims): the frequencies of rope_inv_freq(cfg, R)
+// turn pairs (i, i + R/2) of the first R dims; the other Dh - R dims keep their bits; the backward
+// still inverts the forward.
+TEST(Rope, PartialRotaryTurnsOnlyTheLeadingDims) {
+    Rng rng(4);
+    RopeConfig cfg;
+    cfg.theta = 1e7;
+    for (const auto& [xs, r] :
+         {std::pair{Shape{9, 3, 32}, int64_t{8}}, {Shape{5, 2, 256}, 64}, {Shape{70, 4, 6}, 2}}) {
+        const auto inv = rope_inv_freq(cfg, r);
+        const auto pos = random_positions(xs[0], rng);
+        HostTensor positions = HostTensor::from_i32({xs[0]}, pos);
+        HostTensor x = random_tensor(xs, rng);
+        HostTensor ref = rope_ref(x, pos, inv);
+        HostTensor y = x.clone();
+        cpu::rope_fwd(cpu::PooledExec{2}, y, positions, test::vec_tensor(inv));
+        EXPECT_LT(test::max_rel_diff(y, ref), 1e-6) << xs.to_string();
+        const int64_t dh = xs[2];
+        for (int64_t row = 0; row < xs[0] * xs[1]; ++row)
+            EXPECT_EQ(std::memcmp(y.f32() + row * dh + r, x.f32() + row * dh + r,
+                                  sizeof(float) * (dh - r)),
+                      0)
+                << xs.to_string() << " row " << row;
+        cpu::rope_bwd(cpu::PooledExec{2}, y, positions, test::vec_tensor(inv));
+        EXPECT_LT(test::max_rel_diff(y, x), 1e-6) << xs.to_string();
+    }
 }
 
 // 101 x 4 x 64 crosses the parallel threshold.

@@ -1,8 +1,8 @@
-// The chat templates as code: exact text of Qwen3 (thinking on and off, reasoning in content,
-// multi-turn), Llama-3/3.1 and harmony (reasoning levels, analysis kept only in the last turn,
-// instructions, refusals) conversations, which segments carry the loss mask, recognition of the
-// Jinja templates, and Python's strip. The comparison with transformers/Jinja output is in
-// hf_fixtures_test.cpp.
+// The chat templates as code: exact text of Qwen3 and Qwen3.5 (thinking on and off, reasoning in
+// content, multi-turn; Qwen3.5's trimming, open think block and refusals), Llama-3/3.1 and harmony
+// (reasoning levels, analysis kept only in the last turn, instructions, refusals) conversations,
+// which segments carry the loss mask, recognition of the Jinja templates, and Python's strip. The
+// comparison with transformers/Jinja output is in hf_fixtures_test.cpp.
 #include "tokenizer/chat_template.h"
 #include "support/test_util.h"
 
@@ -65,6 +65,88 @@ TEST(ChatTemplate, Qwen3ReasoningAndHistory) {
     // A later system message is an ordinary turn.
     EXPECT_EQ(chat_text(qwen3(true)->render({{"user", "x"}, {"system", "s"}}, false)),
               "<|im_start|>user\nx<|im_end|>\n<|im_start|>system\ns<|im_end|>\n");
+}
+
+std::unique_ptr<ChatTemplate> qwen35(bool thinking) {
+    ChatOptions o;
+    o.enable_thinking = thinking;
+    return make_chat_template("qwen3_5", o, "");
+}
+
+// Qwen3.5 thinks by default: its generation prompt opens the think block, which is then the
+// prompt's (mask 0) in a training turn, and the rest of the block is the model's.
+TEST(ChatTemplate, Qwen35GenerationPromptOpensTheThinkBlock) {
+    const std::vector<ChatMessage> chat = {{"system", "  S\n"}, {"user", "Q"}};
+    const auto on = qwen35(true)->render(chat, true);
+    EXPECT_EQ(chat_text(on),
+              "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n"
+              "<|im_start|>assistant\n<think>\n");
+    EXPECT_EQ(masked(on), "");
+    EXPECT_EQ(chat_text(qwen35(false)->render(chat, true)),
+              "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n"
+              "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    EXPECT_EQ(qwen35(true)->end_of_turn(), "<|im_end|>");
+    EXPECT_EQ(qwen35(true)->name(), "qwen3_5");
+    // Qwen3's prompt leaves the think block to the model.
+    EXPECT_TRUE(chat_text(qwen3(true)->render(chat, true)).ends_with("assistant\n"));
+}
+
+TEST(ChatTemplate, Qwen35TrainingTurn) {
+    const std::vector<ChatMessage> chat = {{"user", "Add 17 and 25."},
+                                           {"assistant", "<think>\n17 + 25 = 42.\n</think>\n\n42"}};
+    const auto on = qwen35(true)->render(chat, false);
+    EXPECT_EQ(chat_text(on),
+              "<|im_start|>user\nAdd 17 and 25.<|im_end|>\n<|im_start|>assistant\n<think>\n"
+              "17 + 25 = 42.\n</think>\n\n42<|im_end|>\n");
+    EXPECT_EQ(masked(on), "17 + 25 = 42.\n</think>\n\n42<|im_end|>");
+    // A turn without reasoning gets the empty block; with thinking off all of it is the prompt's.
+    const std::vector<ChatMessage> plain = {{"user", "2+2?"}, {"assistant", "4"}};
+    const auto off = qwen35(false)->render(plain, false);
+    EXPECT_EQ(chat_text(off),
+              "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+              "4<|im_end|>\n");
+    EXPECT_EQ(masked(off), "4<|im_end|>");
+    EXPECT_EQ(chat_text(qwen35(true)->render(plain, false)), chat_text(off));
+    EXPECT_EQ(masked(qwen35(true)->render(plain, false)), "\n</think>\n\n4<|im_end|>");
+}
+
+// Turns before the last user query lose their reasoning (and get no empty block); a user message
+// that is a tool's answer is not a query, so the turns around it keep theirs. Every message's text
+// is trimmed by Python's rules (U+3000 and NBSP are whitespace), reasoning too; a reasoning block
+// without "<think>" is read from the start.
+TEST(ChatTemplate, Qwen35HistoryAndTrimming) {
+    const std::vector<ChatMessage> chat = {
+        {"user", "\u3000 Name a color.\u00a0\n"},
+        {"assistant", "<think>\nEasy.\n</think>\n\nBlue."},
+        {"user", "Another?"},
+        {"assistant", "<think>\n\n  Again. \n\n</think>\n\n\nRed \n"}};
+    EXPECT_EQ(chat_text(qwen35(true)->render(chat, false)),
+              "<|im_start|>user\nName a color.<|im_end|>\n<|im_start|>assistant\nBlue.<|im_end|>\n"
+              "<|im_start|>user\nAnother?<|im_end|>\n<|im_start|>assistant\n<think>\nAgain.\n"
+              "</think>\n\nRed<|im_end|>\n");
+    const std::vector<ChatMessage> tools = {
+        {"user", "6*7?"},
+        {"assistant", "<think>\nUse the tool.\n</think>\n\nCalling."},
+        {"user", " <tool_response>\n42\n</tool_response>\n"},
+        {"assistant", "no open tag</think>\n\nIt is 42."}};
+    EXPECT_EQ(chat_text(qwen35(false)->render(tools, false)),
+              "<|im_start|>user\n6*7?<|im_end|>\n<|im_start|>assistant\n<think>\nUse the tool.\n"
+              "</think>\n\nCalling.<|im_end|>\n<|im_start|>user\n<tool_response>\n42\n"
+              "</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\nno open tag\n"
+              "</think>\n\nIt is 42.<|im_end|>\n");
+}
+
+TEST(ChatTemplate, Qwen35Refusals) {
+    const auto t = qwen35(true);
+    const auto err = [&](const std::vector<ChatMessage>& chat) {
+        return test::error_of([&] { t->render(chat, true); });
+    };
+    EXPECT_TRUE(test::has(err({}), "at least one message"));
+    EXPECT_TRUE(test::has(err({{"system", "s"}, {"assistant", "a"}}), "needs a user message"));
+    EXPECT_TRUE(test::has(err({{"user", "<tool_response>x</tool_response>"}}), "user message"));
+    EXPECT_TRUE(test::has(err({{"user", "a"}, {"system", "late"}}), "after the first"));
+    EXPECT_TRUE(test::has(err({{"user", "a"}, {"tool", "x"}}), "no role 'tool'"));
+    EXPECT_TRUE(test::has(err({{"user", "q"}, {"assistant", "a", "why"}}), "thinking field"));
 }
 
 TEST(ChatTemplate, Llama31) {
@@ -186,6 +268,15 @@ TEST(ChatTemplate, HarmonyStopsAndRefusals) {
 TEST(ChatTemplate, RecognisesTheJinjaTemplates) {
     const std::string dir = DFLASH_SOURCE_DIR "/tools/reference/chat_templates/";
     EXPECT_EQ(detect_chat_template(test::read_file(dir + "qwen3.jinja")), "qwen3");
+    EXPECT_EQ(detect_chat_template(test::read_file(dir + "qwen3_5.jinja")), "qwen3_5");
+    // Qwen3.5's mark is a generation prompt that prints the open block alone, in either quote
+    // and either output-tag end; Qwen3's template prints "<think>\n" only with more after it.
+    EXPECT_EQ(detect_chat_template("<|im_start|> enable_thinking {{- \"<think>\\n\" -}}"),
+              "qwen3_5");
+    EXPECT_EQ(detect_chat_template(
+                  "<|im_start|> enable_thinking last_query_index "
+                  "{{- '<think>\\n' + reasoning }} {{- '<think>\\n\\n</think>\\n\\n' }}"),
+              "qwen3");
     EXPECT_EQ(detect_chat_template(test::read_file(dir + "llama3.jinja")), "llama3");
     EXPECT_EQ(detect_chat_template(test::read_file(dir + "llama3.1.jinja")), "llama3.1");
     // Qwen2.5's ChatML (no think blocks) and Llama-3.2 (today's date) are not these templates.
@@ -199,6 +290,13 @@ TEST(ChatTemplate, RecognisesTheJinjaTemplates) {
                                    "strftime_now"),
               "");
     EXPECT_EQ(detect_chat_template(""), "");
+}
+
+TEST(ChatTemplate, ModelTypeImpliesQwen35) {
+    for (const char* t : {"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
+        EXPECT_EQ(chat_template_for_model_type(t), "qwen3_5") << t;
+    for (const char* t : {"qwen3", "qwen3_next", "qwen3_moe", "gpt_oss", "", "qwen3_5x"})
+        EXPECT_EQ(chat_template_for_model_type(t), "") << t;
 }
 
 TEST(ChatTemplate, PythonStrip) {

@@ -207,6 +207,31 @@ TEST(HfTokenizer, ChatTemplateChoice) {
     EXPECT_EQ(make_hf_tokenizer(files(tj, R"({"chat_template": "{{ messages }}"})", jinja), {})
                   ->chat_template_name(),
               "qwen3");
+    // A Qwen3.5 model directory (config.json's model_type, top level or the text model's) picks
+    // qwen3_5 with chat.template = auto even though the Jinja reads as Qwen3's; a named template
+    // still wins, and other types leave the choice to the Jinja.
+    const std::string qwen3_cfg = test::read_file(kQwen + "/tokenizer_config.json");
+    for (const char* type : {"qwen3_5", "qwen3_5_moe_text", "qwen3"}) {
+        test::TempDir dir("hf_tok_type");
+        test::write_file(dir / "tokenizer.json", tj);
+        test::write_file(dir / "tokenizer_config.json", qwen3_cfg);
+        test::write_file(dir / "config.json", json{{"model_type", type}}.dump());
+        const bool q35 = std::string(type) != "qwen3";
+        EXPECT_EQ(load_hf_tokenizer(dir.path(), {})->chat_template_name(),
+                  q35 ? "qwen3_5" : "qwen3")
+            << type;
+        ChatOptions named;
+        named.template_name = "qwen3";
+        EXPECT_EQ(load_hf_tokenizer(dir.path(), named)->chat_template_name(), "qwen3") << type;
+    }
+    // A config.json that is not JSON is not the tokenizer's concern.
+    {
+        test::TempDir dir("hf_tok_badcfg");
+        test::write_file(dir / "tokenizer.json", tj);
+        test::write_file(dir / "tokenizer_config.json", qwen3_cfg);
+        test::write_file(dir / "config.json", "{oops");
+        EXPECT_EQ(load_hf_tokenizer(dir.path(), {})->chat_template_name(), "qwen3");
+    }
     // A template whose end-of-turn token the vocabulary lacks is the wrong template.
     o.template_name = "llama3.1";
     EXPECT_TRUE(test::has(test::error_of([&] {

@@ -34,5 +34,21 @@ TEST(Normalizer, HangulSingletonsAndIdempotence) {
     EXPECT_EQ(nfc_normalize(once).text, once);
 }
 
+// What the Qwen3.5 fixture's NFC cases lean on: marks put in canonical order before they compose
+// (either order of a dot below and a circumflex gives the same letter), a composition exclusion
+// stays decomposed, a Hangul LV syllable takes a trailing jamo, the Ohm sign is a singleton, and
+// a compatibility ligature is left alone (NFC, not NFKC).
+TEST(Normalizer, ReordersExcludesAndKeepsCompatibilityForms) {
+    EXPECT_EQ(nfc_normalize("a\u0323\u0302").text, "\u1ead");
+    EXPECT_EQ(nfc_normalize("a\u0302\u0323").text, "\u1ead");
+    EXPECT_EQ(nfc_normalize("\u0958").text, "\u0915\u093c");
+    EXPECT_EQ(nfc_normalize("\u0915\u093c").text, "\u0915\u093c");
+    EXPECT_EQ(nfc_normalize("\uac00\u11a8").text, "\uac01");
+    EXPECT_EQ(nfc_normalize("\u2126").text, "\u03a9");
+    EXPECT_EQ(nfc_normalize("\ufb01").text, "\ufb01");
+    // A mark composes with the ASCII letter before it (where normalizer.cpp's stretch starts).
+    EXPECT_EQ(nfc_normalize("xe\u0301\u0301").text, "x\u00e9\u0301");
+}
+
 }  // namespace
 }  // namespace dflash

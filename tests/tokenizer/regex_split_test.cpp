@@ -1,7 +1,7 @@
-// The Qwen2/Qwen3, Llama-3 and o200k (gpt-oss) split patterns under PCRE2: pieces as HF
+// The Qwen2/Qwen3, Qwen3.5, Llama-3 and o200k (gpt-oss) split patterns under PCRE2: pieces as HF
 // `tokenizers` cuts them (digits one by one vs. up to three, whitespace runs, case-insensitive
-// contractions, Unicode letters/digits/spaces, o200k's case-shaped words), lookarounds confined to
-// the piece, long inputs, and compile errors.
+// contractions, Unicode letters/digits/spaces, o200k's case-shaped words, Qwen3.5's combining
+// marks inside words), lookarounds confined to the piece, long inputs, and compile errors.
 #include "tokenizer/regex_split.h"
 #include "support/test_util.h"
 
@@ -26,7 +26,7 @@ std::vector<std::string> pieces(std::string_view pattern, std::string_view text)
 using V = std::vector<std::string>;
 
 TEST(RegexSplit, WordsSpacesAndPunctuation) {
-    for (auto pat : {kQwen2SplitPattern, kLlama3SplitPattern}) {
+    for (auto pat : {kQwen2SplitPattern, kQwen35SplitPattern, kLlama3SplitPattern}) {
         EXPECT_EQ(pieces(pat, "Hello world!"), (V{"Hello", " world", "!"}));
         EXPECT_EQ(pieces(pat, "a   b"), (V{"a", "  ", " b"}));
         EXPECT_EQ(pieces(pat, "x  \n\n  y"), (V{"x", "  \n\n", " ", " y"}));
@@ -79,6 +79,34 @@ TEST(RegexSplit, O200kWordsFollowLetterCase) {
     EXPECT_EQ(pieces(kLlama3SplitPattern, "CamelCase"), (V{"CamelCase"}));
 }
 
+// Qwen3.5 reads combining marks (\p{M}) as letters: accents, Indic vowel signs and viramas stay
+// in their word, a mark after a space or an opening bracket leads a word like a letter, and a run
+// of punctuation stops at a mark (which then stands alone, or starts the next word). Qwen2's
+// pattern breaks each of these differently. Digits, contractions of any case and CRLF are cut as
+// in Qwen2's. (Expected pieces checked with Python's `regex` module, which reads the pattern as
+// Oniguruma does.)
+TEST(RegexSplit, Qwen35KeepsCombiningMarksInWords) {
+    const auto p = [](std::string_view text) { return pieces(kQwen35SplitPattern, text); };
+    EXPECT_EQ(p("nai\u0308ve x\u0301\u0301y"), (V{"nai\u0308ve", " x\u0301\u0301y"}));
+    EXPECT_EQ(pieces(kQwen2SplitPattern, "nai\u0308ve x\u0301\u0301y"),
+              (V{"nai", "\u0308ve", " x", "\u0301\u0301", "y"}));
+    const std::string hindi =
+        "\u0928\u092e\u0938\u094d\u0924\u0947 \u0926\u0941\u0928\u093f\u092f\u093e";
+    EXPECT_EQ(p(hindi),
+              (V{"\u0928\u092e\u0938\u094d\u0924\u0947", " \u0926\u0941\u0928\u093f\u092f\u093e"}));
+    EXPECT_EQ(pieces(kQwen2SplitPattern, hindi).size(), 7u);
+    EXPECT_EQ(p("!!\u0301?"), (V{"!!", "\u0301", "?"}));
+    EXPECT_EQ(pieces(kQwen2SplitPattern, "!!\u0301?"), (V{"!!\u0301?"}));
+    EXPECT_EQ(p("(\u0301x)"), (V{"(\u0301x", ")"}));
+    EXPECT_EQ(p(" \u0301abc"), (V{" \u0301abc"}));
+    EXPECT_EQ(p("1\u0301 2"), (V{"1", "\u0301", " ", "2"}));
+    EXPECT_EQ(p("\u20dd\u0301"), (V{"\u20dd\u0301"}));  // an enclosing mark (Me) as well
+    EXPECT_EQ(p("12345"), (V{"1", "2", "3", "4", "5"}));
+    EXPECT_EQ(p("\u0663\u0664\u2460x"), (V{"\u0663", "\u0664", "\u2460", "x"}));
+    EXPECT_EQ(p("DON'T YOU'RE it'S"), (V{"DON", "'T", " YOU", "'RE", " it", "'S"}));
+    EXPECT_EQ(p("line\r\nnext.\r\n\r\n x"), (V{"line", "\r\n", "next", ".\r\n\r\n", " x"}));
+}
+
 // A long run of capitals with no lower-case letter after it makes the first word alternative take
 // the run and give it back letter by letter before the second takes it whole: linear work, within
 // the match limit.
@@ -119,8 +147,8 @@ TEST(RegexSplit, TenMegabytesOfWhitespaceSplitLikeShortRuns) {
     std::string run(10 << 20, ' ');
     for (size_t i = 0; i < run.size(); i += 7) run[i] = '\t';
     run.back() = ' ';  // the space that joins the next word
-    for (auto pat :
-         {kQwen2SplitPattern, kLlama3SplitPattern, kO200kSplitPattern, kGpt2SplitPattern}) {
+    for (auto pat : {kQwen2SplitPattern, kQwen35SplitPattern, kLlama3SplitPattern,
+                     kO200kSplitPattern, kGpt2SplitPattern}) {
         const auto p = pieces(pat, "a" + run + "b");
         ASSERT_EQ(p.size(), 3u);
         EXPECT_EQ(p[0], "a");

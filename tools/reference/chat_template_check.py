@@ -1,15 +1,14 @@
 """Is a model's own chat template one that dflash has written as code? (any machine with transformers)
 
-dflash applies chat templates as code (src/tokenizer/chat_template.cpp: qwen3, llama3, llama3.1,
-harmony),
-checked in CI against the Jinja files of tools/reference/chat_templates/. This script renders the
-conversations of tools/reference/tokenizer_cases.json (those of the named template, with its
-options) with the model's own template (tokenizer_config.json or chat_template.jinja) and with
-dflash's Jinja file, through transformers' apply_chat_template, and reports every difference. If
-there is none, `--chat.template NAME` is safe for that model.
+dflash applies chat templates as code (src/tokenizer/chat_template.cpp: qwen3, qwen3_5, llama3,
+llama3.1, harmony), checked in CI against the Jinja files of tools/reference/chat_templates/.
+This script renders the conversations of tools/reference/tokenizer_cases.json (those of the named
+template, with its options) with the model's own template (tokenizer_config.json or
+chat_template.jinja) and with dflash's Jinja file, through transformers' apply_chat_template, and
+reports every difference. If there is none, `--chat.template NAME` is safe for that model.
 
 usage: python3 tools/reference/chat_template_check.py MODEL_DIR NAME
-  (NAME: qwen3, llama3, llama3.1, harmony)
+  (NAME: qwen3, qwen3_5, llama3, llama3.1, harmony)
 exits 1 on any difference.
 
 gpt-oss's template dates its system turn with strftime_now("%Y-%m-%d"); for harmony cases the

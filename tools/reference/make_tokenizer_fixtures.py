@@ -1,10 +1,12 @@
 """Tokenizer and chat-template fixtures from the reference implementations (run on the GPU machine).
 
-Trains three small byte-level BPE tokenizers with HF `tokenizers` (offline, on
+Trains four small byte-level BPE tokenizers with HF `tokenizers` (offline, on
 tools/reference/tokenizer_corpus.txt), one with Qwen2/Qwen3's pre-tokenizer (split pattern, NFC, no
 bos), one with Llama-3's (split pattern, ignore_merges, <|begin_of_text|> added by the
-post-processor) and one with gpt-oss's (o200k split pattern, ignore_merges, no bos, the harmony
-specials at gpt-oss's ids, the chat template in chat_template.jinja), writes them as
+post-processor), one with gpt-oss's (o200k split pattern, ignore_merges, no bos, the harmony
+specials at gpt-oss's ids, the chat template in chat_template.jinja) and one with Qwen3.5's
+(its own split pattern with \p{M} and single digits, NFC, no bos, ChatML specials at Qwen3.5's ids,
+trained on the corpus plus QWEN35_EXTRA_CORPUS), writes them as
 tokenizer.json + tokenizer_config.json (+ chat_template.jinja), and records what the reference
 gives for the cases of tools/reference/tokenizer_cases.json:
   - texts: `tokenizers` encode (no specials added; and with the post-processor) and decode;
@@ -12,14 +14,17 @@ gives for the cases of tools/reference/tokenizer_cases.json:
     tools/reference/chat_templates/ (text, and ids with tokenize=True).
 tests/tokenizer/hf_fixtures_test.cpp compares dflash with every case.
 
-o200k's specials keep gpt-oss's ids (199998 ... 200018) in a vocabulary of a few hundred entries:
+o200k's specials keep gpt-oss's ids (199998 ... 200018), and qwen35's keep Qwen3.5's (248044 ...),
+in a vocabulary of a few hundred entries:
 `tokenizers` re-numbers, on loading, an added token that the model's vocabulary lacks (from the
 vocabulary's size on), so the specials are written into the BPE vocabulary at their ids as well
 (gpt-oss's own tokenizer.json lists them only as added tokens; dflash reads both layouts alike, a
 test checks). The script stops if any special does not load at its id.
 
-usage (repo root): python3 tools/reference/make_tokenizer_fixtures.py OUT_DIR [KIND...]
-  KIND: qwen2, llama3, o200k (default: all three);
+usage (repo root): python3 tools/reference/make_tokenizer_fixtures.py [OUT_DIR] [KIND...]
+                   [--kind KIND]... [--out OUT_DIR]
+  KIND: qwen2, llama3, o200k, qwen35 (default: all four); OUT_DIR defaults to
+  tests/fixtures/tokenizer;
   writes OUT_DIR/KIND/{tokenizer.json,tokenizer_config.json,expected.json} (o200k: and
   chat_template.jinja); copy them over tests/fixtures/tokenizer/ and commit.
 """
@@ -43,6 +48,32 @@ O200K = "|".join([
     r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
     r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
     r"\p{N}{1,3}", r" ?[^\s\p{L}\p{N}]+[\r\n/]*", r"\s*[\r\n]+", r"\s+(?!\S)", r"\s+"])
+# Qwen3.5's split pattern: unlike Qwen2/3's, a word takes combining marks (\p{M}) as letters and
+# punctuation runs stop at them; digits still go one at a time.
+QWEN35 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
+          r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen3.5's added tokens at its ids: (id, content, special). The three ChatML ones are from the
+# models' configs; <think>/</think> sit at Qwen3's offsets from <|endoftext|> (+24, +25), which
+# is a guess (their real ids are not checked) and matters only in that they are far from the
+# trained vocabulary and not special (Qwen's tokenizers list them with special=false).
+QWEN35_ADDED = [(248044, "<|endoftext|>", True), (248045, "<|im_start|>", True),
+                (248046, "<|im_end|>", True), (248068, "<think>", False),
+                (248069, "</think>", False)]
+# Extra training text for qwen35 only (the shared corpus stays as the other fixtures were made
+# from): combining marks after letters, spaces and punctuation, NFC-composable sequences, CRLF
+# line ends and upper-case contractions, so that merges exist across the places the pattern
+# differs from Qwen2/3's.
+QWEN35_EXTRA_CORPUS = "\n".join([
+    "Cafe\u0301 nai\u0308ve re\u0301sume\u0301 A\u030angstro\u0308m man\u0303ana pin\u0303ata",
+    "x\u0301\u0301y q\u0307 b\u0323\u0307 a\u0323\u0302 a\u0302\u0323 \u0301abc (\u0301x) !!\u0301?",
+    "\u0928\u092e\u0938\u094d\u0924\u0947 \u0926\u0941\u0928\u093f\u092f\u093e "
+    "\u0915\u093c \u0958 \u0e20\u0e32\u0e29\u0e32\u0e44\u0e17\u0e22 "
+    "\u0645\u064e\u0631\u0652\u062d\u064e\u0628\u064b\u0627",
+    "\u1100\u1161\u11a8 \uac00\u11a8 \u212b \u2126 \u1e9b\u0323 \ufb01 \u00c5 \u00e9",
+    "DON'T YOU'RE I'M IT'S WE'LL THEY'VE SHE'D HE'LL it'S You'Re",
+    "line one\r\nline two\r\n\r\n  indented\r\n\tTab\r\nend.\r\n",
+    "v1.2.3 2024-06-01 12345 678 90 a1b22c333",
+]) + "\n"
 # gpt-oss's named special tokens at their ids (the reserved ones between them are left out).
 HARMONY_SPECIALS = [(199998, "<|startoftext|>"), (199999, "<|endoftext|>"), (200002, "<|return|>"),
                     (200003, "<|constrain|>"), (200005, "<|channel|>"), (200006, "<|start|>"),
@@ -51,7 +82,8 @@ HARMONY_SPECIALS = [(199998, "<|startoftext|>"), (199999, "<|endoftext|>"), (200
 # Whole pre-tokens given a vocabulary entry that no merge sequence builds, so that the o200k
 # fixture tells ignore_merges (one token) from plain BPE (several).
 O200K_WHOLE_WORDS = [" JSONParser", " HTTPServer", " Speculative"]
-FAMILIES = {"qwen2": ["qwen3"], "llama3": ["llama3", "llama3.1"], "o200k": ["harmony"]}
+FAMILIES = {"qwen2": ["qwen3"], "llama3": ["llama3", "llama3.1"], "o200k": ["harmony"],
+            "qwen35": ["qwen3_5"]}
 # Chat-template options a case may set, passed to apply_chat_template as they are.
 TEMPLATE_OPTIONS = ("enable_thinking", "reasoning_effort", "current_date")
 SPECIALS = {
@@ -71,6 +103,8 @@ def read(path):
 def train(kind, corpus):
     if kind == "o200k":
         return train_o200k(corpus)
+    if kind == "qwen35":
+        return train_qwen35(corpus + QWEN35_EXTRA_CORPUS)
     tok = Tokenizer(models.BPE())
     if kind == "qwen2":
         tok.normalizer = normalizers.NFC()
@@ -141,16 +175,46 @@ def train_o200k(corpus):
     return loaded, doc
 
 
+def train_qwen35(corpus):
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN35), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=700, min_frequency=2, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus.splitlines(keepends=True), trainer)
+    doc = json.loads(tok.to_str())
+    vocab = doc["model"]["vocab"]
+    for tid, content, _ in QWEN35_ADDED:  # see the module docstring
+        vocab[content] = tid
+    doc["model"]["ignore_merges"] = False  # as Qwen's tokenizer.json files have it
+    doc["added_tokens"] = [{"id": tid, "content": content, "single_word": False, "lstrip": False,
+                            "rstrip": False, "normalized": False, "special": special}
+                           for tid, content, special in QWEN35_ADDED]
+    loaded = Tokenizer.from_str(json.dumps(doc))
+    for tid, content, _ in QWEN35_ADDED:
+        if loaded.token_to_id(content) != tid or loaded.encode(
+                content, add_special_tokens=False).ids != [tid]:
+            sys.exit(f"qwen35: {content} loads as id {loaded.token_to_id(content)}, not {tid}; "
+                     f"this tokenizers version numbers added tokens differently")
+    if (json.loads(loaded.to_str()).get("normalizer") or {}).get("type") != "NFC":
+        sys.exit("qwen35: the NFC normaliser did not survive writing tokenizer.json")
+    return loaded, doc
+
+
 def tokenizer_config(kind):
     if kind == "o200k":  # the chat template goes to chat_template.jinja, as gpt-oss ships it
         return {"bos_token": "<|startoftext|>", "eos_token": "<|return|>",
                 "pad_token": "<|endoftext|>", "clean_up_tokenization_spaces": False,
                 "model_max_length": 131072, "tokenizer_class": "PreTrainedTokenizerFast"}
-    template = read(os.path.join(HERE, "chat_templates",
-                                 "qwen3.jinja" if kind == "qwen2" else "llama3.1.jinja")).rstrip()
+    template_file = {"qwen2": "qwen3.jinja", "qwen35": "qwen3_5.jinja"}.get(kind, "llama3.1.jinja")
+    template = read(os.path.join(HERE, "chat_templates", template_file)).rstrip()
     cfg = {"clean_up_tokenization_spaces": False, "model_max_length": 131072,
            "tokenizer_class": "PreTrainedTokenizerFast", "chat_template": template}
-    if kind == "qwen2":
+    if kind in ("qwen2", "qwen35"):
         cfg.update(bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     else:
         cfg.update(bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")
@@ -201,11 +265,47 @@ def chat_cases(kind, tok, hf_tok, cases):
     return out
 
 
-def main():
-    if len(sys.argv) < 2:
+def parse_args(argv):
+    """[OUT_DIR] [KIND...] as before, and --kind KIND (repeatable) / --out OUT_DIR as well."""
+    if any(a in ("-h", "--help") for a in argv):
         sys.exit(__doc__)
-    out_root = sys.argv[1]
-    kinds = sys.argv[2:] or list(FAMILIES)
+    out_root, kinds, rest = None, [], []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--kind", "--out"):
+            if i + 1 >= len(argv):
+                sys.exit(f"{a} needs a value\n{__doc__}")
+            if a == "--kind":
+                kinds.append(argv[i + 1])
+            else:
+                out_root = argv[i + 1]
+            i += 2
+            continue
+        if a.startswith("--kind="):
+            kinds.append(a.split("=", 1)[1])
+        elif a.startswith("--out="):
+            out_root = a.split("=", 1)[1]
+        elif a.startswith("-"):
+            sys.exit(f"unknown option {a}\n{__doc__}")
+        else:
+            rest.append(a)
+        i += 1
+    # A positional that names a kind is a kind; the first other one is the output directory.
+    for a in rest:
+        if a in FAMILIES:
+            kinds.append(a)
+        elif out_root is None:
+            out_root = a
+        else:
+            sys.exit(f"unknown fixture kind {a!r}; known: {', '.join(FAMILIES)}")
+    if out_root is None:
+        out_root = os.path.join(HERE, "..", "..", "tests", "fixtures", "tokenizer")
+    return out_root, kinds or list(FAMILIES)
+
+
+def main():
+    out_root, kinds = parse_args(sys.argv[1:])
     for kind in kinds:
         if kind not in FAMILIES:
             sys.exit(f"unknown fixture kind {kind!r}; known: {', '.join(FAMILIES)}")

@@ -80,6 +80,9 @@ void fill(const Exec& ex, const Tensor& t, float value) {
                 std::fill(t.i32() + i0, t.i32() + i1, static_cast<int32_t>(value));
             });
             break;
+        case DType::u8:
+            // Raw bytes (MXFP4 blocks) are loaded, never filled with a number.
+            DF_FAIL("fill: {} holds raw bytes, not numbers", t.describe());
     }
 }
 

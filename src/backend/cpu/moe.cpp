@@ -9,6 +9,8 @@
 // calls take the unpacked path whatever their row count (plan_rows = 1, Note [sgemm]): then a
 // pair's output does not depend on how many other rows its expert got, so a token's bits are the
 // same alone, in a verify block or in a prefill, and the same for any block size or thread count.
+// MXFP4 experts are decoded per expert and token block into f32 (exact), then multiplied the same
+// way: the same bits as the op on the decoded weights.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -16,6 +18,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/sgemm.h"
+#include "backend/mxfp4.h"
 #include "backend/op_shapes.h"
 #include "core/error.h"
 
@@ -42,13 +45,25 @@ void activate(const MoeExperts& w, const float* gate, const float* up, float* a,
     }
 }
 
+// Expert e's [rows, cols] matrix: a view into the f32 tensor, or its MXFP4 rows decoded into buf
+// (the same values the loader's decode gives, so the same products follow).
+const float* expert_matrix(const Tensor& f32, const Tensor& blocks, const Tensor& scales, int64_t e,
+                           int64_t rows, int64_t cols, std::vector<float>& buf) {
+    if (blocks.empty()) return f32.f32() + e * rows * cols;
+    const int64_t groups = cols / 32;
+    buf.resize(static_cast<size_t>(rows * cols));
+    decode_mxfp4({blocks.u8() + e * rows * groups * 16, static_cast<size_t>(rows * groups * 16)},
+                 {scales.u8() + e * rows * groups, static_cast<size_t>(rows * groups)}, rows,
+                 groups, buf.data());
+    return buf.data();
+}
+
 // One expert's rows of a token block: y[n, D] = down · act(gate_up · x_rows + b_gu) + b_d for
-// the n rows of xs [n, D]. h [n, 2I] and a [n, I] are the caller's scratch.
-void run_expert(const MoeExperts& w, int64_t e, const MoeExpertsDims& d, const float* xs, int64_t n,
-                float* h, float* a, float* y) {
+// the n rows of xs [n, D]. h [n, 2I] and a [n, I] are the caller's scratch; gu [2I, D] and
+// dn [D, I] the expert's matrices.
+void run_expert(const MoeExperts& w, int64_t e, const MoeExpertsDims& d, const float* gu,
+                const float* dn, const float* xs, int64_t n, float* h, float* a, float* y) {
     const int64_t D = d.D, I = d.I;
-    const float* gu = w.gate_up.f32() + e * 2 * I * D;
-    const float* dn = w.down.f32() + e * D * I;
     sgemm(n, 2 * I, D, 1.0f, MatrixRef{xs, D, false}, MatrixRef{gu, D, true}, 0.0f, h, 2 * I, 1);
     for (int64_t r = 0; r < n; ++r) {
         float* hr = h + r * 2 * I;
@@ -114,8 +129,15 @@ void moe_experts(const Exec& ex, const Tensor& x, const Tensor& experts, const T
     check_cpu_f32(x, op, "x");
     check_cpu_f32(weights, op, "weights");
     check_cpu_f32(out, op, "out");
-    check_cpu_f32(w.gate_up, op, "gate_up");
-    check_cpu_f32(w.down, op, "down");
+    if (w.mxfp4()) {
+        for (const Tensor* t :
+             {&w.gate_up_blocks, &w.gate_up_scales, &w.down_blocks, &w.down_scales})
+            DF_CHECK(t->device().kind == DeviceKind::cpu, "{}: MXFP4 tensor {} is not a CPU tensor",
+                     op, t->describe());
+    } else {
+        check_cpu_f32(w.gate_up, op, "gate_up");
+        check_cpu_f32(w.down, op, "down");
+    }
     if (!w.gate_up_bias.empty()) check_cpu_f32(w.gate_up_bias, op, "gate_up_bias");
     if (!w.down_bias.empty()) check_cpu_f32(w.down_bias, op, "down_bias");
     DF_CHECK(experts.device().kind == DeviceKind::cpu, "{}: experts is {}, expected a CPU tensor",
@@ -145,7 +167,11 @@ void moe_experts(const Exec& ex, const Tensor& x, const Tensor& experts, const T
                 a(static_cast<size_t>(n * I)), y(static_cast<size_t>(n * D));
             for (int64_t i = 0; i < n; ++i)
                 std::copy_n(x.f32() + rows[static_cast<size_t>(i)] / k * D, D, xs.data() + i * D);
-            run_expert(w, e, d, xs.data(), n, h.data(), a.data(), y.data());
+            std::vector<float> gu_buf, dn_buf;
+            const float* gu =
+                expert_matrix(w.gate_up, w.gate_up_blocks, w.gate_up_scales, e, 2 * I, D, gu_buf);
+            const float* dn = expert_matrix(w.down, w.down_blocks, w.down_scales, e, D, I, dn_buf);
+            run_expert(w, e, d, gu, dn, xs.data(), n, h.data(), a.data(), y.data());
             for (int64_t i = 0; i < n; ++i)
                 std::copy_n(y.data() + i * D, D,
                             ys.data() + (rows[static_cast<size_t>(i)] - t0 * k) * D);

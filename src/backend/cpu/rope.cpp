@@ -1,5 +1,6 @@
 // RoPE, NeoX rotate-half layout: inverse frequencies with the rope_scaling variants (none, linear,
-// llama3) and the in-place rotation of x [S, H, Dh] (forward) or its gradient (backward).
+// llama3) and the in-place rotation of x [S, H, Dh] (forward) or its gradient (backward); with
+// R/2 < Dh/2 inverse frequencies only the first R dims of each head turn (partial rotary).
 // Tested by tests/ops/rope_test.cpp.
 #include <cmath>
 #include <numbers>
@@ -21,7 +22,8 @@ void rotate(const Exec& ex, const Tensor& x, const Tensor& positions, const Tens
     const int64_t s_len = x.dim(0);
     const int64_t heads = x.dim(1);
     const int64_t dh = x.dim(2);
-    const int64_t half = dh / 2;
+    // Partial rotary (the hybrid families): pairs (i, i + half) within the first 2 * half dims.
+    const int64_t half = inv_freq.numel();
     const int32_t* pos = positions.i32();
     const float* freq = inv_freq.f32();
     float* px = x.f32();

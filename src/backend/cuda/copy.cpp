@@ -59,6 +59,9 @@ void fill(const Exec& ex, const Tensor& t, float value) {
             kernels::fill_u32(t.data(), n, std::bit_cast<uint32_t>(static_cast<int32_t>(value)),
                               ex.stream);
             break;
+        case DType::u8:
+            // Raw bytes (MXFP4 blocks) are loaded, never filled with a number.
+            DF_FAIL("fill: {} holds raw bytes, not numbers", t.describe());
     }
 }
 

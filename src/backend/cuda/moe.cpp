@@ -1,5 +1,6 @@
 // CUDA mixture of experts (backend/op_list.h: moe_route, moe_experts): logits and weights f32,
-// expert ids i32, x / out / the expert weights and their biases bf16, fp32 accumulation. The
+// expert ids i32, x / out / the expert weights and their biases bf16 (or the weights MXFP4, u8
+// blocks and scales decoded in the GEMMs' tile loads), fp32 accumulation. The
 // kernels (sort, grouped GEMMs, gather) are in kernels/moe.cu and kernels/moe_grouped.cu; their
 // temporaries come from the op workspace (ex.scratch). Tested by tests/cuda/moe_cuda_test.cpp.
 #include <algorithm>
@@ -47,8 +48,17 @@ void moe_experts(const Exec& ex, const Tensor& x, const Tensor& experts, const T
     check_tensor(ex, w.gate_up_bias, DType::bf16, op, "gate_up_bias");
     check_tensor(ex, w.down, DType::bf16, op, "down");
     check_tensor(ex, w.down_bias, DType::bf16, op, "down_bias");
+    check_tensor(ex, w.gate_up_blocks, DType::u8, op, "gate_up_blocks");
+    check_tensor(ex, w.gate_up_scales, DType::u8, op, "gate_up_scales");
+    check_tensor(ex, w.down_blocks, DType::u8, op, "down_blocks");
+    check_tensor(ex, w.down_scales, DType::u8, op, "down_scales");
     check_tensor(ex, out, DType::bf16, op, "out");
     const MoeExpertsDims d = check_moe_experts_shapes(x, experts, weights, w, out);
+    // The weight-tile loads read 4 bytes of codes at once (kernels/moe.h: GroupedGemmArgs).
+    DF_CHECK(!w.mxfp4() || (reinterpret_cast<uintptr_t>(w.gate_up_blocks.data()) % 4 == 0 &&
+                            reinterpret_cast<uintptr_t>(w.down_blocks.data()) % 4 == 0),
+             "{}: MXFP4 blocks {} / {} are not 4-byte aligned", op, w.gate_up_blocks.describe(),
+             w.down_blocks.describe());
     DF_CHECK(d.E <= moe::kMaxExperts, "{}: E={} experts is more than the CUDA sort's {}", op, d.E,
              moe::kMaxExperts);
     constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
@@ -66,9 +76,16 @@ void moe_experts(const Exec& ex, const Tensor& x, const Tensor& experts, const T
     a.x = x.bf16();
     a.ids = experts.i32();
     a.weights = weights.f32();
-    a.gate_up = w.gate_up.bf16();
+    if (w.mxfp4()) {
+        a.gate_up_blocks = w.gate_up_blocks.u8();
+        a.gate_up_scales = w.gate_up_scales.u8();
+        a.down_blocks = w.down_blocks.u8();
+        a.down_scales = w.down_scales.u8();
+    } else {
+        a.gate_up = w.gate_up.bf16();
+        a.down = w.down.bf16();
+    }
     a.gate_up_bias = bf16_or_null(w.gate_up_bias);
-    a.down = w.down.bf16();
     a.down_bias = bf16_or_null(w.down_bias);
     a.out = out.bf16();
     a.rows = static_cast<int>(d.R);

@@ -1,5 +1,6 @@
-// CUDA RoPE family (backend/op_list.h: rope_fwd, rope_bwd): x bf16 [S, H, Dh] rotated in place,
-// positions i32 [S] and inv_freq f32 [Dh/2] on the device. Tested by tests/cuda/rope_cuda_test.cpp.
+// CUDA RoPE family (backend/op_list.h: rope_fwd, rope_bwd): x bf16 [S, H, Dh] rotated in place
+// (its first 2 * R/2 dims when inv_freq has R/2 < Dh/2 entries: partial rotary), positions i32
+// [S] and inv_freq f32 [R/2] on the device. Tested by tests/cuda/rope_cuda_test.cpp.
 #include "backend/cuda/kernels/rope.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/op_checks.h"
@@ -21,8 +22,8 @@ void rotate(const Exec& ex, const Tensor& x, const Tensor& positions, const Tens
              "{}: x {} has too many heads or too long a head", op, x.describe());
     if (x.numel() == 0) return;
     kernels::rope(static_cast<uint16_t*>(x.data()), static_cast<const int32_t*>(positions.data()),
-                  static_cast<const float*>(inv_freq.data()), s_len, heads, dh / 2, sign,
-                  ex.stream);
+                  static_cast<const float*>(inv_freq.data()), s_len, heads, inv_freq.numel(), dh,
+                  sign, ex.stream);
 }
 
 }  // namespace

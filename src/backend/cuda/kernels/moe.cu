@@ -173,6 +173,8 @@ void experts(const ExpertsArgs& a, const ExpertsScratch& s, CUstream_st* stream)
     g.sorted_pair = s.sorted_pair;
     g.k_per_row = a.k;
     g.w = a.gate_up;
+    g.w_blocks = a.gate_up_blocks;
+    g.w_scales = a.gate_up_scales;
     g.bias = a.gate_up_bias;
     g.kdim = a.dim;
     g.n = a.inter;
@@ -186,6 +188,8 @@ void experts(const ExpertsArgs& a, const ExpertsScratch& s, CUstream_st* stream)
     g.sorted_pair = nullptr;
     g.k_per_row = 1;
     g.w = a.down;
+    g.w_blocks = a.down_blocks;
+    g.w_scales = a.down_scales;
     g.bias = a.down_bias;
     g.kdim = a.inter;
     g.n = a.dim;

@@ -70,6 +70,73 @@ DF_MOE_HD inline int sort_warps(int experts, int pairs) {
     return w < 1 ? 1 : (w > 32 ? 32 : w);
 }
 
+// ---- MXFP4 (backend/mxfp4.h)
+// ----------------------------------------------------------------------
+
+// The bf16 bits of e2m1 code `code` (4 bits) times 2^(scale - 127): decode_mxfp4's value, which is
+// exact in bf16 (one or two significant bits), so this is f32_to_bf16 of it bit for bit: zeros
+// keep their sign, values below 2^-126 are subnormal, and values of 2^128 and more are infinite.
+// Built from integer fields, no float arithmetic (no flush-to-zero or rounding mode matters).
+DF_MOE_HD inline uint32_t mxfp4_bf16(uint32_t code, uint32_t scale) {
+    const uint32_t sign = (code & 8u) << 12;
+    const uint32_t m = code & 7u;  // 0, 0.5, 1, 1.5, 2, 3, 4, 6
+    if (m == 0u) return sign;
+    // m = 2^p * (1 + h / 2): p = -1 for 0.5, 0 for 1 and 1.5, 1 for 2 and 3, 2 for 4 and 6.
+    const int biased = static_cast<int>(scale) + static_cast<int>(m >> 1) - 1;
+    const uint32_t h = (m & 1u) & (m > 1u ? 1u : 0u);
+    if (biased >= 255) return sign | 0x7f80u;
+    if (biased >= 1) return sign | (static_cast<uint32_t>(biased) << 7) | (h << 6);
+    // Subnormal (biased 0 or -1): (2 + h) * 2^(biased + 5) units of 2^-133.
+    return sign | ((2u + h) << (biased + 5));
+}
+
+// __byte_perm: byte i of the result is byte (s >> 4i) & 7 of the 8 bytes {x, y} (x the low
+// four). The host's copy is for the emulator and the tests.
+DF_MOE_HD inline uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+    return __byte_perm(x, y, s);
+#else
+    const uint64_t xy = (static_cast<uint64_t>(y) << 32) | x;
+    uint32_t r = 0;
+    for (int i = 0; i < 4; ++i)
+        r |= static_cast<uint32_t>((xy >> (8 * ((s >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+    return r;
+#endif
+}
+
+// The 8 values of 4 bytes of codes (value j in bits 4j..4j+3) at one scale, two bf16 a word
+// (value 2w in the low half of out[w]): mxfp4_bf16 of each. Where the scale keeps every value
+// normal (2 <= scale <= 252) four magnitudes at a time go through byte-permute tables: a value is
+// U(m) + ((scale - 1) << 7) (U: the exponent offset and mantissa bit of magnitude m), zeroed for
+// m = 0, with its sign bit; other scales take mxfp4_bf16 value by value.
+DF_MOE_HD inline void mxfp4_bf16x8(uint32_t codes, uint32_t scale, uint32_t (&out)[4]) {
+    if (scale < 2u || scale > 252u) {
+        for (int w = 0; w < 4; ++w)
+            out[w] = mxfp4_bf16((codes >> (8 * w)) & 15u, scale) |
+                     (mxfp4_bf16((codes >> (8 * w + 4)) & 15u, scale) << 16);
+        return;
+    }
+    // U(m) for m = 0..7: 0, 0x000, 0x080, 0x0c0, 0x100, 0x140, 0x180, 0x1c0 (low and high bytes),
+    // and a 0xff byte for every m but 0.
+    constexpr uint32_t kLo0 = 0xc0800000u, kLo1 = 0xc0804000u;
+    constexpr uint32_t kHi0 = 0x00000000u, kHi1 = 0x01010101u;
+    constexpr uint32_t kNz0 = 0xffffff00u, kNz1 = 0xffffffffu;
+    const uint32_t add = ((scale - 1u) << 7) * 0x00010001u;
+    for (int h = 0; h < 2; ++h) {
+        const uint32_t four = codes >> (16 * h);  // values 4h .. 4h + 3 in the low 16 bits
+        const uint32_t sel = four & 0x7777u;
+        const uint32_t lo = byte_perm(kLo0, kLo1, sel), hi = byte_perm(kHi0, kHi1, sel);
+        const uint32_t nz = byte_perm(kNz0, kNz1, sel);
+        for (int p = 0; p < 2; ++p) {
+            // Bytes lo[2p], hi[2p], lo[2p + 1], hi[2p + 1]: the pair's two U values.
+            const uint32_t u = byte_perm(lo, hi, p == 0 ? 0x5140u : 0x7362u);
+            const uint32_t mask = byte_perm(nz, 0u, p == 0 ? 0x1100u : 0x3322u);
+            const uint32_t sign = (((four >> (8 * p)) & 0x88u) * 0x01001000u) & 0x80008000u;
+            out[2 * h + p] = ((u + add) & mask) | sign;
+        }
+    }
+}
+
 // ---- launchers
 // ------------------------------------------------------------------------------------
 enum RouterKind : int { kSoftmaxTopk = 0, kTopkSoftmax = 1 };
@@ -97,11 +164,16 @@ struct ExpertsArgs {
     const uint16_t* x = nullptr;             // [R, D]
     const int32_t* ids = nullptr;            // [R, k]
     const float* weights = nullptr;          // [R, k]
-    const uint16_t* gate_up = nullptr;       // [E, 2I, D]
+    const uint16_t* gate_up = nullptr;       // [E, 2I, D], or null for MXFP4
     const uint16_t* gate_up_bias = nullptr;  // [E, 2I] or null
-    const uint16_t* down = nullptr;          // [E, D, I]
+    const uint16_t* down = nullptr;          // [E, D, I], or null for MXFP4
     const uint16_t* down_bias = nullptr;     // [E, D] or null
-    uint16_t* out = nullptr;                 // [R, D]
+    // MXFP4 experts instead (backend/ops.h: MoeExperts; D, I multiples of 32, 4-byte aligned).
+    const uint8_t* gate_up_blocks = nullptr;  // [E, 2I, D/32, 16]
+    const uint8_t* gate_up_scales = nullptr;  // [E, 2I, D/32]
+    const uint8_t* down_blocks = nullptr;     // [E, D, I/32, 16]
+    const uint8_t* down_scales = nullptr;     // [E, D, I/32]
+    uint16_t* out = nullptr;                  // [R, D]
     int rows = 0, dim = 0, k = 0, experts = 0, inter = 0;
     int activation = kSwiglu;
     float limit = 7.0f, alpha = 1.702f;
@@ -122,12 +194,17 @@ void sort_pairs(const int32_t* ids, int pairs, int experts, const ExpertsScratch
 // else a[s * kdim ...]. Gated (activation != kNone): W_e [2N, kdim] holds N gate rows then N up
 // rows, out[s, u] = act(gate_u + b, up_u + b) for u < N; otherwise W_e [N, kdim], out [n, N].
 // Each output's reduction runs over kdim in one fixed order whatever the expert's row count
-// (row invariance, Note [moe row invariance] in moe_grouped.cu).
+// (row invariance, Note [moe row invariance] in moe_grouped.cu). With w_blocks set, W is MXFP4
+// (blocks [E, rows, kdim/32, 16] 4-byte aligned, scales [E, rows, kdim/32], kdim % 32 == 0) and
+// w is unused: the weight tiles are decoded on their way into shared memory (Note [moe MXFP4
+// tiles]), the same bf16 values, so the same bits as the GEMM on the decoded weights.
 struct GroupedGemmArgs {
     const uint16_t* a = nullptr;
     const int32_t* sorted_pair = nullptr;
     int k_per_row = 1;
     const uint16_t* w = nullptr;
+    const uint8_t* w_blocks = nullptr;
+    const uint8_t* w_scales = nullptr;
     const uint16_t* bias = nullptr;  // [E, 2N] (gated) or [E, N], or null
     const int32_t* offsets = nullptr;
     const int32_t* tile_offsets = nullptr;

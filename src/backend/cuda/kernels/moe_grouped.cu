@@ -22,6 +22,16 @@
 // gated GEMM rows 0..63 are gate units u0.., rows 64..127 the up units u0.. (weight rows I + u0..),
 // so a thread's accumulators c[n] and c[n + 8] hold the gate and up of the same (row, unit) and
 // the activation runs in registers.
+//
+// Note [moe MXFP4 tiles]: with MXFP4 weights (gpt-oss) no bf16 copy of the experts exists: the
+// B tile of each slice is decoded from the blocks on its way into shared memory, into the very
+// bf16 values (kernels/moe.h: mxfp4_bf16) the bf16 path would have loaded, in the same swizzled
+// places, so the products and their order, and the bits, are the bf16 path's. The activations
+// keep their cp.async ring; the weights take plain loads into registers (a 16-byte chunk of bf16 is
+// 4 bytes of codes and its group's scale byte) and are converted and stored two slices later:
+// each iteration issues the loads of slice t + 3, multiplies slice t, then decodes slice t + 2
+// (loaded the iteration before) into its stage, which slice t - 2 freed. Two slices of weight
+// loads are in flight behind every multiply, and the bytes read are a quarter of bf16's.
 #include "backend/cuda/kernels/attention_mma.cuh"
 #include "backend/cuda/kernels/moe.h"
 
@@ -165,14 +175,15 @@ __device__ __forceinline__ int weight_row(const GroupedGemmArgs& g, int c0, int 
     return j < kGatedUnits ? unit : g.n + unit;
 }
 
-// Loads reduction slice k0 of the tile's A rows and B rows into one stage. ALIGNED: kdim % 8 == 0
-// and 16-byte aligned bases, so 16-byte chunks are whole and cp.async works; otherwise element
-// loads (the same tile contents, zeros past the edges).
-template <bool ALIGNED>
+// Loads reduction slice k0 of the tile's A rows and (bf16 weights, !MX) B rows into one stage.
+// ALIGNED: kdim % 8 == 0 and 16-byte aligned bases, so 16-byte chunks are whole and cp.async
+// works; otherwise element loads (the same tile contents, zeros past the edges).
+template <bool ALIGNED, bool MX>
 __device__ __forceinline__ void load_stage(const GroupedGemmArgs& g, const TileJob& job, int c0,
                                            int k0, unsigned char* smem, uint32_t a_tile,
                                            uint32_t b_tile, int tid) {
     constexpr int kChunks = kTileK / 8;
+    constexpr int kBRows = MX ? 0 : kTileCols;  // MXFP4 B tiles: mx_fetch / mx_store
     const int64_t wrows = static_cast<int64_t>(g.activation == kNone ? g.n : 2 * g.n);
     const uint16_t* w = g.w + static_cast<int64_t>(job.expert) * wrows * g.kdim;
     // Rows of A as global pointers (nullptr: zero row).
@@ -187,19 +198,19 @@ __device__ __forceinline__ void load_stage(const GroupedGemmArgs& g, const TileJ
         return wr < 0 ? nullptr : w + static_cast<int64_t>(wr) * g.kdim;
     };
     if constexpr (ALIGNED) {
-        for (int idx = tid; idx < (kTileRows + kTileCols) * kChunks; idx += kBlockThreads) {
+        for (int idx = tid; idx < (kTileRows + kBRows) * kChunks; idx += kBlockThreads) {
             const bool is_a = idx < kTileRows * kChunks;
             const int i = is_a ? idx : idx - kTileRows * kChunks;
             const int r = i / kChunks, c = i % kChunks;
             const uint16_t* row = is_a ? a_row(r) : b_row(r);
             const bool valid = row != nullptr && k0 + c * 8 < g.kdim;
             const uint32_t dst = (is_a ? a_tile : b_tile) + swz<kTileK>(r, c);
-            cp_async16(dst, valid ? row + k0 + c * 8 : g.w, valid);
+            cp_async16(dst, valid ? row + k0 + c * 8 : g.a, valid);
         }
     } else {
         unsigned char* a_ptr = smem + (a_tile - smem_u32(smem));
         unsigned char* b_ptr = smem + (b_tile - smem_u32(smem));
-        for (int idx = tid; idx < (kTileRows + kTileCols) * kTileK; idx += kBlockThreads) {
+        for (int idx = tid; idx < (kTileRows + kBRows) * kTileK; idx += kBlockThreads) {
             const bool is_a = idx < kTileRows * kTileK;
             const int i = is_a ? idx : idx - kTileRows * kTileK;
             const int r = i / kTileK, col = i % kTileK;
@@ -211,8 +222,104 @@ __device__ __forceinline__ void load_stage(const GroupedGemmArgs& g, const TileJ
     }
 }
 
-template <bool ALIGNED>
+// One slice of an MXFP4 B tile in a thread's registers (Note [moe MXFP4 tiles]): the slice's
+// 128 rows x 8 chunks of 8 values, chunk idx = tid + i * kBlockThreads; per chunk its 4 bytes of
+// codes (value j in bits 4j..4j+3, as the bytes hold them: low nibble first) and its scale,
+// four scales to a register (byte i % 4 of scales[i / 4]).
+constexpr int kMxItems = kTileCols * (kTileK / 8) / kBlockThreads;
+struct MxSlice {
+    uint32_t codes[kMxItems];
+    uint32_t scales[kMxItems / 4];
+};
+
+// Issues the loads of slice k0's MXFP4 B tile (zeros past the matrix: code 0 is +0 at any scale).
+__device__ __forceinline__ void mx_fetch(const GroupedGemmArgs& g, const TileJob& job, int c0,
+                                         int k0, int tid, MxSlice& s) {
+    const int groups = g.kdim / 32;
+    const int64_t wrows = static_cast<int64_t>(g.activation == kNone ? g.n : 2 * g.n);
+    const int64_t expert_row0 = static_cast<int64_t>(job.expert) * wrows;
+    DF_ATTN_UNROLL
+    for (int i = 0; i < kMxItems / 4; ++i) s.scales[i] = 0u;
+    DF_ATTN_UNROLL
+    for (int i = 0; i < kMxItems; ++i) {
+        const int idx = tid + i * kBlockThreads;
+        const int r = idx / (kTileK / 8), c = idx % (kTileK / 8);
+        const int wr = weight_row(g, c0, r);
+        s.codes[i] = 0u;
+        if (wr >= 0 && k0 + c * 8 < g.kdim) {
+            const int64_t group = (expert_row0 + wr) * groups + k0 / 32 + c / 4;
+            s.codes[i] = *reinterpret_cast<const uint32_t*>(g.w_blocks + group * 16 + (c % 4) * 4);
+            s.scales[i / 4] |= static_cast<uint32_t>(g.w_scales[group]) << (8 * (i % 4));
+        }
+    }
+}
+
+// Decodes a fetched slice into a stage's B tile: chunk (r, c) as 8 bf16 at swz(r, c).
+__device__ __forceinline__ void mx_store(const MxSlice& s, unsigned char* b_tile, int tid) {
+    DF_ATTN_UNROLL
+    for (int i = 0; i < kMxItems; ++i) {
+        const int idx = tid + i * kBlockThreads;
+        const int r = idx / (kTileK / 8), c = idx % (kTileK / 8);
+        const uint32_t scale = (s.scales[i / 4] >> (8 * (i % 4))) & 255u;
+        uint32_t w[4];
+        mxfp4_bf16x8(s.codes[i], scale, w);
+        uint4 v;
+        v.x = w[0];
+        v.y = w[1];
+        v.z = w[2];
+        v.w = w[3];
+        *reinterpret_cast<uint4*>(b_tile + swz<kTileK>(r, c)) = v;
+    }
+}
+
+// One pass of the main loop: waits for slice t, starts loading slice t + kStages - 1 (MXFP4
+// weights: into `fetch_into`'s registers), multiplies slice t, then (MXFP4) decodes slice
+// t + kStages - 2, loaded the pass before into `store_from`, into its stage. The kernel alternates
+// two MxSlices between the passes, so no register copy waits for loads still in flight.
+template <bool ALIGNED, bool MX>
+__device__ __forceinline__ void main_pass(const GroupedGemmArgs& g, const TileJob& job, int c0,
+                                          int t, int slices, unsigned char* smem, int tid,
+                                          bool warp_has_rows, float (&acc)[kTileCols / 8][4],
+                                          MxSlice& fetch_into, const MxSlice& store_from) {
+    const uint32_t base = smem_u32(smem);
+    const int lane = tid & 31, warp = tid >> 5;
+    const auto a_tile = [&](int stage) { return base + stage * kStageBytes; };
+    const auto b_tile = [&](int stage) { return base + stage * kStageBytes + kATileBytes; };
+    const int cur = t % kStages;
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    // The stage refilled now was multiplied in slice t - 1, which every warp has finished (the
+    // barrier above).
+    const int next = t + kStages - 1;
+    if (next < slices) {
+        load_stage<ALIGNED, MX>(g, job, c0, next * kTileK, smem, a_tile(next % kStages),
+                                b_tile(next % kStages), tid);
+        if constexpr (MX) mx_fetch(g, job, c0, next * kTileK, tid, fetch_into);
+    }
+    cp_async_commit();
+    if (warp_has_rows) {
+        attn::mma_abt<kTileK, kTileCols / 8, kTileK / 16>(
+            acc,
+            [&](int ks, uint32_t(&a)[4]) {
+                attn::lds_a<kTileK>(a, a_tile(cur), warp * 16, ks, lane);
+            },
+            b_tile(cur), 0, lane);
+    }
+    if constexpr (MX) {
+        // Slice t + 2 into its stage, which slice t - 2 used: every warp finished that before
+        // this pass's barrier, and slice t + 2 is read after two more barriers.
+        if (next - 1 < slices)
+            mx_store(store_from, smem + ((next - 1) % kStages) * kStageBytes + kATileBytes, tid);
+    }
+}
+
+// The kernel's variants (one template argument: the launch macro takes no commas).
+constexpr int kAlignedLoads = 1;  // cp.async for the bf16 tiles (load_stage's ALIGNED)
+constexpr int kMxfp4 = 2;         // MXFP4 weights
+
+template <int MODE>
 __global__ void __launch_bounds__(kBlockThreads) grouped_gemm_kernel(const GroupedGemmArgs g) {
+    constexpr bool ALIGNED = (MODE & kAlignedLoads) != 0, MX = (MODE & kMxfp4) != 0;
     DF_ATTN_SHARED(smem);
     const int tm = blockIdx.x;
     const int total_tiles = g.tile_offsets[g.experts];
@@ -243,32 +350,25 @@ __global__ void __launch_bounds__(kBlockThreads) grouped_gemm_kernel(const Group
     // them). One commit group per slice, empty past the end, so wait<kStages - 2> always means
     // "slice t has landed".
     const int slices = cdiv(g.kdim, kTileK);
+    // MXFP4: the slices fetched but not yet stored (Note [moe MXFP4 tiles]), two in turn.
+    [[maybe_unused]] MxSlice pending, other;
     for (int t = 0; t < kStages - 1; ++t) {
         if (t < slices) {
-            load_stage<ALIGNED>(g, job, c0, t * kTileK, smem, a_tile(t), b_tile(t), tid);
+            load_stage<ALIGNED, MX>(g, job, c0, t * kTileK, smem, a_tile(t), b_tile(t), tid);
+            if constexpr (MX) {
+                // Slices 0 .. kStages - 3 are stored now, the last one in the loop's first pass.
+                mx_fetch(g, job, c0, t * kTileK, tid, pending);
+                if (t < kStages - 2) mx_store(pending, smem + t * kStageBytes + kATileBytes, tid);
+            }
         }
         cp_async_commit();
     }
-    for (int t = 0; t < slices; ++t) {
-        const int cur = t % kStages;
-        cp_async_wait<kStages - 2>();
-        __syncthreads();
-        // The stage refilled now was multiplied in slice t - 1, which every warp has finished
-        // (the barrier above).
-        const int next = t + kStages - 1;
-        if (next < slices) {
-            load_stage<ALIGNED>(g, job, c0, next * kTileK, smem, a_tile(next % kStages),
-                                b_tile(next % kStages), tid);
-        }
-        cp_async_commit();
-        if (warp_has_rows) {
-            attn::mma_abt<kTileK, kTileCols / 8, kTileK / 16>(
-                acc,
-                [&](int ks, uint32_t(&a)[4]) {
-                    attn::lds_a<kTileK>(a, a_tile(cur), warp * 16, ks, lane);
-                },
-                b_tile(cur), 0, lane);
-        }
+    for (int t = 0; t < slices; t += 2) {
+        main_pass<ALIGNED, MX>(g, job, c0, t, slices, smem, tid, warp_has_rows, acc, other,
+                               pending);
+        if (t + 1 < slices)
+            main_pass<ALIGNED, MX>(g, job, c0, t + 1, slices, smem, tid, warp_has_rows, acc,
+                                   pending, other);
     }
     if (!warp_has_rows) return;
 
@@ -319,12 +419,20 @@ void grouped_gemm(const GroupedGemmArgs& g, CUstream_st* stream) {
     const int col_tiles = cdiv(g.n, g.activation != kNone ? kGatedUnits : kTileCols);
     const dim3 grid(static_cast<unsigned>(max_row_tiles(g.pairs, g.experts)),
                     static_cast<unsigned>(col_tiles));
+    const bool mx = g.w_blocks != nullptr;
     const bool aligned = g.kdim % 8 == 0 && (reinterpret_cast<uintptr_t>(g.a) & 15) == 0 &&
-                         (reinterpret_cast<uintptr_t>(g.w) & 15) == 0;
-    if (aligned) {
-        DF_ATTN_LAUNCH(grouped_gemm_kernel<true>, grid, kBlockThreads, kSmemBytes, stream, g);
+                         (mx || (reinterpret_cast<uintptr_t>(g.w) & 15) == 0);
+    const int mode = (aligned ? kAlignedLoads : 0) | (mx ? kMxfp4 : 0);
+    if (mode == (kAlignedLoads | kMxfp4)) {
+        DF_ATTN_LAUNCH(grouped_gemm_kernel<kAlignedLoads | kMxfp4>, grid, kBlockThreads, kSmemBytes,
+                       stream, g);
+    } else if (mode == kMxfp4) {
+        DF_ATTN_LAUNCH(grouped_gemm_kernel<kMxfp4>, grid, kBlockThreads, kSmemBytes, stream, g);
+    } else if (mode == kAlignedLoads) {
+        DF_ATTN_LAUNCH(grouped_gemm_kernel<kAlignedLoads>, grid, kBlockThreads, kSmemBytes, stream,
+                       g);
     } else {
-        DF_ATTN_LAUNCH(grouped_gemm_kernel<false>, grid, kBlockThreads, kSmemBytes, stream, g);
+        DF_ATTN_LAUNCH(grouped_gemm_kernel<0>, grid, kBlockThreads, kSmemBytes, stream, g);
     }
 }
 

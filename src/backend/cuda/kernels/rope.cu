@@ -15,7 +15,7 @@ constexpr int kHeadsPerThread = 4;
 template <int VEC>
 __global__ void rope_kernel(uint16_t* __restrict__ x, const int32_t* __restrict__ positions,
                             const float* __restrict__ inv_freq, int64_t seq, int heads, int half,
-                            float sign) {
+                            int dh, float sign) {
     const int nvec = half / VEC;
     const int hgroups = (heads + kHeadsPerThread - 1) / kHeadsPerThread;
     const int64_t items = seq * hgroups * nvec;
@@ -40,7 +40,8 @@ __global__ void rope_kernel(uint16_t* __restrict__ x, const int32_t* __restrict_
 #pragma unroll
         for (int h = h0; h < h0 + kHeadsPerThread; ++h) {
             if (h >= h1) break;
-            uint16_t* v = x + (s * heads + h) * 2 * half + iv * VEC;
+            // Partial rotary: dims [2 * half, dh) of the head are left as they are.
+            uint16_t* v = x + (s * heads + h) * dh + iv * VEC;
             float a[VEC], b[VEC], oa[VEC], ob[VEC];
             load_vec<VEC>(v, a);
             load_vec<VEC>(v + half, b);
@@ -58,18 +59,19 @@ __global__ void rope_kernel(uint16_t* __restrict__ x, const int32_t* __restrict_
 }  // namespace
 
 void rope(uint16_t* x, const int32_t* positions, const float* inv_freq, int64_t seq, int64_t heads,
-          int64_t half, float sign, CUstream_st* stream) {
+          int64_t half, int64_t dh, float sign, CUstream_st* stream) {
     if (seq <= 0 || heads <= 0 || half <= 0) return;
     const int64_t hgroups = (heads + kHeadsPerThread - 1) / kHeadsPerThread;
     const int h = static_cast<int>(heads);
     const int hf = static_cast<int>(half);
-    if (half % 8 == 0 && aligned16(x) && aligned16(inv_freq)) {
+    const int d = static_cast<int>(dh);
+    if (half % 8 == 0 && dh % 8 == 0 && aligned16(x) && aligned16(inv_freq)) {
         rope_kernel<8><<<grid_blocks(seq * hgroups * (half / 8)), kThreads, 0, stream>>>(
-            x, positions, inv_freq, seq, h, hf, sign);
+            x, positions, inv_freq, seq, h, hf, d, sign);
         DF_CUDA_CHECK_LAUNCH(rope_kernel_vec);
     } else {
         rope_kernel<1><<<grid_blocks(seq * hgroups * half), kThreads, 0, stream>>>(
-            x, positions, inv_freq, seq, h, hf, sign);
+            x, positions, inv_freq, seq, h, hf, d, sign);
         DF_CUDA_CHECK_LAUNCH(rope_kernel_scalar);
     }
 }
