@@ -115,6 +115,11 @@ DFLASH_OP(swiglu_bwd,
 DFLASH_OP(add_inplace, (const Tensor& y, const Tensor& x, float alpha DFLASH_OP_DEFAULT(1.0f)),
           (y, x, alpha))
 DFLASH_OP(scale_inplace, (const Tensor& y, float alpha), (y, alpha))
+// x += amplitude * (2 u - 1) (f32 or bf16 x; the sum in f32), u = uniform_hash01(seed, i) for
+// element i (backend/noise_hash.h), seed the two i32 words of a 64-bit seed on the device, so a
+// recorded step draws new noise from each step's staged seed. The same numbers on every backend.
+DFLASH_OP(add_uniform_noise, (const Tensor& x, const Tensor& seed, float amplitude),
+          (x, seed, amplitude))
 // y [R, C] += bias [C] on every row (Qwen2's q/k/v projection biases).
 DFLASH_OP(add_row_bias, (const Tensor& y, const Tensor& bias), (y, bias))
 
@@ -179,6 +184,25 @@ DFLASH_OP(adamw_step,
           (const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
            const AdamWParams& p, const Tensor& grad_scale, const Tensor& value),
           (master, grad, m, v, p, grad_scale, value))
+// Muon (docs/training.md "Muon"), its element-wise parts; the Newton-Schulz iteration between
+// them is gemm. muon_momentum: g = grad * grad_scale[0] (f32 [1] on the device; empty = 1),
+// momentum = mu * momentum + g, update = g + mu * momentum (Nesterov); grad, momentum, update
+// f32 of equal element counts.
+DFLASH_OP(muon_momentum,
+          (const Tensor& grad, const Tensor& grad_scale, const Tensor& momentum, float mu,
+           const Tensor& update),
+          (grad, grad_scale, momentum, mu, update))
+// out = x / (sqrt(norm_sq[0]) + eps): x f32, out f32 or bf16 of x's element count, norm_sq f32
+// [1] on the device (sum_squares of x).
+DFLASH_OP(muon_normalize, (const Tensor& x, const Tensor& norm_sq, float eps, const Tensor& out),
+          (x, norm_sq, eps, out))
+// master = master * scalars[1] - scalars[0] * lr_factor * x, scalars f32 [2] on the device
+// (lr, 1 - lr * weight_decay: one recorded update serves every step); master f32, x f32 or bf16
+// of master's element count; value (may be empty) receives the updated master in its dtype.
+DFLASH_OP(muon_update,
+          (const Tensor& master, const Tensor& x, const Tensor& scalars, float lr_factor,
+           const Tensor& value),
+          (master, x, scalars, lr_factor, value))
 
 // ---- decoding -----------------------------------------------------------------------------------
 // out i32 [R] = index of the largest element of each row of x [R, V] (lowest on ties).

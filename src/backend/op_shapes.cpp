@@ -176,10 +176,13 @@ void check_attention_mask(const AttnMask& m, const AttentionDims& d, const char*
                  m.kv_len.describe());
     }
     DF_CHECK(m.window >= 0, "{}: mask.window={}, expected >= 0 (0: no window)", op, m.window);
-    DF_CHECK(m.window == 0 || m.kind == AttnMaskKind::causal,
-             "{}: mask.window={} is given with a {} mask; a sliding window applies to causal "
-             "masks only",
-             op, m.window, m.kind == AttnMaskKind::full ? "full" : "dflash_block");
+    DF_CHECK(m.window == 0 || m.kind != AttnMaskKind::full,
+             "{}: mask.window={} is given with a full mask; a sliding window applies to causal "
+             "and dflash_block masks only",
+             op, m.window);
+    DF_CHECK(!m.causal_block || m.kind == AttnMaskKind::dflash_block,
+             "{}: mask.causal_block is set on a {} mask; it applies to dflash_block masks only", op,
+             m.kind == AttnMaskKind::full ? "full" : "causal");
     DF_CHECK(m.sinks.empty() ||
                  (m.sinks.dtype() == DType::f32 && m.sinks.numel() == d.h && m.sinks.rank() == 1),
              "{}: mask.sinks is {}, expected f32 [{}] (one logit per query head) or empty", op,
@@ -428,6 +431,43 @@ void check_adamw_args(const Tensor& master, const Tensor& grad, const Tensor& m,
              value.describe(), master.describe());
     DF_CHECK(p.scalars.empty() || p.scalars.numel() == 3,
              "adamw_step: scalars is {}, expected f32 [3]", p.scalars.describe());
+}
+
+int64_t check_muon_momentum_args(const Tensor& grad, const Tensor& grad_scale,
+                                 const Tensor& momentum, const Tensor& update) {
+    DF_CHECK(momentum.numel() == grad.numel() && update.numel() == grad.numel(),
+             "muon_momentum: grad {} momentum {} update {} must have the same element count",
+             grad.describe(), momentum.describe(), update.describe());
+    if (!grad_scale.empty()) check_one_element(grad_scale, "muon_momentum", "grad_scale");
+    return grad.numel();
+}
+
+int64_t check_muon_normalize_args(const Tensor& x, const Tensor& norm_sq, const Tensor& out) {
+    DF_CHECK(out.numel() == x.numel(),
+             "muon_normalize: x {} and out {} must have the same element count", x.describe(),
+             out.describe());
+    check_one_element(norm_sq, "muon_normalize", "norm_sq");
+    return x.numel();
+}
+
+int64_t check_muon_update_args(const Tensor& master, const Tensor& x, const Tensor& scalars,
+                               const Tensor& value) {
+    DF_CHECK(x.numel() == master.numel() && (value.empty() || value.numel() == master.numel()),
+             "muon_update: master {} x {} value {} must have the same element count",
+             master.describe(), x.describe(), value.describe());
+    DF_CHECK(scalars.numel() == 2, "muon_update: scalars is {}, expected f32 [2] (lr, decay)",
+             scalars.describe());
+    return master.numel();
+}
+
+uint64_t check_uniform_noise_args(const Tensor& x, const Tensor& seed) {
+    DF_CHECK(seed.dtype() == DType::i32 && seed.numel() == 2,
+             "add_uniform_noise: seed is {}, expected i32 [2] (the seed's low and high words)",
+             seed.describe());
+    (void)x;
+    if (seed.device().kind != DeviceKind::cpu) return 0;
+    const auto lo = static_cast<uint32_t>(seed.i32()[0]), hi = static_cast<uint32_t>(seed.i32()[1]);
+    return (static_cast<uint64_t>(hi) << 32) | lo;
 }
 
 // ---- decoding -----------------------------------------------------------------------------------

@@ -119,6 +119,16 @@ void check_one_element(const Tensor& t, const char* op, const char* name);
 // [1] or empty; p.scalars [3] or empty; step >= 1; betas in [0, 1).
 void check_adamw_args(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
                       const AdamWParams& p, const Tensor& grad_scale, const Tensor& value);
+// Muon's element-wise ops (op_list.h): equal element counts; one-element grad_scale (or empty),
+// norm_sq; scalars [2]; value empty or of master's count. Returns the element count.
+int64_t check_muon_momentum_args(const Tensor& grad, const Tensor& grad_scale,
+                                 const Tensor& momentum, const Tensor& update);
+int64_t check_muon_normalize_args(const Tensor& x, const Tensor& norm_sq, const Tensor& out);
+// add_uniform_noise: seed i32 [2] (low word, high word); on the CPU (host memory) the seed is
+// returned, elsewhere 0.
+uint64_t check_uniform_noise_args(const Tensor& x, const Tensor& seed);
+int64_t check_muon_update_args(const Tensor& master, const Tensor& x, const Tensor& scalars,
+                               const Tensor& value);
 
 // ---- decoding -----------------------------------------------------------------------------------
 // argmax_rows: x [R, V], out i32 [R].

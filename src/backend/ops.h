@@ -49,6 +49,13 @@ enum class AttnMaskKind {
 // Decoding over a KV cache passes the whole cache as k/v and its length in device memory
 // (`kv_len`, i32 [1]): only keys j < kv_len[0] exist, and a causal query i sits at position
 // kv_len[0] - Sq + i. One captured graph then serves every cache length.
+// Sliding-window drafter layers (docs/training.md "Sliding-window drafter layers") give
+// dflash_block a window W and a causal flag. The query of block n at slot k sits at absolute
+// position a + k (a = anchors[n]); with W > 0 it sees context keys j >= a + k - (W - 1) (and
+// still j < a, j >= ctx_start) and own-block keys of slot s with |k - s| < W; with causal_block
+// only slots s <= k. That is what decoding the block over its cache sees with a causal window of
+// W keys (or, not causal, a window of W keys on both sides), so training sees the keys serving
+// does.
 // Two additions serve targets such as gpt-oss (docs/engine.md "Attention masks"): a causal
 // sliding window (`window`) and per-head sink logits (`sinks`). With sinks the lse output is
 // log(sum_j exp(x_ij) + exp(s_h)), so exp(x_ij - lse) is still the probability of key j; a row
@@ -63,8 +70,10 @@ struct AttnMask {
     Tensor ctx_start;        // dflash_block: i32 [N] on the op's device, or empty (all 0)
     Tensor kv_len;           // causal / full over a cache: i32 [1] on the op's device, or empty
     int64_t window = 0;  // causal kinds (also over a cache): a query at position p sees keys j with
-                         // p - window < j <= p (window keys incl. itself); 0 = no window
-    Tensor sinks;        // f32 [H] on the op's device, or empty: per-head logit s_h that joins each
+                         // p - window < j <= p (window keys incl. itself); 0 = no window.
+                         // dflash_block: the drafter window above.
+    bool causal_block = false;  // dflash_block: slot k sees own-block slots <= k only
+    Tensor sinks;  // f32 [H] on the op's device, or empty: per-head logit s_h that joins each
                    // softmax denominator only: p_ij = exp(x_ij) / (sum_j exp(x_ij) + exp(s_h))
                    // (x = scaled scores; subtract the max over {x, s_h} for stability)
 
@@ -94,10 +103,16 @@ struct AttnMask {
         m.ctx_start = ctx_start;
         return m;
     }
-    // This mask with a sliding window of `w` keys (causal only; 0: none).
+    // This mask with a sliding window of `w` keys (causal and dflash_block; 0: none).
     AttnMask with_window(int64_t w) const {
         AttnMask m = *this;
         m.window = w;
+        return m;
+    }
+    // dflash_block with causal blocks (a sliding drafter layer's, or a causal DFlash2 layer's).
+    AttnMask with_causal_block(bool c = true) const {
+        AttnMask m = *this;
+        m.causal_block = c;
         return m;
     }
     // This mask with per-head sink logits (f32 [H]; empty: none).

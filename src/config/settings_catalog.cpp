@@ -178,6 +178,16 @@ void add_drafter(Registry& r) {
                      "DFlash2: candidates K the selector re-ranks per drafted slot")
               .range(1, 1024)
               .read_by("cli/cmd_init.cpp"));
+    r.add(D::string_list("drafter.layer_types", {},
+                         "per draft layer full_attention or sliding_attention (exactly "
+                         "drafter.num_layers entries); empty = all full (docs/training.md "
+                         "\"Sliding-window drafter layers\")")
+              .read_by("model::Drafter config"));
+    r.add(D::integer("drafter.sliding_window", 0,
+                     "W, the keys a sliding_attention layer's query sees (itself included); "
+                     "required > 0 when a layer slides")
+              .range(0, 1 << 24)
+              .read_by("model::Drafter config"));
     r.add(D::integer("drafter.num_target_features", 5,
                      "K, the number of target layers used when target_layer_ids is empty")
               .range(1, 64)
@@ -201,6 +211,33 @@ void add_train_optimizer(Registry& r) {
     r.add(D::real("train.beta1", 0.9, "AdamW beta1").range(0, 1).read_by("train AdamW"));
     r.add(D::real("train.beta2", 0.95, "AdamW beta2").range(0, 1).read_by("train AdamW"));
     r.add(D::real("train.adam_eps", 1e-8, "AdamW epsilon").range(0, 1).read_by("train AdamW"));
+    r.add(D::enumeration("train.optimizer", "adamw", {"adamw", "muon"},
+                         "adamw, or muon: Muon for the 2-D weights (not embeddings or LM heads), "
+                         "AdamW for the rest (docs/training.md \"Muon\")")
+              .read_by("train AdamW"));
+    r.add(D::real("train.muon_lr", 0.0, "Muon's peak learning rate; 0 = 10 x train.lr")
+              .range(0, 10)
+              .read_by("train AdamW"));
+    r.add(D::real("train.muon_weight_decay", 0.1,
+                  "Muon's decoupled weight decay (applied with the unadjusted lr)")
+              .range(0, 10)
+              .read_by("train AdamW"));
+    r.add(D::integer("train.muon_ns_steps", 5, "Muon's Newton-Schulz iterations")
+              .range(1, 100)
+              .read_by("train AdamW"));
+    r.add(D::enumeration("train.muon_adjust_lr", "match_rms_adamw", {"match_rms_adamw", "original"},
+                         "Muon's lr for an [A, B] weight: match_rms_adamw lr*0.2*sqrt(max(A,B)), "
+                         "original lr*sqrt(max(1, A/B))")
+              .read_by("train AdamW"));
+    r.add(D::real("train.hidden_noise", 0.0,
+                  "a: U(-a, a) noise added to the target features the drafter reads, in "
+                  "training only (docs/training.md \"Hidden-state noise\"); 0 = none")
+              .range(0, 100)
+              .read_by("train drafter step"));
+    r.add(D::boolean("train.recompute_layers", false,
+                     "keep only each draft layer's input in the forward and recompute the layer "
+                     "in the backward (less activation memory, one more layer forward)")
+              .read_by("train drafter step"));
 }
 
 void add_train(Registry& r) {

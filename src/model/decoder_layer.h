@@ -131,6 +131,14 @@ void layer_forward_train(const LayerContext& lc, const LayerWeights& w, const Te
                          const Tensor& ctx, const Tensor& q_pos, const Tensor& kv_pos,
                          const AttnMask& mask, LayerActs& acts, const Tensor& out);
 
+// The training mask of one drafter layer (docs/training.md "Sliding-window drafter layers"): the
+// dflash_block mask `blocks` with the layer's window (0: none) and causality, so each query sees
+// the keys decoding over the cache gives it. DFlash, DFlash2 and DSpark drafters build their
+// per-layer masks with it (DrafterConfig::layer_window / layer_causal).
+inline AttnMask drafter_layer_mask(const AttnMask& blocks, int64_t window, bool causal) {
+    return blocks.with_window(window).with_causal_block(causal);
+}
+
 // Backward of layer_forward_train: accumulates parameter gradients (f32) into g, overwrites dx
 // [Sq, D], and adds the context gradient into dctx [Sc, D] (f32, +=) when Sc > 0. Its
 // temporaries are given back to lc.ws before it returns.

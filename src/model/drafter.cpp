@@ -158,8 +158,27 @@ struct DrafterModel::BlockForward {
     std::vector<LayerActs> acts;
     std::vector<Dflash2Acts> acts2;  // DFlash2 drafters
     Tensor hf, rstd_f;               // [R, D], [R]
-    AttnMask mask;
+    std::vector<AttnMask> masks;     // per layer: the block mask with the layer's window
+    // train.recompute_layers: each layer's activations are given back after its forward and
+    // made again before its backward (Note [Recomputed layers]).
+    bool recompute = false;
 };
+
+// Note [Recomputed layers]: with recomputation the forward keeps only the layer inputs xs (taken
+// before the layers run) and gives each layer's activations back to the workspace as soon as the
+// next layer has its input; the backward runs layer l's forward again from xs[l] (the same ops on
+// the same inputs, so the same bits, written again into xs[l+1], which nothing reads any more)
+// right before its backward, and gives them back after it. The workspace then holds one layer's
+// activations at a time instead of L.
+void DrafterModel::forward_layer(const LayerContext& lc, BlockForward& f, int64_t l) const {
+    if (cfg_.dflash2()) {
+        dflash2_layer_forward_train(lc, layer(l), conv(l), f.xs[l], f.ctx, f.q_pos, f.kv_pos,
+                                    f.masks[l], cfg_.block_size, f.acts2[l], f.xs[l + 1]);
+    } else {
+        layer_forward_train(lc, layer(l), f.xs[l], f.ctx, f.q_pos, f.kv_pos, f.masks[l], f.acts[l],
+                            f.xs[l + 1]);
+    }
+}
 
 void DrafterModel::forward_blocks(Backend& be, Workspace& ws, const Tensor& embed,
                                   const Tensor& features, std::span<const int32_t> tokens,
@@ -168,16 +187,6 @@ void DrafterModel::forward_blocks(Backend& be, Workspace& ws, const Tensor& embe
     const int64_t S = static_cast<int64_t>(tokens.size()), D = dims_.D, B = cfg_.block_size;
     const int64_t N = static_cast<int64_t>(anchors.size()), R = N * B;
     const int64_t L = cfg_.layer.num_hidden_layers;
-    // The training mask is DFlash's bidirectional block mask: a DFlash2 drafter whose layers are
-    // causal, or whose window would hide keys of this sequence, would be trained for other
-    // attention than it decodes with.
-    for (int64_t l = 0; l < L; ++l) {
-        const int64_t W = cfg_.layer_window(l);
-        DF_CHECK(!cfg_.layer_causal(l) && (W == 0 || S + B <= W),
-                 "draft layer {} is {}: training supports bidirectional drafter layers whose "
-                 "window (if any) covers the whole sequence ({} + {} rows here)",
-                 l, cfg_.layer_causal(l) ? "causal" : fmt::format("windowed ({} keys)", W), S, B);
-    }
     DF_ASSERT(features.dim(0) == S, "features rows {} for {} tokens", features.dim(0), S);
     DF_CHECK(N > 0,
              "no anchors: the sequence has no position whose token and next token are both "
@@ -224,21 +233,21 @@ void DrafterModel::forward_blocks(Backend& be, Workspace& ws, const Tensor& embe
     f.xs.clear();
     for (int64_t l = 0; l <= L; ++l) f.xs.push_back(ws.take({R, D}, act));
     be.embedding_fwd(embed, f.ids, f.xs[0]);
-    f.mask =
+    // Each layer's mask gives its queries the keys decoding gives them (its window, causality).
+    const AttnMask blocks =
         AttnMask::dflash_block(S, B, f.anchors, context_starts.empty() ? Tensor() : starts.device);
+    f.masks.clear();
+    for (int64_t l = 0; l < L; ++l)
+        f.masks.push_back(drafter_layer_mask(blocks, cfg_.layer_window(l), cfg_.layer_causal(l)));
     const LayerContext lc{be, ws, dims_, inv_freq_view_};
-    if (cfg_.dflash2()) {
-        if (cfg_.d2.input_embedding_scale != 1.0)
-            be.scale_inplace(f.xs[0], static_cast<float>(cfg_.d2.input_embedding_scale));
-        f.acts2.assign(L, Dflash2Acts{});
-        for (int64_t l = 0; l < L; ++l)
-            dflash2_layer_forward_train(lc, layer(l), conv(l), f.xs[l], f.ctx, f.q_pos, f.kv_pos,
-                                        f.mask, B, f.acts2[l], f.xs[l + 1]);
-    } else {
-        f.acts.assign(L, LayerActs{});
-        for (int64_t l = 0; l < L; ++l)
-            layer_forward_train(lc, layer(l), f.xs[l], f.ctx, f.q_pos, f.kv_pos, f.mask, f.acts[l],
-                                f.xs[l + 1]);
+    if (cfg_.dflash2() && cfg_.d2.input_embedding_scale != 1.0)
+        be.scale_inplace(f.xs[0], static_cast<float>(cfg_.d2.input_embedding_scale));
+    f.acts.assign(L, LayerActs{});
+    f.acts2.assign(cfg_.dflash2() ? L : 0, Dflash2Acts{});
+    for (int64_t l = 0; l < L; ++l) {
+        const Workspace::Mark m = ws.mark();
+        forward_layer(lc, f, l);
+        if (f.recompute) ws.release(m);
     }
     f.hf = ws.take({R, D}, act);
     f.rstd_f = ws.take({R}, DType::f32);
@@ -310,7 +319,17 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const DrafterBatch& ba
         for (int64_t i = 0; i < R; ++i)
             sel_weights.host.f32()[i] = alpha * grad_weights.host.f32()[i];
     }
+    // Hidden-state noise (docs/training.md "Hidden-state noise"): on the features the drafter
+    // reads, in training only; the teacher's hidden states are a separate tensor, untouched.
+    if (loss.hidden_noise > 0 && params_.has_grads()) {
+        Workspace::Staged seed = ws.input({2}, DType::i32);
+        seed.host.i32()[0] = static_cast<int32_t>(static_cast<uint32_t>(batch.noise_seed));
+        seed.host.i32()[1] = static_cast<int32_t>(static_cast<uint32_t>(batch.noise_seed >> 32));
+        ws.send_inputs();
+        be.add_uniform_noise(features, seed.device, static_cast<float>(loss.hidden_noise));
+    }
     BlockForward f;
+    f.recompute = loss.recompute_layers && params_.has_grads();
     forward_blocks(be, ws, embed, features, tokens, anchors, objective.context_starts, f);
     const int64_t L = cfg_.layer.num_hidden_layers;
     const DType act = be.compute_dtype();
@@ -356,13 +375,17 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const DrafterBatch& ba
     const LayerContext lc{be, ws, dims_, inv_freq_view_};
     for (int64_t l = L - 1; l >= 0; --l) {
         const LayerWeights g = layer_grads(params_, layer_prefix(l), dims_);
+        const Workspace::Mark m = ws.mark();
+        if (f.recompute) forward_layer(lc, f, l);  // Note [Recomputed layers]
         if (cfg_.dflash2()) {
             dflash2_layer_backward(lc, layer(l), g, conv(l),
                                    dflash2_layer_grads(params_, layer_prefix(l)), f.acts2[l],
-                                   f.q_pos, f.kv_pos, f.mask, B, dx, dprev, dctx);
+                                   f.q_pos, f.kv_pos, f.masks[l], B, dx, dprev, dctx);
         } else {
-            layer_backward(lc, layer(l), g, f.acts[l], f.q_pos, f.kv_pos, f.mask, dx, dprev, dctx);
+            layer_backward(lc, layer(l), g, f.acts[l], f.q_pos, f.kv_pos, f.masks[l], dx, dprev,
+                           dctx);
         }
+        if (f.recompute) ws.release(m);
         std::swap(dx, dprev);
         // Layers l.., the final norm and the selector are done (Note [Final gradients]).
         params_.grads_final_from(std::string_view(layer_prefix(l)));
@@ -393,16 +416,41 @@ DrafterSession::DrafterSession(const DrafterModel& model, Backend& be, const Ten
           std::max<int64_t>(1, std::min(max_new_rows > 0 ? max_new_rows : max_block_, capacity))),
       prepared_(prepared) {
     const LayerDims& d = model.dims();
-    cache_.resize(model.config().layer.num_hidden_layers);
-    for (auto& c : cache_) {
-        c.k = DeviceTensor(be, {capacity + max_block_, d.Hkv, d.Dh}, be.compute_dtype());
-        c.v = DeviceTensor(be, {capacity + max_block_, d.Hkv, d.Dh}, be.compute_dtype());
+    const DrafterConfig& cfg = model.config();
+    const int64_t L = cfg.layer.num_hidden_layers;
+    for (int64_t l = 0; l < L; ++l)
+        if (cfg.sliding(l)) window_ = cfg.sliding_window;
+    // Note [Bounded draft KV]: a sliding layer's queries see the W - 1 context rows before the
+    // block and the block's own rows, so its cache holds at most 2(W-1) + P + max_block rows,
+    // with context appended in pieces of P = min(max_new_rows, max(W, max_block)) rows: when
+    // the next piece and block would not fit, the last W - 1 context rows move to its start (a
+    // copy between disjoint ranges, since more than 2(W-1) rows are in use then) and
+    // window_offset_ advances. K carries its RoPE angle, so where a row sits in the cache does
+    // not matter, only which rows the mask lets a query see: relative rows are positions minus
+    // window_offset_, and the causal window over them is the same window. Full layers keep
+    // capacity + max_block rows.
+    if (window_ > 0) {
+        const int64_t piece = std::min(max_new_rows_, std::max(window_, max_block_));
+        const int64_t rows = 2 * (window_ - 1) + piece + max_block_;
+        if (rows < capacity + max_block_) {
+            window_rows_ = rows;
+            window_piece_ = piece;
+        }
+    }
+    cache_.resize(L);
+    for (int64_t l = 0; l < L; ++l) {
+        const int64_t rows =
+            cfg.sliding(l) && window_rows_ > 0 ? window_rows_ : capacity + max_block_;
+        cache_[l].k = DeviceTensor(be, {rows, d.Hkv, d.Dh}, be.compute_dtype());
+        cache_[l].v = DeviceTensor(be, {rows, d.Hkv, d.Dh}, be.compute_dtype());
     }
     if (model.config().dflash2())
         z_ =
             DeviceTensor(be, {max_block_ - 1, model.config().d2.selector_rank}, be.compute_dtype());
     Workspace fake = Workspace::planning(be.device());
-    const Tensor feats = fake.take({max_new_rows_, model.feature_dim()}, be.compute_dtype());
+    // The largest run: the most rows one run appends (a piece, with bounded caches) and a block.
+    const int64_t piece = window_rows_ > 0 ? window_piece_ : max_new_rows_;
+    const Tensor feats = fake.take({piece, model.feature_dim()}, be.compute_dtype());
     const Tensor logits = fake.take({max_block_ - 1, lm_head.dim(0)}, DType::f32);
     ws_ = Workspace(be, plan_workspace(be, [&](Backend& pb, Workspace& pws) {
                         run(pb, pws, feats, 0, 0, max_block_, logits);
@@ -420,11 +468,13 @@ void DrafterSession::draft(const Tensor& new_features, int32_t anchor, const Ten
     DF_ASSERT(logits.dim(0) == B - 1, "logits rows {} for block {}", logits.dim(0), B);
     // Context rows go in pieces of max_new_rows; the block is drafted with the last piece.
     int64_t done = 0;
+    const int64_t piece = window_rows_ > 0 ? window_piece_ : max_new_rows_;
     do {
-        const int64_t n = std::min(max_new_rows_, T - done);
+        const int64_t n = std::min(piece, T - done);
         const bool last = done + n == T;
         ws_.reset();
         const Tensor piece = n > 0 ? new_features.rows(done, done + n) : Tensor();
+        slide_window_caches(n, last ? B : 0);
         run(be_, ws_, piece, ctx_len_, anchor, last ? B : 0, logits);
         ctx_len_ += n;
         done += n;
@@ -437,8 +487,9 @@ void DrafterSession::run(Backend& be, Workspace& ws, const Tensor& new_features,
     Workspace::Staged ctx_pos = ws.input({std::max<int64_t>(T, 1)}, DType::i32);
     Workspace::Staged ids = ws.input({std::max<int64_t>(B, 1)}, DType::i32);
     Workspace::Staged q_pos = ws.input({std::max<int64_t>(B, 1)}, DType::i32);
-    // [first context row, first block row, cache length with the block]: read on the device.
-    Workspace::Staged rows = ws.input({3}, DType::i32);
+    // [first context row, first block row, cache length with the block]: read on the device;
+    // then the same in the sliding layers' bounded caches (Note [Bounded draft KV]).
+    Workspace::Staged rows = ws.input({6}, DType::i32);
     for (int64_t i = 0; i < T; ++i) ctx_pos.host.i32()[i] = static_cast<int32_t>(start + i);
     for (int64_t k = 0; k < B; ++k) {
         ids.host.i32()[k] = k == 0 ? anchor : static_cast<int32_t>(model_.config().mask_token_id);
@@ -447,9 +498,23 @@ void DrafterSession::run(Backend& be, Workspace& ws, const Tensor& new_features,
     rows.host.i32()[0] = static_cast<int32_t>(start);
     rows.host.i32()[1] = static_cast<int32_t>(start + T);
     rows.host.i32()[2] = static_cast<int32_t>(start + T + B);
+    const int64_t off = window_rows_ > 0 ? window_offset_ : 0;
+    for (int i = 0; i < 3; ++i)
+        rows.host.i32()[3 + i] = static_cast<int32_t>(rows.host.i32()[i] - off);
     ws.send_inputs();
-    const Tensor ctx_row0 = rows.device.rows(0, 1), block_row0 = rows.device.rows(1, 2),
-                 kv_len = rows.device.rows(2, 3);
+    // A layer's [first context row, first block row, cache length] in its own cache.
+    struct LayerRows {
+        Tensor ctx_row0, block_row0, kv_len;
+        int64_t cache_len;  // rows before the block, on the host
+    };
+    const LayerRows all_rows{rows.device.rows(0, 1), rows.device.rows(1, 2), rows.device.rows(2, 3),
+                             start + T};
+    const LayerRows window_rows{rows.device.rows(3, 4), rows.device.rows(4, 5),
+                                rows.device.rows(5, 6), start + T - off};
+    const DrafterConfig& cfg = model_.config();
+    auto rows_of = [&](size_t l) -> const LayerRows& {
+        return window_rows_ > 0 && cfg.sliding(static_cast<int64_t>(l)) ? window_rows : all_rows;
+    };
     const StepKey key{
         owner_.id(), "drafter.draft", {T, B, address_of(new_features), address_of(logits)}};
     const std::function<void()> record = [&] {
@@ -461,19 +526,31 @@ void DrafterSession::run(Backend& be, Workspace& ws, const Tensor& new_features,
             const Tensor pos = ctx_pos.device.rows(0, T);
             for (size_t l = 0; l < cache_.size(); ++l)
                 layer_append_context(lc, model_.layer(static_cast<int64_t>(l)), ctx, pos, cache_[l],
-                                     ctx_row0);
+                                     rows_of(l).ctx_row0);
         }
         if (B == 0) return;
         Tensor x = ws.take({B, D}, act);
         be.embedding_fwd(embed_, ids.device.rows(0, B), x);
         // The block's K/V go after the context and are simply overwritten by the next draft.
-        if (model_.config().dflash2()) {
-            draft_dflash2_layers(lc, x, q_pos.device.rows(0, B), start + T, block_row0, kv_len);
-        } else {
-            for (size_t l = 0; l < cache_.size(); ++l)
-                layer_forward_cached(lc, model_.layer(static_cast<int64_t>(l)), x,
-                                     q_pos.device.rows(0, B), cache_[l], block_row0, kv_len,
-                                     AttnMaskKind::full, x);
+        for (size_t i = 0; i < cache_.size(); ++i) {
+            const auto l = static_cast<int64_t>(i);
+            const LayerRows& r = rows_of(i);
+            const Tensor pos = q_pos.device.rows(0, B);
+            if (cfg.dflash2()) {
+                // The input embedding scale applies once, before the first layer.
+                if (i == 0 && cfg.d2.input_embedding_scale != 1.0)
+                    lc.be.scale_inplace(x, static_cast<float>(cfg.d2.input_embedding_scale));
+                const DraftAttention att{cfg.layer_causal(l), cfg.layer_window(l)};
+                dflash2_layer_forward_cached(lc, model_.layer(l), model_.conv(l), x, pos, cache_[i],
+                                             r.cache_len, r.block_row0, r.kv_len, att, x);
+            } else {
+                // A DFlash layer's block sees the whole cache, or (sliding) the causal window of
+                // its position: the keys its training mask gives it.
+                const AttnMaskKind kind =
+                    cfg.layer_causal(l) ? AttnMaskKind::causal : AttnMaskKind::full;
+                layer_forward_cached(lc, model_.layer(l), x, pos, cache_[i], r.block_row0, r.kv_len,
+                                     kind, x, cfg.layer_window(l));
+            }
         }
         Tensor h = ws.take({B - 1, D}, act);
         be.rmsnorm_fwd(x.rows(1, B), model_.params().value("norm.weight"), model_.dims().eps, h,
@@ -494,25 +571,27 @@ void DrafterSession::run(Backend& be, Workspace& ws, const Tensor& new_features,
 
 bool DrafterSession::window_hides_keys(int64_t n) const {
     const DrafterConfig& cfg = model_.config();
+    // DFlash layers apply their window on the device (a causal mask over kv_len).
     if (!cfg.dflash2()) return false;
+    const int64_t n_window = window_rows_ > 0 ? n - window_offset_ : n;
     for (int64_t l = 0; l < cfg.layer.num_hidden_layers; ++l)
-        if (cfg.layer_window(l) > 0 && n > cfg.layer_window(l)) return true;
+        if (cfg.layer_window(l) > 0 && n_window > cfg.layer_window(l)) return true;
     return false;
 }
 
-// The DFlash2 layers over the block x [B, D] (in place), after the input embedding scale.
-void DrafterSession::draft_dflash2_layers(const LayerContext& lc, const Tensor& x,
-                                          const Tensor& pos, int64_t cache_len, const Tensor& row0,
-                                          const Tensor& kv_len) {
+void DrafterSession::slide_window_caches(int64_t T, int64_t B) {
+    if (window_rows_ == 0) return;
+    const int64_t used = ctx_len_ - window_offset_;
+    if (used + T + B <= window_rows_) return;
+    const int64_t keep = std::min(window_ - 1, used);
+    DF_ASSERT(used - keep >= keep, "window cache move overlaps: {} rows used, {} kept", used, keep);
     const DrafterConfig& cfg = model_.config();
-    if (cfg.d2.input_embedding_scale != 1.0)
-        lc.be.scale_inplace(x, static_cast<float>(cfg.d2.input_embedding_scale));
     for (size_t i = 0; i < cache_.size(); ++i) {
-        const auto l = static_cast<int64_t>(i);
-        const DraftAttention att{cfg.layer_causal(l), cfg.layer_window(l)};
-        dflash2_layer_forward_cached(lc, model_.layer(l), model_.conv(l), x, pos, cache_[i],
-                                     cache_len, row0, kv_len, att, x);
+        if (!cfg.sliding(static_cast<int64_t>(i))) continue;
+        for (DeviceTensor* t : {&cache_[i].k, &cache_[i].v})
+            be_.copy(t->view().rows(0, keep), t->view().rows(used - keep, used));
     }
+    window_offset_ += used - keep;
 }
 
 Tensor DrafterSession::selector_z(int64_t block_size) const {
@@ -523,6 +602,14 @@ Tensor DrafterSession::selector_z(int64_t block_size) const {
 
 void DrafterSession::crop(int64_t len) {
     DF_ASSERT(len >= 0 && len <= ctx_len_, "crop to {} with {} context rows", len, ctx_len_);
+    // The sliding layers' bounded caches still hold the rows the next block sees only when they
+    // start at or before len - (W - 1) (Note [Bounded draft KV]); an empty context (a new
+    // request) needs none and starts them over.
+    if (len == 0) window_offset_ = 0;
+    DF_CHECK(window_rows_ == 0 || window_offset_ == 0 || len - (window_ - 1) >= window_offset_,
+             "cannot crop the drafter context to {} rows: its sliding-window layers keep rows "
+             "from {} on only",
+             len, window_offset_);
     ctx_len_ = len;
 }
 

@@ -47,6 +47,9 @@ struct DrafterBatch {
     std::span<const int32_t> tokens;     // [S]
     std::span<const uint8_t> loss_mask;  // [S]
     std::span<const int32_t> anchors;    // sorted, each < S
+    // train.hidden_noise (docs/training.md "Hidden-state noise"): the seed of the uniform noise
+    // train_step adds into `features` in place (one per sample, drawn from the run's seed).
+    uint64_t noise_seed = 0;
 };
 
 // The run's, the same for every step: the frozen target's tensors the drafter shares and how the
@@ -59,6 +62,12 @@ struct DrafterLossSpec {
     // > 0: D-PACE weighting with this alpha instead of the decay (gamma is then unused: the
     // weights known before the forward are the loss mask, what weight_sum with gamma 0 counts).
     double dpace_alpha = 0;
+    // > 0: U(-hidden_noise, hidden_noise) added to the features (train.hidden_noise); never to
+    // the teacher's hidden states.
+    double hidden_noise = 0;
+    // train.recompute_layers: keep only each draft layer's input through the forward and run the
+    // layer's forward again in the backward (the same ops on the same inputs: the same bits).
+    bool recompute_layers = false;
 };
 
 // The call's: its share of the step's gradient and where its sums go.
@@ -133,6 +142,8 @@ class DrafterModel {
     void forward_blocks(Backend& be, Workspace& ws, const Tensor& embed, const Tensor& features,
                         std::span<const int32_t> tokens, std::span<const int32_t> anchors,
                         std::span<const int32_t> context_starts, BlockForward& f) const;
+    // Layer l's training forward from f.xs[l] into f.xs[l + 1], its activations into f.
+    void forward_layer(const LayerContext& lc, BlockForward& f, int64_t l) const;
 
     DrafterConfig cfg_;
     LayerDims dims_;
@@ -145,7 +156,8 @@ class DrafterModel {
     std::vector<Dflash2LayerWeights> convs_;  // DFlash2 only
 };
 
-// Inference state of one request: per-layer K/V of committed context rows only.
+// Inference state of one request: per-layer K/V of committed context rows only; a sliding-window
+// layer keeps a bounded window of them (Note [Bounded draft KV] in drafter.cpp).
 class DrafterSession {
   public:
     // capacity: context rows; max_block: the largest block drafted (0 = the drafter's block size);
@@ -156,6 +168,10 @@ class DrafterSession {
                    const Tensor& lm_head, int64_t capacity, int64_t max_block = 0,
                    int64_t max_new_rows = 0, const PreparedWeights* prepared = nullptr);
     int64_t context_length() const { return ctx_len_; }
+    // K (and V) rows layer l's cache holds: capacity + max_block, or for a sliding-window layer
+    // 2(W-1) + min(max_new_rows, max(W, max_block)) + max_block when that is fewer (Note
+    // [Bounded draft KV]).
+    int64_t cache_rows(int64_t l) const { return cache_[static_cast<size_t>(l)].k.view().dim(0); }
 
     // Appends the features [T, K*D] (device) of newly committed tokens at positions
     // context_length()..context_length()+T-1 to the context, then drafts the block
@@ -175,10 +191,6 @@ class DrafterSession {
     // Appends T <= max_new_rows context rows and, when B > 0, drafts a block after them.
     void run(Backend& be, Workspace& ws, const Tensor& new_features, int64_t start, int32_t anchor,
              int64_t B, const Tensor& logits);
-    // cache_len on the host (for sliding windows), row0 (the block's first cache row) and kv_len
-    // on the device.
-    void draft_dflash2_layers(const LayerContext& lc, const Tensor& x, const Tensor& pos,
-                              int64_t cache_len, const Tensor& row0, const Tensor& kv_len);
     // Whether a sliding-window layer hides keys of a cache of n rows (then a draft step depends
     // on n and runs eagerly).
     bool window_hides_keys(int64_t n) const;
@@ -191,6 +203,13 @@ class DrafterSession {
     int64_t max_block_;
     int64_t max_new_rows_;
     const PreparedWeights* prepared_;
+    // Note [Bounded draft KV]: sliding-window layers keep only window_rows_ cache rows; their
+    // row 0 holds absolute context position window_offset_.
+    void slide_window_caches(int64_t T, int64_t B);
+    int64_t window_ = 0;        // the sliding layers' window W (0: no sliding layer)
+    int64_t window_rows_ = 0;   // rows of a sliding layer's cache (0: unbounded, as full layers)
+    int64_t window_piece_ = 0;  // the most context rows one run appends when bounded
+    int64_t window_offset_ = 0;
     std::vector<LayerKvCache> cache_;
     DeviceTensor z_;  // DFlash2: [max_block-1, r]
     int64_t ctx_len_ = 0;

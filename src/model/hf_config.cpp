@@ -267,7 +267,7 @@ double dflash2_real(const json& j, const json& dc, const char* key, double fallb
     return v->get<double>();
 }
 
-// The DFlash2 keys and the attention layout (layer_types, sliding_window, is_causal).
+// The DFlash2 keys (the attention layout: parse_attention_layout).
 void parse_dflash2(const json& j, const json& dc, DrafterConfig& d) {
     Dflash2Config& c = d.d2;
     c.conv_kernel_size = dflash2_int(j, dc, "conv_kernel_size");
@@ -278,6 +278,11 @@ void parse_dflash2(const json& j, const json& dc, DrafterConfig& d) {
     // Absent or <= 0 switches the cap off (the reference's rule).
     c.final_logit_softcapping = std::max(0.0, dflash2_real(j, dc, "final_logit_softcapping", 0.0));
     c.input_embedding_scale = dflash2_real(j, dc, "input_embedding_scale", 1.0);
+}
+
+// The attention layout of every drafter (layer_types, sliding_window, is_causal; docs/formats.md
+// "DFlash drafter directory").
+void parse_attention_layout(const json& j, const json& dc, DrafterConfig& d) {
     const int64_t L = d.layer.num_hidden_layers;
     DF_CHECK(L >= 1 && L <= kMaxLayers, "num_hidden_layers={} is outside [1, {}]", L, kMaxLayers);
     d.sliding_layers.assign(L, false);
@@ -331,11 +336,28 @@ std::vector<std::string> dflash2_problems(const DrafterConfig& d) {
          fmt::format("final_logit_softcapping={} must be finite", c.final_logit_softcapping));
     need(std::isfinite(c.input_embedding_scale),
          fmt::format("input_embedding_scale={} must be finite", c.input_embedding_scale));
+    return p;
+}
+
+// Every drafter's attention layout: a sliding layer needs a window.
+std::vector<std::string> attention_layout_problems(const DrafterConfig& d) {
+    std::vector<std::string> p;
+    auto need = [&](bool ok, std::string msg) {
+        if (!ok) p.push_back(std::move(msg));
+    };
     need(d.sliding_window >= 0,
          fmt::format("sliding_window={} must be positive (or null: no window)", d.sliding_window));
     need(static_cast<int64_t>(d.sliding_layers.size()) == d.layer.num_hidden_layers,
-         fmt::format("{} layer types for {} layers", d.sliding_layers.size(),
-                     d.layer.num_hidden_layers));
+         fmt::format("layer_types lists {} layers but num_hidden_layers is {}",
+                     d.sliding_layers.size(), d.layer.num_hidden_layers));
+    for (size_t i = 0; i < d.sliding_layers.size(); ++i) {
+        if (!d.sliding_layers[i]) continue;
+        need(d.sliding_window > 0,
+             fmt::format("layer_types[{}] is \"sliding_attention\" but sliding_window is {}: a "
+                         "sliding layer needs a window W > 0 (the keys each query sees)",
+                         i, d.sliding_window));
+        break;
+    }
     return p;
 }
 
@@ -555,6 +577,7 @@ std::vector<std::string> DrafterConfig::problems() const {
     }
     if (dflash2())
         for (auto& problem : dflash2_problems(*this)) p.push_back(std::move(problem));
+    for (auto& problem : attention_layout_problems(*this)) p.push_back(std::move(problem));
     return p;
 }
 
@@ -569,7 +592,7 @@ DrafterConfig DrafterConfig::from_json_unchecked(const json& j) {
     DF_CHECK(j.is_object(), "drafter config.json is {} (expected an object)", j.type_name());
     DrafterConfig d;
     if (names_architecture(j, "DFlash2DraftModel")) d.arch = DrafterArch::dflash2;
-    d.layer = parse_layer_fields(j, "qwen3", "a DFlash drafter", d.dflash2());
+    d.layer = parse_layer_fields(j, "qwen3", "a DFlash drafter", true);
     const json dc = present(j, "dflash_config") ? j["dflash_config"] : json::object();
     DF_CHECK(dc.is_object(), "dflash_config is {} (expected an object)", dc.dump());
     // SGLang also accepts block_size and num_target_layers inside dflash_config. Where both
@@ -617,21 +640,8 @@ DrafterConfig DrafterConfig::from_json_unchecked(const json& j) {
         d.target_layer_ids =
             default_target_layer_ids(d.num_target_layers, d.layer.num_hidden_layers);
     }
-    if (d.dflash2()) {
-        parse_dflash2(j, dc, d);
-    } else if (present(j, "layer_types")) {
-        const json& lt = j["layer_types"];
-        DF_CHECK(d.layer.num_hidden_layers >= 1 && d.layer.num_hidden_layers <= kMaxLayers,
-                 "num_hidden_layers={} is outside [1, {}]", d.layer.num_hidden_layers, kMaxLayers);
-        DF_CHECK(lt.is_array() && static_cast<int64_t>(lt.size()) == d.layer.num_hidden_layers,
-                 "layer_types {} must list one entry per draft layer ({})", lt.dump(),
-                 d.layer.num_hidden_layers);
-        for (size_t i = 0; i < lt.size(); ++i)
-            DF_CHECK(lt[i] == "full_attention",
-                     "layer_types[{}] is {}: only \"full_attention\" drafter layers are supported "
-                     "(sliding-window drafters are not)",
-                     i, lt[i].dump());
-    }
+    if (d.dflash2()) parse_dflash2(j, dc, d);
+    parse_attention_layout(j, dc, d);
     return d;
 }
 
@@ -643,12 +653,25 @@ json DrafterConfig::to_json() const {
     j["block_size"] = block_size;
     j["dflash_config"] = {{"mask_token_id", mask_token_id}, {"target_layer_ids", target_layer_ids}};
     j["num_target_layers"] = num_target_layers;
-    j["layer_types"] = std::vector<std::string>(layer.num_hidden_layers, "full_attention");
     j["dtype"] = layer.torch_dtype;
-    j["sliding_window"] = nullptr;
-    j["use_sliding_window"] = false;
+    attention_layout_json(j);
     if (dflash2()) dflash2_json(j);
     return j;
+}
+
+// Per-layer layer_types; sliding_window, use_sliding_window and max_window_layers as HF's Qwen3
+// config spells a windowed model (layer_types decides which layers slide); is_causal when set.
+void DrafterConfig::attention_layout_json(json& j) const {
+    std::vector<std::string> types;
+    for (int64_t l = 0; l < layer.num_hidden_layers; ++l)
+        types.emplace_back(sliding(l) ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+    const bool any_sliding =
+        std::find(sliding_layers.begin(), sliding_layers.end(), true) != sliding_layers.end();
+    j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
+    j["use_sliding_window"] = any_sliding && sliding_window > 0;
+    if (any_sliding || dflash2()) j["max_window_layers"] = layer.num_hidden_layers;
+    if (is_causal >= 0) j["is_causal"] = is_causal == 1;
 }
 // The reference's layout (docs/formats.md "DFlash2 drafter directory"): the DFlash2 keys inside
 // dflash_config (block_size too), the optional ones only when they are not their defaults,
@@ -665,25 +688,21 @@ void DrafterConfig::dflash2_json(json& j) const {
     if (d2.output_multiplier != 1.0) dc["output_multiplier"] = d2.output_multiplier;
     if (d2.final_logit_softcapping > 0) dc["final_logit_softcapping"] = d2.final_logit_softcapping;
     if (d2.input_embedding_scale != 1.0) dc["input_embedding_scale"] = d2.input_embedding_scale;
-    std::vector<std::string> types;
-    for (bool s : sliding_layers) types.emplace_back(s ? "sliding_attention" : "full_attention");
-    j["layer_types"] = types;
-    const bool any_sliding =
-        std::find(sliding_layers.begin(), sliding_layers.end(), true) != sliding_layers.end();
-    j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
-    j["use_sliding_window"] = any_sliding && sliding_window > 0;
-    j["max_window_layers"] = layer.num_hidden_layers;
-    if (is_causal >= 0) j["is_causal"] = is_causal == 1;
 }
 
+bool DrafterConfig::sliding(int64_t l) const {
+    return l >= 0 && l < static_cast<int64_t>(sliding_layers.size()) && sliding_layers[l];
+}
+
+// DFlash drafters: sliding layers causal, full layers bidirectional, whatever is_causal says (the
+// sliding-window mask the DFlash trainers use; docs/training.md "Sliding-window drafter layers").
 bool DrafterConfig::layer_causal(int64_t l) const {
-    if (!dflash2()) return false;
-    if (is_causal >= 0) return is_causal == 1;
-    return sliding_layers[l];
+    if (dflash2() && is_causal >= 0) return is_causal == 1;
+    return sliding(l);
 }
 
 int64_t DrafterConfig::layer_window(int64_t l) const {
-    return dflash2() && sliding_layers[l] ? sliding_window : 0;
+    return sliding(l) ? sliding_window : 0;
 }
 
 DrafterConfig DrafterConfig::load(const std::filesystem::path& dir) {
@@ -750,6 +769,7 @@ DrafterConfig make_drafter_config(const TargetConfig& t, int64_t num_layers, int
     d.layer.linear_conv_kernel_dim = 0;
     d.layer.shared_expert_intermediate_size = 0;
     d.layer.multimodal_wrapper = false;
+    d.sliding_layers.assign(num_layers, false);  // full layers unless the caller slides some
     d.block_size = block_size;
     d.mask_token_id = mask_token_id;
     d.num_target_layers = t.num_hidden_layers;

@@ -169,15 +169,19 @@ struct DrafterConfig {
     std::vector<int64_t> target_layer_ids;
     DrafterArch arch = DrafterArch::dflash;
     Dflash2Config d2;  // arch == dflash2 only
-    // Attention of DFlash2 drafters (docs/formats.md "DFlash2 drafter directory"; DFlash drafters
-    // are always full, non-causal): one flag per layer (layer_types "sliding_attention"), the
-    // window of those layers (sliding_window; 0 = none) and is_causal (top level, else
-    // dflash_config.causal; absent: a layer is causal iff it is sliding, as the reference decides).
+    // Attention of every drafter (docs/formats.md "DFlash drafter directory", docs/training.md
+    // "Sliding-window drafter layers"): one flag per layer (layer_types "sliding_attention"), the
+    // window of those layers (sliding_window W > 0 when any slides) and is_causal (top level, else
+    // dflash_config.causal; absent: a layer is causal iff it is sliding, as the reference
+    // decides). A DFlash drafter's sliding layers are causal and its full ones bidirectional
+    // whatever is_causal says; DFlash2 follows is_causal.
     std::vector<bool> sliding_layers;
     int64_t sliding_window = 0;
     int is_causal = -1;  // -1 absent, 0 false, 1 true
+    bool sliding(int64_t l) const;
     bool layer_causal(int64_t l) const;
-    int64_t layer_window(int64_t l) const;  // 0: every key visible
+    int64_t layer_window(int64_t l) const;                // 0: every key visible
+    void attention_layout_json(nlohmann::json& j) const;  // to_json's layer_types and window keys
 
     bool dflash2() const { return arch == DrafterArch::dflash2; }
     void dflash2_json(nlohmann::json& j) const;  // to_json's DFlash2 part

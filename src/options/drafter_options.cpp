@@ -16,6 +16,8 @@ train::DrafterOptions drafter_options_from_settings(const config::Settings& s) {
     o.conv_group_size = s.get<int64_t>("drafter.conv_group_size");
     o.selector_rank = s.get<int64_t>("drafter.selector_rank");
     o.selector_top_k = s.get<int64_t>("drafter.selector_top_k");
+    o.layer_types = s.get<std::vector<std::string>>("drafter.layer_types");
+    o.sliding_window = s.get<int64_t>("drafter.sliding_window");
     return o;
 }
 

@@ -39,6 +39,13 @@ train::TrainOptions train_options_from_settings(const config::Settings& s) {
     o.selector_loss_alpha = s.get<double>("train.selector_loss_alpha");
     o.loss_weighting = parse_loss_weighting(s.get<std::string>("train.loss_weighting"));
     o.dpace_alpha = s.get<double>("train.dpace_alpha");
+    o.optimizer = s.get<std::string>("train.optimizer");
+    o.muon_lr = s.get<double>("train.muon_lr");
+    o.muon_weight_decay = s.get<double>("train.muon_weight_decay");
+    o.muon_ns_steps = s.get<int64_t>("train.muon_ns_steps");
+    o.muon_adjust_lr = s.get<std::string>("train.muon_adjust_lr");
+    o.hidden_noise = s.get<double>("train.hidden_noise");
+    o.recompute_layers = s.get<bool>("train.recompute_layers");
     if (o.loss_weighting == LossWeighting::dpace) {
         // D-PACE weighs a slot by the draft's probability of the data's token: a cross-entropy
         // quantity, meaningless for a distillation loss.

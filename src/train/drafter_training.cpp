@@ -30,10 +30,12 @@ struct DrafterLossOptions {
     int64_t num_anchors = 512;
     double gamma = 7.0;
     int64_t ce_chunk = 8192;
-    LossMix loss;                 // train.loss
-    bool documents = false;       // train.documents = separate
-    double selector_alpha = 1.0;  // train.selector_loss_alpha (DFlash2 drafters)
-    double dpace_alpha = 0;       // > 0: train.loss_weighting = dpace with train.dpace_alpha
+    LossMix loss;                   // train.loss
+    bool documents = false;         // train.documents = separate
+    double selector_alpha = 1.0;    // train.selector_loss_alpha (DFlash2 drafters)
+    double dpace_alpha = 0;         // > 0: train.loss_weighting = dpace with train.dpace_alpha
+    double hidden_noise = 0;        // train.hidden_noise
+    bool recompute_layers = false;  // train.recompute_layers
     // The decay gamma of the weights known before the forward: with D-PACE 0 (uniform), so that
     // a sequence's normaliser is its count of trained slots (docs/training.md "D-PACE").
     double static_gamma() const { return dpace_alpha > 0 ? 0.0 : gamma; }
@@ -104,6 +106,8 @@ class DrafterTask : public WorkerTask {
         mb.weight = mb.anchors.empty()
                         ? 0.0
                         : drafter_.weight_sum(mb.seq.loss_mask, mb.anchors, opt_.static_gamma());
+        // Drawn after the anchors, so the anchors are those of a run without noise.
+        mb.noise_seed = rng.next_u64();
     }
 
     MicroBatch largest_batch(int64_t max_length) const override {
@@ -140,10 +144,11 @@ class DrafterTask : public WorkerTask {
                              objective.teacher_hidden);
         }
         ws.release_scratch(m);
-        drafter_.train_step(
-            be, ws, {features, mb.seq.tokens, mb.seq.loss_mask, mb.anchors},
-            {target_->embed(), target_->lm_head(), opt_.gamma, opt_.ce_chunk, opt_.dpace_alpha},
-            {grad_scale, stats.rows(0, n_loss)}, objective);
+        drafter_.train_step(be, ws,
+                            {features, mb.seq.tokens, mb.seq.loss_mask, mb.anchors, mb.noise_seed},
+                            {target_->embed(), target_->lm_head(), opt_.gamma, opt_.ce_chunk,
+                             opt_.dpace_alpha, opt_.hidden_noise, opt_.recompute_layers},
+                            {grad_scale, stats.rows(0, n_loss)}, objective);
     }
 
     std::vector<int64_t> step_shape(const MicroBatch& mb) const override {
@@ -253,6 +258,34 @@ std::unique_ptr<Tokenizer> training_tokenizer(const fs::path& target_dir,
     return tok;
 }
 
+void apply_attention_layout(const DrafterOptions& d, DrafterConfig& c) {
+    const int64_t L = c.layer.num_hidden_layers;
+    c.sliding_layers.assign(L, false);
+    c.sliding_window = 0;
+    if (d.layer_types.empty()) return;
+    DF_CHECK(static_cast<int64_t>(d.layer_types.size()) == L,
+             "drafter.layer_types has {} entries but the drafter has {} layers "
+             "(drafter.num_layers): give exactly one full_attention or sliding_attention per layer",
+             d.layer_types.size(), L);
+    for (int64_t l = 0; l < L; ++l) {
+        const std::string& t = d.layer_types[static_cast<size_t>(l)];
+        DF_CHECK(t == "full_attention" || t == "sliding_attention",
+                 "drafter.layer_types[{}] is '{}' (expected full_attention or sliding_attention)",
+                 l, t);
+        c.sliding_layers[static_cast<size_t>(l)] = t == "sliding_attention";
+    }
+    const bool any =
+        std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) != c.sliding_layers.end();
+    DF_CHECK(!any || d.sliding_window > 0,
+             "drafter.layer_types has sliding_attention layers but drafter.sliding_window is {}: "
+             "give the window W > 0 (the keys each of their queries sees)",
+             d.sliding_window);
+    if (any) c.sliding_window = d.sliding_window;
+    const auto p = c.problems();
+    DF_CHECK(p.empty(), "drafter.layer_types / drafter.sliding_window: {}",
+             fmt::format("{}", fmt::join(p, "; ")));
+}
+
 DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const Tokenizer& tok,
                                   const DrafterOptions& d, uint64_t seed) {
     const TargetConfig& tc = target.config();
@@ -276,8 +309,8 @@ DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const 
         const int64_t n = std::clamp<int64_t>(tc.num_hidden_layers - 3, 1, d.num_target_features);
         ids = default_target_layer_ids(tc.num_hidden_layers, n);
     }
-    const DrafterConfig dc =
-        make_drafter_config(tc, d.num_layers, d.block_size, mask, std::move(ids));
+    DrafterConfig dc = make_drafter_config(tc, d.num_layers, d.block_size, mask, std::move(ids));
+    apply_attention_layout(d, dc);
     DrafterModel v1 = DrafterModel::random(be, dc, seed ^ kInitSalt);
     if (d.architecture != "dflash2") return v1;
     return DrafterModel::from_dflash(be, v1, dflash2_config(v1.config(), d), seed);
@@ -290,8 +323,13 @@ DrafterConfig dflash2_config(const DrafterConfig& base, const DrafterOptions& d)
     c.d2.conv_group_size = d.conv_group_size;
     c.d2.selector_rank = d.selector_rank;
     c.d2.selector_top_k = d.selector_top_k;
-    c.sliding_layers.assign(c.layer.num_hidden_layers, false);
-    c.is_causal = 0;
+    // The base's sliding layers stay (causal, as their training mask and decoding make them);
+    // without any, every layer is bidirectional as DFlash's.
+    if (std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) ==
+        c.sliding_layers.end()) {
+        c.sliding_layers.assign(c.layer.num_hidden_layers, false);
+        c.is_causal = 0;
+    }
     const auto p = c.problems();
     DF_CHECK(p.empty(), "cannot make a DFlash2 drafter from these settings: {}",
              fmt::format("{}", fmt::join(p, "; ")));
@@ -342,6 +380,8 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const RunSettings&
     DrafterLossOptions lo{t.num_anchors, t.loss_decay_gamma,        t.lm_head_chunk,
                           t.loss,        t.documents == "separate", t.selector_loss_alpha};
     if (t.loss_weighting == LossWeighting::dpace) lo.dpace_alpha = t.dpace_alpha;
+    lo.hidden_noise = t.hidden_noise;
+    lo.recompute_layers = t.recompute_layers;
     log.info("objective: train.loss={}, train.loss_weighting={}{}, train.documents={}{}",
              lo.loss.name(), loss_weighting_name(t.loss_weighting),
              lo.dpace_alpha > 0 ? fmt::format(" (alpha {})", lo.dpace_alpha) : std::string(),

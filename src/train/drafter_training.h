@@ -49,6 +49,8 @@ DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const 
 // attention like the DFlash drafter it starts from, so that with its identity / neutral new
 // modules (DrafterModel::from_dflash) it drafts exactly as that drafter.
 DrafterConfig dflash2_config(const DrafterConfig& base, const DrafterOptions& drafter);
+// drafter.layer_types and drafter.sliding_window into c (errors name the setting).
+void apply_attention_layout(const DrafterOptions& d, DrafterConfig& c);
 
 // The tokenizer of a training run: the target's (tokenizer.json or dflash_tokenizer.json), which
 // must be the one the dataset was tokenized with. A target that names no tokenizer, or one dflash

@@ -11,6 +11,27 @@
 
 namespace dflash::train {
 
+MuonConfig muon_config(const TrainOptions& tr) {
+    MuonConfig m;
+    m.enabled = tr.optimizer == "muon";
+    DF_CHECK(m.enabled || tr.optimizer == "adamw", "train.optimizer={} (expected adamw or muon)",
+             tr.optimizer);
+    // Muon's lr follows the schedule as AdamW's does: its peak is train.muon_lr (default 10 x
+    // train.lr), so the ratio of the two is what the optimizer keeps.
+    DF_CHECK(tr.muon_lr == 0 || tr.lr > 0,
+             "train.muon_lr={} needs train.lr > 0 (Muon's lr follows the schedule as a multiple of "
+             "train.lr)",
+             tr.muon_lr);
+    m.lr_ratio = tr.muon_lr > 0 ? tr.muon_lr / tr.lr : 10.0;
+    m.weight_decay = tr.muon_weight_decay;
+    m.ns_steps = tr.muon_ns_steps;
+    DF_CHECK(tr.muon_adjust_lr == "match_rms_adamw" || tr.muon_adjust_lr == "original",
+             "train.muon_adjust_lr={} (expected match_rms_adamw or original)", tr.muon_adjust_lr);
+    m.adjust =
+        tr.muon_adjust_lr == "original" ? MuonLrAdjust::original : MuonLrAdjust::match_rms_adamw;
+    return m;
+}
+
 LoopOptions loop_options(const TrainingOptions& t) {
     const RuntimeOptions& rt = t.runtime;
     const TrainOptions& tr = t.train;
@@ -26,7 +47,7 @@ LoopOptions loop_options(const TrainingOptions& t) {
     o.batch = tr.batch_size;
     o.accumulation = tr.accumulation;
     o.grad_clip = tr.grad_clip;
-    o.adamw = {tr.beta1, tr.beta2, tr.adam_eps, tr.weight_decay};
+    o.adamw = {tr.beta1, tr.beta2, tr.adam_eps, tr.weight_decay, muon_config(tr)};
     o.schedule = tr.schedule;
     o.warmup_ratio = tr.warmup_ratio;
     o.log_every = tr.log_every;

@@ -51,6 +51,8 @@ struct LoopOptions {
 // runtime.backend is resolved for runtime.devices workers, runtime.device_ids must name one
 // distinct device per worker.
 LoopOptions loop_options(const TrainingOptions& t);
+// train.optimizer and the train.muon_* values as the optimizer takes them.
+MuonConfig muon_config(const TrainOptions& tr);
 
 // The device of local worker w: runtime.device_ids[w], else its place on the node.
 int worker_device(const LoopOptions& o, int w);

@@ -1,7 +1,10 @@
-// AdamW and the gradient norm. Tested by tests/train/optimizer_test.cpp.
+// AdamW (with Muon for the 2-D weights when asked) and the gradient norm. Tested by
+// tests/train/optimizer_test.cpp and tests/train/muon_test.cpp.
 #include "train/optimizer.h"
 
 #include <algorithm>
+#include <cmath>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -22,6 +25,55 @@ Tensor shard_tail(const Tensor& flat, const FlatShard& shard) {
     return flat.rows(shard.tail(), shard.numel);
 }
 
+bool muon_updates(const Param& p) {
+    const std::string_view name = p.name;
+    return p.shape.rank() == 2 && std::min(p.shape[0], p.shape[1]) > 1 &&
+           name.find("embed_tokens") == std::string_view::npos &&
+           name.find("lm_head") == std::string_view::npos;
+}
+
+double muon_lr_factor(MuonLrAdjust adjust, int64_t A, int64_t B) {
+    const auto a = static_cast<double>(A), b = static_cast<double>(B);
+    if (adjust == MuonLrAdjust::original) return std::sqrt(std::max(1.0, a / b));
+    return 0.2 * std::sqrt(std::max(a, b));
+}
+
+NsScratch::NsScratch(Backend& be, int64_t max_numel, int64_t max_gram)
+    : update(be, {std::max<int64_t>(max_numel, 1)}, DType::f32),
+      x(be, {std::max<int64_t>(max_numel, 1)}, be.compute_dtype()),
+      y(be, {std::max<int64_t>(max_numel, 1)}, be.compute_dtype()),
+      gram(be, {std::max<int64_t>(max_gram, 1)}, be.compute_dtype()),
+      poly(be, {std::max<int64_t>(max_gram, 1)}, be.compute_dtype()),
+      norm_sq(be, {1}, DType::f32) {}
+
+// Note [Newton-Schulz on the short side]: for a wide x [A, B] (A <= B) one step is
+// x <- a x + (b G + c G²) x with G = x xᵀ [A, A]; for a tall x the same on xᵀ, which transposed
+// reads x <- a x + x (b G + c G²) with G = xᵀ x [B, B] (G is symmetric). gemm's transpose flags
+// give both without moving x. The steps alternate between x and s.y; the result is copied back
+// into x when it ends in s.y.
+void newton_schulz(Backend& be, const Tensor& x, int64_t steps, NsScratch& s) {
+    const int64_t A = x.dim(0), B = x.dim(1), m = std::min(A, B);
+    const bool tall = A > B;
+    const Tensor gram = s.gram.view().rows(0, m * m).reshape({m, m});
+    const Tensor poly = s.poly.view().rows(0, m * m).reshape({m, m});
+    Tensor cur = x, other = s.y.view().rows(0, A * B).reshape({A, B});
+    const auto a = static_cast<float>(kMuonNsA), b = static_cast<float>(kMuonNsB),
+               c = static_cast<float>(kMuonNsC);
+    for (int64_t k = 0; k < steps; ++k) {
+        be.gemm(cur, tall, cur, !tall, gram);  // x xᵀ, or xᵀ x when tall
+        be.copy(poly, gram);
+        be.gemm(gram, false, gram, false, poly, c, b);  // b G + c G²
+        be.copy(other, cur);
+        if (tall) {
+            be.gemm(cur, false, poly, false, other, 1.0f, a);  // a x + x P
+        } else {
+            be.gemm(poly, false, cur, false, other, 1.0f, a);  // a x + P x
+        }
+        std::swap(cur, other);
+    }
+    if (cur.data() != x.data()) be.copy(x, cur);
+}
+
 AdamW::AdamW(const ParamSet& params, AdamWConfig cfg)
     : AdamW(params, cfg, FlatShard::whole(params.numel())) {}
 
@@ -34,8 +86,36 @@ AdamW::AdamW(const ParamSet& params, AdamWConfig cfg, FlatShard shard) : cfg_(cf
               shard.numel, params.numel());
     m_ = DeviceTensor(params.backend(), {shard.owned()}, DType::f32);
     v_ = DeviceTensor(params.backend(), {shard.owned()}, DType::f32);
-    scalars_ = DeviceTensor(params.backend(), {3}, DType::f32);
-    scalars_host_ = params.backend().allocate_host(3 * sizeof(float));
+    // AdamW's three scalars, then Muon's two (lr, 1 - lr * weight decay).
+    scalars_ = DeviceTensor(params.backend(), {5}, DType::f32);
+    scalars_host_ = params.backend().allocate_host(5 * sizeof(float));
+    if (!cfg.muon.enabled) return;
+    const MuonConfig& mc = cfg.muon;
+    DF_CHECK(
+        !shard.sharded(),
+        "train.optimizer=muon with train.shard_optimizer_state: Muon orthogonalises each "
+        "weight matrix whole, which the flat optimizer-state shards cut; turn one of them off");
+    DF_CHECK(mc.momentum >= 0 && mc.momentum < 1, "Muon momentum {} must lie in [0, 1)",
+             mc.momentum);
+    DF_CHECK(mc.ns_steps >= 1, "train.muon_ns_steps={} must be >= 1", mc.ns_steps);
+    // Params are laid out in offset order; the AdamW ranges are the runs between Muon weights.
+    std::vector<const Param*> order;
+    for (const Param& p : params.params()) order.push_back(&p);
+    std::sort(order.begin(), order.end(),
+              [](const Param* a, const Param* b) { return a->offset < b->offset; });
+    int64_t pos = 0, max_numel = 0, max_gram = 0;
+    for (const Param* p : order) {
+        if (!muon_updates(*p)) continue;
+        const int64_t A = p->shape[0], B = p->shape[1], m = std::min(A, B);
+        if (p->offset > pos) adamw_ranges_.emplace_back(pos, p->offset);
+        pos = p->offset + A * B;
+        muon_matrices_.push_back(
+            {p->offset, A, B, static_cast<float>(muon_lr_factor(mc.adjust, A, B))});
+        max_numel = std::max(max_numel, A * B);
+        max_gram = std::max(max_gram, m * m);
+    }
+    if (pos < params.numel()) adamw_ranges_.emplace_back(pos, params.numel());
+    ns_ = NsScratch(params.backend(), max_numel, max_gram);
 }
 
 void AdamW::step(Backend& be, ParamSet& params, double lr, const Tensor& grad_scale) {
@@ -59,7 +139,10 @@ void AdamW::begin_step(Backend& be, double lr) {
     host[0] = s.decay;
     host[1] = s.step_size;
     host[2] = s.bc2_sqrt;
-    be.upload(scalars_, Tensor(host, DType::f32, {3}));
+    const double muon_lr = lr * cfg_.muon.lr_ratio;
+    host[3] = static_cast<float>(muon_lr);
+    host[4] = static_cast<float>(1.0 - muon_lr * cfg_.muon.weight_decay);
+    be.upload(scalars_, Tensor(host, DType::f32, {5}));
 }
 
 void AdamW::apply(Backend& be, ParamSet& params, const Tensor& grad_scale) {
@@ -72,12 +155,20 @@ void AdamW::apply(Backend& be, ParamSet& params, const Tensor& grad_scale) {
     p.eps = static_cast<float>(cfg_.eps);
     p.weight_decay = static_cast<float>(cfg_.weight_decay);
     p.step = std::max<int64_t>(steps_, 1);
-    p.scalars = scalars_.view();
+    p.scalars = scalars_.view().rows(0, 3);
     const Tensor master = params.flat_master();
     const Tensor values = params.flat_values();
     const Tensor grads = params.flat_grads();
     // On an f32 backend the values are the masters: no second copy to write.
     const bool copies = values.data() != master.data();
+    if (cfg_.muon.enabled) {
+        for (const auto& [lo, hi] : adamw_ranges_)
+            be.adamw_step(master.rows(lo, hi), grads.rows(lo, hi), m_.view().rows(lo, hi),
+                          v_.view().rows(lo, hi), p, grad_scale,
+                          copies ? values.rows(lo, hi) : Tensor());
+        apply_muon(be, params, grad_scale);
+        return;
+    }
     if (!shard_.sharded()) {
         be.adamw_step(master, grads, m_, v_, p, grad_scale, copies ? values : Tensor());
         return;
@@ -89,6 +180,30 @@ void AdamW::apply(Backend& be, ParamSet& params, const Tensor& grad_scale) {
     if (owned > c)
         be.adamw_step(shard_tail(master, shard_), shard_tail(grads, shard_),
                       m_.view().rows(c, owned), v_.view().rows(c, owned), p, grad_scale, Tensor());
+}
+
+// Each Muon weight W [A, B]: momentum M <- mu M + g, U = g + mu M (Nesterov), X = U / (||U||_F +
+// eps), X <- NS_k(X), W <- W (1 - lr wd) - lr * lr_factor(A, B) * X; every scalar that changes
+// with the step is read from scalars_ on the device.
+void AdamW::apply_muon(Backend& be, ParamSet& params, const Tensor& grad_scale) {
+    const MuonConfig& mc = cfg_.muon;
+    const Tensor master = params.flat_master();
+    const Tensor values = params.flat_values();
+    const Tensor grads = params.flat_grads();
+    const bool copies = values.data() != master.data();
+    const Tensor muon_scalars = scalars_.view().rows(3, 5);
+    for (const MuonMatrix& w : muon_matrices_) {
+        const int64_t n = w.rows * w.cols, lo = w.offset, hi = w.offset + n;
+        const Tensor u = ns_.update.view().rows(0, n);
+        be.muon_momentum(grads.rows(lo, hi), grad_scale, m_.view().rows(lo, hi),
+                         static_cast<float>(mc.momentum), u);
+        be.sum_squares(u, ns_.norm_sq.view());
+        const Tensor x = ns_.x.view().rows(0, n).reshape({w.rows, w.cols});
+        be.muon_normalize(u, ns_.norm_sq.view(), static_cast<float>(mc.eps), x);
+        newton_schulz(be, x, mc.ns_steps, ns_);
+        be.muon_update(master.rows(lo, hi), x, muon_scalars, w.lr_factor,
+                       copies ? values.rows(lo, hi) : Tensor());
+    }
 }
 
 void grad_norm_sq(Backend& be, const ParamSet& params, const Tensor& norm_sq) {

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/tensor.h"
@@ -15,11 +17,50 @@
 
 namespace dflash::train {
 
+// Muon (docs/training.md "Muon"): momentum, Newton-Schulz orthogonalisation of the update and a
+// shape-dependent learning rate for the 2-D weights (muon_updates), AdamW for the rest.
+enum class MuonLrAdjust {
+    match_rms_adamw,  // lr * 0.2 * sqrt(max(A, B)): the update's RMS matches AdamW's
+    original,         // lr * sqrt(max(1, A / B))
+};
+struct MuonConfig {
+    bool enabled = false;  // train.optimizer=muon
+    double lr_ratio = 10;  // Muon's lr over AdamW's (train.muon_lr / train.lr)
+    double momentum = 0.95;
+    double weight_decay = 0.1;  // decoupled, with the unadjusted lr
+    int64_t ns_steps = 5;
+    double eps = 1e-7;
+    MuonLrAdjust adjust = MuonLrAdjust::match_rms_adamw;
+};
+
+// The quintic Newton-Schulz step X <- a X + (b A + c A^2) X, A = X Xᵀ.
+inline constexpr double kMuonNsA = 3.4445, kMuonNsB = -4.7750, kMuonNsC = 2.0315;
+
+// Whether Muon updates a parameter: 2-D with both sizes > 1, and not an embedding or LM head.
+bool muon_updates(const Param& p);
+// The factor Muon's lr is multiplied by for an [A, B] weight.
+double muon_lr_factor(MuonLrAdjust adjust, int64_t A, int64_t B);
+
+// Scratch of the Newton-Schulz iteration for matrices of up to `max_numel` elements and
+// `max_gram` elements of X·Xᵀ, in the backend's compute dtype (and f32 for the update).
+struct NsScratch {
+    DeviceTensor update;      // f32 [max_numel]
+    DeviceTensor x, y;        // [max_numel]
+    DeviceTensor gram, poly;  // [max_gram]
+    DeviceTensor norm_sq;     // f32 [1]
+    NsScratch() = default;
+    NsScratch(Backend& be, int64_t max_numel, int64_t max_gram);
+};
+// x [A, B] (compute dtype) <- NS_steps(x): the iteration on the short side (Xᵀ·X for a tall x,
+// never an explicit transpose). x must already have Frobenius norm <= 1.
+void newton_schulz(Backend& be, const Tensor& x, int64_t steps, NsScratch& s);
+
 struct AdamWConfig {
     double beta1 = 0.9;
     double beta2 = 0.95;
     double eps = 1e-8;
     double weight_decay = 0.0;
+    MuonConfig muon;  // enabled: Muon for the parameters muon_updates picks
 };
 
 // The part of a flat parameter buffer of `numel` elements that worker `rank` of `world` updates
@@ -45,6 +86,10 @@ struct FlatShard {
     int64_t owned() const { return chunk + numel - tail(); }  // moment elements per worker
 };
 
+// AdamW over every parameter, or (cfg.muon.enabled) Muon over the weights muon_updates picks and
+// AdamW over the rest. A Muon weight's momentum is kept where its AdamW first moment would be (m,
+// at its flat offset; its v stays 0), so checkpoints and resumes carry it unchanged. Muon needs
+// each matrix whole: with a sharded state it is refused (docs/training.md "Muon").
 class AdamW {
   public:
     // Zero moments for `shard` of the flat parameters of `params` (which must be training); by
@@ -79,8 +124,18 @@ class AdamW {
     int64_t steps_ = 0;
     DeviceTensor m_;
     DeviceTensor v_;
-    DeviceTensor scalars_;  // f32 [3]: adamw_step_scalars of the current step
+    DeviceTensor scalars_;  // f32 [3]: adamw_step_scalars of the current step, then Muon's [2]
     Buffer scalars_host_;   // their staging memory (pinned on CUDA)
+    // Muon: the parameters it updates (their momentum lives in m at their flat offset; their v
+    // stays 0) and the flat ranges AdamW updates, the runs between them.
+    struct MuonMatrix {
+        int64_t offset = 0, rows = 0, cols = 0;  // [rows, cols] at `offset` in the flat buffers
+        float lr_factor = 1;                     // muon_lr_factor of its shape
+    };
+    std::vector<MuonMatrix> muon_matrices_;
+    std::vector<std::pair<int64_t, int64_t>> adamw_ranges_;
+    NsScratch ns_;
+    void apply_muon(Backend& be, ParamSet& params, const Tensor& grad_scale);
 };
 
 // norm_sq (f32 [1] on the device) = sum of squares of every gradient; the global norm is its root.

@@ -57,6 +57,15 @@ struct TrainOptions {
     double dpace_alpha = 0.5;          // in (0, 1]
     std::string documents = "packed";  // packed | separate
     double selector_loss_alpha = 1.0;
+    // train.optimizer: adamw, or muon for the 2-D weights (MuonConfig) with AdamW for the rest.
+    std::string optimizer = "adamw";
+    double muon_lr = 0;  // 0: 10 x lr
+    double muon_weight_decay = 0.1;
+    int64_t muon_ns_steps = 5;
+    std::string muon_adjust_lr = "match_rms_adamw";  // match_rms_adamw | original
+    // train.hidden_noise: U(-a, a) added to the target features the drafter reads (0: none).
+    double hidden_noise = 0;
+    bool recompute_layers = false;  // train.recompute_layers
 };
 
 // The pretrain.* settings: the small target `dflash pretrain` builds, and its run.
@@ -91,6 +100,10 @@ struct DrafterOptions {
     int64_t conv_group_size = 16;
     int64_t selector_rank = 256;
     int64_t selector_top_k = 16;
+    // Per draft layer "full_attention" or "sliding_attention" (empty: all full), and the window
+    // of the sliding ones (docs/training.md "Sliding-window drafter layers").
+    std::vector<std::string> layer_types;
+    int64_t sliding_window = 0;
 };
 
 // The data.* settings: how the loader orders and packs sequences.

@@ -50,6 +50,7 @@ struct MicroBatch {
     Sequence seq;
     std::vector<int32_t> anchors;  // drafter: block starts; pretraining: unused
     double weight = 0;             // this sequence's share of the loss normaliser
+    uint64_t noise_seed = 0;       // drafter: train.hidden_noise's seed, from the sequence's rng
 };
 
 // Loss and accuracy sums over micro-batches (and, after the all-reduce, over workers).

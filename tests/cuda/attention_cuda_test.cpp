@@ -1,16 +1,16 @@
 // CUDA attention (backend/cuda/attention.cpp + kernels/attention_*.cu) against the CPU backend,
 // which runs in f32 on the same bf16-rounded inputs. Every mask kind forward (and backward for
-// causal, full and dflash_block) on awkward sizes: Sq/Sk not multiples of the 64-row tiles, head
-// dims 64 and 128, GQA groups 1/2/4/8, causal with q_offset, dflash with padding blocks, anchor 0,
-// duplicate anchors, ctx_len not a multiple of the tile and per-block context starts (packed
-// documents), decoding over a KV cache with kv_len below the capacity (rows past kv_len hold NaN:
-// they must never be read) for Sq = 1 and 16, and bitwise determinism of the backward (and
-// forward) over two runs. Causal sliding windows (window 128 over 300+ tokens, 3, 1; prefill
-// forward and backward, decode and verify over a cache) and per-head sinks (forward, every path),
-// head dims 64 (gpt-oss: H 64, Hkv 8) and 128, with the same tolerances; a row decoded alone equals
-// it verified in a 16-row block bit for bit with a window and sinks, and a graph-recorded decode
-// with a window and sinks gives the eager bits at every cache length it replays for.
-// Outputs are poisoned with NaN first, so unwritten elements fail.
+// causal, full and dflash_block, the last with drafter windows too) on awkward sizes: Sq/Sk not
+// multiples of the 64-row tiles, head dims 64 and 128, GQA groups 1/2/4/8, causal with q_offset,
+// dflash with padding blocks, anchor 0, duplicate anchors, ctx_len not a multiple of the tile and
+// per-block context starts (packed documents), decoding over a KV cache with kv_len below the
+// capacity (rows past kv_len hold NaN: they must never be read) for Sq = 1 and 16, and bitwise
+// determinism of the backward (and forward) over two runs. Causal sliding windows (window 128 over
+// 300+ tokens, 3, 1; prefill forward and backward, decode and verify over a cache) and per-head
+// sinks (forward, every path), head dims 64 (gpt-oss: H 64, Hkv 8) and 128, with the same
+// tolerances; a row decoded alone equals it verified in a 16-row block bit for bit with a window
+// and sinks, and a graph-recorded decode with a window and sinks gives the eager bits at every
+// cache length it replays for. Outputs are poisoned with NaN first, so unwritten elements fail.
 // Tolerances: out (bf16) relative L2 error <= 1e-2 and every element within 3e-2 (1 + |ref|);
 // lse (f32) within 2e-3, exactly -inf where a row sees nothing; dq/dk/dv (bf16, from bf16 P and
 // dS on the tensor cores) relative L2 error <= 2e-2 and every element within 3e-2 (|ref| + rms).
@@ -55,7 +55,8 @@ struct Case {
     std::vector<int32_t> anchors;
     std::vector<int32_t> starts;  // dflash context starts (empty: none)
     int64_t kv_len = -1;          // -1: no kv_len
-    int64_t window = 0;           // causal sliding window (0: none)
+    int64_t window = 0;           // causal or drafter (dflash) sliding window (0: none)
+    bool causal_block = false;    // dflash: causal blocks (sliding drafter layers)
     bool sinks = false;           // per-head sink logits (forward only)
     bool bwd = false;
 
@@ -68,6 +69,7 @@ struct Case {
         if (!starts.empty()) os << " ctx_start";
         if (kv_len >= 0) os << " kv_len=" << kv_len;
         if (window > 0) os << " window=" << window;
+        if (causal_block) os << " causal_block";
         if (sinks) os << " sinks";
         os << "]";
         return os.str();
@@ -233,6 +235,7 @@ AttnMask mask_of(const Case& c, const Tensor& anchors, const Tensor& kv_len,
             m = AttnMask::dflash_block(c.ctx, c.block, anchors, starts);
             break;
     }
+    if (c.kind == AttnMaskKind::dflash_block) m = m.with_causal_block(c.causal_block);
     return m.with_window(c.window).with_sinks(sinks);
 }
 
@@ -404,6 +407,40 @@ TEST(AttentionCuda, DflashBlockWithContextStartsForwardBackward) {
         d64.starts.push_back(static_cast<int32_t>(rng.below(std::max(d64.anchors.back(), 0) + 1)));
     }
     check_case(be, d64);
+}
+
+// Sliding-window drafter layers (AttnMask dflash_block with a window and causal blocks): windows
+// under a block, under a tile and over several, causal blocks or not, training-like sorted
+// anchors over a context of several tiles (the window skips its low tiles), context starts, and
+// enough query tiles to split the context's dK/dV.
+TEST(AttentionCuda, DflashBlockWithDrafterWindowForwardBackward) {
+    REQUIRE_CUDA_DEVICE();
+    Backends be;
+    Rng rng(31);
+    std::vector<int32_t> sorted(32);
+    for (auto& a : sorted) a = static_cast<int32_t>(rng.below(700));
+    std::sort(sorted.begin(), sorted.end());
+    sorted[31] = -1;
+    for (int64_t window : {3, 40, 200}) {
+        for (bool causal : {true, false}) {
+            Case c = dflash("dflash window", 32, 16, 700, sorted, 8, 2, 128);
+            c.window = window;
+            c.causal_block = causal;
+            check_case(be, c);
+        }
+    }
+    Case edge = dflash("dflash window edge d64", 5, 16, 161, {130, 0, 161, -1, 70}, 4, 2, 64);
+    edge.starts = {64, 0, 100, 0, 70};
+    edge.window = 17;
+    edge.causal_block = true;
+    check_case(be, edge);
+    std::vector<int32_t> many(128);
+    for (auto& a : many) a = static_cast<int32_t>(rng.below(2049));
+    std::sort(many.begin(), many.end());
+    Case split = dflash("dflash window split dK/dV", 128, 16, 2048, many, 8, 2, 128);
+    split.window = 512;
+    split.causal_block = true;
+    check_case(be, split);
 }
 
 Case cache(std::string name, AttnMaskKind kind, int64_t sq, int64_t cap, int64_t kv_len, int64_t h,

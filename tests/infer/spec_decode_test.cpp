@@ -130,6 +130,25 @@ TEST(SpecDecode, Dflash2WithSlidingCausalLayersIsLossless) {
     expect_lossless(p, *be, 12, hist);
 }
 
+// A DFlash drafter with a sliding layer (window 3, far below the context) and a full one: its
+// bounded draft KV (Note [Bounded draft KV]) moves its rows many times; the output is still the
+// target's own greedy output.
+TEST(SpecDecode, DflashWithSlidingWindowLayerIsLossless) {
+    auto be = make_cpu_backend(1);
+    auto tc = test::tiny_target_config(true, 3);
+    tc.vocab_size = 5;
+    TargetModel t = TargetModel::random(test::host_backend(), tc, 15, 0.5f);
+    DrafterConfig dc = test::tiny_drafter_config(tc, 2, 5);
+    dc.sliding_layers = {true, false};
+    dc.sliding_window = 3;
+    Pair p{std::move(t), DrafterModel::random(test::host_backend(), dc, 16, 0.5f)};
+    std::vector<int64_t> hist(6, 0);
+    expect_lossless(p, *be, 30, hist);
+    int64_t accepted = 0;
+    for (int k = 2; k < 6; ++k) accepted += hist[k];
+    EXPECT_GT(accepted, 0);
+}
+
 // Drafting in bf16 (Note [bf16 drafting]) changes what is proposed, never the output; where the
 // CPU has no AMX-BF16, auto drafts in f32 and bf16 is refused naming the setting.
 TEST(SpecDecode, Bf16DraftingIsLosslessOrRefusedWithoutAmx) {

@@ -1,6 +1,7 @@
 // cpu::attention_fwd / attention_bwd against a dense double-precision reference that builds the
 // [Sq, Sk] visibility mask explicitly from the mask's definition (ops.h, docs/training.md "The
-// drafter's training forward"), sliding windows and per-head sink logits included. Tolerances: fp32
+// drafter's training forward"), sliding windows (drafter windows on dflash_block too) and per-head
+// sink logits included. Tolerances: fp32
 // forward vs double reference 2e-5 (relative to max(1, |ref|)); backward vs central finite
 // differences of the double reference 1e-4 (the FD error itself is ~1e-9, so the tolerance only
 // covers fp32 rounding in the op).
@@ -44,8 +45,15 @@ std::vector<char> dense_mask(const AttnMask& m, const Dims& d) {
                 const int64_t anchor = m.anchors.i32()[n];
                 if (anchor >= 0) {
                     const int64_t start = m.ctx_start.empty() ? 0 : m.ctx_start.i32()[n];
+                    // Absolute positions: the query at anchor + slot, a block key at anchor +
+                    // its slot, a context key at its row.
+                    const int64_t qpos = anchor + i % m.block_size;
+                    const int64_t kpos =
+                        j < m.ctx_len ? j : anchor + (j - m.ctx_len) % m.block_size;
                     ok = j < m.ctx_len ? j >= start && j < anchor
                                        : (j - m.ctx_len) / m.block_size == n;
+                    if (m.window > 0) ok = ok && std::abs(qpos - kpos) < m.window;
+                    if (m.causal_block) ok = ok && kpos <= qpos;
                 }
             }
             vis[i * d.sk + j] = ok;
@@ -711,16 +719,66 @@ TEST(AttentionBackward, WindowedCausalGradientsMatchFiniteDifferences) {
         make_problem({150, 180, 4, 2, 12}, AttnMask::causal(30).with_window(70), 97));
 }
 
+// Sliding-window drafter layers (ops.h): dflash_block with a window (1, shorter than the block,
+// shorter than the context, longer than everything), causal blocks or not, context starts.
+TEST(AttentionForward, WindowedDflashBlockMatchesDenseReference) {
+    uint64_t seed = 1000;
+    const int64_t ctx = 23, block = 4, n = 6;
+    Rng rng(seed);
+    const std::vector<int32_t> anchors = make_anchors(n, ctx, rng);
+    const HostTensor anchors_t = test::ids_tensor(anchors);
+    const HostTensor starts_t = test::ids_tensor({0, 0, 0, 5, 2, 1});
+    for (const Dims& hc : kHeadConfigs) {
+        for (int64_t window : {1, 3, 9, 64}) {
+            for (bool causal : {true, false}) {
+                for (bool starts : {false, true}) {
+                    const AttnMask m =
+                        AttnMask::dflash_block(ctx, block, anchors_t, starts ? starts_t : Tensor())
+                            .with_window(window)
+                            .with_causal_block(causal);
+                    expect_matches_reference(
+                        make_problem({n * block, ctx + n * block, hc.h, hc.hkv, hc.dh}, m, seed++),
+                        fmt::format("window={} causal={} starts={} h={}", window, causal, starts,
+                                    hc.h));
+                }
+            }
+        }
+    }
+}
+
+TEST(AttentionBackward, WindowedDflashBlockGradientsMatchFiniteDifferences) {
+    const HostTensor anchors = test::ids_tensor({4, -1, 0, 9});
+    const int64_t ctx = 9, block = 3;
+    for (int64_t window : {2, 5}) {
+        expect_gradients_match_fd(
+            make_problem(
+                {4 * block, ctx + 4 * block, 4, 2, 8},
+                AttnMask::dflash_block(ctx, block, anchors).with_window(window).with_causal_block(),
+                71 + window),
+            72);
+    }
+    expect_gradients_match_fd(
+        make_problem({4 * block, ctx + 4 * block, 3, 1, 12},
+                     AttnMask::dflash_block(ctx, block, anchors).with_window(4), 75),
+        76);
+    Rng rng(77);
+    const HostTensor many = test::ids_tensor(make_anchors(34, 40, rng));
+    expect_gradients_match_fd(
+        make_problem({34 * 4, 40 + 34 * 4, 2, 1, 8},
+                     AttnMask::dflash_block(40, 4, many).with_window(7).with_causal_block(), 78),
+        79, 37);
+}
+
 TEST(AttentionValidation, WindowOutsideCausalAndSinksInBackwardAreErrors) {
     auto has = [](const std::string& msg, const std::string& part) {
         return msg.find(part) != std::string::npos;
     };
-    const std::string only_causal = "a sliding window applies to causal masks only";
-    EXPECT_TRUE(has(fwd_error({4, 4, 4, 2, 8}, AttnMask::full().with_window(2)), only_causal));
+    const std::string not_full = "a sliding window applies to causal and dflash_block masks only";
+    EXPECT_TRUE(has(fwd_error({4, 4, 4, 2, 8}, AttnMask::full().with_window(2)), not_full));
     const HostTensor anchors = test::ids_tensor({1, 2});
-    EXPECT_TRUE(
-        has(fwd_error({6, 9, 4, 2, 8}, AttnMask::dflash_block(3, 3, anchors).with_window(2)),
-            only_causal));
+    EXPECT_EQ(fwd_error({6, 9, 4, 2, 8}, AttnMask::dflash_block(3, 3, anchors).with_window(2)), "");
+    EXPECT_TRUE(has(fwd_error({4, 4, 4, 2, 8}, AttnMask::causal().with_causal_block()),
+                    "applies to dflash_block masks only"));
     EXPECT_TRUE(has(fwd_error({4, 4, 4, 2, 8}, AttnMask::causal().with_window(-1)), ">= 0"));
     const HostTensor three = HostTensor::from_f32({3}, {0, 0, 0});
     EXPECT_TRUE(

@@ -9,11 +9,13 @@
 //     (query tile, key tile) pairs and mask flags, and qtile_candidates() contains them;
 //   - decode splits: every visible pair lies in exactly one split's tile, whatever kv_len, and
 //     the splits outside [first_split, active_splits) visit nothing;
-//   - all of it again for causal masks with a sliding window (tiles below it are skipped).
+//   - all of it again for causal masks with a sliding window (tiles below it are skipped) and
+//     for dflash blocks with a drafter window and causal blocks.
 // Label cpu: runs in CI without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <sstream>
 #include <string>
@@ -44,11 +46,16 @@ bool visible(const Problem& p, int i, int j) {
     const int n = i / g.block;
     const int a = p.anchors[n];
     if (a < 0) return false;
+    // Drafter windows in absolute positions: the query at a + slot, a block key at a + slot.
+    const int qpos = a + i % g.block;
     if (j < g.ctx_len) {
         const int b = p.starts.empty() ? 0 : p.starts[n];
-        return j >= b && j < std::min(a, g.ctx_len);
+        return j >= b && j < std::min(a, g.ctx_len) && (g.window == 0 || qpos - j < g.window);
     }
-    return (j - g.ctx_len) / g.block == n;
+    if ((j - g.ctx_len) / g.block != n) return false;
+    const int kpos = a + (j - g.ctx_len) % g.block;
+    if (g.causal_block && kpos > qpos) return false;
+    return g.window == 0 || std::abs(qpos - kpos) < g.window;
 }
 
 const int32_t* anchors_of(const Problem& p) {
@@ -341,14 +348,16 @@ TEST(AttentionTiles, Full) {
     }
 }
 
-Problem dflash_problem(int n, int block, int ctx, std::vector<int32_t> anchors, const char* tag) {
+Problem dflash_problem(int n, int block, int ctx, std::vector<int32_t> anchors, const char* tag,
+                       int window = 0, bool causal_block = false) {
     Problem p;
     const int sq = n * block;
     p.sk_capacity = ctx + sq;
     p.anchors = std::move(anchors);
-    p.g = resolve_mask(kDflash, sq, p.sk_capacity, 0, ctx, block, false, 0);
+    p.g = resolve_mask(kDflash, sq, p.sk_capacity, 0, ctx, block, false, 0, window, causal_block);
     std::ostringstream os;
-    os << "dflash " << tag << " n=" << n << " block=" << block << " ctx=" << ctx << " anchors=[";
+    os << "dflash " << tag << " n=" << n << " block=" << block << " ctx=" << ctx
+       << " window=" << window << " causal_block=" << causal_block << " anchors=[";
     for (size_t b = 0; b < p.anchors.size() && b < 12; ++b) os << (b ? "," : "") << p.anchors[b];
     os << (p.anchors.size() > 12 ? ",...]" : "]");
     p.name = os.str();
@@ -435,6 +444,38 @@ TEST(AttentionTiles, DflashBlockWithContextStarts) {
             p.starts = b;
             check_all(p);
             if (HasFatalFailure()) return;
+        }
+    }
+}
+
+// Sliding-window drafter layers: windows of 1 key, under a block, under a tile, over a tile and
+// longer than everything, causal blocks or not, sorted training anchors, random ones with padding,
+// and context starts.
+TEST(AttentionTiles, DflashBlockWithDrafterWindow) {
+    Rng rng(13);
+    struct Shape {
+        int n, block, ctx;
+    };
+    const Shape shapes[] = {{5, 1, 3},    {3, 3, 10},  {9, 16, 61}, {9, 16, 130},
+                            {13, 10, 33}, {2, 64, 65}, {40, 4, 300}};
+    for (const Shape& s : shapes) {
+        for (int window : {1, 3, 16, 50, 64, 100, 1000}) {
+            for (int pattern = 0; pattern < 3; ++pattern) {
+                std::vector<int32_t> a(s.n), b;
+                for (int k = 0; k < s.n; ++k)
+                    a[k] = pattern == 1 ? (s.ctx * (k + 1)) / (s.n + 1)
+                                        : static_cast<int32_t>(rng.below(s.ctx + 2)) - 1;
+                if (pattern == 2) {
+                    for (int k = 0; k < s.n; ++k)
+                        b.push_back(static_cast<int32_t>(rng.below(std::max(a[k], 0) + 1)));
+                }
+                for (bool causal : {true, false}) {
+                    Problem p = dflash_problem(s.n, s.block, s.ctx, a, "window", window, causal);
+                    p.starts = b;
+                    check_all(p);
+                    if (HasFatalFailure()) return;
+                }
+            }
         }
     }
 }

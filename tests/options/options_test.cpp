@@ -33,15 +33,19 @@ std::shared_ptr<const config::Registry> registry() {
 // Every field, as text: two option structs describe alike exactly when their fields are equal.
 std::string describe(const train::TrainOptions& o) {
     return fmt::format(
-        "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} "
-        "{} {}",
-        o.lr, o.warmup_ratio, static_cast<int>(o.schedule), o.grad_clip, o.weight_decay, o.beta1,
-        o.beta2, o.adam_eps, o.epochs, o.max_steps, o.batch_size, o.max_length, o.accumulation,
-        o.checkpoint_every, o.shard_optimizer_state, o.replica_check_every, o.eval_every,
-        o.log_every, o.output_dir.string(), o.eval_data.string(), o.eval_sequences,
-        o.eval_prompts.string(), o.eval_prompt_count, o.eval_max_new_tokens, o.lm_head_chunk,
-        o.num_anchors, o.loss_decay_gamma, o.loss.name(), o.documents, o.selector_loss_alpha,
-        static_cast<int>(o.loss_weighting), o.dpace_alpha);
+               "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} "
+               "{} {} {} "
+               "{} {}",
+               o.lr, o.warmup_ratio, static_cast<int>(o.schedule), o.grad_clip, o.weight_decay,
+               o.beta1, o.beta2, o.adam_eps, o.epochs, o.max_steps, o.batch_size, o.max_length,
+               o.accumulation, o.checkpoint_every, o.shard_optimizer_state, o.replica_check_every,
+               o.eval_every, o.log_every, o.output_dir.string(), o.eval_data.string(),
+               o.eval_sequences, o.eval_prompts.string(), o.eval_prompt_count,
+               o.eval_max_new_tokens, o.lm_head_chunk, o.num_anchors, o.loss_decay_gamma,
+               o.loss.name(), o.documents, o.selector_loss_alpha,
+               static_cast<int>(o.loss_weighting), o.dpace_alpha) +
+           fmt::format(" {} {} {} {} {} {} {}", o.optimizer, o.muon_lr, o.muon_weight_decay,
+                       o.muon_ns_steps, o.muon_adjust_lr, o.hidden_noise, o.recompute_layers);
 }
 std::string describe(const train::PretrainOptions& o) {
     return fmt::format("{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}", o.architecture,
@@ -54,7 +58,8 @@ std::string describe(const train::DrafterOptions& o) {
     return fmt::format("{} {} {} [{}] {} {} {} {} {} {}", o.architecture, o.block_size,
                        o.num_layers, fmt::join(o.target_layer_ids, ","), o.mask_token_id,
                        o.num_target_features, o.conv_kernel_size, o.conv_group_size,
-                       o.selector_rank, o.selector_top_k);
+                       o.selector_rank, o.selector_top_k) +
+           fmt::format(" [{}] {}", fmt::join(o.layer_types, ","), o.sliding_window);
 }
 std::string describe(const train::DataOptions& o) {
     return fmt::format("{} {}", o.shuffle, o.pack);

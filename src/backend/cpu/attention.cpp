@@ -1,6 +1,7 @@
-// Attention (causal with an optional sliding window, full, DFlash block-sparse; optional per-head
-// sink logits in the forward), forward and backward, fp32 reference.
-// Tested by tests/ops/attention_test.cpp.
+// Attention (causal with an optional sliding window, full, DFlash block-sparse with an optional
+// drafter window and causal blocks; optional per-head sink logits in the forward), forward and
+// backward, fp32 reference. Tested by tests/ops/attention_test.cpp and
+// tests/ops/attention_drafter_window_test.cpp.
 //
 // Note [Attention chunks]: queries are processed per head in chunks of rows. A chunk sees at most
 // two contiguous key ranges (the union of what its rows may see); the score and output products
@@ -78,7 +79,8 @@ struct Geometry {
             for (int64_t n = n0; n < n1; ++n) {
                 const int64_t a = mask.anchors.i32()[n];
                 max_anchor = std::max(max_anchor, a);
-                if (a >= 0) min_start = std::min(min_start, ctx_start(n));
+                // A block's slot 0 sees its lowest context key (a window starts it at a - (W-1)).
+                if (a >= 0) min_start = std::min(min_start, ctx_first(n, n * b));
             }
             if (max_anchor < 0) return ch;  // only padding blocks: nothing is visible
             if (max_anchor > min_start) ch.ranges[ch.num_ranges++] = {min_start, max_anchor};
@@ -97,6 +99,28 @@ struct Geometry {
         return mask.ctx_start.empty() ? 0 : mask.ctx_start.i32()[n];
     }
 
+    // dflash_block: the first context key of query row i of block n; a window starts it at
+    // a + k - (W - 1) for the row at slot k (may exceed the anchor: then it sees no context).
+    int64_t ctx_first(int64_t n, int64_t i) const {
+        const int64_t start = ctx_start(n);
+        if (mask.window <= 0) return start;
+        const int64_t k = i % mask.block_size;
+        return std::max(start, mask.anchors.i32()[n] + k - (mask.window - 1));
+    }
+
+    // dflash_block: the own-block keys query row i sees (slots within the window, and <= its
+    // own slot when the blocks are causal).
+    KeyRange own_block_span(int64_t i) const {
+        const int64_t b = mask.block_size, n = i / b, k = i % b, base = mask.ctx_len + n * b;
+        int64_t lo = 0, hi = b;
+        if (mask.window > 0) {
+            lo = std::max<int64_t>(0, k - (mask.window - 1));
+            hi = std::min(b, k + mask.window);
+        }
+        if (mask.causal_block) hi = std::min(hi, k + 1);
+        return {base + lo, base + hi};
+    }
+
     // The part of key range `r` that query row i sees (empty: begin == end).
     KeyRange row_span(int64_t i, KeyRange r) const {
         KeyRange s = r;
@@ -106,9 +130,8 @@ struct Geometry {
         } else if (mask.kind == AttnMaskKind::dflash_block) {
             const int64_t n = i / mask.block_size, anchor = mask.anchors.i32()[n];
             if (anchor < 0) return {r.begin, r.begin};
-            const KeyRange own = {mask.ctx_len + n * mask.block_size,
-                                  mask.ctx_len + (n + 1) * mask.block_size};
-            const KeyRange vis = r.begin < mask.ctx_len ? KeyRange{ctx_start(n), anchor} : own;
+            const KeyRange vis =
+                r.begin < mask.ctx_len ? KeyRange{ctx_first(n, i), anchor} : own_block_span(i);
             s = {std::max(r.begin, vis.begin), std::min(r.end, vis.end)};
         }
         s.begin = std::min(s.begin, r.end);

@@ -74,6 +74,7 @@ attn::MaskArgs mask_args(const Exec& ex, const AttnMask& m, const AttentionDims&
             check_tensor(ex, m.anchors, DType::i32, op, "mask.anchors");
             a.ctx_len = static_cast<int>(m.ctx_len);
             a.block = static_cast<int>(m.block_size);
+            a.causal_block = m.causal_block;
             a.anchors = n > 0 ? m.anchors.i32() : nullptr;
             if (!m.ctx_start.empty()) {
                 check_tensor(ex, m.ctx_start, DType::i32, op, "mask.ctx_start");

@@ -25,7 +25,8 @@ struct MaskArgs {
     const int32_t* anchors = nullptr;    // dflash: i32 [N] on the device
     const int32_t* ctx_start = nullptr;  // dflash: i32 [N] on the device, or null (all 0)
     const int32_t* kv_len = nullptr;     // i32 [1] on the device, or null
-    int window = 0;                      // causal: a row at position p sees keys j > p - window
+    int window = 0;  // causal: a row at position p sees keys j > p - window; dflash: AttnMask's
+    bool causal_block = false;     // dflash: slot k sees own-block slots <= k only
     const float* sinks = nullptr;  // f32 [H] on the device, or null: forward only (see AttnMask)
     const QTileKeys* qtiles = nullptr;  // dflash: [num_query_tiles(sq)], from dflash_plan()
 };

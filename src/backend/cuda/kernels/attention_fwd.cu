@@ -23,7 +23,8 @@ constexpr int fwd_smem_bytes() {
 __global__ void dflash_plan_kernel(const MaskArgs m, QTileKeys* table) {
     const int qt = blockIdx.x * blockDim.x + threadIdx.x;
     if (qt >= num_query_tiles(m.sq)) return;
-    const MaskGeom g = resolve_mask(m.kind, m.sq, m.sk, 0, m.ctx_len, m.block, false, 0);
+    const MaskGeom g =
+        resolve_mask(m.kind, m.sq, m.sk, 0, m.ctx_len, m.block, false, 0, m.window, m.causal_block);
     table[qt] = qtile_keys(g, qt, m.anchors, m.ctx_start);
 }
 

@@ -271,7 +271,7 @@ __device__ __forceinline__ void store_rows_bf16(const float (&acc)[D / 8][4],
 __device__ __forceinline__ MaskGeom resolve_dev(const MaskArgs& m) {
     const bool has = m.kv_len != nullptr;
     return resolve_mask(m.kind, m.sq, m.sk, m.q_offset, m.ctx_len, m.block, has,
-                        has ? __ldg(m.kv_len) : 0, m.window);
+                        has ? __ldg(m.kv_len) : 0, m.window, m.causal_block);
 }
 
 // Head h's sink logit in the kernels' log2 units of scaled scores; -inf without sinks.

@@ -14,8 +14,11 @@
 // every row of the query tile and skip the element mask, every other visited tile applies each
 // row's RowSpan. begin0 and fullb0 are 0 except for dflash blocks with context starts (packed
 // documents: a block sees only its own document's context) and causal masks with a sliding
-// window (a row at position p sees keys p - window < j <= p): tiles below begin0 are never
-// visited, which is where a short window over a long prompt saves its work.
+// window (a row at position p sees keys p - window < j <= p), and dflash blocks with a drafter
+// window (the row at slot k of the block anchored at a sees context keys j >= a + k - (window-1),
+// AttnMask in backend/ops.h): tiles below begin0 are never visited, which is where a short window
+// over a long prompt saves its work. A drafter window or causal blocks narrow the segment-1 span
+// of each row; segment-1 tiles always take the element mask, so the tile ranges stay the same.
 #pragma once
 
 #include <cstdint>
@@ -56,17 +59,21 @@ struct MaskGeom {
     int q_offset = 0;
     int ctx_len = 0;
     int block = 1;
-    int window = 0;  // causal only; 0: no window
+    int window = 0;             // causal and dflash; 0: no window
+    bool causal_block = false;  // dflash: slot k sees own-block slots <= k only
 };
 
 // kv_len (when present) replaces the key count and, for causal, places the queries at its end.
 // Out-of-range values are clamped (the device cannot raise an error): kv_len to [0, capacity].
-// The window is kept for causal masks only (the op refuses it elsewhere).
+// The window is kept for causal and dflash masks, causal_block for dflash (the op refuses them
+// elsewhere).
 DF_ATTN_HD MaskGeom resolve_mask(int kind, int sq, int sk_capacity, int q_offset, int ctx_len,
-                                 int block, bool has_kv_len, int kv_len, int window = 0) {
+                                 int block, bool has_kv_len, int kv_len, int window = 0,
+                                 bool causal_block = false) {
     MaskGeom g;
     g.kind = kind;
-    g.window = kind == kCausal && window > 0 ? window : 0;
+    g.window = kind != kFull && window > 0 ? window : 0;
+    g.causal_block = kind == kDflash && causal_block;
     g.sq = sq;
     g.sk = sk_capacity;
     g.q_offset = q_offset;
@@ -114,10 +121,24 @@ DF_ATTN_HD RowSpan row_span(const MaskGeom& g, int i, const int32_t* anchors,
         if (a < 0) return s;  // padding block
         s.e0 = imin(a, g.ctx_len);
         s.b0 = starts ? iclamp(starts[n], 0, s.e0) : 0;
-        s.b1 = g.ctx_len + n * g.block;
-        s.e1 = s.b1 + g.block;
+        const int base = g.ctx_len + n * g.block, k = i - n * g.block;
+        int lo = 0, hi = g.block;
+        if (g.window > 0) {
+            s.b0 = iclamp(a + k - (g.window - 1), s.b0, s.e0);
+            lo = imax(0, k - (g.window - 1));
+            hi = imin(g.block, k + g.window);
+        }
+        if (g.causal_block) hi = imin(hi, k + 1);
+        s.b1 = base + lo;
+        s.e1 = base + hi;
     }
     return s;
+}
+
+// dflash: the first context key of slot k of a block anchored at ac (clamped to the context)
+// whose context starts at bc.
+DF_ATTN_HD int dflash_first_key(const MaskGeom& g, int ac, int bc, int k) {
+    return g.window > 0 ? iclamp(ac + k - (g.window - 1), bc, ac) : bc;
 }
 
 // What the rows of query tile qt (rows [qt*kBlockM, min(+kBlockM, Sq))) may see, in key indices:
@@ -166,10 +187,13 @@ DF_ATTN_HD QTileKeys qtile_keys(const MaskGeom& g, int qt, const int32_t* anchor
             }
             const int ac = imin(a, g.ctx_len);
             const int bc = starts ? iclamp(starts[n], 0, ac) : 0;  // as row_span clamps it
+            // The tile's rows of block n have slots [k_lo, k_hi]: the lowest slot starts lowest.
+            const int k_lo = imax(i0 - n * g.block, 0),
+                      k_hi = imin(i1 - 1 - n * g.block, g.block - 1);
             max_a = imax(max_a, ac);
             min_a = imin(min_a, ac);
-            min_b = imin(min_b, bc);
-            max_b = imax(max_b, bc);
+            min_b = imin(min_b, dflash_first_key(g, ac, bc, k_lo));
+            max_b = imax(max_b, dflash_first_key(g, ac, bc, k_hi));
             if (first < 0) first = n;
             last = n;
         }
