@@ -468,9 +468,9 @@ void DrafterSession::draft(const Tensor& new_features, int32_t anchor, const Ten
     DF_ASSERT(logits.dim(0) == B - 1, "logits rows {} for block {}", logits.dim(0), B);
     // Context rows go in pieces of max_new_rows; the block is drafted with the last piece.
     int64_t done = 0;
-    const int64_t piece = window_rows_ > 0 ? window_piece_ : max_new_rows_;
+    const int64_t piece_rows = window_rows_ > 0 ? window_piece_ : max_new_rows_;
     do {
-        const int64_t n = std::min(piece, T - done);
+        const int64_t n = std::min(piece_rows, T - done);
         const bool last = done + n == T;
         ws_.reset();
         const Tensor piece = n > 0 ? new_features.rows(done, done + n) : Tensor();

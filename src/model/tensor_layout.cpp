@@ -421,8 +421,8 @@ ExpertFormat check_target_files(const std::filesystem::path& dir, const TargetCo
     }
     check_model_files(
         dir, target_tensor_specs(c),
-        [&](const std::vector<std::string>& names) {
-            format = detect_expert_format(c, names);
+        [&](const std::vector<std::string>& stored) {
+            format = detect_expert_format(c, stored);
             DF_CHECK(format != ExpertFormat::mxfp4 ||
                          (c.hidden_size % 32 == 0 && c.moe_intermediate_size % 32 == 0),
                      "'{}' stores MXFP4 experts, whose groups of 32 inputs need hidden_size={} "

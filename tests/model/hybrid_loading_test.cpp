@@ -104,8 +104,9 @@ TEST(HybridLoading, SaveWritesTheHubLayoutThatLoadsBackIdentically) {
             EXPECT_TRUE(r.has("model.layers.2.mlp.gate_proj.weight"));            // mlp_only_layers
             EXPECT_TRUE(r.has("model.layers.0.mlp.shared_expert_gate.weight"));
         }
-        if (c.model_type == "qwen3_5_moe")
+        if (c.model_type == "qwen3_5_moe") {
             EXPECT_TRUE(r.has("model.layers.0.mlp.experts.gate_up_proj"));  // fused on the Hub
+        }
         // Gated q_proj stored per head: stored row 8 (head 0's gate) is the model's row 32.
         const std::string qn = "model.layers.3.self_attn.q_proj.weight";
         const HostTensor q = r.read_f32(qn);
