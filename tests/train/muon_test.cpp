@@ -235,7 +235,7 @@ class MuonTraining : public test::SharedInputsTest<MuonTraining> {
 
   protected:
     static TrainRun train(const std::string& out, KeyValues kv,
-                     const std::filesystem::path& resume = {}) {
+                          const std::filesystem::path& resume = {}) {
         kv.emplace_back("train.checkpoint_every", "3");
         kv.emplace_back("train.optimizer", "muon");
         return test::train_recorded(dir_->path(), out, kv, resume);
@@ -246,7 +246,8 @@ TEST_F(MuonTraining, ResumeGivesTheBitsOfTheUninterruptedRun) {
     const KeyValues kv = {{"train.hidden_noise", "0.05"}};
     const TrainRun straight = train("straight", kv);
     ASSERT_EQ(straight.losses.size(), 6u);
-    const TrainRun resumed = train("resumed", kv, straight.summary.run_dir / train::checkpoint_name(3));
+    const TrainRun resumed =
+        train("resumed", kv, straight.summary.run_dir / train::checkpoint_name(3));
     ASSERT_EQ(resumed.summary.first_step, 4);
     ASSERT_EQ(resumed.losses.size(), 3u);
     for (size_t i = 0; i < 3; ++i) {
