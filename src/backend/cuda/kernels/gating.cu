@@ -3,17 +3,11 @@
 // rounding. Tested by tests/cuda/gating_cuda_test.cpp.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/gating.h"
+#include "backend/cuda/kernels/sigmoid.cuh"
 #include "backend/cuda/kernels/vec_io.cuh"
 
 namespace dflash::cuda::kernels {
 namespace {
-
-// Never evaluates exp of a large positive number (the CPU's row_sigmoid split).
-__device__ __forceinline__ float sigmoid(float g) {
-    if (g >= 0.0f) return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g)));
-    const float e = expf(g);
-    return __fdiv_rn(e, __fadd_rn(1.0f, e));
-}
 
 // No __restrict__ on x and y: y may alias x (each element is read before it is written).
 template <int VEC>

@@ -2,18 +2,12 @@
 // order (explicitly rounded operations, precise expf), so the two differ only by expf's error
 // before the bf16 rounding. Tested by tests/cuda/swiglu_cuda_test.cpp.
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/sigmoid.cuh"
 #include "backend/cuda/kernels/swiglu.h"
 #include "backend/cuda/kernels/vec_io.cuh"
 
 namespace dflash::cuda::kernels {
 namespace {
-
-// Never evaluates exp of a large positive number, so it cannot overflow to inf/inf.
-__device__ __forceinline__ float sigmoid(float g) {
-    if (g >= 0.0f) return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g)));
-    const float e = expf(g);
-    return __fdiv_rn(e, __fadd_rn(1.0f, e));
-}
 
 template <int VEC>
 __global__ void swiglu_fwd_kernel(const uint16_t* __restrict__ gate,
