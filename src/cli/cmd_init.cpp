@@ -42,12 +42,18 @@ DrafterModel initial_drafter(Backend& be, const TargetModel& target, const Token
     // A fresh drafter of either architecture is made as `dflash train` makes one.
     if (from.empty()) return train::make_initial_drafter(be, target, tok, s, seed);
     DrafterModel d = DrafterModel::load(be, from);
-    DF_CHECK(!d.config().dflash2(), "'{}' is already a DFlash2 drafter", from);
-    DF_CHECK(s.architecture == "dflash2",
-             "--from-drafter converts a DFlash drafter to DFlash2: add --set "
-             "drafter.architecture=dflash2");
+    // A DSpark drafter given to a dspark init is written again as it is: in drafter.dialect
+    // (docs/formats.md "DSpark drafter directory").
+    if (d.config().dspark() && s.architecture == "dspark") return d;
+    DF_CHECK(d.config().arch == DrafterArch::dflash, "'{}' is already a {} drafter", from,
+             d.config().dflash2() ? "DFlash2" : "DSpark");
+    DF_CHECK(s.architecture == "dflash2" || s.architecture == "dspark",
+             "--from-drafter converts a DFlash drafter to DFlash2 or DSpark: add --set "
+             "drafter.architecture=dflash2 (or dspark)");
     const auto mismatch = drafter_target_mismatches(d.config(), target.config());
     DF_CHECK(mismatch.empty(), "'{}' does not fit the target: {}", from, mismatch.front());
+    if (s.architecture == "dspark")
+        return DrafterModel::from_dflash(be, d, train::dspark_config(d.config(), s), seed);
     return DrafterModel::from_dflash(be, d, train::dflash2_config(d.config(), s), seed);
 }
 
@@ -77,8 +83,9 @@ int cmd_init(CommandContext& ctx) {
     dft->add_option("--output,-o", output, "directory to write")->required();
     std::string from_drafter;
     dft->add_option("--from-drafter", from_drafter,
-                    "a DFlash drafter directory to convert (with drafter.architecture=dflash2): "
-                    "its weights, plus identity convolutions and a neutral selector");
+                    "a DFlash drafter directory to convert (with drafter.architecture=dflash2: "
+                    "its weights, plus identity convolutions and a neutral selector; with "
+                    "dspark: its weights plus new Markov and confidence heads)");
     for (auto* sub : {tgt, dft})
         sub->add_option("--dtype", dtype, "storage dtype: bf16 or f32")->capture_default_str();
     if (!parse_command_args(app, ctx, "init")) return 0;
@@ -110,10 +117,16 @@ int cmd_init(CommandContext& ctx) {
                                            drafter_options_from_settings(ctx.settings), seed);
     const DirLock lock = lock_empty_output(output);
     d.save(output, store);
+    // DSpark drafters: config.json in drafter.dialect (deepspec or speculators).
+    const std::string dialect = drafter_options_from_settings(ctx.settings).dialect;
+    if (d.config().dspark()) d.config().save(output, parse_drafter_dialect(dialect));
     save_tokenizer_spec(output, *tok);
     std::printf(
         "drafter: %s (%s, %lld layers, block %lld, %zu target features, %.2fM parameters)\n",
-        output.c_str(), d.config().dflash2() ? "DFlash2" : "DFlash",
+        output.c_str(),
+        d.config().dflash2()  ? "DFlash2"
+        : d.config().dspark() ? "DSpark"
+                              : "DFlash",
         static_cast<long long>(d.config().layer.num_hidden_layers),
         static_cast<long long>(d.block_size()), d.config().target_layer_ids.size(),
         d.params().numel() / 1e6);

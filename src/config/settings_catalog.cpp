@@ -158,10 +158,12 @@ void add_drafter(Registry& r) {
     r.add(D::integer("drafter.mask_token_id", -1, "MASK token id; -1 = derive from the tokenizer")
               .range(-1, std::numeric_limits<int32_t>::max())
               .read_by("model::Drafter config, tokenizer"));
-    r.add(D::enumeration("drafter.architecture", "dflash", {"dflash", "dflash2"},
-                         "drafter made by `dflash init drafter`: dflash (DFlashDraftModel) or "
+    r.add(D::enumeration("drafter.architecture", "dflash", {"dflash", "dflash2", "dspark"},
+                         "drafter made by `dflash init drafter`: dflash (DFlashDraftModel), "
                          "dflash2 (DFlash2DraftModel: conv around every sublayer + candidate "
-                         "selector; its new modules start as identity / neutral)")
+                         "selector; its new modules start as identity / neutral) or dspark "
+                         "(Qwen3DSparkModel: the anchor slot predicts too, Markov logit-bias and "
+                         "confidence heads; docs/training.md \"DSpark drafters\")")
               .read_by("cli/cmd_init.cpp; cli/cmd_train.cpp (a DFlash2 run starts from an init)"));
     r.add(D::integer("drafter.conv_kernel_size", 2,
                      "DFlash2: taps of the grouped dynamic causal convolution (<= block_size)")
@@ -178,6 +180,24 @@ void add_drafter(Registry& r) {
                      "DFlash2: candidates K the selector re-ranks per drafted slot")
               .range(1, 1024)
               .read_by("cli/cmd_init.cpp"));
+    r.add(D::integer("drafter.markov_rank", 256, "DSpark: rank r of the Markov head's W1 / W2")
+              .range(1, 8192)
+              .read_by("cli/cmd_init.cpp; train (fresh DSpark drafters)"));
+    r.add(D::enumeration("drafter.markov_head_type", "vanilla", {"vanilla", "gated", "rnn"},
+                         "DSpark: Markov head; vanilla B = W2 W1[prev], gated B = W2 (sigmoid(Wg "
+                         "[h; e] + bg) * e); rnn is refused (not implemented)")
+              .read_by("cli/cmd_init.cpp; train (fresh DSpark drafters)"));
+    r.add(D::boolean("drafter.confidence_head", true,
+                     "DSpark: build the confidence head (predicts that a slot survives)")
+              .read_by("cli/cmd_init.cpp; train (fresh DSpark drafters)"));
+    r.add(D::boolean("drafter.confidence_head_with_markov", true,
+                     "DSpark: the confidence head reads [h; W1[prev]] (true) or h alone")
+              .read_by("cli/cmd_init.cpp; train (fresh DSpark drafters)"));
+    r.add(D::enumeration("drafter.dialect", "deepspec", {"deepspec", "speculators"},
+                         "DSpark: the config.json layout drafters are written in (`dflash train`, "
+                         "`dflash init drafter`): deepspec (DeepSpec/SGLang, Qwen3DSparkModel) or "
+                         "speculators (vLLM, speculators_model_type dspark); either is read")
+              .read_by("cli/cmd_init.cpp; train (saved DSpark drafters)"));
     r.add(D::string_list("drafter.layer_types", {},
                          "per draft layer full_attention or sliding_attention (exactly "
                          "drafter.num_layers entries); empty = all full (docs/training.md "
@@ -284,6 +304,19 @@ void add_train(Registry& r) {
                   "reported); ignored for DFlash drafters")
               .range(0, 1e6)
               .read_by("train loss (selector_loss)"));
+    r.add(D::real("train.dspark_ce_alpha", 0.1,
+                  "DSpark drafters: weight of the cross-entropy on the data's next tokens")
+              .range(0, 1e6)
+              .read_by("train loss (dspark_block_loss)"));
+    r.add(D::real("train.dspark_l1_alpha", 0.9,
+                  "DSpark drafters: weight of |q - p|_1 against the target's distribution")
+              .range(0, 1e6)
+              .read_by("train loss (dspark_block_loss)"));
+    r.add(D::real("train.dspark_confidence_alpha", 1.0,
+                  "DSpark drafters: weight of the confidence head's BCE against "
+                  "clamp(1 - |q - p|_1 / 2, 0, 1)")
+              .range(0, 1e6)
+              .read_by("train loss (dspark_block_loss)"));
     r.add(D::enumeration("train.documents", "packed", {"packed", "separate"},
                          "samples packed into one training sequence: packed = one stream "
                          "(the target, anchors and drafter context cross sample boundaries); "
@@ -420,6 +453,11 @@ void add_infer(Registry& r) {
               .read_by("infer engine (dflash generate, dflash bench, training evaluation)"));
     r.add(D::boolean("infer.draft_sampling", false,
                      "sample draft tokens (instead of argmax) when temperature > 0")
+              .read_by("infer engine"));
+    r.add(D::real("infer.dspark_confidence_threshold", 0.0,
+                  "DSpark drafters: verify only the drafts before the first slot whose "
+                  "confidence falls below this; 0 = verify every draft")
+              .range(0, 1)
               .read_by("infer engine"));
     r.add(D::integer("infer.seed", 0, "seed of the sampler's random stream")
               .range(0, kMaxI64)

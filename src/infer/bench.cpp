@@ -32,6 +32,8 @@ void add_stats(BenchTotals& t, const BenchRequest& r) {
     t.speculative_decode_s += r.speculative.decode_s;
     t.draft_s += r.speculative.draft_s;
     t.verify_s += r.speculative.verify_s;
+    t.drafted += r.speculative.drafted;
+    t.verified += r.speculative.verified;
     add_hist(t.accept_hist, r.speculative.accept_hist);
     add_hist(t.accepted_hist, r.speculative.accepted_hist);
 }
@@ -265,6 +267,12 @@ std::string format_bench_table(const BenchReport& rep) {
         rep.mean_request_tau(), t.tau(), t.tau_accepted());
     out += fmt::format("block size {}; backend {}; drafts in {}\n", rep.block_size, rep.backend,
                        rep.draft_precision);
+    // A DSpark confidence cut (infer.dspark_confidence_threshold) verifies fewer drafts.
+    if (t.verified < t.drafted)
+        out += fmt::format(
+            "confidence cut: {} of {} drafts verified ({:.1f}%), {:.2f} a step instead of {:.2f}\n",
+            t.verified, t.drafted, 100.0 * ratio(t.verified, t.drafted), ratio(t.verified, steps),
+            ratio(t.drafted, steps));
     if (!rep.greedy) {
         out += "lossless: not checked (temperature > 0: outputs are samples)\n";
     } else if (rep.lossless()) {
@@ -293,6 +301,8 @@ nlohmann::json bench_to_json(const BenchReport& rep) {
                     {"prefill_s", s.prefill_s},
                     {"draft_s", s.draft_s},
                     {"verify_s", s.verify_s},
+                    {"drafted", s.drafted},
+                    {"verified", s.verified},
                     {"decode_s", s.decode_s},
                     {"tokens_per_s", per_s(s.new_tokens, s.decode_s)}};
     };
@@ -318,6 +328,8 @@ nlohmann::json bench_to_json(const BenchReport& rep) {
     json total = {
         {"requests", t.requests},
         {"prompt_tokens", t.prompt_tokens},
+        {"drafted", t.drafted},
+        {"verified", t.verified},
         {"baseline_new_tokens", t.baseline_new_tokens},
         {"speculative_new_tokens", t.speculative_new_tokens},
         {"baseline_steps", t.baseline_steps},

@@ -55,6 +55,9 @@ struct BenchTotals {
     double baseline_prefill_s = 0, speculative_prefill_s = 0;
     double baseline_decode_s = 0, speculative_decode_s = 0;
     double draft_s = 0, verify_s = 0;
+    // Drafts proposed and drafts the target verified (fewer with a DSpark confidence cut,
+    // infer.dspark_confidence_threshold).
+    int64_t drafted = 0, verified = 0;
 
     double tau() const;  // tokens committed per step within the budget, pooled over prompts
     // a + 1 per step, pooled, counting what last steps accepted past the budget or a stop token.

@@ -1,4 +1,5 @@
-// Speculative decoding engine. Tested by tests/infer/spec_decode_test.cpp.
+// Speculative decoding engine. Tested by tests/infer/spec_decode_test.cpp and (DSpark drafters)
+// tests/infer/dspark_decode_test.cpp.
 #include "infer/spec_decode.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "infer/acceptance.h"
 #include "infer/selector_walk.h"
 #include "model/candidate_selector.h"
+#include "model/dspark_heads.h"
 
 namespace dflash {
 
@@ -71,6 +73,12 @@ class Picker {
     HostTensor u_host_;
 };
 
+// The tokens one draft of block size B proposes (DSpark's anchor slot predicts too) and, one more,
+// the tokens a verify forward sees.
+int64_t drafts_of(const DrafterModel* drafter, int64_t B) {
+    return drafter && drafter->config().dspark() ? B : B - 1;
+}
+
 }  // namespace
 
 // What decoding keeps between generate() calls: sessions and the step buffers whose addresses
@@ -81,28 +89,33 @@ struct SpeculativeEngine::Sessions {
              const PreparedWeights* prepared_weights)
         : capacity(cache_rows),
           B(block),
+          verify(drafter ? drafts_of(drafter, block) + 1 : block),
           prepared(prepared_weights),
           tgt(target, be, cache_rows,
               drafter ? drafter->config().target_layer_ids : std::vector<int64_t>{},
-              std::max(prefill_rows, block)),
-          pick(be, std::max<int64_t>(block, 1), target.config().vocab_size),
-          logits(be, {block, target.config().vocab_size}, DType::f32) {
+              std::max(prefill_rows, verify)),
+          pick(be, std::max<int64_t>(verify, 1), target.config().vocab_size),
+          logits(be, {verify, target.config().vocab_size}, DType::f32) {
         if (!drafter) return;
         dft.emplace(*drafter, be, target.embed(), target.lm_head(), capacity, B, prefill_rows,
                     prepared);
         if (drafter->config().dflash2()) sel.emplace(*drafter, be, B - 1);
-        draft_logits = DeviceTensor(be, {B - 1, target.config().vocab_size}, DType::f32);
-        verify_features = DeviceTensor(be, {B, drafter->feature_dim()}, be.compute_dtype());
+        if (drafter->config().dspark())
+            head.emplace(be, drafter->params(), drafter->config().ds, drafter->dims().D);
+        draft_logits = DeviceTensor(be, {verify - 1, target.config().vocab_size}, DType::f32);
+        verify_features = DeviceTensor(be, {verify, drafter->feature_dim()}, be.compute_dtype());
     }
     int64_t capacity, B;
+    int64_t verify;                   // tokens of a verify forward: the anchor and every draft
     const PreparedWeights* prepared;  // what the drafter session multiplies with
     TargetSession tgt;
     std::optional<DrafterSession> dft;
     std::optional<CandidateSelector> sel;  // DFlash2 drafters
+    std::optional<DsparkSlotHead> head;    // DSpark drafters
     Picker pick;
-    DeviceTensor logits;           // f32 [B, V]: the target's (the first row in plain decoding)
-    DeviceTensor draft_logits;     // f32 [B-1, V]
-    DeviceTensor verify_features;  // [B, K*D]
+    DeviceTensor logits;        // f32 [verify, V]: the target's (the first row in plain decoding)
+    DeviceTensor draft_logits;  // f32 [verify-1, V]
+    DeviceTensor verify_features;  // [verify, K*D]
 };
 
 namespace {
@@ -117,8 +130,9 @@ struct Decode {
     Picker& pick;
     Rng& rng;
     GenerateResult& res;
-    int64_t B;  // block size (1: plain decoding)
-    int64_t V;  // vocabulary
+    int64_t B;       // block size (1: plain decoding)
+    int64_t V;       // vocabulary
+    int64_t drafts;  // drafts per step: B - 1, or B for DSpark
 
     // Commits tokens to the result, honouring stop tokens and the token budget. Returns false
     // when generation must end.
@@ -167,7 +181,7 @@ void decode_plain(Decode& run, const Tensor& logits, int32_t anchor) {
 // draft_probs holds that distribution per draft, for the acceptance rule).
 void choose_drafts(Decode& run, const Tensor& draft_logits, std::vector<int32_t>& drafts,
                    std::vector<std::vector<double>>& draft_probs) {
-    const int64_t n = run.B - 1;
+    const int64_t n = run.drafts;
     draft_probs.clear();
     if (run.opt.draft_sampling && !run.opt.sampling.greedy()) {
         const HostTensor& host = run.pick.fetch(draft_logits, n);
@@ -202,6 +216,36 @@ void choose_dflash2_drafts(Decode& run, const DrafterSession& dft, CandidateSele
     std::copy(path.tokens.begin(), path.tokens.end(), drafts.begin());
 }
 
+// DSpark (docs/speculative-sampling.md "DSpark drafters"): slot by slot, the Markov bias of the
+// token chosen before it (the anchor for slot 0) is added to the slot's logits row, then the
+// draft is its argmax or a sample of softmax(row / T), whose distribution (the very q drawn from)
+// goes to the acceptance rule. Returns how many drafts to verify: all, or with a confidence
+// threshold those before the first slot whose confidence falls below it.
+int64_t choose_dspark_drafts(Decode& run, DsparkSlotHead& head, const Tensor& hidden,
+                             const Tensor& draft_logits, int32_t anchor,
+                             std::vector<int32_t>& drafts,
+                             std::vector<std::vector<double>>& draft_probs) {
+    draft_probs.clear();
+    const bool sample = run.opt.draft_sampling && !run.opt.sampling.greedy();
+    const double threshold = run.opt.confidence_threshold;
+    int64_t verify = run.drafts;
+    int32_t prev = anchor;
+    for (int64_t k = 0; k < run.drafts; ++k) {
+        const Tensor row_k = draft_logits.rows(k, k + 1);
+        const double c = head.apply(hidden.rows(k, k + 1), prev, row_k, threshold > 0);
+        if (threshold > 0 && c < threshold && verify == run.drafts) verify = k;
+        if (sample) {
+            const HostTensor& host = run.pick.fetch(row_k, 1);
+            draft_probs.push_back(sampling_probs(row(host, 0), run.opt.sampling));
+            drafts[k] = sample_from(draft_probs.back(), run.rng);
+        } else {
+            drafts[k] = run.pick.argmax(row_k, 1)[0];
+        }
+        prev = drafts[k];
+    }
+    return verify;
+}
+
 // docs/speculative-sampling.md "The decoding step": draft B-1 tokens after the anchor in one
 // drafter forward, verify the block in one target forward, keep the accepted prefix and the
 // target's next token, crop the target cache and hand the kept rows' features to the drafter's
@@ -216,20 +260,31 @@ void decode_speculative(Decode& run, SpeculativeEngine::Sessions& ss, const Tens
     const Tensor logits = ss.logits.view(), draft_logits = ss.draft_logits.view();
     const Tensor verify_features = ss.verify_features.view();
     Tensor pending = prompt_features;
-    std::vector<int32_t> block(B);
-    std::vector<int32_t> drafts(B - 1), target_argmax(B);
-    std::vector<std::vector<double>> target_probs(B), draft_probs;
+    const int64_t n = run.drafts;
+    std::vector<int32_t> block(n + 1);
+    std::vector<int32_t> all_drafts(n), target_argmax(n + 1);
+    std::vector<std::vector<double>> target_probs(n + 1), draft_probs;
     bool go = true;
     while (go) {
         const auto t0 = Clock::now();
         dft.draft(pending, anchor, draft_logits, B);
+        int64_t m = n;  // drafts verified
         if (sel) {
-            choose_dflash2_drafts(run, dft, *sel, draft_logits, anchor, drafts, draft_probs);
+            choose_dflash2_drafts(run, dft, *sel, draft_logits, anchor, all_drafts, draft_probs);
+        } else if (ss.head) {
+            m = choose_dspark_drafts(run, *ss.head, dft.dspark_hidden(B), draft_logits, anchor,
+                                     all_drafts, draft_probs);
         } else {
-            choose_drafts(run, draft_logits, drafts, draft_probs);
+            choose_drafts(run, draft_logits, all_drafts, draft_probs);
         }
         const auto t1 = Clock::now();
         st.draft_s += std::chrono::duration<double>(t1 - t0).count();
+        st.drafted += n;
+        st.verified += m;
+        const std::span<const int32_t> drafts(all_drafts.data(), static_cast<size_t>(m));
+        if (!draft_probs.empty()) draft_probs.resize(static_cast<size_t>(m));
+        block.resize(static_cast<size_t>(m + 1));
+        target_probs.resize(static_cast<size_t>(m + 1));
         block[0] = anchor;
         std::copy(drafts.begin(), drafts.end(), block.begin() + 1);
         const int64_t start = run.tgt.length();
@@ -238,15 +293,15 @@ void decode_speculative(Decode& run, SpeculativeEngine::Sessions& ss, const Tens
         // saves the block's recurrence inputs (~48 KiB a row per layer at Qwen3.5-35B-A3B
         // geometry); the crop below restores the checkpoint and replays the a + 1 kept rows (one
         // more state read + write), instead of storing B states per layer.
-        run.tgt.forward(block, logits, verify_features);
+        run.tgt.forward(block, logits.rows(0, m + 1), verify_features.rows(0, m + 1));
         VerifyOutcome v;
         if (opt.sampling.greedy()) {
-            const auto ids = run.pick.argmax(logits, B);
+            const auto ids = run.pick.argmax(logits, m + 1);
             std::copy(ids.begin(), ids.end(), target_argmax.begin());
-            v = verify_greedy(drafts, target_argmax);
+            v = verify_greedy(drafts, std::span(target_argmax).first(static_cast<size_t>(m + 1)));
         } else {
-            const HostTensor& host = run.pick.fetch(logits, B);
-            for (int64_t i = 0; i < B; ++i)
+            const HostTensor& host = run.pick.fetch(logits, m + 1);
+            for (int64_t i = 0; i <= m; ++i)
                 target_probs[i] = sampling_probs(row(host, i), opt.sampling);
             v = verify_sampled(drafts, target_probs, draft_probs, run.rng);
         }
@@ -368,20 +423,30 @@ GenerateResult SpeculativeEngine::generate(std::span<const int32_t> prompt,
              "infer.max_context",
              P, max_ctx);
 
+    DF_CHECK(opt.confidence_threshold <= 0 || (drafter_ && drafter_->config().dspark()),
+             "infer.dspark_confidence_threshold={} needs a DSpark drafter with a confidence head",
+             opt.confidence_threshold);
+    DF_CHECK(opt.confidence_threshold <= 0 || drafter_->config().ds.confidence_head,
+             "infer.dspark_confidence_threshold={} but this DSpark drafter has no confidence head "
+             "(enable_confidence_head false)",
+             opt.confidence_threshold);
+    // Tokens a verify forward sees: the anchor and the drafts (B - 1, or B for DSpark).
+    const int64_t verify = drafter_ ? drafts_of(drafter_, B) + 1 : 1;
+
     GenerateResult res;
     GenerateStats& st = res.stats;
     st.prompt_tokens = P;
-    st.accept_hist.assign(B + 1, 0);
-    st.accepted_hist.assign(B + 1, 0);
-    // Positions P .. max_ctx-1 can be generated; the verify block may reach B-1 past the last one.
+    st.accept_hist.assign(verify + 1, 0);
+    st.accepted_hist.assign(verify + 1, 0);
+    // Positions P .. max_ctx-1 can be generated; the verify block may reach past the last one.
     const int64_t budget = std::min(opt.max_new_tokens, max_ctx - P);
     GenerateOptions budgeted = opt;
     budgeted.max_new_tokens = budget;
-    Sessions& ss = sessions(P + budget + B, B, opt.draft_precision);
+    Sessions& ss = sessions(P + budget + std::max(B, verify), B, opt.draft_precision);
     TargetSession& tgt = ss.tgt;
     const int64_t KD = drafter_ ? drafter_->feature_dim() : 0;
     Rng rng(opt.seed);
-    Decode run{opt, budgeted, sink, tgt, be_, ss.pick, rng, res, B, V};
+    Decode run{opt, budgeted, sink, tgt, be_, ss.pick, rng, res, B, V, verify - 1};
 
     const auto t_prefill = Clock::now();
     DeviceTensor prompt_features;

@@ -38,6 +38,10 @@ struct GenerateOptions {
     std::vector<int32_t> stop_tokens;
     uint64_t seed = 0;
     int64_t max_context = 0;  // 0 = the target's max_position_embeddings
+    // DSpark drafters (infer.dspark_confidence_threshold): > 0 verifies only the drafts before
+    // the first slot whose confidence c_k falls below it (drafting itself never stops early);
+    // 0 verifies every draft.
+    double confidence_threshold = 0;
     // The precision of the drafter's products on a CPU backend (Note [bf16 drafting] in
     // backend/cpu/bf16_linear.h); the output is the target's either way.
     DraftPrecision draft_precision = DraftPrecision::f32;
@@ -58,6 +62,8 @@ struct GenerateStats {
     // [B+1]: steps whose verification accepted a drafts, at n = a + 1, counted in full even when
     // the budget or a stop token cut the step short.
     std::vector<int64_t> accepted_hist;
+    int64_t drafted = 0;   // drafts proposed, over all steps
+    int64_t verified = 0;  // drafts sent to the target (< drafted when a confidence cut applies)
     double prefill_s = 0;  // target prefill (time to first token)
     double draft_s = 0;    // all drafter forwards
     double verify_s = 0;   // all target forwards after the prefill

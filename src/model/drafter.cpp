@@ -69,16 +69,24 @@ DrafterModel DrafterModel::random(Backend& be, DrafterConfig cfg, uint64_t seed,
 
 DrafterModel DrafterModel::from_dflash(Backend& be, const DrafterModel& v1, DrafterConfig cfg,
                                        uint64_t seed, float std) {
-    DF_CHECK(!v1.config().dflash2(), "the drafter to convert is already a DFlash2 drafter");
-    DF_CHECK(cfg.dflash2(), "from_dflash makes a DFlash2 drafter (cfg has arch dflash)");
+    DF_CHECK(v1.config().arch == DrafterArch::dflash,
+             "the drafter to convert is not a DFlash drafter (it is already a DFlash2 or DSpark "
+             "one)");
+    DF_CHECK(cfg.dflash2() || cfg.dspark(),
+             "from_dflash makes a DFlash2 or DSpark drafter (cfg has arch dflash)");
     DrafterModel m(be, std::move(cfg));
+    const char* kind = m.cfg_.dspark() ? "DSpark" : "DFlash2";
     for (const Param& p : v1.params().params()) {
         DF_CHECK(m.params_.has(p.name) && m.params_.param(p.name).shape == p.shape,
-                 "the DFlash2 config does not keep the DFlash drafter's tensor '{}' {}", p.name,
+                 "the {} config does not keep the DFlash drafter's tensor '{}' {}", kind, p.name,
                  p.shape.to_string());
         m.params_.write_f32(p.name, v1.params().read_f32(p.name).view());
     }
-    m.init_dflash2_modules(seed, std);
+    if (m.cfg_.dspark()) {
+        m.init_dspark_heads(seed, std);
+    } else {
+        m.init_dflash2_modules(seed, std);
+    }
     return m;
 }
 
@@ -104,6 +112,18 @@ void DrafterModel::init_dflash2_modules(uint64_t seed, float std) {
     }
     const std::string succ = "candidate_selector.successor_codebook";
     params_.write_f32(succ, HostTensor(params_.param(succ).shape).view());
+}
+
+void DrafterModel::init_dspark_heads(uint64_t seed, float std) {
+    DF_ASSERT(cfg_.dspark(), "init_dspark_heads on a non-DSpark drafter");
+    Rng rng(seed ^ 0x5d5a7c0ffee1ULL);
+    for (const Param& p : params_.params()) {
+        if (!p.name.starts_with("markov_head.") && !p.name.starts_with("confidence_head."))
+            continue;
+        HostTensor t(p.shape);
+        if (!p.name.ends_with(".bias")) fill_normal(rng, t.f32(), t.numel(), std);
+        params_.write_f32(p.name, t.view());
+    }
 }
 
 void DrafterModel::save(const std::filesystem::path& dir, DType store_as) const {
@@ -144,8 +164,13 @@ double DrafterModel::weight_sum(std::span<const uint8_t> loss_mask,
                                 std::span<const int32_t> anchors, double gamma) const {
     const int64_t B = cfg_.block_size;
     double w = 0;
-    for (int32_t a : anchors)
+    for (int32_t a : anchors) {
+        if (cfg_.dspark()) {
+            for (int64_t k = 0; k < B; ++k) w += dspark_slot_weight(a, k, loss_mask, gamma);
+            continue;
+        }
         for (int64_t k = 1; k < B; ++k) w += block_row_weight(a, k, loss_mask, gamma);
+    }
     return w;
 }
 
@@ -284,22 +309,37 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const DrafterBatch& ba
     Workspace::Staged labels = ws.input({R}, DType::i32);
     Workspace::Staged weights = ws.input({R}, DType::f32);
     Workspace::Staged grad_weights = ws.input({R}, DType::f32);
+    // DSpark (docs/training.md "DSpark drafters"): slot k predicts token a + k + 1 after the
+    // teacher-forced token a + k, taught by the target's position a + k.
+    const bool dspark = cfg_.dspark();
+    DF_CHECK(!dspark || !dpace,
+             "D-PACE weighting (train.loss_weighting=dpace) is not available for DSpark drafters");
+    const int64_t shift = dspark ? 1 : 0;
     for (int64_t j = 0; j < N; ++j) {
         for (int64_t k = 0; k < B; ++k) {
-            const int64_t r = j * B + k, p = anchors[j] + k;
-            const float w = block_row_weight(anchors[j], k, loss_mask, gamma);
+            const int64_t r = j * B + k, p = anchors[j] + k + shift;
+            const float w = dspark ? dspark_slot_weight(anchors[j], k, loss_mask, gamma)
+                                   : block_row_weight(anchors[j], k, loss_mask, gamma);
             labels.host.i32()[r] = w > 0.0f ? tokens[p] : -1;
             weights.host.f32()[r] = w;
             grad_weights.host.f32()[r] = w * grad_scale;
         }
     }
-    const bool teacher = objective.loss.needs_teacher();
-    Workspace::Staged teacher_rows;
+    const bool teacher = dspark || objective.loss.needs_teacher();
+    Workspace::Staged teacher_rows, prev;
     if (teacher) {
         teacher_rows = ws.input({R}, DType::i32);
         for (int64_t j = 0; j < N; ++j)
             for (int64_t k = 0; k < B; ++k)
-                teacher_rows.host.i32()[j * B + k] = teacher_position(anchors[j], k, S);
+                teacher_rows.host.i32()[j * B + k] =
+                    dspark ? static_cast<int32_t>(std::min(anchors[j] + k, S - 1))
+                           : teacher_position(anchors[j], k, S);
+    }
+    if (dspark) {
+        prev = ws.input({R}, DType::i32);
+        for (int64_t j = 0; j < N; ++j)
+            for (int64_t k = 0; k < B; ++k)
+                prev.host.i32()[j * B + k] = tokens[std::min(anchors[j] + k, S - 1)];
     }
     // DFlash2's selector loss: teacher-forced predecessors (the data token before each row; the
     // anchor for row 1) and its own gradient weights (alpha x the unary ones).
@@ -350,7 +390,25 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const DrafterBatch& ba
     la.period = B;
     la.dpace_alpha = static_cast<float>(loss.dpace_alpha);
     const Tensor dh = grads ? ws.take({R, D}, act) : Tensor();
-    block_loss(be, ws, la, dh, stats);
+    if (dspark) {
+        DsparkLossArgs da;
+        da.alpha = objective.dspark;
+        da.hf = f.hf;
+        da.lm_head = lm_head;
+        da.labels = labels.device;
+        da.weights = weights.device;
+        if (grads) da.grad_weights = grad_weights.device;
+        da.host_weights = {weights.host.f32(), static_cast<size_t>(R)};
+        da.host_grad_weights = {grad_weights.host.f32(), static_cast<size_t>(R)};
+        da.prev = prev.device;
+        da.teacher_hidden = objective.teacher_hidden;
+        da.teacher_rows = teacher_rows.device;
+        da.chunk = chunk;
+        da.period = B;
+        dspark_block_loss(be, ws, params_, cfg_.ds, da, dh, stats);
+    } else {
+        block_loss(be, ws, la, dh, stats);
+    }
     if (selector) {
         SelectorLossArgs sa;
         sa.hf = f.hf;
@@ -447,11 +505,13 @@ DrafterSession::DrafterSession(const DrafterModel& model, Backend& be, const Ten
     if (model.config().dflash2())
         z_ =
             DeviceTensor(be, {max_block_ - 1, model.config().d2.selector_rank}, be.compute_dtype());
+    if (model.config().dspark()) h_ = DeviceTensor(be, {max_block_, d.D}, be.compute_dtype());
+    const int64_t lead = model.config().dspark() ? 0 : 1;  // rows before the first draft
     Workspace fake = Workspace::planning(be.device());
     // The largest run: the most rows one run appends (a piece, with bounded caches) and a block.
     const int64_t piece = window_rows_ > 0 ? window_piece_ : max_new_rows_;
     const Tensor feats = fake.take({piece, model.feature_dim()}, be.compute_dtype());
-    const Tensor logits = fake.take({max_block_ - 1, lm_head.dim(0)}, DType::f32);
+    const Tensor logits = fake.take({max_block_ - lead, lm_head.dim(0)}, DType::f32);
     ws_ = Workspace(be, plan_workspace(be, [&](Backend& pb, Workspace& pws) {
                         run(pb, pws, feats, 0, 0, max_block_, logits);
                     }));
@@ -465,7 +525,8 @@ void DrafterSession::draft(const Tensor& new_features, int32_t anchor, const Ten
     DF_CHECK(ctx_len_ + T <= capacity_,
              "the drafter context would reach {} rows but the session holds {}", ctx_len_ + T,
              capacity_);
-    DF_ASSERT(logits.dim(0) == B - 1, "logits rows {} for block {}", logits.dim(0), B);
+    const int64_t drafts = model_.config().dspark() ? B : B - 1;
+    DF_ASSERT(logits.dim(0) == drafts, "logits rows {} for block {}", logits.dim(0), B);
     // Context rows go in pieces of max_new_rows; the block is drafted with the last piece.
     int64_t done = 0;
     const int64_t piece_rows = window_rows_ > 0 ? window_piece_ : max_new_rows_;
@@ -552,8 +613,10 @@ void DrafterSession::run(Backend& be, Workspace& ws, const Tensor& new_features,
                                      kind, x, cfg.layer_window(l));
             }
         }
-        Tensor h = ws.take({B - 1, D}, act);
-        be.rmsnorm_fwd(x.rows(1, B), model_.params().value("norm.weight"), model_.dims().eps, h,
+        // DSpark: every row drafts, and its heads read the rows' hidden states afterwards.
+        const int64_t lead = cfg.dspark() ? 0 : 1;
+        Tensor h = cfg.dspark() ? h_.view().rows(0, B) : ws.take({B - 1, D}, act);
+        be.rmsnorm_fwd(x.rows(lead, B), model_.params().value("norm.weight"), model_.dims().eps, h,
                        Tensor());
         linear(be, prepared_, h, lm_head_, logits);
         if (model_.config().dflash2())
@@ -592,6 +655,11 @@ void DrafterSession::slide_window_caches(int64_t T, int64_t B) {
             be_.copy(t->view().rows(0, keep), t->view().rows(used - keep, used));
     }
     window_offset_ += used - keep;
+}
+
+Tensor DrafterSession::dspark_hidden(int64_t block_size) const {
+    if (h_.empty()) return Tensor();
+    return h_.view().rows(0, block_size > 0 ? block_size : model_.block_size());
 }
 
 Tensor DrafterSession::selector_z(int64_t block_size) const {

@@ -15,6 +15,7 @@
 #include "model/block_loss.h"
 #include "model/decoder_layer.h"
 #include "model/dflash2_layer.h"
+#include "model/dspark_heads.h"
 #include "model/hf_config.h"
 #include "model/params.h"
 
@@ -39,6 +40,9 @@ struct BlockObjective {
     // weight in the gradient (train.selector_loss_alpha; 0: metrics only). Empty: no selector loss.
     Tensor selector_stats;
     double selector_alpha = 0;
+    // DSpark drafters: the weights of the CE, L1 and confidence terms (train.dspark_*_alpha;
+    // the teacher_hidden above is then required whatever `loss` says).
+    DsparkLossWeights dspark;
 };
 
 // DrafterModel::train_step's arguments, by lifetime. One packed training sequence:
@@ -85,7 +89,9 @@ class DrafterModel {
     static DrafterModel random(Backend& be, DrafterConfig cfg, uint64_t seed, float std = 0.02f);
     // A DFlash2 drafter with the DFlash drafter `v1`'s backbone (every tensor of v1, copied) and
     // neutral new modules (init_dflash2_modules): it drafts exactly what v1 drafts. cfg must be
-    // v1's config with arch dflash2 (the conv/selector keys may be anything valid).
+    // v1's config with arch dflash2 (the conv/selector keys may be anything valid). With arch
+    // dspark: the DSpark warm start (docs/training.md "DSpark drafters"), v1's backbone and
+    // fresh heads (init_dspark_heads).
     static DrafterModel from_dflash(Backend& be, const DrafterModel& v1, DrafterConfig cfg,
                                     uint64_t seed, float std = 0.02f);
     // DFlash2 only. Identity convolutions (base_kernel tap 0 = 1, other taps 0, kernel
@@ -93,6 +99,9 @@ class DrafterModel {
     // (successor_codebook 0, so every pair score is 0 and the walk follows the unary scores; the
     // predecessor codebook and hidden projection N(0, std^2) so that training moves them).
     void init_dflash2_modules(uint64_t seed, float std = 0.02f);
+    // DSpark only: the Markov and confidence heads' weights N(0, std^2), their biases 0 (the
+    // HF default init of a new module).
+    void init_dspark_heads(uint64_t seed, float std = 0.02f);
     void save(const std::filesystem::path& dir, DType store_as = DType::bf16) const;
 
     const DrafterConfig& config() const { return cfg_; }
@@ -176,9 +185,10 @@ class DrafterSession {
     // Appends the features [T, K*D] (device) of newly committed tokens at positions
     // context_length()..context_length()+T-1 to the context, then drafts the block
     // [anchor, MASK x (B-1)] at positions context_length()..+B-1 (after the append) and writes the
-    // logits of block positions 1..B-1 into logits [B-1, V] (device, f32). The block's own K/V are
-    // not kept. block_size 0 means the drafter's own. More than max_new_rows features are appended
-    // in pieces.
+    // logits of block positions 1..B-1 into logits [B-1, V] (device, f32); a DSpark drafter's
+    // of every position 0..B-1 (the LM head's U_k, before the Markov bias) into logits [B, V]. The
+    // block's own K/V are not kept. block_size 0 means the drafter's own. More than max_new_rows
+    // features are appended in pieces.
     void draft(const Tensor& new_features, int32_t anchor, const Tensor& logits,
                int64_t block_size = 0);
     // Forgets context rows >= len.
@@ -186,6 +196,9 @@ class DrafterSession {
     // DFlash2: z [B-1, r] = hidden_projection of block rows 1..B-1 of the last draft (the
     // selector's input, candidate_selector.h); empty for DFlash drafters.
     Tensor selector_z(int64_t block_size) const;
+    // DSpark: h [B, D], the final-normed hidden states of every row of the last draft (the
+    // heads' input, dspark_heads.h); empty for other drafters.
+    Tensor dspark_hidden(int64_t block_size) const;
 
   private:
     // Appends T <= max_new_rows context rows and, when B > 0, drafts a block after them.
@@ -212,6 +225,7 @@ class DrafterSession {
     int64_t window_offset_ = 0;
     std::vector<LayerKvCache> cache_;
     DeviceTensor z_;  // DFlash2: [max_block-1, r]
+    DeviceTensor h_;  // DSpark: [max_block, D]
     int64_t ctx_len_ = 0;
     Workspace ws_;
 };

@@ -577,6 +577,8 @@ std::vector<std::string> DrafterConfig::problems() const {
     }
     if (dflash2())
         for (auto& problem : dflash2_problems(*this)) p.push_back(std::move(problem));
+    if (dspark())
+        for (auto& problem : dspark_problems(*this)) p.push_back(std::move(problem));
     for (auto& problem : attention_layout_problems(*this)) p.push_back(std::move(problem));
     return p;
 }
@@ -590,11 +592,17 @@ DrafterConfig DrafterConfig::from_json(const json& j) {
 
 DrafterConfig DrafterConfig::from_json_unchecked(const json& j) {
     DF_CHECK(j.is_object(), "drafter config.json is {} (expected an object)", j.type_name());
+    if (present(j, "speculators_model_type")) return from_speculators_json(j);
     DrafterConfig d;
     if (names_architecture(j, "DFlash2DraftModel")) d.arch = DrafterArch::dflash2;
+    if (is_dspark_config_json(j)) d.arch = DrafterArch::dspark;
     d.layer = parse_layer_fields(j, "qwen3", "a DFlash drafter", true);
-    const json dc = present(j, "dflash_config") ? j["dflash_config"] : json::object();
+    json dc = present(j, "dflash_config") ? j["dflash_config"] : json::object();
     DF_CHECK(dc.is_object(), "dflash_config is {} (expected an object)", dc.dump());
+    // DeepSpec's DSpark configs keep these two top-level (no dflash_config at all).
+    if (d.dspark())
+        for (const char* key : {"mask_token_id", "target_layer_ids"})
+            if (!present(dc, key) && present(j, key)) dc[key] = j[key];
     // SGLang also accepts block_size and num_target_layers inside dflash_config. Where both
     // places hold one, engines differ in which they read, so they must agree.
     auto top_or_inner = [&](const char* key) -> int64_t {
@@ -641,6 +649,7 @@ DrafterConfig DrafterConfig::from_json_unchecked(const json& j) {
             default_target_layer_ids(d.num_target_layers, d.layer.num_hidden_layers);
     }
     if (d.dflash2()) parse_dflash2(j, dc, d);
+    if (d.dspark()) parse_dspark_fields(j, dc, d);
     parse_attention_layout(j, dc, d);
     return d;
 }
@@ -656,6 +665,7 @@ json DrafterConfig::to_json() const {
     j["dtype"] = layer.torch_dtype;
     attention_layout_json(j);
     if (dflash2()) dflash2_json(j);
+    if (dspark()) dspark_json(j);
     return j;
 }
 
@@ -811,7 +821,8 @@ std::vector<std::string> drafter_target_mismatches(const DrafterConfig& d, const
 bool is_drafter_config_json(const json& j) {
     if (!j.is_object()) return false;
     if (j.contains("dflash_config")) return true;
-    return names_architecture(j, "DFlashDraftModel") || names_architecture(j, "DFlash2DraftModel");
+    return names_architecture(j, "DFlashDraftModel") ||
+           names_architecture(j, "DFlash2DraftModel") || is_dspark_config_json(j);
 }
 
 }  // namespace dflash

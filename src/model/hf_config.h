@@ -135,10 +135,41 @@ struct TargetConfig {
     int64_t layer_window(int64_t i) const;
 };
 
-// Which drafter a config describes: DFlash (architectures DFlashDraftModel) or DFlash2
+// Which drafter a config describes: DFlash (architectures DFlashDraftModel), DFlash2
 // (DFlash2DraftModel: a grouped dynamic convolution around every sublayer and a candidate
-// selector, docs/formats.md "DFlash2 drafter directory").
-enum class DrafterArch { dflash, dflash2 };
+// selector, docs/formats.md "DFlash2 drafter directory") or DSpark (Qwen3DSparkModel /
+// DSparkDraftModel / a speculators "dspark" config: the DFlash backbone whose anchor slot also
+// predicts, a Markov logit-bias head and a confidence head, docs/formats.md "DSpark drafter
+// directory").
+enum class DrafterArch { dflash, dflash2, dspark };
+
+// DSpark's Markov head (docs/formats.md "DSpark drafter directory"): vanilla B = W2 W1[prev];
+// gated B = W2 (sigmoid(Wg [h; e] + bg) * e); rnn (a recurrent state per block) is read but
+// refused by problems(): dflash does not run it.
+enum class MarkovHeadType { vanilla, gated, rnn };
+const char* markov_head_type_name(MarkovHeadType t);
+// "vanilla", "gated" or "rnn"; anything else is an error naming `what` (the key or setting).
+MarkovHeadType parse_markov_head_type(const std::string& name, const std::string& what);
+
+// The DSpark-only keys.
+struct DsparkConfig {
+    int64_t markov_rank = 256;  // r
+    MarkovHeadType markov_head = MarkovHeadType::vanilla;
+    bool confidence_head = true;         // enable_confidence_head
+    bool confidence_with_markov = true;  // confidence_head_with_markov: input [h; e], else h
+    // The confidence head's input width for hidden size D.
+    int64_t confidence_dim(int64_t hidden) const {
+        return confidence_with_markov ? hidden + markov_rank : hidden;
+    }
+};
+
+// How a drafter directory's config.json is laid out (`dflash inspect` names it; `dflash export
+// drafter --dialect` picks it for DSpark drafters): DFlash/DFlash2's z-lab layout, DSpark's
+// DeepSpec/SGLang layout (architectures Qwen3DSparkModel, the DSpark keys top-level and in
+// dflash_config) or the speculators (vLLM) layout (speculators_model_type "dspark").
+enum class DrafterDialect { zlab, deepspec, speculators };
+const char* drafter_dialect_name(DrafterDialect d);
+DrafterDialect parse_drafter_dialect(const std::string& name);
 
 // Largest selector_top_k and selector_rank accepted: far above the released 16 and 256, small
 // enough that a damaged config is refused before codebooks are allocated.
@@ -169,6 +200,7 @@ struct DrafterConfig {
     std::vector<int64_t> target_layer_ids;
     DrafterArch arch = DrafterArch::dflash;
     Dflash2Config d2;  // arch == dflash2 only
+    DsparkConfig ds;   // arch == dspark only
     // Attention of every drafter (docs/formats.md "DFlash drafter directory", docs/training.md
     // "Sliding-window drafter layers"): one flag per layer (layer_types "sliding_attention"), the
     // window of those layers (sliding_window W > 0 when any slides) and is_causal (top level, else
@@ -184,7 +216,17 @@ struct DrafterConfig {
     void attention_layout_json(nlohmann::json& j) const;  // to_json's layer_types and window keys
 
     bool dflash2() const { return arch == DrafterArch::dflash2; }
+    bool dspark() const { return arch == DrafterArch::dspark; }
+    // Tokens one draft proposes: DSpark's anchor slot predicts too (B), DFlash's does not (B-1).
+    int64_t num_drafts() const { return dspark() ? block_size : block_size - 1; }
     void dflash2_json(nlohmann::json& j) const;  // to_json's DFlash2 part
+    void dspark_json(nlohmann::json& j) const;   // to_json's DSpark part (DeepSpec/SGLang)
+    // The speculators (vLLM) layout of a DSpark drafter, and its reading (hf_config_dspark.cpp).
+    nlohmann::json to_speculators_json() const;
+    static DrafterConfig from_speculators_json(const nlohmann::json& j);
+    // config.json in `dialect` (zlab: to_json for DFlash/DFlash2; DSpark drafters take deepspec
+    // or speculators).
+    void save(const std::filesystem::path& dir, DrafterDialect dialect) const;
     static DrafterConfig from_json(const nlohmann::json& j);
     static DrafterConfig from_json_unchecked(const nlohmann::json& j);  // see TargetConfig's
     nlohmann::json to_json() const;
@@ -213,5 +255,7 @@ std::vector<std::string> drafter_target_mismatches(const DrafterConfig& d, const
 
 // True if this config.json describes a DFlash drafter rather than a target.
 bool is_drafter_config_json(const nlohmann::json& j);
+// The layout of a drafter's config.json (is_drafter_config_json true).
+DrafterDialect drafter_config_dialect(const nlohmann::json& j);
 
 }  // namespace dflash

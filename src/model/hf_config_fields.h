@@ -103,4 +103,11 @@ void hybrid_problems(const TargetConfig& c, std::vector<std::string>& p);
 // The text model's config as transformers' ...ForCausalLM writes it.
 void hybrid_fields_json(const TargetConfig& c, json& j);
 
+// DSpark drafters (hf_config_dspark.cpp): whether j describes one (Qwen3DSparkModel,
+// DSparkDraftModel, projector_type "dspark" or a speculators "dspark" config); its keys into d
+// (top level first, then dflash_config); their problems.
+bool is_dspark_config_json(const json& j);
+void parse_dspark_fields(const json& j, const json& dc, DrafterConfig& d);
+std::vector<std::string> dspark_problems(const DrafterConfig& d);
+
 }  // namespace dflash::config_fields

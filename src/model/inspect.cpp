@@ -210,6 +210,18 @@ void describe_dflash2(const DrafterConfig& d, std::string& out) {
     out += fmt::format("               attention per layer: {}\n", layers);
 }
 
+// DSpark's heads (docs/formats.md "DSpark drafter directory").
+void describe_dspark(const DrafterConfig& d, std::string& out) {
+    const DsparkConfig& c = d.ds;
+    out += fmt::format(
+        "dspark:        {} drafts per block (the anchor slot predicts); markov head {}, rank {}; "
+        "confidence head {}\n",
+        d.num_drafts(), markov_head_type_name(c.markov_head), c.markov_rank,
+        !c.confidence_head         ? std::string("none")
+        : c.confidence_with_markov ? std::string("on [h; e]")
+                                   : std::string("on h"));
+}
+
 std::string family_name(const std::string& model_type) {
     if (model_type == "qwen3") return "qwen3 (Qwen3, dense)";
     if (model_type == "qwen2") return "qwen2 (Qwen2, dense)";
@@ -320,6 +332,11 @@ void describe_config(const DirState& st, std::string& out) {
             st.drafter->block_size, st.drafter->mask_token_id,
             shape_str(st.drafter->target_layer_ids), st.drafter->num_target_layers);
         if (st.drafter->dflash2()) describe_dflash2(*st.drafter, out);
+        if (st.drafter->dspark()) describe_dspark(*st.drafter, out);
+        // Which layout config.json is in (docs/formats.md "DSpark drafter directory").
+        if (st.config_json)
+            out += fmt::format("config:        dialect {}\n",
+                               drafter_dialect_name(drafter_config_dialect(*st.config_json)));
     }
 }
 

@@ -10,6 +10,7 @@
 
 #include "core/checkpoint_io.h"
 #include "core/error.h"
+#include "model/dspark_heads.h"
 
 namespace dflash {
 
@@ -249,6 +250,8 @@ std::vector<TensorSpec> drafter_tensor_specs(const DrafterConfig& c) {
         out.push_back({"candidate_selector.predecessor_codebook", {c.layer.vocab_size, r}});
         out.push_back({"candidate_selector.successor_codebook", {c.layer.vocab_size, r}});
     }
+    // After norm.weight: the backward finishes the heads first (Note [Final gradients]).
+    if (c.dspark()) append_dspark_specs(out, c.ds, d, c.layer.vocab_size);
     return out;
 }
 

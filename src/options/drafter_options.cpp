@@ -16,6 +16,11 @@ train::DrafterOptions drafter_options_from_settings(const config::Settings& s) {
     o.conv_group_size = s.get<int64_t>("drafter.conv_group_size");
     o.selector_rank = s.get<int64_t>("drafter.selector_rank");
     o.selector_top_k = s.get<int64_t>("drafter.selector_top_k");
+    o.markov_rank = s.get<int64_t>("drafter.markov_rank");
+    o.markov_head_type = s.get<std::string>("drafter.markov_head_type");
+    o.confidence_head = s.get<bool>("drafter.confidence_head");
+    o.confidence_head_with_markov = s.get<bool>("drafter.confidence_head_with_markov");
+    o.dialect = s.get<std::string>("drafter.dialect");
     o.layer_types = s.get<std::vector<std::string>>("drafter.layer_types");
     o.sliding_window = s.get<int64_t>("drafter.sliding_window");
     return o;

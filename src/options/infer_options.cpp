@@ -16,6 +16,7 @@ GenerateOptions generate_options_from_settings(const config::Settings& s) {
     o.block_size = s.get<int64_t>("infer.block_size");
     o.max_context = s.get<int64_t>("infer.max_context");
     o.draft_sampling = s.get<bool>("infer.draft_sampling");
+    o.confidence_threshold = s.get<double>("infer.dspark_confidence_threshold");
     o.seed = static_cast<uint64_t>(s.get<int64_t>("infer.seed"));
     o.draft_precision = parse_draft_precision(s.get<std::string>("infer.cpu_draft_precision"));
     return o;

@@ -37,6 +37,9 @@ train::TrainOptions train_options_from_settings(const config::Settings& s) {
     o.loss = parse_loss_mix(s.get<std::string>("train.loss"));
     o.documents = s.get<std::string>("train.documents");
     o.selector_loss_alpha = s.get<double>("train.selector_loss_alpha");
+    o.dspark_ce_alpha = s.get<double>("train.dspark_ce_alpha");
+    o.dspark_l1_alpha = s.get<double>("train.dspark_l1_alpha");
+    o.dspark_confidence_alpha = s.get<double>("train.dspark_confidence_alpha");
     o.loss_weighting = parse_loss_weighting(s.get<std::string>("train.loss_weighting"));
     o.dpace_alpha = s.get<double>("train.dpace_alpha");
     o.optimizer = s.get<std::string>("train.optimizer");

@@ -36,6 +36,9 @@ struct DrafterLossOptions {
     double dpace_alpha = 0;         // > 0: train.loss_weighting = dpace with train.dpace_alpha
     double hidden_noise = 0;        // train.hidden_noise
     bool recompute_layers = false;  // train.recompute_layers
+    DsparkLossWeights dspark{};     // train.dspark_*_alpha (DSpark drafters)
+    // drafter.dialect: DSpark drafters' config.json layout when saved.
+    DrafterDialect dialect = DrafterDialect::deepspec;
     // The decay gamma of the weights known before the forward: with D-PACE 0 (uniform), so that
     // a sequence's normaliser is its count of trained slots (docs/training.md "D-PACE").
     double static_gamma() const { return dpace_alpha > 0 ? 0.0 : gamma; }
@@ -65,11 +68,19 @@ class DrafterTask : public WorkerTask {
     }
 
     ParamSet& params() override { return drafter_.params(); }
-    int64_t num_positions() const override { return drafter_.block_size() - 1; }
-    int64_t stats_offset() const override { return 1; }
+    // DSpark: every slot drafts (position k = slot k); DFlash: block positions 1..B-1.
+    bool dspark() const { return drafter_.config().dspark(); }
+    int64_t num_positions() const override { return drafter_.config().num_drafts(); }
+    int64_t stats_offset() const override { return dspark() ? 0 : 1; }
     bool reports_tau() const override { return true; }
+    // DSpark's confidence loss is computed on the host in the middle of the step.
+    bool recordable() const override { return !dspark(); }
 
-    std::string loss_kind() const override { return opt_.loss.name(); }
+    std::string loss_kind() const override {
+        if (!dspark()) return opt_.loss.name();
+        return fmt::format("dspark({:g}*ce+{:g}*l1+{:g}*bce)", opt_.dspark.ce, opt_.dspark.l1,
+                           opt_.dspark.confidence);
+    }
 
     // DFlash2: the candidate selector's sums (SelectorStatsLayout) after the loss stats.
     int64_t extra_stats_size() const override {
@@ -161,6 +172,7 @@ class DrafterTask : public WorkerTask {
 
     void save_model(const fs::path& dir) const override {
         drafter_.save(dir, DType::bf16);
+        if (dspark()) drafter_.config().save(dir, opt_.dialect);  // config.json in its dialect
         save_tokenizer_spec(dir, tok_);
     }
 
@@ -173,7 +185,7 @@ class DrafterTask : public WorkerTask {
         eval_model_->params().copy_from(drafter_.params());
         SpeculativeEngine engine(*target_, &*eval_model_, be);
         DecodeEval d;
-        d.accept_hist.assign(static_cast<size_t>(drafter_.block_size() + 1), 0);
+        d.accept_hist.assign(static_cast<size_t>(drafter_.config().num_drafts() + 2), 0);
         for (const Prompt& p : decode_->prompts) {
             const GenerateResult g = engine.generate(p.tokens, decode_->options);
             d.prompts += 1;
@@ -194,7 +206,8 @@ class DrafterTask : public WorkerTask {
     BlockObjective make_objective(Backend& be, Workspace& ws, const MicroBatch& mb) {
         BlockObjective o;
         o.loss = opt_.loss;
-        if (opt_.loss.needs_teacher()) {
+        o.dspark = opt_.dspark;
+        if (opt_.loss.needs_teacher() || dspark()) {
             const auto S = static_cast<int64_t>(mb.seq.tokens.size());
             o.teacher_hidden = ws.take({S, target_->dims().D}, be.compute_dtype());
         }
@@ -312,8 +325,23 @@ DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const 
     DrafterConfig dc = make_drafter_config(tc, d.num_layers, d.block_size, mask, std::move(ids));
     apply_attention_layout(d, dc);
     DrafterModel v1 = DrafterModel::random(be, dc, seed ^ kInitSalt);
+    if (d.architecture == "dspark")
+        return DrafterModel::from_dflash(be, v1, dspark_config(v1.config(), d), seed);
     if (d.architecture != "dflash2") return v1;
     return DrafterModel::from_dflash(be, v1, dflash2_config(v1.config(), d), seed);
+}
+
+DrafterConfig dspark_config(const DrafterConfig& base, const DrafterOptions& d) {
+    DrafterConfig c = base;
+    c.arch = DrafterArch::dspark;
+    c.ds.markov_rank = d.markov_rank;
+    c.ds.markov_head = parse_markov_head_type(d.markov_head_type, "drafter.markov_head_type");
+    c.ds.confidence_head = d.confidence_head;
+    c.ds.confidence_with_markov = d.confidence_head_with_markov;
+    const auto p = c.problems();
+    DF_CHECK(p.empty(), "cannot make a DSpark drafter from these settings: {}",
+             fmt::format("{}", fmt::join(p, "; ")));
+    return c;
 }
 
 DrafterConfig dflash2_config(const DrafterConfig& base, const DrafterOptions& d) {
@@ -365,6 +393,15 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const RunSettings&
                         : !job.init_drafter.empty()
                             ? DrafterModel::load(*host, job.init_drafter)
                             : make_initial_drafter(*host, target, *tok, o.drafter, o.runtime.seed);
+    // DSpark warm start (docs/training.md "DSpark drafters"): a DFlash drafter given as the
+    // initial drafter of a drafter.architecture=dspark run keeps its backbone, with new heads.
+    if (!resume_from && !job.init_drafter.empty() && o.drafter.architecture == "dspark" &&
+        init.config().arch == DrafterArch::dflash) {
+        log.info("warm start: DSpark heads added to the DFlash drafter {}",
+                 job.init_drafter.string());
+        init = DrafterModel::from_dflash(*host, init, dspark_config(init.config(), o.drafter),
+                                         o.runtime.seed);
+    }
     const auto mismatch = drafter_target_mismatches(init.config(), target.config());
     DF_CHECK(mismatch.empty(), "the drafter does not fit the target '{}': {}",
              job.target_dir.string(), mismatch.front());
@@ -382,14 +419,31 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const RunSettings&
     if (t.loss_weighting == LossWeighting::dpace) lo.dpace_alpha = t.dpace_alpha;
     lo.hidden_noise = t.hidden_noise;
     lo.recompute_layers = t.recompute_layers;
-    log.info("objective: train.loss={}, train.loss_weighting={}{}, train.documents={}{}",
-             lo.loss.name(), loss_weighting_name(t.loss_weighting),
-             lo.dpace_alpha > 0 ? fmt::format(" (alpha {})", lo.dpace_alpha) : std::string(),
-             t.documents,
-             init.config().dflash2()
-                 ? fmt::format(", train.selector_loss_alpha={} (DFlash2 selector, top-{})",
-                               lo.selector_alpha, init.config().d2.selector_top_k)
-                 : std::string());
+    lo.dspark = {t.dspark_ce_alpha, t.dspark_l1_alpha, t.dspark_confidence_alpha};
+    lo.dialect = parse_drafter_dialect(o.drafter.dialect);
+    DF_CHECK(
+        !init.config().dspark() ||
+            (t.loss.is_only(LossKind::ce) && t.loss_weighting == LossWeighting::decay),
+        "a DSpark drafter trains on its own loss (train.dspark_ce_alpha, train.dspark_l1_alpha, "
+        "train.dspark_confidence_alpha): leave train.loss (now {}) and train.loss_weighting "
+        "(now {}) at their defaults ce and decay",
+        t.loss.name(), loss_weighting_name(t.loss_weighting));
+    if (init.config().dspark())
+        log.info(
+            "objective: DSpark loss dspark({:g}*ce+{:g}*l1+{:g}*bce) (train.dspark_*_alpha; "
+            "train.loss does not apply), markov head {} rank {}, train.documents={}",
+            lo.dspark.ce, lo.dspark.l1, lo.dspark.confidence,
+            markov_head_type_name(init.config().ds.markov_head), init.config().ds.markov_rank,
+            t.documents);
+    else
+        log.info("objective: train.loss={}, train.loss_weighting={}{}, train.documents={}{}",
+                 lo.loss.name(), loss_weighting_name(t.loss_weighting),
+                 lo.dpace_alpha > 0 ? fmt::format(" (alpha {})", lo.dpace_alpha) : std::string(),
+                 t.documents,
+                 init.config().dflash2()
+                     ? fmt::format(", train.selector_loss_alpha={} (DFlash2 selector, top-{})",
+                                   lo.selector_alpha, init.config().d2.selector_top_k)
+                     : std::string());
     spec.make_task = [&](int, Backend& be) {
         return std::make_unique<DrafterTask>(be, target, init, *tok, lo, decode.get());
     };

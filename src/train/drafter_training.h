@@ -49,6 +49,9 @@ DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const 
 // attention like the DFlash drafter it starts from, so that with its identity / neutral new
 // modules (DrafterModel::from_dflash) it drafts exactly as that drafter.
 DrafterConfig dflash2_config(const DrafterConfig& base, const DrafterOptions& drafter);
+// The DSpark version of `base` with the drafter.markov_* / confidence_* options (the warm start
+// of docs/training.md "DSpark drafters" and fresh DSpark drafters).
+DrafterConfig dspark_config(const DrafterConfig& base, const DrafterOptions& drafter);
 // drafter.layer_types and drafter.sliding_window into c (errors name the setting).
 void apply_attention_layout(const DrafterOptions& d, DrafterConfig& c);
 

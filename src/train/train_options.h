@@ -57,6 +57,10 @@ struct TrainOptions {
     double dpace_alpha = 0.5;          // in (0, 1]
     std::string documents = "packed";  // packed | separate
     double selector_loss_alpha = 1.0;
+    // DSpark drafters (docs/training.md "DSpark drafters"): the three terms' weights.
+    double dspark_ce_alpha = 0.1;
+    double dspark_l1_alpha = 0.9;
+    double dspark_confidence_alpha = 1.0;
     // train.optimizer: adamw, or muon for the 2-D weights (MuonConfig) with AdamW for the rest.
     std::string optimizer = "adamw";
     double muon_lr = 0;  // 0: 10 x lr
@@ -90,7 +94,7 @@ struct PretrainOptions {
 
 // The drafter.* settings: the drafter a fresh run (or `dflash init`) builds.
 struct DrafterOptions {
-    std::string architecture = "dflash";  // dflash | dflash2
+    std::string architecture = "dflash";  // dflash | dflash2 | dspark
     int64_t block_size = 16;
     int64_t num_layers = 1;
     std::vector<int64_t> target_layer_ids;  // empty: the default rule
@@ -100,6 +104,12 @@ struct DrafterOptions {
     int64_t conv_group_size = 16;
     int64_t selector_rank = 256;
     int64_t selector_top_k = 16;
+    int64_t markov_rank = 256;  // DSpark
+    std::string markov_head_type = "vanilla";
+    bool confidence_head = true;
+    bool confidence_head_with_markov = true;
+    // The layout of a DSpark drafter's config.json when written: deepspec | speculators.
+    std::string dialect = "deepspec";
     // Per draft layer "full_attention" or "sliding_attention" (empty: all full), and the window
     // of the sliding ones (docs/training.md "Sliding-window drafter layers").
     std::vector<std::string> layer_types;

@@ -102,6 +102,9 @@ class WorkerTask {
     }
     virtual void run(Backend& be, Workspace& ws, const MicroBatch& mb, float grad_scale,
                      const Tensor& stats) = 0;
+    // Whether run() may be recorded as a step (Backend::run_step): false when it reads device
+    // results on the host in the middle (DSpark's confidence loss), so it runs eagerly.
+    virtual bool recordable() const { return true; }
     // Writes the model in its HF layout (bf16) plus the tokenizer description into dir.
     virtual void save_model(const std::filesystem::path& dir) const = 0;
     // Real speculative decoding of held-out prompts with the current weights (drafters given

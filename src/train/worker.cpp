@@ -182,13 +182,18 @@ void Worker::run_batch(const MicroBatch& mb, float grad_scale, const Tensor& sta
                                     : "train.microbatch",
                 task_->step_shape(mb)};
     key.dims.push_back(address_of(stats));
-    be_->run_step(key, [&] {
+    const auto step = [&] {
         const auto backward = [&] { task_->run(*be_, ws_, mb, grad_scale, stats); };
         if (sum != nullptr)
             (*sum)(backward);
         else
             backward();
-    });
+    };
+    // A task that reads device results on the host mid-step runs eagerly.
+    if (task_->recordable())
+        be_->run_step(key, step);
+    else
+        step();
 }
 
 TaskStats Worker::stats_from(const float* s) const {

@@ -1,0 +1,372 @@
+// DSpark's Markov and confidence heads: training loss and per-slot decoding (see dspark_heads.h).
+// Tested by tests/model/dspark_test.cpp.
+#include "model/dspark_heads.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace dflash {
+namespace {
+
+constexpr const char* kW1 = "markov_head.markov_w1.weight";
+constexpr const char* kW2 = "markov_head.markov_w2.weight";
+constexpr const char* kGateW = "markov_head.gate_proj.weight";
+constexpr const char* kGateB = "markov_head.gate_proj.bias";
+constexpr const char* kConfW = "confidence_head.proj.weight";
+constexpr const char* kConfB = "confidence_head.proj.bias";
+
+bool gated(const DsparkConfig& c) {
+    return c.markov_head == MarkovHeadType::gated;
+}
+
+template <class Get>
+DsparkHeadWeights head_tensors(const DsparkConfig& c, Get get) {
+    DsparkHeadWeights w;
+    w.w1 = get(kW1);
+    w.w2 = get(kW2);
+    if (gated(c)) {
+        w.gate_w = get(kGateW);
+        w.gate_b = get(kGateB);
+    }
+    if (c.confidence_head) {
+        w.conf_w = get(kConfW);
+        w.conf_b = get(kConfB);
+    }
+    return w;
+}
+
+double sigmoid(double x) {
+    return 1.0 / (1.0 + std::exp(-x));
+}
+
+// A device tensor's values on the host as f32 (through an f32 scratch copy: CUDA computes in
+// bf16). Waits for the device.
+HostTensor download_f32(Backend& be, Workspace& ws, const Tensor& t) {
+    HostTensor h(t.shape());
+    Tensor src = t;
+    if (t.dtype() != DType::f32) {
+        src = ws.take(t.shape(), DType::f32);
+        be.copy(src, t);
+    }
+    be.download(h.view(), src);
+    return h;
+}
+
+// Host f32 values into a device tensor of the compute dtype `dtype`, taken from ws.
+Tensor upload_as(Backend& be, Workspace& ws, const HostTensor& h, DType dtype) {
+    const Tensor f = ws.take(h.shape(), DType::f32);
+    be.upload(f, h.view());
+    if (dtype == DType::f32) return f;
+    const Tensor t = ws.take(h.shape(), dtype);
+    be.copy(t, f);
+    return t;
+}
+
+// dst [M, C] = src[:, col : col + C] for src [M, W] (same dtype): a gather of the chunks of
+// gcd(W, col, C) elements that make up those columns, with src viewed as a table of such chunks
+// (an embedding lookup; no op copies columns out). `ids` are staged per call.
+void take_columns(Backend& be, Workspace& ws, const Tensor& src, int64_t col, const Tensor& dst) {
+    const int64_t M = src.dim(0), W = src.dim(1), C = dst.dim(1);
+    DF_ASSERT(dst.dim(0) == M && col >= 0 && col + C <= W, "take_columns [{}, {}] from {} + {}", M,
+              C, W, col);
+    const int64_t g = std::gcd(std::gcd(W, col), C);
+    const int64_t per_row = C / g;
+    Workspace::Staged ids = ws.input({M * per_row}, DType::i32);
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t j = 0; j < per_row; ++j)
+            ids.host.i32()[m * per_row + j] = static_cast<int32_t>((m * W + col) / g + j);
+    ws.send_inputs();
+    be.embedding_fwd(src.reshape({M * W / g, g}), ids.device, dst.reshape({M * per_row, g}));
+}
+
+// dst [M, D + r] = [a | b].
+void concat_columns(Backend& be, const Tensor& a, const Tensor& b, const Tensor& dst) {
+    be.copy_columns(dst, 0, a);
+    be.copy_columns(dst, a.dim(1), b);
+}
+
+// y [M, C] += src[:, col : col + C].
+void add_columns(Backend& be, Workspace& ws, const Tensor& src, int64_t col, const Tensor& y) {
+    const Tensor t = ws.take(y.shape(), src.dtype());
+    take_columns(be, ws, src, col, t);
+    be.add_inplace(y, t);
+}
+
+}  // namespace
+
+float dspark_slot_weight(int64_t anchor, int64_t k, std::span<const uint8_t> loss_mask,
+                         double gamma) {
+    const auto S = static_cast<int64_t>(loss_mask.size());
+    for (int64_t i = 0; i <= k; ++i) {
+        const int64_t p = anchor + i + 1;
+        if (p >= S || !loss_mask[p]) return 0.0f;
+    }
+    if (gamma <= 0) return 1.0f;
+    return static_cast<float>(std::exp(-static_cast<double>(k) / gamma));
+}
+
+DsparkHeadWeights dspark_head_weights(const ParamSet& p, const DsparkConfig& c) {
+    return head_tensors(c, [&](const char* n) { return p.value(n); });
+}
+
+DsparkHeadWeights dspark_head_grads(ParamSet& p, const DsparkConfig& c) {
+    return head_tensors(c, [&](const char* n) { return p.grad(n); });
+}
+
+void append_dspark_specs(std::vector<TensorSpec>& out, const DsparkConfig& c, int64_t hidden,
+                         int64_t vocab) {
+    const int64_t r = c.markov_rank;
+    out.push_back({kW1, {vocab, r}});
+    out.push_back({kW2, {vocab, r}});
+    if (gated(c)) {
+        out.push_back({kGateW, {r, hidden + r}});
+        out.push_back({kGateB, {r}});
+    }
+    if (c.confidence_head) {
+        out.push_back({kConfW, {1, c.confidence_dim(hidden)}});
+        out.push_back({kConfB, {1}});
+    }
+}
+
+void dspark_block_loss(Backend& be, Workspace& ws, ParamSet& params, const DsparkConfig& c,
+                       const DsparkLossArgs& a, const Tensor& dh, const Tensor& stats) {
+    DF_CHECK(c.markov_head != MarkovHeadType::rnn,
+             "DSpark markov_head_type rnn is not supported by dflash (vanilla or gated)");
+    const int64_t R = a.hf.dim(0), D = a.hf.dim(1), V = a.lm_head.dim(0), r = c.markov_rank;
+    const int64_t W = D + r;
+    const DType act = a.hf.dtype();
+    const bool grads = !dh.empty();
+    const DsparkHeadWeights w = dspark_head_weights(params, c);
+    DF_CHECK(!a.teacher_hidden.empty() && a.teacher_rows.numel() == R,
+             "the DSpark loss needs the target's final hidden states and one teacher row per slot");
+
+    // ---- forward: the bias input b, [h | b] and the combined head [lm_head | W2].
+    const Tensor e = ws.take({R, r}, act);
+    be.embedding_fwd(w.w1, a.prev, e);
+    Tensor b = e, xg, gpre;
+    if (gated(c)) {
+        xg = ws.take({R, W}, act);
+        concat_columns(be, a.hf, e, xg);
+        gpre = ws.take({R, r}, act);
+        be.gemm(xg, false, w.gate_w, true, gpre);
+        be.add_row_bias(gpre, w.gate_b);
+        b = ws.take({R, r}, act);
+        be.sigmoid_mul(e, gpre, b);
+    }
+    const Tensor xb = ws.take({R, W}, act);
+    concat_columns(be, a.hf, b, xb);
+    const Tensor head = ws.take({V, W}, act);
+    concat_columns(be, a.lm_head, w.w2, head);
+    // The teacher's rows padded with zeros: [H | 0] . [lm_head | W2]^T = the target's logits.
+    const Tensor th = ws.take({R, D}, act);
+    be.embedding_fwd(a.teacher_hidden, a.teacher_rows, th);
+    const Tensor tp = ws.take({R, W}, act);
+    be.fill(tp, 0.0f);
+    be.copy_columns(tp, 0, th);
+
+    const bool prescaled = grads;
+    const Tensor& op_w = prescaled ? a.grad_weights : a.weights;
+    const Tensor dhead = grads ? ws.take({V, W}, DType::f32) : Tensor();
+    if (grads) be.fill(dhead, 0.0f);
+    const Tensor dxb = grads ? ws.take({R, W}, act) : Tensor();
+    const Tensor loss_rows = ws.take({R}, DType::f32);
+    const Tensor argmax = ws.take({R}, DType::i32);
+    be.fill(loss_rows, 0.0f);
+    // CE on the data's next tokens (weight alpha_ce).
+    if (a.alpha.ce > 0) {
+        LmHeadCeOut out;
+        out.loss_rows = ws.take({R}, DType::f32);
+        out.dh = dxb;
+        out.dw = dhead;
+        out.workspace = ws.take({be.lm_head_ce_workspace(R, W, V, a.chunk)}, DType::f32);
+        be.lm_head_ce(xb, head, a.labels, op_w, static_cast<float>(a.alpha.ce), a.chunk, out);
+        be.add_inplace(loss_rows, out.loss_rows, static_cast<float>(a.alpha.ce));
+    }
+    // |q - p|_1 = 2 TV: its per-row TV is also the confidence target's input, so it is computed
+    // even at alpha_l1 = 0 (then without a gradient).
+    const Tensor tv = ws.take({R}, DType::f32);
+    {
+        LmHeadDivergences div;
+        div.kl = 0.0f;
+        div.tv = 1.0f;
+        LmHeadKlOut out;
+        out.loss_rows = tv;
+        out.argmax = argmax;
+        const bool l1_grad = grads && a.alpha.l1 > 0;
+        const Tensor dxk = l1_grad ? ws.take({R, W}, act) : Tensor();
+        out.dh = dxk;
+        out.dw = l1_grad ? dhead : Tensor();
+        out.workspace = ws.take({be.lm_head_kl_workspace(R, W, V, a.chunk)}, DType::f32);
+        // The rows' loss is computed with the unscaled weights' support either way.
+        be.lm_head_kl(xb, tp, head, op_w, static_cast<float>(2.0 * a.alpha.l1), a.chunk, div, out);
+        be.add_inplace(loss_rows, tv, static_cast<float>(2.0 * a.alpha.l1));
+        if (grads) {
+            if (a.alpha.ce > 0 && l1_grad) {
+                be.add_inplace(dxb, dxk);
+            } else if (l1_grad) {
+                be.copy(dxb, dxk);
+            } else if (a.alpha.ce <= 0) {
+                be.fill(dxb, 0.0f);
+            }
+        }
+    }
+    // The gradient of [h | b]: dh and db.
+    const Tensor db = grads ? ws.take({R, r}, act) : Tensor();
+    const Tensor de = grads ? ws.take({R, r}, act) : Tensor();
+    if (grads) {
+        take_columns(be, ws, dxb, 0, dh);
+        take_columns(be, ws, dxb, D, db);
+    }
+
+    // ---- confidence head: z = w . xc + b, BCE against c* = clamp(1 - TV, 0, 1), on the host.
+    const bool conf = c.confidence_head;
+    Tensor xc;
+    if (conf) {
+        const int64_t Dc = c.confidence_dim(D);
+        if (!c.confidence_with_markov) {
+            xc = a.hf;
+        } else if (!gated(c)) {
+            xc = xb;  // [h | e] = [h | b] for the vanilla head
+        } else {
+            xc = xg;
+        }
+        DF_ASSERT(xc.dim(1) == Dc);
+        const Tensor z = ws.take({R, 1}, act);
+        be.gemm(xc, false, w.conf_w, true, z);
+        be.add_row_bias(z, w.conf_b);
+        const HostTensor zh = download_f32(be, ws, z);
+        const HostTensor tvh = download_f32(be, ws, tv);
+        HostTensor bce({R}), dz({R, 1});
+        const double alpha = a.alpha.confidence;
+        double dbias = 0;
+        for (int64_t i = 0; i < R; ++i) {
+            const double zi = zh.f32()[i];
+            const double target = std::clamp(1.0 - static_cast<double>(tvh.f32()[i]), 0.0, 1.0);
+            // softplus(z) - c* z, stable for either sign of z.
+            const double sp = std::max(zi, 0.0) + std::log1p(std::exp(-std::fabs(zi)));
+            const bool trained = a.host_weights[static_cast<size_t>(i)] > 0.0f;
+            bce.f32()[i] = trained ? static_cast<float>(alpha * (sp - target * zi)) : 0.0f;
+            if (grads) {
+                const double g =
+                    a.host_grad_weights[static_cast<size_t>(i)] * alpha * (sigmoid(zi) - target);
+                dz.f32()[i] = static_cast<float>(g);
+                dbias += g;
+            }
+        }
+        be.add_inplace(loss_rows, upload_as(be, ws, bce, DType::f32));
+        if (grads) {
+            const DsparkHeadWeights g = dspark_head_grads(params, c);
+            const Tensor dzd = upload_as(be, ws, dz, act);
+            be.gemm(dzd, true, xc, false, g.conf_w, 1.0f, 1.0f);
+            be.add_inplace(g.conf_b,
+                           upload_as(be, ws, HostTensor::from_f32({1}, {static_cast<float>(dbias)}),
+                                     DType::f32));
+            const Tensor dxc = ws.take({R, xc.dim(1)}, act);
+            be.gemm(dzd, false, w.conf_w, false, dxc);
+            add_columns(be, ws, dxc, 0, dh);
+            if (c.confidence_with_markov) {
+                take_columns(be, ws, dxc, D, de);
+            } else {
+                be.fill(de, 0.0f);
+            }
+        }
+    } else if (grads) {
+        be.fill(de, 0.0f);
+    }
+    be.loss_stats(loss_rows, argmax, a.labels, a.weights, a.period, stats);
+    if (!grads) return;
+
+    // ---- the Markov head's backward: de (direct path), the gate, W1 and W2.
+    const DsparkHeadWeights g = dspark_head_grads(params, c);
+    if (!gated(c)) {
+        be.add_inplace(de, db);
+    } else {
+        // b = sigmoid(gpre) * e: de += db * s, dgpre = db * e * s (1 - s) (host: no op has
+        // a sigmoid's derivative).
+        const HostTensor dbh = download_f32(be, ws, db);
+        const HostTensor eh = download_f32(be, ws, e);
+        const HostTensor gh = download_f32(be, ws, gpre);
+        HostTensor de_dir({R, r}), dg({R, r}), dgb({r});
+        for (int64_t i = 0; i < R * r; ++i) {
+            const double s = sigmoid(gh.f32()[i]);
+            de_dir.f32()[i] = static_cast<float>(dbh.f32()[i] * s);
+            dg.f32()[i] = static_cast<float>(dbh.f32()[i] * eh.f32()[i] * s * (1.0 - s));
+            dgb.f32()[i % r] += dg.f32()[i];
+        }
+        be.add_inplace(de, upload_as(be, ws, de_dir, act));
+        const Tensor dgd = upload_as(be, ws, dg, act);
+        be.add_inplace(g.gate_b, upload_as(be, ws, dgb, DType::f32));
+        be.gemm(dgd, true, xg, false, g.gate_w, 1.0f, 1.0f);
+        const Tensor dxg = ws.take({R, W}, act);
+        be.gemm(dgd, false, w.gate_w, false, dxg);
+        add_columns(be, ws, dxg, 0, dh);
+        add_columns(be, ws, dxg, D, de);
+    }
+    be.embedding_bwd(a.prev, de, g.w1);
+    // W2's gradient: the last r columns of the combined head's, a chunk of rows at a time (the
+    // gather runs in the compute dtype).
+    const int64_t rows = std::min<int64_t>(V, std::max<int64_t>(a.chunk, 1));
+    const Tensor cast = act == DType::f32 ? Tensor() : ws.take({rows, W}, act);
+    const Tensor part = ws.take({rows, r}, act);
+    for (int64_t v0 = 0; v0 < V; v0 += rows) {
+        const int64_t n = std::min(rows, V - v0);
+        Tensor src = dhead.rows(v0, v0 + n);
+        if (!cast.empty()) {
+            be.copy(cast.rows(0, n), src);
+            src = cast.rows(0, n);
+        }
+        take_columns(be, ws, src, D, part.rows(0, n));
+        be.add_inplace(g.w2.rows(v0, v0 + n), part.rows(0, n));
+    }
+}
+
+DsparkSlotHead::DsparkSlotHead(Backend& be, const ParamSet& params, const DsparkConfig& c,
+                               int64_t hidden)
+    : be_(be),
+      c_(c),
+      D_(hidden),
+      w_(dspark_head_weights(params, c)),
+      id_(be, {1}, DType::i32),
+      e_(be, {1, c.markov_rank}, be.compute_dtype()),
+      x_(be, {1, hidden + c.markov_rank}, be.compute_dtype()),
+      gpre_(be, {1, c.markov_rank}, be.compute_dtype()),
+      b_(be, {1, c.markov_rank}, be.compute_dtype()),
+      z_(be, {1, 1}, be.compute_dtype()),
+      z32_(be, {1, 1}, DType::f32),
+      id_host_({1}, DType::i32),
+      z_host_({1, 1}) {
+    DF_CHECK(c.markov_head != MarkovHeadType::rnn,
+             "DSpark markov_head_type rnn is not supported by dflash (vanilla or gated)");
+}
+
+double DsparkSlotHead::apply(const Tensor& h_row, int32_t prev, const Tensor& logits_row,
+                             bool confidence) {
+    id_host_.i32()[0] = prev;
+    be_.upload(id_, id_host_.view());
+    be_.embedding_fwd(w_.w1, id_, e_);
+    const bool need_x =
+        gated(c_) || (confidence && c_.confidence_head && c_.confidence_with_markov);
+    if (need_x) {
+        be_.copy_columns(x_, 0, h_row);
+        be_.copy_columns(x_, D_, e_);
+    }
+    Tensor b = e_;
+    if (gated(c_)) {
+        be_.gemm(x_, false, w_.gate_w, true, gpre_);
+        be_.add_row_bias(gpre_, w_.gate_b);
+        be_.sigmoid_mul(e_, gpre_, b_);
+        b = b_;
+    }
+    be_.gemm(b, false, w_.w2, true, logits_row, 1.0f, 1.0f);
+    if (!confidence || !c_.confidence_head) return 1.0;
+    be_.gemm(c_.confidence_with_markov ? x_.view() : h_row, false, w_.conf_w, true, z_);
+    be_.add_row_bias(z_, w_.conf_b);
+    be_.copy(z32_, z_);
+    be_.download(z_host_.view(), z32_);
+    return sigmoid(z_host_.f32()[0]);
+}
+
+}  // namespace dflash
