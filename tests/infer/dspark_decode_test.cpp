@@ -1,11 +1,13 @@
 // Speculative decoding with DSpark drafters (docs/speculative-sampling.md "DSpark drafters"): every
 // slot drafts (B drafts, B + 1 verified tokens), the Markov bias is added slot by slot once the
 // previous draft is chosen, and sampled drafts hand the acceptance rule the very distribution they
-// were drawn from. So greedy output equals the target's own greedy output token for token, the
-// first sampled tokens follow the target's distribution (chi-square), and a confidence cut sends
-// fewer drafts to the target without changing the output.
+// were drawn from. So greedy output equals the target's own greedy output token for token (vanilla
+// and gated heads, and a drafter with a sliding-window layer), the first sampled tokens follow the
+// target's distribution (chi-square), and a confidence cut sends fewer drafts to the target
+// without changing the output.
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -23,7 +25,7 @@ struct Pair {
 
 // A tiny target and a one-layer DSpark drafter of rank 3, its heads N(0, 1) so the bias matters.
 Pair make_dspark_pair(uint64_t seed, int64_t block, int64_t vocab,
-                      MarkovHeadType head = MarkovHeadType::gated) {
+                      MarkovHeadType head = MarkovHeadType::gated, int64_t window = 0) {
     auto tc = test::tiny_target_config(true, 3);
     tc.vocab_size = vocab;
     TargetModel t = TargetModel::random(test::host_backend(), tc, seed, 0.5f);
@@ -31,6 +33,9 @@ Pair make_dspark_pair(uint64_t seed, int64_t block, int64_t vocab,
     dc.arch = DrafterArch::dspark;
     dc.ds.markov_rank = 3;
     dc.ds.markov_head = head;
+    // A sliding-window layer (causal, docs/training.md "Sliding-window drafter layers").
+    dc.sliding_layers.assign(1, window > 0);
+    dc.sliding_window = window;
     DrafterModel d = DrafterModel::random(test::host_backend(), dc, seed + 1, 0.5f);
     Rng rng(seed + 2);
     for (const auto& prm : d.params().params()) {
@@ -52,8 +57,10 @@ std::vector<int32_t> random_prompt(int64_t n, int64_t vocab, uint64_t seed) {
 
 TEST(DsparkDecode, GreedyIsLossless) {
     auto be = make_cpu_backend(1);
-    for (const MarkovHeadType head : {MarkovHeadType::vanilla, MarkovHeadType::gated}) {
-        const Pair p = make_dspark_pair(9, 5, 4, head);
+    for (const auto& [head, window] : {std::pair{MarkovHeadType::vanilla, int64_t{0}},
+                                       std::pair{MarkovHeadType::gated, int64_t{0}},
+                                       std::pair{MarkovHeadType::gated, int64_t{3}}}) {
+        const Pair p = make_dspark_pair(9, 5, 4, head, window);
         SpeculativeEngine spec(p.target, &p.drafter, *be);
         SpeculativeEngine plain(p.target, nullptr, *be);
         std::vector<int64_t> hist(7, 0);  // 5 drafts: a step verifies 6 tokens
