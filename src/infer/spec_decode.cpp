@@ -423,10 +423,11 @@ GenerateResult SpeculativeEngine::generate(std::span<const int32_t> prompt,
              "infer.max_context",
              P, max_ctx);
 
-    DF_CHECK(opt.confidence_threshold <= 0 || (drafter_ && drafter_->config().dspark()),
+    // Plain decoding (no drafter: `dflash bench`'s baseline) has nothing to cut.
+    DF_CHECK(opt.confidence_threshold <= 0 || !drafter_ || drafter_->config().dspark(),
              "infer.dspark_confidence_threshold={} needs a DSpark drafter with a confidence head",
              opt.confidence_threshold);
-    DF_CHECK(opt.confidence_threshold <= 0 || drafter_->config().ds.confidence_head,
+    DF_CHECK(opt.confidence_threshold <= 0 || !drafter_ || drafter_->config().ds.confidence_head,
              "infer.dspark_confidence_threshold={} but this DSpark drafter has no confidence head "
              "(enable_confidence_head false)",
              opt.confidence_threshold);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "infer/bench.h"
 #include "infer/spec_decode.h"
 #include "support/test_util.h"
 #include "support/tiny_models.h"
@@ -120,6 +121,33 @@ TEST(DsparkDecode, ConfidenceCutVerifiesFewerAndStaysLossless) {
     o.confidence_threshold = 0.5;
     EXPECT_TRUE(test::has(test::error_of([&] { dflash.generate(std::vector<int32_t>{1}, o); }),
                           "needs a DSpark drafter"));
+}
+
+// `dflash bench` reports what a confidence cut did: the drafts verified of those drafted, in its
+// table and its JSON, and the outputs stay lossless.
+TEST(DsparkDecode, BenchReportsTheConfidenceCut) {
+    auto be = make_cpu_backend(1);
+    const Pair p = make_dspark_pair(10, 5, 5);
+    std::vector<Prompt> prompts;
+    for (int64_t i = 0; i < 3; ++i) {
+        Prompt q;
+        q.tokens = random_prompt(2 + i, 5, 400 + i);
+        q.label = "p" + std::to_string(i);
+        prompts.push_back(std::move(q));
+    }
+    GenerateOptions opt;
+    opt.max_new_tokens = 16;
+    opt.confidence_threshold = 0.99;
+    const BenchReport r = run_bench(p.target, p.drafter, *be, prompts, opt, Logger());
+    EXPECT_TRUE(r.lossless());
+    EXPECT_LT(r.total.verified, r.total.drafted);
+    const std::string table = format_bench_table(r);
+    EXPECT_TRUE(test::has(table, "confidence cut: " + std::to_string(r.total.verified) + " of " +
+                                     std::to_string(r.total.drafted) + " drafts verified"))
+        << table;
+    const auto j = bench_to_json(r);
+    EXPECT_EQ(j["total"]["verified"], r.total.verified);
+    EXPECT_EQ(j["requests"][0]["speculative"]["drafted"], r.requests[0].speculative.drafted);
 }
 
 // Exact distribution of the first 3 generated tokens under the target's sampling distribution.

@@ -45,7 +45,9 @@ std::string describe(const train::TrainOptions& o) {
                o.loss.name(), o.documents, o.selector_loss_alpha,
                static_cast<int>(o.loss_weighting), o.dpace_alpha) +
            fmt::format(" {} {} {} {} {} {} {}", o.optimizer, o.muon_lr, o.muon_weight_decay,
-                       o.muon_ns_steps, o.muon_adjust_lr, o.hidden_noise, o.recompute_layers);
+                       o.muon_ns_steps, o.muon_adjust_lr, o.hidden_noise, o.recompute_layers) +
+           fmt::format(" {} {} {}", o.dspark_ce_alpha, o.dspark_l1_alpha,
+                       o.dspark_confidence_alpha);
 }
 std::string describe(const train::PretrainOptions& o) {
     return fmt::format("{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}", o.architecture,
@@ -59,7 +61,9 @@ std::string describe(const train::DrafterOptions& o) {
                        o.num_layers, fmt::join(o.target_layer_ids, ","), o.mask_token_id,
                        o.num_target_features, o.conv_kernel_size, o.conv_group_size,
                        o.selector_rank, o.selector_top_k) +
-           fmt::format(" [{}] {}", fmt::join(o.layer_types, ","), o.sliding_window);
+           fmt::format(" [{}] {}", fmt::join(o.layer_types, ","), o.sliding_window) +
+           fmt::format(" {} {} {} {} {}", o.markov_rank, o.markov_head_type, o.confidence_head,
+                       o.confidence_head_with_markov, o.dialect);
 }
 std::string describe(const train::DataOptions& o) {
     return fmt::format("{} {}", o.shuffle, o.pack);
@@ -74,9 +78,10 @@ std::string describe(const GraphOptions& o) {
                        o.max_rerecords, o.max_graphs);
 }
 std::string describe(const GenerateOptions& o) {
-    return fmt::format("{} {} {} {} {} {} {} {} {}", o.sampling.temperature, o.sampling.top_k,
+    return fmt::format("{} {} {} {} {} {} {} {} {} {}", o.sampling.temperature, o.sampling.top_k,
                        o.sampling.top_p, o.max_new_tokens, o.block_size, o.max_context,
-                       o.draft_sampling, o.seed, static_cast<int>(o.draft_precision));
+                       o.draft_sampling, o.seed, static_cast<int>(o.draft_precision),
+                       o.confidence_threshold);
 }
 std::string describe(const ChatOptions& o) {
     return fmt::format("{} {} {} {} {} {}", o.template_name, o.enable_thinking, o.date_string,
