@@ -289,6 +289,7 @@ bool Worker::train_step(int64_t step) {
         be_->clip_scale(norm_sq, static_cast<float>(o.grad_clip), clip);
         if (w > 0) opt_->apply(*be_, params, clip);
     };
+    if (opt_->gathers_updates()) work.finish_update = [&] { opt_->finish_muon(*be_, params); };
     work.norm_sq = norm_sq;
     work.tail_sq = tail_sq;
     work.updates = w > 0;
