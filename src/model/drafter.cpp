@@ -325,7 +325,7 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const DrafterBatch& ba
             grad_weights.host.f32()[r] = w * grad_scale;
         }
     }
-    const bool teacher = dspark || objective.loss.needs_teacher();
+    const bool teacher = dspark || objective.loss.needs_teacher() || !objective.eval_tv.empty();
     Workspace::Staged teacher_rows, prev;
     if (teacher) {
         teacher_rows = ws.input({R}, DType::i32);
@@ -389,6 +389,8 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const DrafterBatch& ba
     la.chunk = chunk;
     la.period = B;
     la.dpace_alpha = static_cast<float>(loss.dpace_alpha);
+    la.argmax_out = objective.eval_argmax;
+    la.tv_out = objective.eval_tv;
     const Tensor dh = grads ? ws.take({R, D}, act) : Tensor();
     if (dspark) {
         DsparkLossArgs da;
@@ -405,6 +407,8 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const DrafterBatch& ba
         da.teacher_rows = teacher_rows.device;
         da.chunk = chunk;
         da.period = B;
+        da.argmax_out = objective.eval_argmax;
+        da.tv_out = objective.eval_tv;
         dspark_block_loss(be, ws, params_, cfg_.ds, da, dh, stats);
     } else {
         block_loss(be, ws, la, dh, stats);

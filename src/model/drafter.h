@@ -43,6 +43,11 @@ struct BlockObjective {
     // DSpark drafters: the weights of the CE, L1 and confidence terms (train.dspark_*_alpha;
     // the teacher_hidden above is then required whatever `loss` says).
     DsparkLossWeights dspark;
+    // Evaluation (optional, device; BlockLossArgs::argmax_out / tv_out): each block row's argmax
+    // (i32 [N*B]) and, with teacher_hidden given whatever the loss, its TV distance from the
+    // target's distribution (f32 [N*B]).
+    Tensor eval_argmax;
+    Tensor eval_tv;
 };
 
 // DrafterModel::train_step's arguments, by lifetime. One packed training sequence:

@@ -277,6 +277,8 @@ void dspark_block_loss(Backend& be, Workspace& ws, ParamSet& params, const Dspar
         be.fill(de, 0.0f);
     }
     be.loss_stats(loss_rows, argmax, a.labels, a.weights, a.period, stats);
+    if (!a.argmax_out.empty()) be.copy(a.argmax_out, argmax);
+    if (!a.tv_out.empty()) be.copy(a.tv_out, tv);
     if (!grads) return;
 
     // ---- the Markov head's backward: de (direct path), the gate, W1 and W2.

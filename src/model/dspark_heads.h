@@ -61,6 +61,9 @@ struct DsparkLossArgs {
     Tensor teacher_rows;    // i32 [R]: a + k
     int64_t chunk = 8192;
     int64_t period = 1;  // the block size (accuracy positions)
+    // Evaluation outputs (optional, device), as BlockLossArgs': each row's argmax (i32 [R]) and
+    // TV distance |q - p|_1 / 2 of the Markov-corrected q (f32 [R]; 0 where the weight is 0).
+    Tensor argmax_out, tv_out;
 };
 
 // Adds the rows' weighted DSpark loss and per-slot accuracy into stats (LossStatsLayout{period});
