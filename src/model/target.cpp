@@ -154,8 +154,7 @@ TargetModel TargetModel::load(Backend& be, const std::filesystem::path& dir, Mxf
 
 TargetModel TargetModel::random(Backend& be, TargetConfig cfg, uint64_t seed, float std) {
     TargetModel m(be, std::move(cfg));
-    Rng rng(seed);
-    m.params_.init_random(rng, std);
+    m.params_.init_random(seed, std);
     // The hybrid families' zero-centred norms start at w = 0 (scale 1), as transformers
     // initialises them.
     for (const auto& [name, view] : m.centred_views_)
