@@ -23,7 +23,7 @@ void CheckpointWriter::submit(Job job) {
             if (job.before_write) job.before_write(job.run_dir / checkpoint_name(job.state.step));
             const std::filesystem::path dir =
                 write_checkpoint(job.run_dir, job.state, *job.params, job.m, job.v, job.save_model);
-            log_.info("checkpoint: {} (written in {:.1f} s while training went on)", dir.string(),
+            log_.info("checkpoint: {} (written in the background in {:.1f} s)", dir.string(),
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         } catch (...) {
             error_ = std::current_exception();
