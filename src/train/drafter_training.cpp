@@ -267,8 +267,8 @@ class DrafterTask : public WorkerTask {
     // The checkpoint writer's copy of the weights in host memory (snapshot_model).
     std::unique_ptr<Backend> snapshot_be_;
     std::optional<DrafterModel> snapshot_;
-    DeviceTensor eval_argmax_;                // i32 [num_anchors * B]: BlockObjective::eval_argmax
-    DeviceTensor eval_tv_;                    // f32 [num_anchors * B]: BlockObjective::eval_tv
+    DeviceTensor eval_argmax_;  // i32 [num_anchors * B]: BlockObjective::eval_argmax
+    DeviceTensor eval_tv_;      // f32 [num_anchors * B]: BlockObjective::eval_tv
 };
 
 // The prompts of decoding evaluations (null when there are none to decode).
