@@ -21,8 +21,9 @@
 //     tokens (a block of a rows, so both ran the same kernels on the same rows);
 //   - the decode, verify and replay steps recorded in CUDA graphs give the bits of eager ones.
 // And greedy speculative decoding over random qwen3_5 / qwen3_next targets on CUDA equals plain
-// greedy decoding at every accepted length (the CPU's HybridSpecDecode, tests/infer). Skips
-// visibly without a GPU.
+// greedy decoding at every accepted length and when every draft is accepted (the CPU's
+// HybridSpecDecode, tests/infer; its sampled chi-square case has no CUDA twin here). Skips visibly
+// without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -373,6 +374,28 @@ TEST_P(HybridSpecDecodeCuda, GreedyIsLosslessAtEveryAcceptedLength) {
     }
     // hist[a + 1]: blocks with a drafts accepted (a = 0 .. block - 1).
     for (int64_t a = 0; a < block; ++a) EXPECT_GT(hist[a + 1], 0) << "accepted " << a;
+}
+
+// lm_head zeroed: every logit 0, target and drafter both pick token 0, every draft is accepted.
+TEST_P(HybridSpecDecodeCuda, GreedyIsLosslessWhenEveryDraftIsAccepted) {
+    const TargetConfig tc = gpu_hybrid_config(GetParam(), 37);
+    const TargetModel t = TargetModel::random(*gpu_, tc, 8, 0.5f);
+    gpu_->fill(t.params().value("lm_head.weight"), 0.0f);
+    const DrafterModel d =
+        DrafterModel::random(*gpu_, test::tiny_drafter_config(tc, 1, 5), 9, 0.5f);
+    SpeculativeEngine spec(t, &d, *gpu_), plain(t, nullptr, *gpu_);
+    std::vector<int64_t> hist(6, 0);
+    for (int64_t i = 0; i < 6; ++i) {
+        const auto prompt = random_tokens(1 + 3 * i, 37, 200 + i);
+        GenerateOptions o;
+        o.max_new_tokens = 12 + 5 * i;
+        const auto a = plain.generate(prompt, o), b = spec.generate(prompt, o);
+        ASSERT_EQ(a.tokens, b.tokens) << "prompt " << i;
+        for (size_t k = 0; k < b.stats.accepted_hist.size(); ++k)
+            hist[k] += b.stats.accepted_hist[k];
+    }
+    for (int k = 1; k < 5; ++k) EXPECT_EQ(hist[k], 0) << k;
+    EXPECT_GT(hist[5], 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, HybridSpecDecodeCuda, ::testing::Values(false, true),
