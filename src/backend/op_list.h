@@ -67,6 +67,7 @@ DFLASH_OP(embedding_bwd, (const Tensor& ids, const Tensor& dout, const Tensor& d
 
 // ---- RMSNorm ------------------------------------------------------------------------------------
 // RMSNorm over the last dim C = w.numel(); x, y viewed as [R, C]; rstd f32 [R] (may be empty).
+// w in the compute dtype, or (forward) f32: the hybrid families' (1 + w) scales (TargetModel).
 DFLASH_OP(rmsnorm_fwd,
           (const Tensor& x, const Tensor& w, float eps, const Tensor& y, const Tensor& rstd),
           (x, w, eps, y, rstd))

@@ -82,7 +82,8 @@ void TargetModel::point_at_centred_norms(Backend& be) {
     int64_t total = 0;
     for (const Param& p : params_.params())
         if (is_centred_norm(p.name)) total += p.shape.numel();
-    centred_norms_ = DeviceTensor(be, {total}, be.compute_dtype());
+    // f32 on every backend: bf16 cannot hold 1 + w (docs/engine.md "Zero-centred norms").
+    centred_norms_ = DeviceTensor(be, {total}, DType::f32);
     std::map<std::string, Tensor> by_name;
     int64_t off = 0;
     for (const Param& p : params_.params()) {
