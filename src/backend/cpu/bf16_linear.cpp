@@ -265,8 +265,8 @@ __attribute__((target("amx-tile,amx-bf16"))) void run_amx(const Bf16Weight& w, i
 // rows). Each output's sum is one chain over the k-pairs in order, whatever the rows, blocks or
 // threads around it, so any split gives the same bits.
 
-// 8 rows x 3 blocks: 24 sums, 3 weight lines and x in 32 registers; 8 x 2, 6 x 4, 4 x 4 and 4 x 3
-// measured within the noise of the shared box, 8 x 2 slower (docs/performance.md).
+// 8 rows x 3 blocks: 24 sums, 3 weight lines and x in 32 registers; 6 x 4, 4 x 4 and 4 x 3 measured
+// within the noise of the shared box, 8 x 2 slower (docs/performance.md, issue 27).
 constexpr int kRowsBf16 = 8;
 constexpr int kBlocksBf16 = 3;
 
@@ -295,7 +295,7 @@ __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) void tile_avx512
         for (int j = 0; j < NB; ++j)
             wv[j] = (__m512bh)_mm512_load_si512(wb + j * block_elems + p * 32);
             // Each block's lines 16 pairs (1 KB) on: the weight comes from L3 or memory (a verify
-            // evicted it), and the 3 streams outran the hardware prefetcher (measured: -5 to -10%).
+            // evicted it), and the 3 streams outran the hardware prefetcher (measured: -5 to -15%).
 #pragma GCC unroll 4
         for (int j = 0; j < NB; ++j)
             _mm_prefetch(reinterpret_cast<const char*>(wb + j * block_elems + (p + 16) * 32),
@@ -358,8 +358,10 @@ void run_avx512_bf16(const Bf16Weight& w, int64_t m, const uint16_t* xb, int64_t
 // of two bf16 values is exact in fp32, so an FMA rounds as the portable kernel's multiply and add
 // do, in the same order: the two give the same bits (tested).
 
-constexpr int kRowsF = 8;    // 8 rows x 2 blocks: 16 sums, 4 widened weight vectors and x
-constexpr int kBlocksF = 2;  // (see kRowsBf16 for the measurements)
+// 8 rows x 2 blocks: 16 sums, 4 widened weight vectors and x; 6 x 3, 4 x 4 and 4 x 3 measured
+// within the noise (docs/performance.md, issue 27).
+constexpr int kRowsF = 8;
+constexpr int kBlocksF = 2;
 
 // x's rows [0, m) into xf [m][kp]: each value rounded to bf16 as to_bf16 does (to nearest even,
 // denormals to signed zero, NaN kept a quiet NaN) and widened back; zero past k.
