@@ -41,6 +41,14 @@ struct DrafterLossOptions {
     double static_gamma() const { return dpace_alpha > 0 ? 0.0 : gamma; }
 };
 
+// The drafter every worker starts from: `model` (loaded: a resume's or --init-drafter's), or
+// when null random weights drawn from `seed` (DrafterModel::randomize) on the worker's device.
+struct InitialDrafter {
+    DrafterConfig config;
+    const DrafterModel* model = nullptr;
+    uint64_t seed = 0;
+};
+
 // What an evaluation decodes: the first train.eval_prompt_count prompts, greedily.
 struct DecodeEvalSetup {
     std::vector<Prompt> prompts;
@@ -52,15 +60,20 @@ class DrafterTask : public WorkerTask {
     // The replica lives on be's device; the frozen target is `target` itself when it already
     // lives there (CPU workers share one), else a copy on be's device. decode: null when
     // evaluations do not decode.
-    DrafterTask(Backend& be, const TargetModel& target, const DrafterModel& init,
+    DrafterTask(Backend& be, const TargetModel& target, const InitialDrafter& init,
                 const Tokenizer& tok, DrafterLossOptions opt, const DecodeEvalSetup* decode)
-        : target_(&target), drafter_(be, init.config()), tok_(tok), opt_(opt), decode_(decode) {
+        : target_(&target), drafter_(be, init.config), tok_(tok), opt_(opt), decode_(decode) {
         if (target.backend().device() != be.device()) {
             own_target_.emplace(be, target.config());
             own_target_->params().copy_from(target.params());
             target_ = &*own_target_;
         }
-        drafter_.params().copy_from(init.params());
+        // A random drafter is drawn on the replica's own device: the same weights on every
+        // worker (fill_normal_hash), with no host copy to make and upload.
+        if (init.model != nullptr)
+            drafter_.params().copy_from(init.model->params());
+        else
+            drafter_.randomize(init.seed);
         drafter_.params().enable_training();
         // Evaluation's per-row outputs: room for the most rows a micro-batch has.
         const int64_t rows = std::max<int64_t>(1, opt_.num_anchors * drafter_.block_size());
@@ -173,6 +186,18 @@ class DrafterTask : public WorkerTask {
         save_tokenizer_spec(dir, tok_);
     }
 
+    ModelSnapshot snapshot_model() override {
+        if (!snapshot_) {
+            snapshot_be_ = make_cpu_backend(1);
+            snapshot_.emplace(*snapshot_be_, drafter_.config());
+        }
+        snapshot_->params().copy_from(drafter_.params());
+        return {&snapshot_->params(), [this](const fs::path& dir) {
+                    snapshot_->save(dir, DType::bf16);
+                    save_tokenizer_spec(dir, tok_);
+                }};
+    }
+
     std::optional<AcceptanceSums> eval_acceptance(Backend& be, const MicroBatch& mb) override {
         const auto R = static_cast<int64_t>(mb.anchors.size()) * drafter_.block_size();
         std::vector<int32_t> argmax(static_cast<size_t>(R));
@@ -239,8 +264,11 @@ class DrafterTask : public WorkerTask {
     const DecodeEvalSetup* decode_;
     std::optional<DrafterModel> eval_model_;  // made at the first decoding evaluation
     std::vector<int32_t> context_starts_;     // of the micro-batch being run
-    DeviceTensor eval_argmax_;                // i32 [num_anchors * B]: BlockObjective::eval_argmax
-    DeviceTensor eval_tv_;                    // f32 [num_anchors * B]: BlockObjective::eval_tv
+    // The checkpoint writer's copy of the weights in host memory (snapshot_model).
+    std::unique_ptr<Backend> snapshot_be_;
+    std::optional<DrafterModel> snapshot_;
+    DeviceTensor eval_argmax_;  // i32 [num_anchors * B]: BlockObjective::eval_argmax
+    DeviceTensor eval_tv_;      // f32 [num_anchors * B]: BlockObjective::eval_tv
 };
 
 // The prompts of decoding evaluations (null when there are none to decode).
@@ -314,8 +342,8 @@ void apply_attention_layout(const DrafterOptions& d, DrafterConfig& c) {
              fmt::format("{}", fmt::join(p, "; ")));
 }
 
-DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const Tokenizer& tok,
-                                  const DrafterOptions& d, uint64_t seed) {
+DrafterConfig initial_drafter_config(const TargetModel& target, const Tokenizer& tok,
+                                     const DrafterOptions& d) {
     const TargetConfig& tc = target.config();
     int64_t mask = d.mask_token_id;
     if (mask < 0) mask = tok.specials().mask;
@@ -339,9 +367,18 @@ DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const 
     }
     DrafterConfig dc = make_drafter_config(tc, d.num_layers, d.block_size, mask, std::move(ids));
     apply_attention_layout(d, dc);
-    DrafterModel v1 = DrafterModel::random(be, dc, seed ^ kInitSalt);
-    if (d.architecture != "dflash2") return v1;
-    return DrafterModel::from_dflash(be, v1, dflash2_config(v1.config(), d), seed);
+    if (d.architecture != "dflash2") return dc;
+    return dflash2_config(dc, d);
+}
+
+uint64_t initial_drafter_seed(uint64_t seed) {
+    return seed ^ kInitSalt;
+}
+
+DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const Tokenizer& tok,
+                                  const DrafterOptions& d, uint64_t seed) {
+    return DrafterModel::random(be, initial_drafter_config(target, tok, d),
+                                initial_drafter_seed(seed));
 }
 
 DrafterConfig dflash2_config(const DrafterConfig& base, const DrafterOptions& d) {
@@ -389,17 +426,25 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const RunSettings&
     // The starting weights: a resumed run overwrites them with the checkpoint's fp32 masters,
     // but the architecture comes from the checkpoint's config.json.
     const auto& resume_from = run.resume_from();
-    DrafterModel init = resume_from ? DrafterModel::load(*host, *resume_from)
-                        : !job.init_drafter.empty()
-                            ? DrafterModel::load(*host, job.init_drafter)
-                            : make_initial_drafter(*host, target, *tok, o.drafter, o.runtime.seed);
-    const auto mismatch = drafter_target_mismatches(init.config(), target.config());
+    // A fresh run's random drafter is not made here: each worker draws it on its own device
+    // (make_initial_drafter's weights, DrafterTask).
+    std::optional<DrafterModel> loaded;
+    if (resume_from)
+        loaded.emplace(DrafterModel::load(*host, *resume_from));
+    else if (!job.init_drafter.empty())
+        loaded.emplace(DrafterModel::load(*host, job.init_drafter));
+    const InitialDrafter init{
+        .config = loaded ? loaded->config() : initial_drafter_config(target, *tok, o.drafter),
+        .model = loaded ? &*loaded : nullptr,
+        .seed = initial_drafter_seed(o.runtime.seed)};
+    const auto mismatch = drafter_target_mismatches(init.config, target.config());
     DF_CHECK(mismatch.empty(), "the drafter does not fit the target '{}': {}",
              job.target_dir.string(), mismatch.front());
+    int64_t numel = 0;
+    for (const TensorSpec& t : drafter_tensor_specs(init.config)) numel += t.numel();
     log.info("drafter: {} layers, block {}, target layers [{}], mask id {}, {} parameters",
-             init.config().layer.num_hidden_layers, init.block_size(),
-             fmt::join(init.config().target_layer_ids, ", "), init.config().mask_token_id,
-             init.params().numel());
+             init.config.layer.num_hidden_layers, init.config.block_size,
+             fmt::join(init.config.target_layer_ids, ", "), init.config.mask_token_id, numel);
 
     const auto decode = make_decode_setup(job.eval_prompts, target, *tok, o, log);
     TrainerSpec spec = run.spec(job.hooks);
@@ -414,9 +459,9 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const RunSettings&
              lo.loss.name(), loss_weighting_name(t.loss_weighting),
              lo.dpace_alpha > 0 ? fmt::format(" (alpha {})", lo.dpace_alpha) : std::string(),
              t.documents,
-             init.config().dflash2()
+             init.config.dflash2()
                  ? fmt::format(", train.selector_loss_alpha={} (DFlash2 selector, top-{})",
-                               lo.selector_alpha, init.config().d2.selector_top_k)
+                               lo.selector_alpha, init.config.d2.selector_top_k)
                  : std::string());
     spec.make_task = [&](int, Backend& be) {
         return std::make_unique<DrafterTask>(be, target, init, *tok, lo, decode.get());
