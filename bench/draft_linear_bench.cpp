@@ -79,7 +79,7 @@ nlohmann::json run_case(Backend& be, const Preset& p, int passes) {
     }
     (void)sink;
     const double us_f32 = best_f32 * 1e6, us_bf16 = have_copies ? best_bf16 * 1e6 : 0.0;
-    char bf16_col[32] = "no AMX", ratio_col[32] = "-";
+    char bf16_col[32] = "no bf16", ratio_col[32] = "-";
     if (have_copies) {
         std::snprintf(bf16_col, sizeof bf16_col, "%.1f", us_bf16);
         std::snprintf(ratio_col, sizeof ratio_col, "%.3f", us_bf16 / us_f32);

@@ -137,7 +137,7 @@ class Backend {
     // A bf16 copy of the weight w [N, K] for linear(), for products that may trade precision for
     // speed (drafting: Note [bf16 drafting] in backend/cpu/bf16_linear.h), or null where this
     // backend has no faster bf16 product than gemm (CUDA, whose gemm is bf16 already; a CPU
-    // without AMX). Setup time only: it allocates.
+    // without AVX-512). Setup time only: it allocates.
     virtual std::unique_ptr<PreparedWeight> prepare_bf16_weight(const Tensor& w) {
         (void)w;
         return nullptr;

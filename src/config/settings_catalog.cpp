@@ -457,9 +457,9 @@ void add_infer(Registry& r) {
               .read_by("infer engine"));
     r.add(D::enumeration("infer.cpu_draft_precision", "auto", {"auto", "f32", "bf16"},
                          "precision of the drafter's products on the CPU: bf16 (weights and "
-                         "inputs rounded, fp32 sums, on AMX tiles) or f32; auto = bf16 where the "
-                         "CPU has AMX-BF16. The output is the target's either way; only which "
-                         "tokens are proposed can change")
+                         "inputs rounded, fp32 sums: AMX tiles, AVX512-BF16 or AVX-512F) or f32; "
+                         "auto = bf16 where the CPU has AVX-512, else f32. The output is the "
+                         "target's either way; only which tokens are proposed can change")
               .read_by("infer engine (dflash generate, dflash bench, training evaluation)"));
     r.add(D::boolean("infer.draft_sampling", false,
                      "sample draft tokens (instead of argmax) when temperature > 0")

@@ -362,7 +362,7 @@ const PreparedWeights* SpeculativeEngine::draft_weights(DraftPrecision precision
     }
     DF_CHECK(precision != DraftPrecision::bf16 || draft_weights_->count() > 0,
              "infer.cpu_draft_precision = bf16, but the {} backend has no bf16 product here (on "
-             "the CPU it needs AMX-BF16: Intel Xeon 4th generation or later); use auto or f32",
+             "the CPU it needs AVX-512); use auto or f32",
              be_.name());
     draft_precision_ = draft_weights_->count() > 0 ? "bf16 copies" : "f32";
     return draft_weights_->count() > 0 ? draft_weights_.get() : nullptr;

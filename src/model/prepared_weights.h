@@ -14,9 +14,9 @@ namespace dflash {
 
 // Which precision a CPU draft's products run in (infer.cpu_draft_precision).
 enum class DraftPrecision {
-    auto_,  // bf16 where the CPU has AMX-BF16, else f32
+    auto_,  // bf16 where the CPU has AMX-BF16 or AVX-512 (bf16_linear.h), else f32
     f32,    // the drafter's own fp32 forward
-    bf16,   // bf16; an error on a CPU without AMX-BF16
+    bf16,   // bf16; an error on a CPU with neither
 };
 DraftPrecision parse_draft_precision(const std::string& s);
 const char* to_string(DraftPrecision p);

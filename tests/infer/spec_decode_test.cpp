@@ -150,8 +150,9 @@ TEST(SpecDecode, DflashWithSlidingWindowLayerIsLossless) {
 }
 
 // Drafting in bf16 (Note [bf16 drafting]) changes what is proposed, never the output; where the
-// CPU has no AMX-BF16, auto drafts in f32 and bf16 is refused naming the setting.
-TEST(SpecDecode, Bf16DraftingIsLosslessOrRefusedWithoutAmx) {
+// CPU has no AVX-512, auto drafts in f32 and bf16 is refused naming the
+// setting.
+TEST(SpecDecode, Bf16DraftingIsLosslessOrRefusedWithoutBf16Kernels) {
     auto be = make_cpu_backend(1);
     Pair p = make_pair(21, 5);
     Pair p2 = make_dflash2_pair(22, 5, 6, 3);
@@ -162,7 +163,7 @@ TEST(SpecDecode, Bf16DraftingIsLosslessOrRefusedWithoutAmx) {
     EXPECT_EQ(probe.draft_precision(), "f32");
     o.draft_precision = DraftPrecision::auto_;
     probe.generate(random_prompt(3, 37, 1), o);
-    if (!cpu::amx_bf16_available()) {
+    if (cpu::best_bf16_kernel() == cpu::Bf16Kernel::portable) {
         EXPECT_EQ(probe.draft_precision(), "f32");
         o.draft_precision = DraftPrecision::bf16;
         EXPECT_TRUE(test::has(test::error_of([&] { probe.generate(random_prompt(3, 37, 1), o); }),
@@ -182,7 +183,8 @@ TEST(SpecDecode, Bf16DraftingIsLosslessOrRefusedWithoutAmx) {
 // A bf16 draft is the f32 draft to within bf16's rounding: the logits of the same block from
 // the same context, with and without the drafter's bf16 copies.
 TEST(SpecDecode, Bf16DraftsAreCloseToF32Drafts) {
-    if (!cpu::amx_bf16_available()) GTEST_SKIP() << "no AMX-BF16 on this CPU: no bf16 copies";
+    if (cpu::best_bf16_kernel() == cpu::Bf16Kernel::portable)
+        GTEST_SKIP() << "no AVX-512 on this CPU: no bf16 copies";
     auto be = make_cpu_backend(1);
     Pair p = make_pair(23, 6);
     std::vector<Tensor> weights = p.drafter.linear_weights();

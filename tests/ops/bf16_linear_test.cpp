@@ -1,8 +1,9 @@
 // The bf16 linear layer (backend/cpu/bf16_linear.h): rounding to bf16 against values worked out by
-// hand; the portable kernel and (where the CPU has AMX-BF16) the AMX kernel against a
-// double-precision sum of the rounded operands, within fp32 summation's error bound, on awkward
-// shapes, strides and beta; the AMX kernel's conversion of x equal to the scalar one bit for bit;
-// any thread count giving the same bits; and the CPU backend's prepared weights in linear().
+// hand; the portable kernel and (where the CPU has them) the AMX, AVX512-BF16 and AVX-512F kernels
+// against a double-precision sum of the rounded operands, within fp32 summation's error bound, on
+// awkward shapes, strides and beta; the AVX-512F kernel equal to the portable one bit for bit;
+// their conversion of x equal to the scalar one bit for bit; any thread count giving the same bits;
+// and the CPU backend's prepared weights in linear().
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,8 +23,10 @@ namespace {
 using cpu::Bf16Kernel;
 
 std::vector<Bf16Kernel> kernels_here() {
-    std::vector<Bf16Kernel> k{Bf16Kernel::portable};
-    if (cpu::amx_bf16_available()) k.push_back(Bf16Kernel::amx);
+    std::vector<Bf16Kernel> k;
+    for (const Bf16Kernel kern :
+         {Bf16Kernel::portable, Bf16Kernel::avx512, Bf16Kernel::avx512_bf16, Bf16Kernel::amx})
+        if (cpu::bf16_kernel_available(kern)) k.push_back(kern);
     return k;
 }
 
@@ -129,6 +132,27 @@ TEST(Bf16LinearTest, EachKernelMatchesTheExactSumOfRoundedOperands) {
     }
 }
 
+// The AVX-512F kernel's FMAs on exact bf16 products round as the portable kernel's multiply-adds,
+// in the same order: the same bits.
+TEST(Bf16LinearTest, Avx512KernelGivesThePortableBits) {
+    if (!cpu::bf16_kernel_available(Bf16Kernel::avx512)) GTEST_SKIP() << "no AVX-512F on this CPU";
+    Rng rng(13);
+    const cpu::Exec one{};
+    for (const Shape3 s : {Shape3{8, 768, 256}, Shape3{17, 100, 31}, Shape3{3, 20, 2100}}) {
+        const Problem p = make_problem(rng, s, 3);
+        const cpu::Bf16Weight w = cpu::pack_bf16_weight(one, p.w.data(), p.n, p.k);
+        for (const float beta : {0.0f, 1.0f}) {
+            std::vector<float> a = p.y0, b = p.y0;
+            cpu::linear_bf16_with(Bf16Kernel::portable, one, p.m, p.x.data(), p.ldx, w, beta,
+                                  a.data(), p.ldy);
+            cpu::linear_bf16_with(Bf16Kernel::avx512, one, p.m, p.x.data(), p.ldx, w, beta,
+                                  b.data(), p.ldy);
+            ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0)
+                << "[" << s.m << ", " << s.n << ", " << s.k << "] beta " << beta;
+        }
+    }
+}
+
 TEST(Bf16LinearTest, BetaZeroDoesNotReadY) {
     Rng rng(5);
     const cpu::Exec one{};
@@ -142,10 +166,11 @@ TEST(Bf16LinearTest, BetaZeroDoesNotReadY) {
     }
 }
 
-// With k = 1 and W = 1 each output is bf16(x) itself: the AMX kernel's vector conversion of x
-// must give the scalar conversion's bits, at ties, denormals, infinities and huge values too.
-TEST(Bf16LinearTest, AmxConvertsXAsTheScalarRoundingDoes) {
-    if (!cpu::amx_bf16_available()) GTEST_SKIP() << "no AMX-BF16 on this CPU";
+// With k = 1 and W = 1 each output is bf16(x) itself: the vector conversion of x (AMX and
+// AVX512-BF16 and AVX-512F kernels) must give the scalar conversion's bits, at ties, denormals,
+// infinities and huge values too.
+TEST(Bf16LinearTest, VectorKernelsConvertXAsTheScalarRoundingDoes) {
+    if (cpu::best_bf16_kernel() == Bf16Kernel::portable) GTEST_SKIP() << "no AVX-512 on this CPU";
     const cpu::Exec one{};
     Rng rng(3);
     const std::vector<uint32_t> special = {0x3f808000u, 0x3f818000u, 0x3f808001u, 0x00000001u,
@@ -159,14 +184,18 @@ TEST(Bf16LinearTest, AmxConvertsXAsTheScalarRoundingDoes) {
                    : from_bits(static_cast<uint32_t>(rng.next_u64()) & 0xbfffffffu);
     const std::vector<float> ones(16, 1.0f);
     const cpu::Bf16Weight w = cpu::pack_bf16_weight(one, ones.data(), 16, 1);
-    std::vector<float> y(m * 16);
-    cpu::linear_bf16_with(Bf16Kernel::amx, one, m, x.data(), 1, w, 0.0f, y.data(), 16);
-    for (int64_t i = 0; i < m; ++i) {
-        // The sum starts at +0, so a zero product gives +0 whatever its sign.
-        const float want = 0.0f + bf16_to_f32(cpu::to_bf16(x[i]));
-        for (int64_t j = 0; j < 16; ++j)
-            ASSERT_EQ(bits(y[i * 16 + j]), bits(want))
-                << "x = " << x[i] << " (0x" << std::hex << bits(x[i]) << ")";
+    for (const Bf16Kernel kern : kernels_here()) {
+        if (kern == Bf16Kernel::portable) continue;
+        std::vector<float> y(m * 16);
+        cpu::linear_bf16_with(kern, one, m, x.data(), 1, w, 0.0f, y.data(), 16);
+        for (int64_t i = 0; i < m; ++i) {
+            // The sum starts at +0, so a zero product gives +0 whatever its sign.
+            const float want = 0.0f + bf16_to_f32(cpu::to_bf16(x[i]));
+            for (int64_t j = 0; j < 16; ++j)
+                ASSERT_EQ(bits(y[i * 16 + j]), bits(want))
+                    << cpu::bf16_kernel_name(kern) << ": x = " << x[i] << " (0x" << std::hex
+                    << bits(x[i]) << ")";
+        }
     }
 }
 
@@ -188,8 +217,9 @@ TEST(Bf16LinearTest, AnyThreadCountGivesTheSameBits) {
 }
 
 // Backend::linear through a prepared copy is the bf16 product; without one it is gemm; a copy of
-// another tensor is refused. Where the CPU lacks AMX the backend makes no copies.
-TEST(Bf16LinearTest, CpuBackendPreparesCopiesOnlyWithAmx) {
+// another tensor is refused. Where the CPU has no AVX-512 the backend makes
+// no copies.
+TEST(Bf16LinearTest, CpuBackendPreparesCopiesOnlyWithAFastKernel) {
     auto be = make_cpu_backend(1);
     Rng rng(9);
     const int64_t m = 6, n = 40, k = 72;
@@ -197,7 +227,7 @@ TEST(Bf16LinearTest, CpuBackendPreparesCopiesOnlyWithAmx) {
     for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = rng.normal();
     for (int64_t i = 0; i < w.numel(); ++i) w.f32()[i] = 0.05f * rng.normal();
     std::unique_ptr<PreparedWeight> p = be->prepare_bf16_weight(w.view());
-    ASSERT_EQ(p != nullptr, cpu::amx_bf16_available());
+    ASSERT_EQ(p != nullptr, cpu::best_bf16_kernel() != Bf16Kernel::portable);
     be->linear(x.view(), w.view(), nullptr, y_ref.view());
     HostTensor g({m, n});
     be->gemm(x.view(), false, w.view(), true, g.view());

@@ -58,7 +58,8 @@ class CpuBackend final : public Backend {
 #include "backend/op_list.h"
 
     std::unique_ptr<PreparedWeight> prepare_bf16_weight(const Tensor& w) override {
-        if (!cpu::amx_bf16_available()) return nullptr;  // gemm's fp32 kernels are faster
+        // The portable bf16 kernel is slower than gemm's fp32 ones: no copy without AVX-512.
+        if (cpu::best_bf16_kernel() == cpu::Bf16Kernel::portable) return nullptr;
         cpu::check_cpu_f32(w, "prepare_bf16_weight", "W");
         DF_CHECK(w.rank() == 2, "prepare_bf16_weight: W has shape {}; expected [N, K]",
                  w.shape().to_string());
