@@ -44,6 +44,9 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const RunSettings&
 // N(0, 0.02^2) seeded by `seed` (runtime.seed).
 DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const Tokenizer& tok,
                                   const DrafterOptions& drafter, uint64_t seed);
+// The same from the target's config alone (a run whose workers load the target themselves).
+DrafterModel make_initial_drafter(Backend& be, const TargetConfig& target, const Tokenizer& tok,
+                                  const DrafterOptions& drafter, uint64_t seed);
 
 // The DFlash2 version of `base` with the drafter.conv_* / selector_* options; full, bidirectional
 // attention like the DFlash drafter it starts from, so that with its identity / neutral new
