@@ -5,7 +5,7 @@
 // so stops after layer i: docs/training.md "Target layers per loss") gives exactly the full
 // forward's output of layer i, which is transformers' hidden_states[i + 1] (the last layer's,
 // normed, is hidden_states[L]); the layers after i are not read (NaN weights there change
-// nothing); per-document forwards of one document give the same bits.
+// nothing); per-document forwards give each document the features of a forward over it alone.
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -125,6 +125,21 @@ TEST_P(OnlineFeatures, EveryLayerAloneEqualsTheFullForwardAndTransformers) {
             poisoned.forward(*be, ws, toks, one, p, pf);
             EXPECT_FALSE(all_finite(pf)) << what;
         }
+    }
+    // Separate documents (train.documents=separate): the second document's features are those of
+    // a forward over it alone, its Gated DeltaNet and convolution states starting from zero.
+    {
+        const int64_t b = S / 3;
+        const std::vector<int32_t> starts = {0, static_cast<int32_t>(b)};
+        HostTensor docs({S, L * D});
+        m.forward_documents(*be, ws, toks, starts, every, docs, Tensor());
+        const std::vector<int32_t> tail(toks.begin() + b, toks.end());
+        HostTensor alone({S - b, L * D});
+        m.forward(*be, ws, tail, every, alone, Tensor());
+        EXPECT_EQ(std::memcmp(docs.f32() + b * L * D, alone.f32(), (S - b) * L * D * sizeof(float)),
+                  0)
+            << GetParam();
+        EXPECT_EQ(std::memcmp(docs.f32(), all.f32(), b * L * D * sizeof(float)), 0) << GetParam();
     }
     // Ids out of order and repeated, as drafter configs may list them: each column block is
     // that layer's output.
