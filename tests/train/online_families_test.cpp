@@ -6,7 +6,8 @@
 // no tokenizer the data could be written in), saved in the family's Hub layout and trained from a
 // fresh drafter: the default target_layer_ids follow the released-drafter rule, the loss falls
 // over a few dozen steps, and a resumed run ends bit for bit where the straight run does. A
-// teacher loss (kl: the full forward, the final (1 + w) norm and the LM head) trains as well.
+// teacher loss (kl: the full forward, the final (1 + w) norm and the LM head) with separate
+// documents trains as well.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -98,8 +99,9 @@ TEST_P(OnlineFamilies, DefaultLayersLossFallsAndResumeIsExact) {
     test::expect_same_state(r.summary.model_dir, resumed.summary.model_dir);
 }
 
-// Explicit ids naming every layer but the last, linear and full alike, and a teacher loss, which
-// runs the whole target, its final norm and its LM head.
+// Explicit ids naming every layer but the last, linear and full alike, a teacher loss, which runs
+// the whole target, its final norm and its LM head, and separate documents (a target forward per
+// sample, its linear-attention states from zero each time).
 TEST_P(OnlineFamilies, EveryLayerAndATeacherLossTrain) {
     const TargetConfig tc = TargetConfig::load(*dir_ / GetParam());
     std::string ids;
@@ -107,6 +109,7 @@ TEST_P(OnlineFamilies, EveryLayerAndATeacherLossTrain) {
         ids += std::to_string(l) + (l > 0 ? "," : "");
     const auto r = train("kl", {{"train.max_steps", "12"},
                                 {"train.loss", "0.5*ce+0.5*kl"},
+                                {"train.documents", "separate"},
                                 {"drafter.target_layer_ids", ids}});
     ASSERT_EQ(r.losses.size(), 12u);
     for (double l : r.losses) ASSERT_TRUE(std::isfinite(l)) << GetParam();
