@@ -6,7 +6,8 @@
 //   greedy continuation, plainly and with a drafter; `bench` reports lossless output;
 // - the whole pipeline on a target of the fixture's configuration with the byte tokenizer's
 //   vocabulary (Qwen3.5's and Qwen3-Next's): `data prepare --model`, `train` online from a fresh
-//   drafter, then `bench` with the trained drafter: lossless.
+//   drafter (with a held-out evaluation that decodes prompts), then `bench` with the trained
+//   drafter: lossless.
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -117,12 +118,19 @@ TEST_P(HybridPipeline, PrepareTrainOnlineThenBenchLosslessly) {
     ASSERT_EQ(prep.exit_code, 0) << prep.output;
     EXPECT_TRUE(has(prep.output, "12 samples")) << prep.output;
 
+    std::ofstream(dir / "prompts.jsonl") << "{\"prompt\": \"abcde\"}\n"
+                                            "{\"messages\": [{\"role\": \"user\", \"content\": "
+                                            "\"count 3\"}]}\n";
+    // With a held-out evaluation that also decodes the prompts speculatively (real tau).
     const auto tr = test::run_dflash(
-        "train --target " + target.string() + " --data " + (dir / "data").string() + " --output " +
-        (dir / "run").string() +
+        "train --target " + target.string() + " --data " + (dir / "data").string() +
+        " --eval-data " + (dir / "data").string() + " --eval-prompts " +
+        (dir / "prompts.jsonl").string() + " --output " + (dir / "run").string() +
         " --runtime.threads 1 --train.max_steps 8 --train.max_length 64 --train.num_anchors 4"
         " --drafter.block_size 4 --drafter.num_layers 1 --train.log_every 1");
     ASSERT_EQ(tr.exit_code, 0) << tr.output;
+    EXPECT_TRUE(has(tr.output, "held-out: loss")) << tr.output;
+    EXPECT_TRUE(has(tr.output, "decoding: tau")) << tr.output;
     // The released-drafter rule for a 4-layer target: one feature, layer 2, a Gated DeltaNet
     // layer in both (Qwen3.5's 3 linear + 1 full; Qwen3-Next's fixture alternates, its layer 2
     // with a dense MLP).
@@ -130,9 +138,6 @@ TEST_P(HybridPipeline, PrepareTrainOnlineThenBenchLosslessly) {
     const fs::path drafter = dir / "run" / train::checkpoint_name(8);
     ASSERT_TRUE(fs::exists(drafter / "config.json")) << tr.output;
 
-    std::ofstream(dir / "prompts.jsonl") << "{\"prompt\": \"abcde\"}\n"
-                                            "{\"messages\": [{\"role\": \"user\", \"content\": "
-                                            "\"count 3\"}]}\n";
     const auto b = test::run_dflash(
         "bench --target " + target.string() + " --drafter " + drafter.string() + " --prompts " +
         (dir / "prompts.jsonl").string() + " --infer.max_new_tokens 20 --runtime.threads 1");
