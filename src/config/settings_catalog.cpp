@@ -332,6 +332,16 @@ void add_train(Registry& r) {
     r.add(D::integer("train.eval_max_new_tokens", 64, "tokens generated per evaluation prompt")
               .range(1, 1 << 24)
               .read_by("dflash train evaluation"));
+    r.add(D::boolean("train.keep_best", false,
+                     "drafters: keep the checkpoint of the best evaluation by train.best_metric "
+                     "in <run>/best/ (outside the checkpoint-<step> series; <run>/best/best.json "
+                     "names its step and value, which a resumed run keeps)")
+              .read_by("train::Trainer evaluation"));
+    r.add(D::enumeration("train.best_metric", "tau_greedy", {"tau_greedy", "tau_prob"},
+                         "what train.keep_best maximises: tau_greedy = held-out acceptance length "
+                         "of greedy verification, tau_prob = its expectation for sampled drafts "
+                         "(docs/training.md \"Metrics\")")
+              .read_by("train::Trainer evaluation"));
     r.add(D::integer("train.lm_head_chunk", 8192, "vocabulary rows per chunk of the fused CE or KL")
               .range(1, 1 << 24)
               .read_by("backend lm_head_ce / lm_head_kl ops, arena planning"));

@@ -132,6 +132,30 @@ int32_t teacher_position(int64_t anchor, int64_t k, int64_t seq_len) {
     return static_cast<int32_t>(std::clamp<int64_t>(anchor + k - 1, 0, seq_len - 1));
 }
 
+namespace {
+
+// BlockLossArgs::argmax_out and tv_out, after the loss (`argmax` holds the rows' argmax).
+void evaluation_rows(Backend& be, Workspace& ws, const BlockLossArgs& a, const Tensor& argmax) {
+    if (!a.argmax_out.empty()) be.copy(a.argmax_out, argmax);
+    if (a.tv_out.empty()) return;
+    const int64_t R = a.hf.dim(0), D = a.hf.dim(1), V = a.lm_head.dim(0);
+    DF_CHECK(!a.teacher_hidden.empty() && a.teacher_rows.numel() == R,
+             "block_loss: the evaluation's TV rows need the target's final hidden states and one "
+             "teacher row per block row ({} rows, got {})",
+             R, a.teacher_rows.numel());
+    const Tensor t = ws.take({R, D}, a.hf.dtype());
+    be.embedding_fwd(a.teacher_hidden, a.teacher_rows, t);
+    LmHeadDivergences tv;
+    tv.kl = 0.0f;
+    tv.tv = 1.0f;
+    LmHeadKlOut out;
+    out.loss_rows = a.tv_out;
+    out.workspace = ws.take({be.lm_head_kl_workspace(R, D, V, a.chunk)}, DType::f32);
+    be.lm_head_kl(a.hf, t, a.lm_head, a.weights, 0.0f, a.chunk, tv, out);
+}
+
+}  // namespace
+
 void block_loss(Backend& be, Workspace& ws, const BlockLossArgs& a, const Tensor& dh,
                 const Tensor& stats) {
     const int64_t R = a.hf.dim(0), D = a.hf.dim(1), V = a.lm_head.dim(0);
@@ -165,6 +189,7 @@ void block_loss(Backend& be, Workspace& ws, const BlockLossArgs& a, const Tensor
             be.lm_head_ce(a.hf, a.lm_head, a.labels, gw, op_scale, a.chunk, bwd);
         }
         be.loss_stats(loss_rows, argmax, a.labels, w, a.period, stats);
+        evaluation_rows(be, ws, a, argmax);
         return;
     }
     const double ce_weight = a.loss.weight(LossKind::ce);
@@ -204,6 +229,7 @@ void block_loss(Backend& be, Workspace& ws, const BlockLossArgs& a, const Tensor
     }
     // Accuracy stays against the data's tokens for every loss, so runs of different losses compare.
     be.loss_stats(loss_rows, argmax, a.labels, a.weights, a.period, stats);
+    evaluation_rows(be, ws, a, argmax);
 }
 
 }  // namespace dflash

@@ -84,6 +84,12 @@ struct BlockLossArgs {
     // 0/1 slot mask (times the scale), blocks are `period` rows, and the weights applied to the
     // loss and its gradient are Backend::dpace_weights of the rows' cross-entropies (detached).
     float dpace_alpha = 0.0f;
+    // Evaluation outputs (optional, device): argmax_out i32 [R] receives each row's argmax (the
+    // greedy draft); tv_out f32 [R] each weighted row's total variation distance between the
+    // draft's and the teacher's distributions, |q - p|_1 / 2 (needs teacher_hidden and
+    // teacher_rows whatever the loss), one more pass of the LM head (docs/training.md "Metrics").
+    Tensor argmax_out;
+    Tensor tv_out;
 };
 
 // Adds weight * loss of every row and the per-position accuracy of the draft's argmax against

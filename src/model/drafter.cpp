@@ -293,7 +293,7 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const DrafterBatch& ba
             grad_weights.host.f32()[r] = w * grad_scale;
         }
     }
-    const bool teacher = objective.loss.needs_teacher();
+    const bool teacher = objective.loss.needs_teacher() || !objective.eval_tv.empty();
     Workspace::Staged teacher_rows;
     if (teacher) {
         teacher_rows = ws.input({R}, DType::i32);
@@ -349,6 +349,8 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const DrafterBatch& ba
     la.chunk = chunk;
     la.period = B;
     la.dpace_alpha = static_cast<float>(loss.dpace_alpha);
+    la.argmax_out = objective.eval_argmax;
+    la.tv_out = objective.eval_tv;
     const Tensor dh = grads ? ws.take({R, D}, act) : Tensor();
     block_loss(be, ws, la, dh, stats);
     if (selector) {

@@ -39,6 +39,11 @@ struct BlockObjective {
     // weight in the gradient (train.selector_loss_alpha; 0: metrics only). Empty: no selector loss.
     Tensor selector_stats;
     double selector_alpha = 0;
+    // Evaluation (optional, device; BlockLossArgs::argmax_out / tv_out): each block row's argmax
+    // (i32 [N*B]) and, with teacher_hidden given whatever the loss, its TV distance from the
+    // target's distribution (f32 [N*B]).
+    Tensor eval_argmax;
+    Tensor eval_tv;
 };
 
 // DrafterModel::train_step's arguments, by lifetime. One packed training sequence:

@@ -31,6 +31,8 @@ train::TrainOptions train_options_from_settings(const config::Settings& s) {
     o.eval_prompts = s.get<std::string>("train.eval_prompts");
     o.eval_prompt_count = s.get<int64_t>("train.eval_prompt_count");
     o.eval_max_new_tokens = s.get<int64_t>("train.eval_max_new_tokens");
+    o.keep_best = s.get<bool>("train.keep_best");
+    o.best_metric = s.get<std::string>("train.best_metric");
     o.lm_head_chunk = s.get<int64_t>("train.lm_head_chunk");
     o.num_anchors = s.get<int64_t>("train.num_anchors");
     o.loss_decay_gamma = s.get<double>("train.loss_decay_gamma");

@@ -63,6 +63,10 @@ class DrafterTask : public WorkerTask {
         }
         drafter_.params().copy_from(init.params());
         drafter_.params().enable_training();
+        // Evaluation's per-row outputs: room for the most rows a micro-batch has.
+        const int64_t rows = std::max<int64_t>(1, opt_.num_anchors * drafter_.block_size());
+        eval_argmax_ = DeviceTensor(be, {rows}, DType::i32);
+        eval_tv_ = DeviceTensor(be, {rows}, DType::f32);
     }
 
     ParamSet& params() override { return drafter_.params(); }
@@ -130,6 +134,11 @@ class DrafterTask : public WorkerTask {
         // be recorded).
         Tensor features = ws.take({S, drafter_.feature_dim()}, be.compute_dtype());
         BlockObjective objective = make_objective(be, ws, mb);
+        if (evaluating()) {
+            const auto R = static_cast<int64_t>(mb.anchors.size()) * drafter_.block_size();
+            objective.eval_argmax = eval_argmax_.view().rows(0, R);
+            objective.eval_tv = eval_tv_.view().rows(0, R);
+        }
         const int64_t n_loss = LossStatsLayout{drafter_.block_size()}.size();
         if (extra_stats_size() > 0) {
             objective.selector_stats = stats.rows(n_loss, n_loss + extra_stats_size());
@@ -165,6 +174,19 @@ class DrafterTask : public WorkerTask {
         save_tokenizer_spec(dir, tok_);
     }
 
+    std::optional<AcceptanceSums> eval_acceptance(Backend& be, const MicroBatch& mb) override {
+        const auto R = static_cast<int64_t>(mb.anchors.size()) * drafter_.block_size();
+        std::vector<int32_t> argmax(static_cast<size_t>(R));
+        std::vector<float> tv(static_cast<size_t>(R));
+        AcceptanceSums s;
+        if (R == 0) return s;
+        be.download(Tensor(argmax.data(), DType::i32, {R}), eval_argmax_.view().rows(0, R));
+        be.download(Tensor(tv.data(), DType::f32, {R}), eval_tv_.view().rows(0, R));
+        add_block_acceptance(mb.seq.tokens, mb.seq.loss_mask, mb.anchors, drafter_.block_size(),
+                             argmax, tv, s);
+        return s;
+    }
+
     std::optional<DecodeEval> decode_eval(Backend& be) override {
         if (!decode_) return std::nullopt;
         const auto t0 = std::chrono::steady_clock::now();
@@ -195,7 +217,7 @@ class DrafterTask : public WorkerTask {
     BlockObjective make_objective(Backend& be, Workspace& ws, const MicroBatch& mb) {
         BlockObjective o;
         o.loss = opt_.loss;
-        if (opt_.loss.needs_teacher()) {
+        if (opt_.loss.needs_teacher() || evaluating()) {
             const auto S = static_cast<int64_t>(mb.seq.tokens.size());
             o.teacher_hidden = ws.take({S, target_->dims().D}, be.compute_dtype());
         }
@@ -206,6 +228,10 @@ class DrafterTask : public WorkerTask {
         return o;
     }
 
+    // Evaluation runs the replica without gradients (and then keeps its rows' argmax and TV
+    // distance for eval_acceptance).
+    bool evaluating() { return !drafter_.params().has_grads(); }
+
     const TargetModel* target_;
     std::optional<TargetModel> own_target_;
     DrafterModel drafter_;
@@ -214,6 +240,8 @@ class DrafterTask : public WorkerTask {
     const DecodeEvalSetup* decode_;
     std::optional<DrafterModel> eval_model_;  // made at the first decoding evaluation
     std::vector<int32_t> context_starts_;     // of the micro-batch being run
+    DeviceTensor eval_argmax_;                // i32 [num_anchors * B]: BlockObjective::eval_argmax
+    DeviceTensor eval_tv_;                    // f32 [num_anchors * B]: BlockObjective::eval_tv
 };
 
 // The prompts of decoding evaluations (null when there are none to decode).

@@ -18,7 +18,9 @@ namespace dflash::train {
 // and CPU workers by default), the gradients are summed whole as without sharding, so the norm
 // and every update are bitwise those of an unsharded run, and the updated chunks travel by one
 // broadcast per worker. Checkpoints hold every moment (gathered on worker 0), so a run resumes
-// sharded or not, with any number of workers. Buckets are not used with sharding.
+// sharded or not, with any number of workers. Buckets are not used with sharding. Muon adds a
+// gather of its updates between the two halves of its step (Note [Sharded Muon] in
+// optimizer.cpp).
 GradientExchange::GradientExchange(Backend& be, Communicator& comm, const ParamSet& params,
                                    const ExchangeOptions& o, const Logger& log)
     : be_(be), comm_(comm), o_(o) {
@@ -78,11 +80,20 @@ void GradientExchange::run_step(ParamSet& params, const StepWork& work) {
     // Through the host the sum waits for the device; on the devices it is part of the recorded
     // update (or of the last micro-batch's, in buckets), so each worker's graphs hold it.
     after_backward(params);
+    const bool finish = work.updates && work.finish_update && shard_.sharded();
     work.recorded_update([&] {
         sum_and_norm(params, work.norm_sq, work.tail_sq);
         work.update();
+        if (finish && device_) {
+            device_->all_gather(params.flat_grads().rows(0, shard_.tail()), shard_.chunk);
+            work.finish_update();
+        }
         if (work.updates) gather_in_step(params);
     });
+    if (finish && !device_) {
+        broadcast_chunks(params.flat_grads());
+        work.finish_update();
+    }
     if (work.updates) gather_after_step(params);
 }
 
@@ -137,19 +148,22 @@ void GradientExchange::gather_in_step(ParamSet& params) {
 
 void GradientExchange::gather_after_step(ParamSet& params) {
     if (!shard_.sharded() || device_) return;
-    const Tensor master = params.flat_master();
+    broadcast_chunks(params.flat_master());
+    params.sync_values_from_master();
+}
+
+void GradientExchange::broadcast_chunks(const Tensor& flat) {
     const int64_t c = shard_.chunk, n = shard_.tail();
-    const bool host_memory = master.device().kind == DeviceKind::cpu;
-    float* all = master.f32();
+    const bool host_memory = flat.device().kind == DeviceKind::cpu;
+    float* all = flat.f32();
     if (!host_memory) {
-        host_masters_.resize(static_cast<size_t>(n));
-        all = host_masters_.data();
-        be_.download(Tensor(all + shard_.begin(), DType::f32, {c}), shard_chunk(master, shard_));
+        host_chunks_.resize(static_cast<size_t>(n));
+        all = host_chunks_.data();
+        be_.download(Tensor(all + shard_.begin(), DType::f32, {c}), shard_chunk(flat, shard_));
     }
     for (int r = 0; r < comm_.size(); ++r)
         comm_.broadcast(all + r * c, static_cast<size_t>(c) * sizeof(float), r);
-    if (!host_memory) be_.upload(master.rows(0, n), Tensor(all, DType::f32, {n}));
-    params.sync_values_from_master();
+    if (!host_memory) be_.upload(flat.rows(0, n), Tensor(all, DType::f32, {n}));
 }
 
 std::pair<HostTensor, HostTensor> GradientExchange::gather_moments(const AdamW& opt) {

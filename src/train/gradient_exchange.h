@@ -60,6 +60,11 @@ class GradientExchange {
         // Inside the recorded update, once norm_sq holds the summed gradients' squared norm:
         // clipping and the optimizer's update of shard().
         std::function<void()> update;
+        // Sharded Muon (AdamW::gathers_updates; Note [Sharded Muon] in optimizer.cpp), else
+        // empty: the rest of the update, once every worker's chunk of the gradients (which
+        // `update` overwrote with Muon's updates) is gathered; inside the recorded update on the
+        // devices, after it through the host.
+        std::function<void()> finish_update;
         Tensor norm_sq;       // f32 [1] (device)
         Tensor tail_sq;       // f32 [1] (device), scratch
         bool updates = true;  // false (no token carried weight): nothing to gather afterwards
@@ -90,6 +95,9 @@ class GradientExchange {
     // (through the host), then the compute copy refreshed.
     void gather_in_step(ParamSet& params);
     void gather_after_step(ParamSet& params);
+    // Every worker's chunk of the flat f32 `flat` [numel] into every worker's copy, through the
+    // host: one broadcast per worker (sharded only).
+    void broadcast_chunks(const Tensor& flat);
 
   public:
     // Every AdamW moment, f32 [numel] on the host, on worker 0 (empty elsewhere; every worker
@@ -116,8 +124,8 @@ class GradientExchange {
     // this step, after it.
     std::vector<std::pair<int64_t, int64_t>> buckets_;
     size_t sent_ = 0;
-    std::vector<float> host_grads_;    // the host sum's staging when the device is not the host
-    std::vector<float> host_masters_;  // sharded: the masters' gather through the host
+    std::vector<float> host_grads_;   // the host sum's staging when the device is not the host
+    std::vector<float> host_chunks_;  // sharded: broadcast_chunks' staging
 };
 
 }  // namespace dflash::train

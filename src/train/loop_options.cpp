@@ -53,6 +53,8 @@ LoopOptions loop_options(const TrainingOptions& t) {
     o.log_every = tr.log_every;
     o.eval_every = tr.eval_every;
     o.eval_sequences = tr.eval_sequences;
+    o.keep_best = tr.keep_best;
+    o.best_metric = tr.best_metric;
     o.checkpoint_every = tr.checkpoint_every;
     o.replica_check_every = tr.replica_check_every;
     o.gradient_exchange = rt.gradient_exchange;

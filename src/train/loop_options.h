@@ -34,6 +34,8 @@ struct LoopOptions {
     int64_t log_every = 1;
     int64_t eval_every = 0;
     int64_t eval_sequences = 0;
+    bool keep_best = false;                  // train.keep_best
+    std::string best_metric = "tau_greedy";  // train.best_metric
     int64_t checkpoint_every = 0;
     int64_t replica_check_every = 0;
     std::string gradient_exchange = "auto";

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -21,6 +22,35 @@ double implied_tau(const std::vector<double>& acc) {
         tau += run;
     }
     return tau;
+}
+
+void add_block_acceptance(std::span<const int32_t> tokens, std::span<const uint8_t> loss_mask,
+                          std::span<const int32_t> anchors, int64_t block,
+                          std::span<const int32_t> argmax, std::span<const float> tv,
+                          AcceptanceSums& s) {
+    const auto S = static_cast<int64_t>(tokens.size());
+    const auto N = static_cast<int64_t>(anchors.size());
+    DF_ASSERT(static_cast<int64_t>(loss_mask.size()) == S);
+    DF_ASSERT(static_cast<int64_t>(argmax.size()) == N * block);
+    DF_ASSERT(tv.empty() || static_cast<int64_t>(tv.size()) == N * block);
+    s.has_prob = !tv.empty();
+    for (int64_t j = 0; j < N; ++j) {
+        const int64_t a = anchors[static_cast<size_t>(j)];
+        bool greedy = true;
+        double alive = 1.0;
+        for (int64_t k = 1; k < block; ++k) {
+            const int64_t p = a + k, r = j * block + k;
+            if (p >= S || !loss_mask[static_cast<size_t>(p)]) break;
+            if (k == 1) s.blocks += 1;
+            greedy = greedy && argmax[static_cast<size_t>(r)] == tokens[static_cast<size_t>(p)];
+            if (greedy) s.greedy_run += 1;
+            if (!tv.empty()) {
+                alive *=
+                    std::clamp(1.0 - static_cast<double>(tv[static_cast<size_t>(r)]), 0.0, 1.0);
+                s.prob_run += alive;
+            }
+        }
+    }
 }
 
 double DecodeEval::tau() const {
@@ -54,6 +84,8 @@ nlohmann::json record_json(const StepRecord& r) {
     if (r.eval) {
         j["eval"] = true;
         if (r.tau_implied > 0) j["tau_implied"] = r.tau_implied;
+        if (r.tau_greedy > 0) j["tau_greedy"] = r.tau_greedy;
+        if (r.tau_prob > 0) j["tau_prob"] = r.tau_prob;
         if (r.decode) {
             j["tau"] = r.decode->tau();
             j["accept_hist"] = r.decode->accept_hist;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,13 @@ struct StepRecord {
     // next-token accuracy.
     std::vector<double> acc;
     double tau_implied = 0;  // drafter only (0 otherwise)
+    // Evaluations of drafters on held-out data (0 otherwise; docs/training.md "Metrics"): the
+    // acceptance length of greedy verification of each block, 1 + the run of drafted slots whose
+    // argmax is the data's token, and the expected length when drafts are sampled and verified
+    // against the target's distribution, 1 + sum_k prod_{i<=k} (1 - TV(p_i, q_i)); both averaged
+    // over the evaluation's blocks (AcceptanceSums).
+    double tau_greedy = 0;
+    double tau_prob = 0;
     double lr = 0;
     double grad_norm = 0;
     double tokens_per_s = 0;
@@ -71,6 +79,29 @@ struct StepRecord {
     std::optional<GraphStats> graphs;
     std::optional<SelectorMetrics> selector;  // DFlash2 drafters
 };
+
+// Acceptance sums over evaluation blocks, additive over micro-batches and workers. A block counts
+// when its first drafted slot is trained; a slot is alive while it and every drafted slot before
+// it are trained (loss mask, inside the sequence): greedy_run adds the run of alive slots whose
+// argmax is the data's token, prob_run adds sum_k prod_{i<=k} alive_i * accept_i with accept_i =
+// clamp(1 - tv_i, 0, 1) = sum_v min(p_v, q_v), the chance that slot i's sampled draft survives.
+struct AcceptanceSums {
+    double blocks = 0;
+    double greedy_run = 0;
+    double prob_run = 0;
+    bool has_prob = false;  // tv was given (the teacher's distribution was computed)
+    double tau_greedy() const { return blocks > 0 ? 1.0 + greedy_run / blocks : 0.0; }
+    double tau_prob() const { return blocks > 0 && has_prob ? 1.0 + prob_run / blocks : 0.0; }
+};
+
+// Adds the blocks of one packed sequence to `s`: block j starts at anchors[j]; its row
+// r = j * block + k (k = 1 .. block - 1; k = 0 is the anchor) drafts tokens[anchors[j] + k];
+// argmax [N * block] is the draft's choice per row and tv (empty, or [N * block]) the total
+// variation distance of its distribution from the target's.
+void add_block_acceptance(std::span<const int32_t> tokens, std::span<const uint8_t> loss_mask,
+                          std::span<const int32_t> anchors, int64_t block,
+                          std::span<const int32_t> argmax, std::span<const float> tv,
+                          AcceptanceSums& s);
 
 // Expected acceptance length if block position k were accepted independently with probability
 // acc[k-1]: 1 + sum_k prod_{j<=k} acc[j-1] (the bonus token counts 1).

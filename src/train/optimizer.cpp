@@ -91,10 +91,6 @@ AdamW::AdamW(const ParamSet& params, AdamWConfig cfg, FlatShard shard) : cfg_(cf
     scalars_host_ = params.backend().allocate_host(5 * sizeof(float));
     if (!cfg.muon.enabled) return;
     const MuonConfig& mc = cfg.muon;
-    DF_CHECK(
-        !shard.sharded(),
-        "train.optimizer=muon with train.shard_optimizer_state: Muon orthogonalises each "
-        "weight matrix whole, which the flat optimizer-state shards cut; turn one of them off");
     DF_CHECK(mc.momentum >= 0 && mc.momentum < 1, "Muon momentum {} must lie in [0, 1)",
              mc.momentum);
     DF_CHECK(mc.ns_steps >= 1, "train.muon_ns_steps={} must be >= 1", mc.ns_steps);
@@ -162,10 +158,14 @@ void AdamW::apply(Backend& be, ParamSet& params, const Tensor& grad_scale) {
     // On an f32 backend the values are the masters: no second copy to write.
     const bool copies = values.data() != master.data();
     if (cfg_.muon.enabled) {
+        // Sharded, the values are refreshed from the gathered masters afterwards.
+        const bool write_values = copies && !shard_.sharded();
         for (const auto& [lo, hi] : adamw_ranges_)
-            be.adamw_step(master.rows(lo, hi), grads.rows(lo, hi), m_.view().rows(lo, hi),
-                          v_.view().rows(lo, hi), p, grad_scale,
-                          copies ? values.rows(lo, hi) : Tensor());
+            for (const Piece& q : owned_pieces(lo, hi))
+                be.adamw_step(master.rows(q.lo, q.hi), grads.rows(q.lo, q.hi),
+                              m_.view().rows(q.state, q.state + q.hi - q.lo),
+                              v_.view().rows(q.state, q.state + q.hi - q.lo), p, grad_scale,
+                              write_values ? values.rows(q.lo, q.hi) : Tensor());
         apply_muon(be, params, grad_scale);
         return;
     }
@@ -192,6 +192,21 @@ void AdamW::apply_muon(Backend& be, ParamSet& params, const Tensor& grad_scale) 
     const Tensor grads = params.flat_grads();
     const bool copies = values.data() != master.data();
     const Tensor muon_scalars = scalars_.view().rows(3, 5);
+    if (shard_.sharded()) {
+        // The first half (Note [Sharded Muon]): the momentum of the elements this worker keeps,
+        // their update written over their gradients for the gather.
+        for (const MuonMatrix& w : muon_matrices_) {
+            for (const Piece& q : owned_pieces(w.offset, w.offset + w.rows * w.cols)) {
+                const int64_t n = q.hi - q.lo;
+                const Tensor u = ns_.update.view().rows(0, n);
+                be.muon_momentum(grads.rows(q.lo, q.hi), grad_scale,
+                                 m_.view().rows(q.state, q.state + n),
+                                 static_cast<float>(mc.momentum), u);
+                be.copy(grads.rows(q.lo, q.hi), u);
+            }
+        }
+        return;
+    }
     for (const MuonMatrix& w : muon_matrices_) {
         const int64_t n = w.rows * w.cols, lo = w.offset, hi = w.offset + n;
         const Tensor u = ns_.update.view().rows(0, n);
@@ -203,6 +218,55 @@ void AdamW::apply_muon(Backend& be, ParamSet& params, const Tensor& grad_scale) 
         newton_schulz(be, x, mc.ns_steps, ns_);
         be.muon_update(master.rows(lo, hi), x, muon_scalars, w.lr_factor,
                        copies ? values.rows(lo, hi) : Tensor());
+    }
+}
+
+// Note [Sharded Muon] (train.optimizer=muon with train.shard_optimizer_state). Newton-Schulz needs
+// each weight's whole update matrix, while worker r keeps the momentum of FlatShard r only (a
+// chunk of the flat parameters, which cuts matrices anywhere, and the common tail). So the update
+// is gathered rather than the matrices given owners: the momentum state keeps the flat layout of
+// AdamW's moments (checkpoints, resumes and gather_moments are unchanged), and the collective is
+// the one the masters already use. In one step: (1) apply: AdamW on the AdamW elements this worker
+// keeps, and the momentum and Nesterov update U of the Muon elements it keeps, U written over
+// their (summed) gradients; (2) the exchange gathers every worker's chunk of the gradients (on the
+// devices an all-gather inside the recorded update, through the host one broadcast per worker
+// after it), so each worker holds U whole for every Muon weight; (3) finish_muon: for each Muon
+// weight that overlaps this worker's chunk or the tail, normalise and orthogonalise U whole, then
+// update only the overlapping elements' masters; (4) the masters' gather as for AdamW. A matrix
+// that straddles a chunk boundary is orthogonalised by each worker it overlaps (the same inputs,
+// so the same result); the others are split among the workers, so the Newton-Schulz work is
+// about 1/W each plus the straddlers. Every element is computed as without sharding: through
+// the host the run is bitwise the unsharded one; on the devices the reduce-scatter rounds its
+// sums differently (equal to float rounding).
+std::vector<AdamW::Piece> AdamW::owned_pieces(int64_t lo, int64_t hi) const {
+    if (!shard_.sharded()) return {{lo, hi, lo}};
+    std::vector<Piece> out;
+    const int64_t clo = std::max(lo, shard_.begin()), chi = std::min(hi, shard_.end());
+    if (clo < chi) out.push_back({clo, chi, clo - shard_.begin()});
+    const int64_t tlo = std::max(lo, shard_.tail()), thi = std::min(hi, shard_.numel);
+    if (tlo < thi) out.push_back({tlo, thi, shard_.chunk + tlo - shard_.tail()});
+    return out;
+}
+
+void AdamW::finish_muon(Backend& be, ParamSet& params) {
+    DF_ASSERT(gathers_updates(), "finish_muon is the second half of a sharded Muon step");
+    const MuonConfig& mc = cfg_.muon;
+    const Tensor master = params.flat_master();
+    const Tensor grads = params.flat_grads();
+    const Tensor muon_scalars = scalars_.view().rows(3, 5);
+    for (const MuonMatrix& w : muon_matrices_) {
+        const int64_t n = w.rows * w.cols, lo = w.offset, hi = w.offset + n;
+        const std::vector<Piece> mine = owned_pieces(lo, hi);
+        if (mine.empty()) continue;
+        const Tensor u = grads.rows(lo, hi);  // U whole, gathered
+        be.sum_squares(u, ns_.norm_sq.view());
+        const Tensor x = ns_.x.view().rows(0, n).reshape({w.rows, w.cols});
+        be.muon_normalize(u, ns_.norm_sq.view(), static_cast<float>(mc.eps), x);
+        newton_schulz(be, x, mc.ns_steps, ns_);
+        const Tensor xf = ns_.x.view().rows(0, n);
+        for (const Piece& q : mine)
+            be.muon_update(master.rows(q.lo, q.hi), xf.rows(q.lo - lo, q.hi - lo), muon_scalars,
+                           w.lr_factor, Tensor());
     }
 }
 

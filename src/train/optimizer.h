@@ -88,8 +88,9 @@ struct FlatShard {
 
 // AdamW over every parameter, or (cfg.muon.enabled) Muon over the weights muon_updates picks and
 // AdamW over the rest. A Muon weight's momentum is kept where its AdamW first moment would be (m,
-// at its flat offset; its v stays 0), so checkpoints and resumes carry it unchanged. Muon needs
-// each matrix whole: with a sharded state it is refused (docs/training.md "Muon").
+// at its flat offset; its v stays 0), so checkpoints and resumes carry it unchanged. With a
+// sharded state, Muon runs in two halves around a gather (Note [Sharded Muon] in optimizer.cpp;
+// gathers_updates).
 class AdamW {
   public:
     // Zero moments for `shard` of the flat parameters of `params` (which must be training); by
@@ -107,6 +108,12 @@ class AdamW {
     // part; apply queues the update, which reads them there.
     void begin_step(Backend& be, double lr);
     void apply(Backend& be, ParamSet& params, const Tensor& grad_scale);
+    // Sharded Muon (Note [Sharded Muon]): apply leaves each Muon weight's Nesterov update, for
+    // the elements this worker keeps, in the gradients; once every worker's chunk of them is
+    // gathered (all of flat_grads()[0, shard().tail())), finish_muon orthogonalises each matrix
+    // this worker's shard touches and updates those elements of it.
+    bool gathers_updates() const { return shard_.sharded() && !muon_matrices_.empty(); }
+    void finish_muon(Backend& be, ParamSet& params);
 
     int64_t steps_done() const { return steps_; }
     void set_steps_done(int64_t n) { steps_ = n; }
@@ -136,6 +143,12 @@ class AdamW {
     std::vector<std::pair<int64_t, int64_t>> adamw_ranges_;
     NsScratch ns_;
     void apply_muon(Backend& be, ParamSet& params, const Tensor& grad_scale);
+    // The parts of the flat range [lo, hi) this worker keeps state for, each with where its state
+    // starts in m and v: the range itself unsharded; its overlaps with the chunk and the tail.
+    struct Piece {
+        int64_t lo = 0, hi = 0, state = 0;
+    };
+    std::vector<Piece> owned_pieces(int64_t lo, int64_t hi) const;
 };
 
 // norm_sq (f32 [1] on the device) = sum of squares of every gradient; the global norm is its root.

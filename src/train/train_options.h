@@ -48,6 +48,8 @@ struct TrainOptions {
     std::filesystem::path eval_prompts;  // empty: evaluations do not decode
     int64_t eval_prompt_count = 8;
     int64_t eval_max_new_tokens = 64;
+    bool keep_best = false;                  // <run>/best/: the best evaluation's checkpoint
+    std::string best_metric = "tau_greedy";  // tau_greedy | tau_prob
     int64_t lm_head_chunk = 8192;
     // The drafter's loss.
     int64_t num_anchors = 512;

@@ -104,6 +104,13 @@ class WorkerTask {
                      const Tensor& stats) = 0;
     // Writes the model in its HF layout (bf16) plus the tokenizer description into dir.
     virtual void save_model(const std::filesystem::path& dir) const = 0;
+    // Evaluation only, right after run() of mb without gradients (outside any recorded step):
+    // the micro-batch's acceptance sums (drafters' greedy and probabilistic tau, from each block
+    // row's argmax and TV distance kept on the device by run()); nullopt for tasks without.
+    virtual std::optional<AcceptanceSums> eval_acceptance(Backend& /*be*/,
+                                                          const MicroBatch& /*mb*/) {
+        return std::nullopt;
+    }
     // Real speculative decoding of held-out prompts with the current weights (drafters given
     // prompts); run by worker 0 at each evaluation when TrainerSpec::eval_decoding is set.
     virtual std::optional<DecodeEval> decode_eval(Backend& /*be*/) { return std::nullopt; }

@@ -13,6 +13,7 @@
 #include "config/dump.h"
 #include "core/error.h"
 #include "data/anchors.h"
+#include "train/best_checkpoint.h"
 #include "train/gradient_exchange.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
@@ -25,6 +26,18 @@ namespace fs = std::filesystem;
 // Salts that separate the random streams derived from runtime.seed.
 constexpr uint64_t kAnchorSalt = 0xa9c40a11ull;
 constexpr uint64_t kEvalSalt = 0xe7a1ull;
+
+// Switches a ParamSet's gradients off for its lifetime, so that forwards compute no backward.
+class GradsOff {
+  public:
+    explicit GradsOff(ParamSet& ps) : ps_(ps) { ps_.set_grads_on(false); }
+    ~GradsOff() { ps_.set_grads_on(true); }
+    GradsOff(const GradsOff&) = delete;
+    GradsOff& operator=(const GradsOff&) = delete;
+
+  private:
+    ParamSet& ps_;
+};
 
 std::vector<double> pack_stats(const TaskStats& st) {
     std::vector<double> v = {st.loss_sum, st.weight_sum, st.tokens};
@@ -51,6 +64,8 @@ std::string eval_line(const StepRecord& r) {
     if (r.has_loss) {
         out = fmt::format("loss {:.4f} acc@1 {:.3f}", r.loss, r.acc.empty() ? 0.0 : r.acc.front());
         if (r.tau_implied > 0) out += fmt::format(" tau~{:.2f}", r.tau_implied);
+        if (r.tau_greedy > 0) out += fmt::format(" tau_greedy {:.3f}", r.tau_greedy);
+        if (r.tau_prob > 0) out += fmt::format(" tau_prob {:.3f}", r.tau_prob);
         if (r.selector) out += " " + selector_summary(*r.selector);
     }
     if (r.decode) {
@@ -98,6 +113,8 @@ class Worker {
     void evaluate(int64_t step);
     void evaluate_heldout(StepRecord& r);
     void checkpoint(int64_t step);
+    // train.keep_best: every worker, after an evaluation; writes <run>/best/ when r beats best_.
+    void keep_best(const StepRecord& r);
     void report(const StepRecord& r);
     double elapsed() const {
         return std::chrono::duration<double>(Clock::now() - sh_.start).count();
@@ -127,7 +144,8 @@ class Worker {
     HostTensor step_host_;
     int64_t start_step_ = 0;
     int64_t last_ckpt_ = -1;
-    double step_seconds_ = 0;  // sum over this call's steps (for the ETA)
+    std::optional<double> best_;  // train.keep_best: the value to beat (best.json on resume)
+    double step_seconds_ = 0;     // sum over this call's steps (for the ETA)
 };
 
 void Worker::setup() {
@@ -157,14 +175,25 @@ void Worker::setup() {
     ctx_.set_phase("planning the step's memory");
     const MicroBatch largest = task_->largest_batch(sh_.spec.max_length);
     const Tensor stats = step_out_.view().rows(0, stats_size_);
-    ws_ = Workspace(*be_, plan_workspace(*be_, [&](Backend& pb, Workspace& pws) {
-        task_->run(pb, pws, largest, 1.0f, stats);
-    }));
+    WorkspacePlan plan = plan_workspace(
+        *be_, [&](Backend& pb, Workspace& pws) { task_->run(pb, pws, largest, 1.0f, stats); });
+    {
+        // An evaluation's forward keeps what training's backward does not (the teacher's
+        // distribution for tau_prob, whatever the loss).
+        GradsOff no_grads(task_->params());
+        plan.merge(plan_workspace(
+            *be_, [&](Backend& pb, Workspace& pws) { task_->run(pb, pws, largest, 0.0f, stats); }));
+    }
+    ws_ = Workspace(*be_, plan);
     if (sh_.resume) {
         const TrainingState& rs = *sh_.resume;
         loader_->set_state(sh_.resume_loaders[static_cast<size_t>(rank_)]);
         load_optimizer_state(*sh_.spec.resume_from, rs.step, task_->params(), *opt_);
         start_step_ = last_ckpt_ = rs.step;
+        // The best value found in this run directory so far, when it was of this metric.
+        if (sh_.opt.keep_best)
+            if (const auto b = read_best(sh_.spec.run_dir); b && b->metric == sh_.opt.best_metric)
+                best_ = b->value;
     }
 }
 
@@ -289,6 +318,7 @@ bool Worker::train_step(int64_t step) {
         be_->clip_scale(norm_sq, static_cast<float>(o.grad_clip), clip);
         if (w > 0) opt_->apply(*be_, params, clip);
     };
+    if (opt_->gathers_updates()) work.finish_update = [&] { opt_->finish_muon(*be_, params); };
     work.norm_sq = norm_sq;
     work.tail_sq = tail_sq;
     work.updates = w > 0;
@@ -374,18 +404,6 @@ void Worker::check_replicas(int64_t step) {
              step, fmt::join(differ, ", "));
 }
 
-// Switches a ParamSet's gradients off for its lifetime, so that forwards compute no backward.
-class GradsOff {
-  public:
-    explicit GradsOff(ParamSet& ps) : ps_(ps) { ps_.set_grads_on(false); }
-    ~GradsOff() { ps_.set_grads_on(true); }
-    GradsOff(const GradsOff&) = delete;
-    GradsOff& operator=(const GradsOff&) = delete;
-
-  private:
-    ParamSet& ps_;
-};
-
 // Eval sequence i of the held-out set: the epoch-0 packing of a single-worker loader, read
 // directly so that each worker reads only its own sequences.
 Sequence read_eval_sequence(const ShardedDataset& ds, const PackedLoader& plan, int64_t i) {
@@ -416,6 +434,7 @@ void Worker::evaluate(int64_t step) {
     if (sh_.spec.eval_decoding && rank_ == 0) r.decode = task_->decode_eval(*be_);
     r.elapsed_s = elapsed();
     report(r);
+    keep_best(r);
 }
 
 void Worker::evaluate_heldout(StepRecord& r) {
@@ -431,28 +450,55 @@ void Worker::evaluate_heldout(StepRecord& r) {
     // The loss is normalised by the weights known before the forward, as in training (with
     // D-PACE those differ from the weights the stats sum).
     double weight_sum = 0;
+    AcceptanceSums acc;
+    bool has_acc = false;
     {
         GradsOff no_grads(task_->params());
         for (int64_t i = rank_; i < n; i += sh_.opt.world) {
             MicroBatch mb;
             mb.seq = read_eval_sequence(ds, plan, i);
-            // Fixed anchors: the same for every evaluation of the run and every worker layout.
+            // Fixed anchors: the same for every evaluation of the run and every worker layout
+            // (drawn from runtime.seed and the sequence's index in the held-out set only).
             Rng rng = Rng(sh_.opt.seed ^ kEvalSalt).fork(static_cast<uint64_t>(i));
             task_->prepare(mb, rng);
-            if (mb.weight > 0) run_batch(mb, 0.0f, stats);
             weight_sum += mb.weight;
+            if (mb.weight <= 0) continue;
+            run_batch(mb, 0.0f, stats);
+            if (const auto a = task_->eval_acceptance(*be_, mb)) {
+                acc.blocks += a->blocks;
+                acc.greedy_run += a->greedy_run;
+                acc.prob_run += a->prob_run;
+                acc.has_prob = acc.has_prob || a->has_prob;
+                has_acc = true;
+            }
         }
     }
     be_->download(step_host_.view().rows(0, stats_size_), stats);
     TaskStats st = stats_from(step_host_.f32());
     st.weight_sum = weight_sum;
     std::vector<double> packed = pack_stats(st);
+    // The acceptance sums travel with the stats (a worker without sequences adds zeros).
+    const std::vector<double> acc_sums = {acc.blocks, acc.greedy_run, acc.prob_run,
+                                          acc.has_prob ? 1.0 : 0.0, has_acc ? 1.0 : 0.0};
+    packed.insert(packed.end(), acc_sums.begin(), acc_sums.end());
     comm_.all_reduce_sum(packed.data(), packed.size());
+    AcceptanceSums all;
+    const size_t at = packed.size() - acc_sums.size();
+    all.blocks = packed[at];
+    all.greedy_run = packed[at + 1];
+    all.prob_run = packed[at + 2];
+    all.has_prob = packed[at + 3] > 0;
+    const bool any_acc = packed[at + 4] > 0;
+    packed.resize(at);
     const TaskStats g = unpack_stats(packed, P);
     r.loss = g.weight_sum > 0 ? g.loss_sum / g.weight_sum : 0.0;
     r.acc = accuracies(g);
     task_->add_extra_metrics(g.extra, g.weight_sum, r);
     if (task_->reports_tau()) r.tau_implied = implied_tau(r.acc);
+    if (any_acc) {
+        r.tau_greedy = all.tau_greedy();
+        r.tau_prob = all.tau_prob();
+    }
 }
 
 void Worker::checkpoint(int64_t step) {
@@ -485,6 +531,44 @@ void Worker::checkpoint(int64_t step) {
     }
     comm_.barrier();
     last_ckpt_ = step;
+}
+
+// Note [Best checkpoint]: the metric comes from the all-reduced evaluation sums, so every worker
+// takes the same decision and joins the moments' gather; worker 0 writes <run>/best/
+// (best_checkpoint.h). Only a strictly better value replaces it.
+void Worker::keep_best(const StepRecord& r) {
+    if (!sh_.opt.keep_best || !r.has_loss) return;
+    const double value = sh_.opt.best_metric == "tau_prob" ? r.tau_prob : r.tau_greedy;
+    if (!(value > 0) || (best_ && value <= *best_)) return;
+    ctx_.set_phase(fmt::format("best checkpoint at step {}", r.step));
+    const int W = sh_.opt.world;
+    std::vector<double> states(static_cast<size_t>(2 * W), 0.0);  // gathered by a sum
+    states[2 * rank_] = static_cast<double>(loader_->state().epoch);
+    states[2 * rank_ + 1] = static_cast<double>(loader_->state().cursor);
+    comm_.all_reduce_sum(states.data(), states.size());
+    const auto [m, v] = exchange_->gather_moments(*opt_);
+    if (rank_ == 0) {
+        TrainingState s;
+        s.kind = sh_.spec.kind;
+        s.step = r.step;
+        s.total_steps = sh_.total_steps;
+        s.epoch = loader_->state().epoch;
+        for (int w = 0; w < W; ++w)
+            s.loaders.push_back(
+                {static_cast<int64_t>(states[2 * w]), static_cast<int64_t>(states[2 * w + 1])});
+        s.seed = sh_.opt.seed;
+        s.anchor_seed = sh_.opt.seed ^ kAnchorSalt;
+        s.settings_toml = config::dump_toml(sh_.settings);
+        s.settings_hash = sh_.settings.hash();
+        s.data = sh_.data;
+        const fs::path dir =
+            write_best(sh_.spec.run_dir, {sh_.opt.best_metric, value, r.step}, s, task_->params(),
+                       m, v, [this](const fs::path& d) { task_->save_model(d); });
+        sh_.log.info("best {} {:.4f} (was {}): {}", sh_.opt.best_metric, value,
+                     best_ ? fmt::format("{:.4f}", *best_) : std::string("none"), dir.string());
+    }
+    comm_.barrier();
+    best_ = value;
 }
 
 void Worker::report(const StepRecord& r) {

@@ -2,8 +2,12 @@
 // exactly zero loss and gradient, KL is >= 0 otherwise and matches lm_head_kl on the gathered
 // teacher rows, the ce kind matches lm_head_ce, a mix with ce equals the weighted sum of its
 // parts, D-PACE weighting is CE with the detached dpace_weights of the rows' own CEs (and refuses
-// kl), the teacher-row rule, and the train.loss texts (good ones and the errors of bad ones).
+// kl), the teacher-row rule, the train.loss texts (good ones and the errors of bad ones), and the
+// evaluation outputs (each row's argmax and TV distance from the teacher, whatever the loss).
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/workspace.h"
@@ -95,6 +99,51 @@ TEST(BlockLoss, KlIsPositiveAndEqualsLmHeadKlOnTheGatheredTeacherRows) {
     EXPECT_GT(st.loss_sum, 0.0);
     EXPECT_NEAR(st.loss_sum, sum, 1e-5 * sum);
     EXPECT_EQ(test::max_abs_diff(dh, dh_ref), 0.0);
+}
+
+// Evaluation's rows, against full logits on the host: argmax_out is each row's argmax and tv_out
+// each weighted row's |q - p|_1 / 2, for a loss without a teacher term, one with, and D-PACE.
+TEST(BlockLoss, EvaluationRowsAreTheArgmaxAndTheTvDistanceFromTheTeacher) {
+    auto be = make_cpu_backend(1);
+    const Fixture f;
+    Rng rng(21);
+    const HostTensor hf = test::random_tensor({f.R, f.D}, rng);
+    HostTensor t({f.R, f.D});
+    be->embedding_fwd(f.teacher_hidden, f.teacher_rows, t);
+    const auto softmax_row = [&](const HostTensor& x, int64_t r) {
+        std::vector<double> z(static_cast<size_t>(f.V));
+        double mx = -1e300, sum = 0;
+        for (int64_t v = 0; v < f.V; ++v) {
+            double dot = 0;
+            for (int64_t d = 0; d < f.D; ++d)
+                dot += double(x.f32()[r * f.D + d]) * f.lm_head.f32()[v * f.D + d];
+            z[static_cast<size_t>(v)] = dot;
+            mx = std::max(mx, dot);
+        }
+        for (double& e : z) sum += (e = std::exp(e - mx));
+        for (double& e : z) e /= sum;
+        return z;
+    };
+    for (const char* loss : {"ce", "0.1*ce+0.9*l1", "dpace"}) {
+        SCOPED_TRACE(loss);
+        const bool dpace = std::string(loss) == "dpace";
+        BlockLossArgs a = f.args(parse_loss_mix(dpace ? "ce" : loss), hf);
+        if (dpace) a.dpace_alpha = 0.5f;
+        HostTensor am({f.R}, DType::i32), tv({f.R});
+        a.argmax_out = am;
+        a.tv_out = tv;
+        run(*be, a, Tensor());
+        for (int64_t r = 0; r < f.R; ++r) {
+            const auto q = softmax_row(hf, r);
+            const auto p = softmax_row(t, r);
+            EXPECT_EQ(am.i32()[r], std::max_element(q.begin(), q.end()) - q.begin()) << r;
+            if (f.weights.f32()[r] == 0.0f) continue;
+            double ref = 0;
+            for (size_t v = 0; v < q.size(); ++v) ref += std::abs(q[v] - p[v]) / 2;
+            EXPECT_NEAR(tv.f32()[r], ref, 1e-5) << r;
+            EXPECT_GT(ref, 0.01) << r;  // a random draft: far enough from the teacher to matter
+        }
+    }
 }
 
 TEST(BlockLoss, CeEqualsLmHeadCe) {

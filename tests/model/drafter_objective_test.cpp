@@ -2,7 +2,9 @@
 // distillation gradient of the whole model against finite differences, and document isolation
 // of packed sequences: with per-document target features and context starts, a block's loss and
 // every parameter gradient are bitwise unchanged when another document's tokens change (and,
-// so the test can fail, they do change when the documents are packed as one stream).
+// so the test can fail, they do change when the documents are packed as one stream), and a
+// document's blocks in a pack train as the document alone (positions from 0) does.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -161,6 +163,48 @@ TEST(DrafterObjective, SeparateDocumentsDoNotSeeEachOther) {
         const Outcome c = run_packed(*be, p, base, false, loss);
         const Outcome d = run_packed(*be, p, other, false, loss);
         EXPECT_NE(c.stats.loss_sum, d.stats.loss_sum);
+    }
+}
+
+// Spec §4's packing, per document: positions restart at 0 and attention stays inside the document.
+// The target runs each document alone from position 0 (above); the drafter keeps absolute
+// positions within the pack, which RoPE (a function of position differences only, and a block
+// sees only its own document) makes equal to per-document positions up to the rounding of the
+// angles: the middle document's blocks in the pack give the loss and gradients of that document
+// trained alone, whose positions do start at 0.
+TEST(DrafterObjective, APackedDocumentTrainsAsItDoesAlone) {
+    auto be = make_cpu_backend(1);
+    Pair p = make_pair(*be, 91);
+    p.drafter.params().enable_training();
+    const int64_t V = p.target.config().vocab_size;
+    for (LossKind loss : {LossKind::ce, LossKind::kl}) {
+        SCOPED_TRACE(loss_kind_name(loss));
+        Packed pack = make_packed(V);
+        pack.anchors = {8, 11};  // blocks of the middle document [7, 16) only
+        const Outcome packed = run_packed(*be, p, pack, true, loss);
+        Packed alone;
+        alone.toks.assign(pack.toks.begin() + 7, pack.toks.begin() + 16);
+        alone.mask.assign(pack.mask.begin() + 7, pack.mask.begin() + 16);
+        alone.starts = {0};
+        alone.anchors = {1, 4};
+        const Outcome single = run_packed(*be, p, alone, true, loss);
+        EXPECT_GT(single.stats.loss_sum, 0.0);
+        EXPECT_NEAR(packed.stats.loss_sum, single.stats.loss_sum, 1e-5 * single.stats.loss_sum);
+        EXPECT_EQ(packed.stats.weight_sum, single.stats.weight_sum);
+        for (const auto& [name, g] : single.grads) {
+            const HostTensor& h = packed.grads.at(name);
+            double scale = 0, diff = 0;
+            for (int64_t i = 0; i < g.numel(); ++i) {
+                scale = std::max(scale, static_cast<double>(std::abs(g.f32()[i])));
+                diff = std::max(diff, static_cast<double>(std::abs(g.f32()[i] - h.f32()[i])));
+            }
+            EXPECT_LE(diff, 1e-4 * scale + 1e-7) << name;
+        }
+        // One stream: the middle document's blocks see the first document and sit at other
+        // positions of the target, so they do not train as alone.
+        const Outcome stream = run_packed(*be, p, pack, false, loss);
+        EXPECT_GT(std::abs(stream.stats.loss_sum - single.stats.loss_sum),
+                  1e-4 * single.stats.loss_sum);
     }
 }
 

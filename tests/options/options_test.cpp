@@ -44,8 +44,9 @@ std::string describe(const train::TrainOptions& o) {
                o.eval_max_new_tokens, o.lm_head_chunk, o.num_anchors, o.loss_decay_gamma,
                o.loss.name(), o.documents, o.selector_loss_alpha,
                static_cast<int>(o.loss_weighting), o.dpace_alpha) +
-           fmt::format(" {} {} {} {} {} {} {}", o.optimizer, o.muon_lr, o.muon_weight_decay,
-                       o.muon_ns_steps, o.muon_adjust_lr, o.hidden_noise, o.recompute_layers);
+           fmt::format(" {} {} {} {} {} {} {} {} {}", o.optimizer, o.muon_lr, o.muon_weight_decay,
+                       o.muon_ns_steps, o.muon_adjust_lr, o.hidden_noise, o.recompute_layers,
+                       o.keep_best, o.best_metric);
 }
 std::string describe(const train::PretrainOptions& o) {
     return fmt::format("{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}", o.architecture,

@@ -53,7 +53,8 @@ TEST(Optimizer, AdamWMatchesHandComputedSteps) {
     float* w = ps.params()[0].value.f32();
     float* g = ps.params()[0].grad.f32();
     for (int i = 0; i < 4; ++i) w[i] = 0.5f * static_cast<float>(i) - 1.0f;
-    const AdamWConfig cfg{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .muon = {}};
+    const AdamWConfig cfg{
+        .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .muon = {}};
     AdamW opt(ps, cfg);
     double m[4] = {}, v[4] = {}, ref[4];
     for (int i = 0; i < 4; ++i) ref[i] = w[i];
