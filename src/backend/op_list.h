@@ -67,6 +67,7 @@ DFLASH_OP(embedding_bwd, (const Tensor& ids, const Tensor& dout, const Tensor& d
 
 // ---- RMSNorm ------------------------------------------------------------------------------------
 // RMSNorm over the last dim C = w.numel(); x, y viewed as [R, C]; rstd f32 [R] (may be empty).
+// w in the compute dtype, or (forward) f32: the hybrid families' (1 + w) scales (TargetModel).
 DFLASH_OP(rmsnorm_fwd,
           (const Tensor& x, const Tensor& w, float eps, const Tensor& y, const Tensor& rstd),
           (x, w, eps, y, rstd))
@@ -120,6 +121,11 @@ DFLASH_OP(scale_inplace, (const Tensor& y, float alpha), (y, alpha))
 // recorded step draws new noise from each step's staged seed. The same numbers on every backend.
 DFLASH_OP(add_uniform_noise, (const Tensor& x, const Tensor& seed, float amplitude),
           (x, seed, amplitude))
+// x[i] = stddev * normal_hash(seed, i) for every element i (backend/noise_hash.h): N(0, stddev²)
+// numbers that are a pure function of (seed, i), the same on every backend and thread split, so
+// random weights are drawn on the device that holds them (ParamSet::init_random). f32 or bf16 x
+// (bf16: the f32 value rounded).
+DFLASH_OP(fill_normal_hash, (const Tensor& x, uint64_t seed, float stddev), (x, seed, stddev))
 // y [R, C] += bias [C] on every row (Qwen2's q/k/v projection biases).
 DFLASH_OP(add_row_bias, (const Tensor& y, const Tensor& bias), (y, bias))
 

@@ -6,7 +6,9 @@
 #include <CLI/CLI.hpp>
 
 #include <fmt/ranges.h>
+#include <algorithm>
 #include <cstdio>
+#include <thread>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
@@ -87,9 +89,13 @@ int cmd_init(CommandContext& ctx) {
                  (std::filesystem::is_directory(output) && !holds_files(output)),
              "'{}' is not empty; choose a new output directory", output);
     const DType store = parse_dtype(dtype);
-    const uint64_t seed = runtime_options_from_settings(ctx.settings).seed;
-    // Weights are drawn and written in host memory.
-    const std::unique_ptr<Backend> host = make_cpu_backend(1);
+    const RuntimeOptions rt = runtime_options_from_settings(ctx.settings);
+    const uint64_t seed = rt.seed;
+    // Weights are drawn and written in host memory, on runtime.threads threads (0: every core;
+    // fill_normal_hash draws the same weights on any number).
+    const std::unique_ptr<Backend> host = make_cpu_backend(
+        rt.threads > 0 ? static_cast<int>(rt.threads)
+                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     if (tgt->parsed()) {
         const auto tok = make_tokenizer(tokenizer);
         const TargetConfig cfg = train::pretrain_target_config(

@@ -61,10 +61,13 @@ DrafterModel DrafterModel::load(Backend& be, const std::filesystem::path& dir) {
 
 DrafterModel DrafterModel::random(Backend& be, DrafterConfig cfg, uint64_t seed, float std) {
     DrafterModel m(be, std::move(cfg));
-    Rng rng(seed);
-    m.params_.init_random(rng, std);
-    if (m.cfg_.dflash2()) m.init_dflash2_modules(seed, std);
+    m.randomize(seed, std);
     return m;
+}
+
+void DrafterModel::randomize(uint64_t seed, float std) {
+    params_.init_random(seed, std);
+    if (cfg_.dflash2()) init_dflash2_modules(seed, std);
 }
 
 DrafterModel DrafterModel::from_dflash(Backend& be, const DrafterModel& v1, DrafterConfig cfg,
@@ -95,13 +98,9 @@ void DrafterModel::init_dflash2_modules(uint64_t seed, float std) {
             HostTensor proj(params_.param(pre + ".kernel_projection.weight").shape);
             params_.write_f32(pre + ".kernel_projection.weight", proj.view());
         }
-    Rng rng(seed ^ 0xd2f1a5c0ffeeULL);
-    for (const char* name : {"candidate_selector.hidden_projection.weight",
-                             "candidate_selector.predecessor_codebook"}) {
-        HostTensor t(params_.param(name).shape);
-        fill_normal(rng, t.f32(), t.numel(), std);
-        params_.write_f32(name, t.view());
-    }
+    for (const char* name :
+         {"candidate_selector.hidden_projection.weight", "candidate_selector.predecessor_codebook"})
+        params_.init_normal(name, seed ^ 0xd2f1a5c0ffeeULL, std);
     const std::string succ = "candidate_selector.successor_codebook";
     params_.write_f32(succ, HostTensor(params_.param(succ).shape).view());
 }

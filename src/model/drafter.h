@@ -85,9 +85,11 @@ class DrafterModel {
   public:
     DrafterModel(Backend& be, DrafterConfig cfg);  // zero weights on be's device
     static DrafterModel load(Backend& be, const std::filesystem::path& dir);
-    // Random weights (ParamSet::init_random); a DFlash2 drafter's new modules start as
-    // init_dflash2_modules sets them.
+    // Random weights (randomize).
     static DrafterModel random(Backend& be, DrafterConfig cfg, uint64_t seed, float std = 0.02f);
+    // Overwrites every weight on the device: ParamSet::init_random, and a DFlash2 drafter's new
+    // modules as init_dflash2_modules sets them. The same weights on every backend.
+    void randomize(uint64_t seed, float std = 0.02f);
     // A DFlash2 drafter with the DFlash drafter `v1`'s backbone (every tensor of v1, copied) and
     // neutral new modules (init_dflash2_modules): it drafts exactly what v1 drafts. cfg must be
     // v1's config with arch dflash2 (the conv/selector keys may be anything valid).

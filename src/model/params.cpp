@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/checkpoint_io.h"
+#include "core/hash.h"
 
 namespace dflash {
 
@@ -36,22 +37,28 @@ ParamSet::ParamSet(Backend& be, const std::vector<TensorSpec>& specs) : be_(&be)
     for (Param& p : params_) p.value = slice(values_, p.offset, p.shape);
 }
 
-void ParamSet::init_random(Rng& rng, float std) {
+uint64_t ParamSet::init_seed(uint64_t seed, const std::string& name) {
+    return fnv1a64(name, fnv1a64_u64(seed, kFnv1a64Offset));
+}
+
+void ParamSet::init_random(uint64_t seed, float std) {
     for (const Param& p : params_) {
-        HostTensor h(p.shape);
-        float* v = h.f32();
-        const int64_t n = h.numel();
-        if (ends_with(p.name, "norm.weight")) {
-            for (int64_t i = 0; i < n; ++i) v[i] = 1.0f;
-        } else if (ends_with(p.name, ".bias")) {
-            for (int64_t i = 0; i < n; ++i) v[i] = 0.0f;
-        } else {
-            // Every core draws (the same values whatever their number): a billion-parameter
-            // drafter would take about a minute on one.
-            fill_normal(rng, v, n, std);
+        const bool ones = ends_with(p.name, "norm.weight"), zeros = ends_with(p.name, ".bias");
+        if (!ones && !zeros) {
+            init_normal(p.name, seed, std);
+            continue;
         }
-        write_f32(p.name, h.view());
+        be_->fill(p.value, ones ? 1.0f : 0.0f);
+        if (!p.master.empty()) be_->fill(p.master, ones ? 1.0f : 0.0f);
     }
+}
+
+void ParamSet::init_normal(const std::string& name, uint64_t seed, float std) {
+    const Param& p = param(name);
+    // Into the f32 masters when there are any, rounded from them into the values (as write_f32
+    // does).
+    be_->fill_normal_hash(weights_of(p), init_seed(seed, p.name), std);
+    if (!p.master.empty()) be_->copy(p.value, p.master);
 }
 
 void ParamSet::load(const std::filesystem::path& dir) {
@@ -84,6 +91,9 @@ void ParamSet::copy_from(const ParamSet& src) {
     const Tensor from = src.training() ? src.flat_master() : src.flat_values();
     if (src.be_->device() == be_->device()) {
         be_->copy(flat_master(), from);
+    } else if (be_->device().kind == DeviceKind::cpu && from.dtype() == DType::f32) {
+        // Into host memory: straight into this set's f32 values, with no temporary copy.
+        src.be_->download(flat_master(), from);
     } else {
         HostTensor h = to_host_f32(*src.be_, from);
         from_host_f32(*be_, flat_master(), h.view());

@@ -40,8 +40,14 @@ class ParamSet {
     ParamSet& operator=(ParamSet&&) noexcept = default;
 
     // HF-style initialisation: norm weights (names ending in "norm.weight") 1, biases 0, every
-    // other tensor N(0, std^2), drawn on the host in parameter order (the same on every device).
-    void init_random(Rng& rng, float std = 0.02f);
+    // other tensor N(0, std^2), drawn on this set's device by fill_normal_hash: element i of the
+    // tensor named n gets a pure function of (seed, n, i) (init_seed), so the weights are the same
+    // on every backend and thread count, and do not depend on the other tensors of the layout.
+    void init_random(uint64_t seed, float std = 0.02f);
+    // The fill_normal_hash seed of tensor `name` in a set initialised with `seed`.
+    static uint64_t init_seed(uint64_t seed, const std::string& name);
+    // Tensor `name` alone N(0, std^2), drawn as init_random draws it.
+    void init_normal(const std::string& name, uint64_t seed, float std);
     // Reads every parameter from an HF directory (model.safetensors or sharded), checking shapes.
     void load(const std::filesystem::path& dir);
     // Writes model.safetensors (or shards) into dir; `store_as` f32 or bf16. Training sets save

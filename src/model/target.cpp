@@ -82,7 +82,8 @@ void TargetModel::point_at_centred_norms(Backend& be) {
     int64_t total = 0;
     for (const Param& p : params_.params())
         if (is_centred_norm(p.name)) total += p.shape.numel();
-    centred_norms_ = DeviceTensor(be, {total}, be.compute_dtype());
+    // f32 on every backend: bf16 cannot hold 1 + w (docs/engine.md "Zero-centred norms").
+    centred_norms_ = DeviceTensor(be, {total}, DType::f32);
     std::map<std::string, Tensor> by_name;
     int64_t off = 0;
     for (const Param& p : params_.params()) {
@@ -154,8 +155,7 @@ TargetModel TargetModel::load(Backend& be, const std::filesystem::path& dir, Mxf
 
 TargetModel TargetModel::random(Backend& be, TargetConfig cfg, uint64_t seed, float std) {
     TargetModel m(be, std::move(cfg));
-    Rng rng(seed);
-    m.params_.init_random(rng, std);
+    m.params_.init_random(seed, std);
     // The hybrid families' zero-centred norms start at w = 0 (scale 1), as transformers
     // initialises them.
     for (const auto& [name, view] : m.centred_views_)

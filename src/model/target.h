@@ -97,8 +97,9 @@ class TargetModel {
     DeviceTensor sinks_;
     PackedExperts packed_;
     // The hybrid families' zero-centred RMSNorms scale by (1 + w) (w stored, as HF keeps it, and
-    // saved as it is): (1 + w) of every such norm, computed in f32 on the host and held in the
-    // compute dtype (exact on the CPU; on CUDA rounded to bf16 once), in parameter order; the
+    // saved as it is): (1 + w) of every such norm, computed in f32 on the host and held in f32
+    // on every backend (bf16 would round 1 + w to 8 bits: rmsnorm_fwd takes an f32 scale), in
+    // parameter order; the
     // layers' input_ln / post_ln / q_norm / k_norm and final_norm_ are views into it. Empty for
     // other targets. Forward only: these targets are frozen.
     DeviceTensor centred_norms_;

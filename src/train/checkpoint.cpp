@@ -35,16 +35,21 @@ std::string v_key(const std::string& n) {
 // Every parameter's f32 master weights and Adam moments, named per parameter.
 void write_state_tensors(const fs::path& path, const ParamSet& params, const HostTensor& m,
                          const HostTensor& v) {
-    Backend& be = params.backend();
-    const HostTensor master =
-        to_host_f32(be, params.training() ? params.flat_master() : params.flat_values());
+    const Tensor weights = params.training() ? params.flat_master() : params.flat_values();
+    // Host f32 weights (the checkpoint writer's snapshot) are written as they are; others are
+    // copied to the host first.
+    const bool host_f32 = weights.device().kind == DeviceKind::cpu && weights.dtype() == DType::f32;
+    const HostTensor copy = host_f32 ? HostTensor() : to_host_f32(params.backend(), weights);
+    const Tensor master = host_f32 ? weights : copy.view();
     DF_ASSERT(m.numel() == params.numel() && v.numel() == params.numel(),
               "checkpoint moments of {} and {} elements for {} parameters", m.numel(), v.numel(),
               params.numel());
     std::vector<std::pair<std::string, Tensor>> tensors;
     for (const Param& p : params.params()) {
-        auto part = [&](const HostTensor& flat) {
-            return flat.view().rows(p.offset, p.offset + p.shape.numel()).reshape(p.shape);
+        auto part = [&](const Tensor& flat) {
+            return flat.reshape({flat.numel()})
+                .rows(p.offset, p.offset + p.shape.numel())
+                .reshape(p.shape);
         };
         tensors.emplace_back(master_key(p.name), part(master));
         tensors.emplace_back(m_key(p.name), part(m));

@@ -42,6 +42,14 @@ struct DrafterLossOptions {
     double static_gamma() const { return dpace_alpha > 0 ? 0.0 : gamma; }
 };
 
+// The drafter every worker starts from: `model` (loaded: a resume's or --init-drafter's), or
+// when null random weights drawn from `seed` (DrafterModel::randomize) on the worker's device.
+struct InitialDrafter {
+    DrafterConfig config;
+    const DrafterModel* model = nullptr;
+    uint64_t seed = 0;
+};
+
 // What an evaluation decodes: the first train.eval_prompt_count prompts, greedily.
 struct DecodeEvalSetup {
     std::vector<Prompt> prompts;
@@ -54,14 +62,19 @@ class DrafterTask : public WorkerTask {
     // workers share one), else this worker's own, loaded from target_dir onto be's device (see
     // run_drafter_training). decode: null when evaluations do not decode.
     DrafterTask(Backend& be, const TargetModel* shared, const fs::path& target_dir,
-                const DrafterModel& init, const Tokenizer& tok, DrafterLossOptions opt,
+                const InitialDrafter& init, const Tokenizer& tok, DrafterLossOptions opt,
                 const DecodeEvalSetup* decode)
-        : target_(shared), drafter_(be, init.config()), tok_(tok), opt_(opt), decode_(decode) {
+        : target_(shared), drafter_(be, init.config), tok_(tok), opt_(opt), decode_(decode) {
         if (!shared || shared->backend().device() != be.device()) {
             own_target_.emplace(TargetModel::load(be, target_dir));
             target_ = &*own_target_;
         }
-        drafter_.params().copy_from(init.params());
+        // A random drafter is drawn on the replica's own device: the same weights on every
+        // worker (fill_normal_hash), with no host copy to make and upload.
+        if (init.model != nullptr)
+            drafter_.params().copy_from(init.model->params());
+        else
+            drafter_.randomize(init.seed);
         drafter_.params().enable_training();
         // Evaluation's per-row outputs: room for the most rows a micro-batch has.
         const int64_t rows = std::max<int64_t>(1, opt_.num_anchors * drafter_.block_size());
@@ -174,6 +187,18 @@ class DrafterTask : public WorkerTask {
         save_tokenizer_spec(dir, tok_);
     }
 
+    ModelSnapshot snapshot_model() override {
+        if (!snapshot_) {
+            snapshot_be_ = make_cpu_backend(1);
+            snapshot_.emplace(*snapshot_be_, drafter_.config());
+        }
+        snapshot_->params().copy_from(drafter_.params());
+        return {&snapshot_->params(), [this](const fs::path& dir) {
+                    snapshot_->save(dir, DType::bf16);
+                    save_tokenizer_spec(dir, tok_);
+                }};
+    }
+
     std::optional<AcceptanceSums> eval_acceptance(Backend& be, const MicroBatch& mb) override {
         const auto R = static_cast<int64_t>(mb.anchors.size()) * drafter_.block_size();
         std::vector<int32_t> argmax(static_cast<size_t>(R));
@@ -240,8 +265,11 @@ class DrafterTask : public WorkerTask {
     const DecodeEvalSetup* decode_;
     std::optional<DrafterModel> eval_model_;  // made at the first decoding evaluation
     std::vector<int32_t> context_starts_;     // of the micro-batch being run
-    DeviceTensor eval_argmax_;                // i32 [num_anchors * B]: BlockObjective::eval_argmax
-    DeviceTensor eval_tv_;                    // f32 [num_anchors * B]: BlockObjective::eval_tv
+    // The checkpoint writer's copy of the weights in host memory (snapshot_model).
+    std::unique_ptr<Backend> snapshot_be_;
+    std::optional<DrafterModel> snapshot_;
+    DeviceTensor eval_argmax_;  // i32 [num_anchors * B]: BlockObjective::eval_argmax
+    DeviceTensor eval_tv_;      // f32 [num_anchors * B]: BlockObjective::eval_tv
 };
 
 // The prompts of decoding evaluations (null when there are none to decode).
@@ -315,13 +343,8 @@ void apply_attention_layout(const DrafterOptions& d, DrafterConfig& c) {
              fmt::format("{}", fmt::join(p, "; ")));
 }
 
-DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const Tokenizer& tok,
-                                  const DrafterOptions& d, uint64_t seed) {
-    return make_initial_drafter(be, target.config(), tok, d, seed);
-}
-
-DrafterModel make_initial_drafter(Backend& be, const TargetConfig& tc, const Tokenizer& tok,
-                                  const DrafterOptions& d, uint64_t seed) {
+DrafterConfig initial_drafter_config(const TargetConfig& tc, const Tokenizer& tok,
+                                     const DrafterOptions& d) {
     int64_t mask = d.mask_token_id;
     if (mask < 0) mask = tok.specials().mask;
     // No <|MASK|> token: the first embedding row past the tokenizer's ids, which is what Qwen3
@@ -344,9 +367,18 @@ DrafterModel make_initial_drafter(Backend& be, const TargetConfig& tc, const Tok
     }
     DrafterConfig dc = make_drafter_config(tc, d.num_layers, d.block_size, mask, std::move(ids));
     apply_attention_layout(d, dc);
-    DrafterModel v1 = DrafterModel::random(be, dc, seed ^ kInitSalt);
-    if (d.architecture != "dflash2") return v1;
-    return DrafterModel::from_dflash(be, v1, dflash2_config(v1.config(), d), seed);
+    if (d.architecture != "dflash2") return dc;
+    return dflash2_config(dc, d);
+}
+
+uint64_t initial_drafter_seed(uint64_t seed) {
+    return seed ^ kInitSalt;
+}
+
+DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const Tokenizer& tok,
+                                  const DrafterOptions& d, uint64_t seed) {
+    return DrafterModel::random(be, initial_drafter_config(target.config(), tok, d),
+                                initial_drafter_seed(seed));
 }
 
 DrafterConfig dflash2_config(const DrafterConfig& base, const DrafterOptions& d) {
@@ -382,7 +414,6 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const RunSettings&
     const TrainingOptions& o = run.options();
     const ShardedDataset& train = run.train_data();
 
-    // The initial drafter is made once in host memory and each worker copies it to its device.
     // The frozen target is read once into host memory only for CPU workers, which share it;
     // workers on another device (CUDA) each load it from the directory straight onto theirs, so
     // the host never holds its weights (in f32 there: 108 GB for a 27B target) and MXFP4 experts
@@ -400,17 +431,25 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const RunSettings&
     // The starting weights: a resumed run overwrites them with the checkpoint's fp32 masters,
     // but the architecture comes from the checkpoint's config.json.
     const auto& resume_from = run.resume_from();
-    DrafterModel init = resume_from ? DrafterModel::load(*host, *resume_from)
-                        : !job.init_drafter.empty()
-                            ? DrafterModel::load(*host, job.init_drafter)
-                            : make_initial_drafter(*host, target, *tok, o.drafter, o.runtime.seed);
-    const auto mismatch = drafter_target_mismatches(init.config(), target);
+    // A fresh run's random drafter is not made here: each worker draws it on its own device
+    // (make_initial_drafter's weights, DrafterTask).
+    std::optional<DrafterModel> loaded;
+    if (resume_from)
+        loaded.emplace(DrafterModel::load(*host, *resume_from));
+    else if (!job.init_drafter.empty())
+        loaded.emplace(DrafterModel::load(*host, job.init_drafter));
+    const InitialDrafter init{
+        .config = loaded ? loaded->config() : initial_drafter_config(target, *tok, o.drafter),
+        .model = loaded ? &*loaded : nullptr,
+        .seed = initial_drafter_seed(o.runtime.seed)};
+    const auto mismatch = drafter_target_mismatches(init.config, target);
     DF_CHECK(mismatch.empty(), "the drafter does not fit the target '{}': {}",
              job.target_dir.string(), mismatch.front());
+    int64_t numel = 0;
+    for (const TensorSpec& t : drafter_tensor_specs(init.config)) numel += t.numel();
     log.info("drafter: {} layers, block {}, target layers [{}], mask id {}, {} parameters",
-             init.config().layer.num_hidden_layers, init.block_size(),
-             fmt::join(init.config().target_layer_ids, ", "), init.config().mask_token_id,
-             init.params().numel());
+             init.config.layer.num_hidden_layers, init.config.block_size,
+             fmt::join(init.config.target_layer_ids, ", "), init.config.mask_token_id, numel);
 
     const auto decode = make_decode_setup(job.eval_prompts, target, *tok, o, log);
     TrainerSpec spec = run.spec(job.hooks);
@@ -425,9 +464,9 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const RunSettings&
              lo.loss.name(), loss_weighting_name(t.loss_weighting),
              lo.dpace_alpha > 0 ? fmt::format(" (alpha {})", lo.dpace_alpha) : std::string(),
              t.documents,
-             init.config().dflash2()
+             init.config.dflash2()
                  ? fmt::format(", train.selector_loss_alpha={} (DFlash2 selector, top-{})",
-                               lo.selector_alpha, init.config().d2.selector_top_k)
+                               lo.selector_alpha, init.config.d2.selector_top_k)
                  : std::string());
     spec.make_task = [&](int, Backend& be) {
         return std::make_unique<DrafterTask>(be, host_target ? &*host_target : nullptr,

@@ -38,15 +38,19 @@ struct DrafterTrainJob {
 TrainSummary run_drafter_training(const DrafterTrainJob& job, const RunSettings& settings,
                                   const Logger& log);
 
-// The drafter a fresh run starts from: make_drafter_config from the target's dims and the
-// drafter.* settings (mask id -1 = the tokenizer's MASK; empty target_layer_ids = the default rule
-// of model/hf_config.h with drafter.num_target_features ids, fewer for shallow targets), weights
-// N(0, 0.02^2) seeded by `seed` (runtime.seed).
+// The drafter a fresh run starts from: initial_drafter_config, weights N(0, 0.02^2) seeded by
+// `seed` (runtime.seed) through initial_drafter_seed (DrafterModel::random). A fresh training run
+// draws the same weights on each worker's device.
 DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const Tokenizer& tok,
                                   const DrafterOptions& drafter, uint64_t seed);
-// The same from the target's config alone (a run whose workers load the target themselves).
-DrafterModel make_initial_drafter(Backend& be, const TargetConfig& target, const Tokenizer& tok,
-                                  const DrafterOptions& drafter, uint64_t seed);
+// Its config: make_drafter_config from the target's dims and the drafter.* settings (mask id -1 =
+// the tokenizer's MASK; empty target_layer_ids = the default rule of model/hf_config.h with
+// drafter.num_target_features ids, fewer for shallow targets), the DFlash2 version of it
+// (dflash2_config) with drafter.architecture=dflash2.
+DrafterConfig initial_drafter_config(const TargetConfig& target, const Tokenizer& tok,
+                                     const DrafterOptions& drafter);
+// The DrafterModel::randomize seed of a fresh run with runtime.seed `seed`.
+uint64_t initial_drafter_seed(uint64_t seed);
 
 // The DFlash2 version of `base` with the drafter.conv_* / selector_* options; full, bidirectional
 // attention like the DFlash drafter it starts from, so that with its identity / neutral new

@@ -3,6 +3,7 @@
 #include "train/pretraining.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "core/error.h"
 #include "model/target.h"
@@ -61,11 +62,29 @@ class PretrainTask : public WorkerTask {
         save_tokenizer_spec(dir, tok_);
     }
 
+    ModelSnapshot snapshot_model() override {
+        // MXFP4 experts exist only in loaded checkpoints; pretraining starts from random weights
+        // or its own (bf16) checkpoints.
+        DF_ASSERT(model_.packed_experts().empty(), "a pretrained target has packed experts");
+        if (!snapshot_) {
+            snapshot_be_ = make_cpu_backend(1);
+            snapshot_.emplace(*snapshot_be_, model_.config());
+        }
+        snapshot_->params().copy_from(model_.params());
+        return {&snapshot_->params(), [this](const fs::path& dir) {
+                    snapshot_->save(dir, DType::bf16);
+                    save_tokenizer_spec(dir, tok_);
+                }};
+    }
+
   private:
     TargetModel model_;
     const Tokenizer& tok_;
     bool loss_on_prompt_;
     int64_t chunk_;
+    // The checkpoint writer's copy of the weights in host memory (snapshot_model).
+    std::unique_ptr<Backend> snapshot_be_;
+    std::optional<TargetModel> snapshot_;
 };
 
 }  // namespace
@@ -117,8 +136,13 @@ TrainSummary run_pretraining(const PretrainJob& job, const RunSettings& settings
     const ShardedDataset& train = run.train_data();
     const auto tok = make_tokenizer(train.tokenizer_name());
 
-    // The initial weights are made once in host memory; each worker copies them to its device.
-    const std::unique_ptr<Backend> host = make_cpu_backend(1);
+    // The initial weights are made once in host memory, on every core the run may use
+    // (fill_normal_hash draws the same weights on any number); each worker copies them to its
+    // device.
+    const int64_t threads = o.runtime.threads;
+    const std::unique_ptr<Backend> host = make_cpu_backend(
+        threads > 0 ? static_cast<int>(threads)
+                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     const TargetModel init =
         run.resume_from() ? TargetModel::load(*host, *run.resume_from())
                           : TargetModel::random(

@@ -104,6 +104,16 @@ class WorkerTask {
                      const Tensor& stats) = 0;
     // Writes the model in its HF layout (bf16) plus the tokenizer description into dir.
     virtual void save_model(const std::filesystem::path& dir) const = 0;
+    // save_model in two halves, so that checkpoints are written while training goes on: copies
+    // the replica's weights (f32 masters) into host memory now and returns that copy's params
+    // and what writes save_model's files from it, which the checkpoint writer runs later on its
+    // own thread. The copy is the task's, reused by the next call (made only once the previous
+    // write is done).
+    struct ModelSnapshot {
+        const ParamSet* params = nullptr;
+        std::function<void(const std::filesystem::path&)> save;
+    };
+    virtual ModelSnapshot snapshot_model() = 0;
     // Evaluation only, right after run() of mb without gradients (outside any recorded step):
     // the micro-batch's acceptance sums (drafters' greedy and probabilistic tau, from each block
     // row's argmax and TV distance kept on the device by run()); nullopt for tasks without.
@@ -133,6 +143,9 @@ struct TrainHooks {
     // makes its own.
     StopSource* stop = nullptr;
     bool progress = true;  // a redrawn progress line on stdout when it is a terminal
+    // The checkpoint writer's thread, before it writes the checkpoint directory `dir` (tests
+    // inject write failures and slow writes here).
+    std::function<void(const std::filesystem::path& dir)> on_checkpoint_write;
 };
 
 struct TrainSummary {

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "data/anchors.h"
 #include "train/best_checkpoint.h"
+#include "train/checkpoint_writer.h"
 #include "train/gradient_exchange.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
@@ -146,6 +147,9 @@ class Worker {
     int64_t last_ckpt_ = -1;
     std::optional<double> best_;  // train.keep_best: the value to beat (best.json on resume)
     double step_seconds_ = 0;     // sum over this call's steps (for the ETA)
+    // The run's first worker writes the checkpoints, in the background. Last, so that it is
+    // destroyed first: a write in flight finishes before the task's snapshot it reads goes.
+    std::optional<CheckpointWriter> writer_;
 };
 
 void Worker::setup() {
@@ -249,6 +253,8 @@ void Worker::run_steps() {
     if (sh_.opt.world > 1) check_replicas(start_step_);  // every replica starts from one state
     for (int64_t step = start_step_ + 1; step <= sh_.total_steps; ++step) {
         ctx_.set_phase(fmt::format("step {}", step));
+        // A checkpoint write that failed stops the run here, at the next step.
+        if (writer_) writer_->check();
         const TrainHooks& hooks = sh_.spec.hooks;
         if (hooks.on_step_begin) hooks.on_step_begin(rank_, step);
         if (hooks.on_step_weights) hooks.on_step_weights(rank_, step, task_->params());
@@ -266,6 +272,10 @@ void Worker::run_steps() {
             if (local_ == 0) sh_.summary.interrupted = true;
             break;
         }
+    }
+    if (writer_) {
+        ctx_.set_phase("writing the last checkpoint");
+        writer_->wait();
     }
     if (rank_ == 0 && sh_.tty && sh_.spec.hooks.progress) std::fputs("\n", stdout);
     if (const GraphStats gs = be_->graph_stats(); gs.enabled)
@@ -509,7 +519,7 @@ void Worker::checkpoint(int64_t step) {
     states[2 * rank_] = static_cast<double>(loader_->state().epoch);
     states[2 * rank_ + 1] = static_cast<double>(loader_->state().cursor);
     comm_.all_reduce_sum(states.data(), states.size());
-    const auto [m, v] = exchange_->gather_moments(*opt_);
+    auto [m, v] = exchange_->gather_moments(*opt_);
     if (rank_ == 0) {
         TrainingState s;
         s.kind = sh_.spec.kind;
@@ -524,10 +534,19 @@ void Worker::checkpoint(int64_t step) {
         s.settings_toml = config::dump_toml(sh_.settings);
         s.settings_hash = sh_.settings.hash();
         s.data = sh_.data;
-        const fs::path dir = write_checkpoint(sh_.spec.run_dir, s, task_->params(), m, v,
-                                              [this](const fs::path& d) { task_->save_model(d); });
-        sh_.summary.model_dir = dir;
-        sh_.log.info("checkpoint: {}", dir.string());
+        // The step waits only for the previous write (if it is still going) and for the copy of
+        // the weights into host memory; the files are written while training goes on.
+        if (!writer_) writer_.emplace(sh_.log);
+        writer_->wait();
+        WorkerTask::ModelSnapshot snap = task_->snapshot_model();
+        sh_.summary.model_dir = sh_.spec.run_dir / checkpoint_name(step);
+        writer_->submit({.run_dir = sh_.spec.run_dir,
+                         .state = std::move(s),
+                         .params = snap.params,
+                         .save_model = std::move(snap.save),
+                         .m = std::move(m),
+                         .v = std::move(v),
+                         .before_write = sh_.spec.hooks.on_checkpoint_write});
     }
     comm_.barrier();
     last_ckpt_ = step;

@@ -3,9 +3,11 @@
 // view. Tolerances: y and dx (bf16) within one bf16 rounding, 1/256 |ref| + 1e-3 max|ref| per
 // element and 1e-2 relative error norm; rstd (f32) 1e-5 relative per element; dw (f32, summed
 // over rows in fp32 vs the CPU's double) 1e-4 relative per element + 1e-4 max|ref|. The backward
-// repeats bit for bit (dx and dw).
+// repeats bit for bit (dx and dw). The forward with an f32 weight (the hybrid families' (1 + w)).
 #include <array>
+#include <cmath>
 #include <string>
+#include <utility>
 
 #include "cuda/elem_test_util.h"
 #include "support/test_util.h"
@@ -90,6 +92,42 @@ TEST_F(CudaRmsNorm, WideOddAndPerHeadRows) {
     check({257, 8191}, 8191, rng);  // the longest scalar row
     check({33, 8, 128}, 128, rng);  // per-head q/k norm: R = S * H
     check({4097, 4, 64}, 64, rng);  // many short rows: several row chunks per block
+}
+
+// The hybrid families' (1 + w) scales stay f32 (TargetModel): the forward with an f32 weight is
+// the CPU's f32 w * (x * rstd) rounded once (within one bf16 rounding), nearer to it over the
+// whole tensor than the same weight rounded to bf16 gets (so the f32 values are what is read).
+TEST_F(CudaRmsNorm, Float32WeightForward) {
+    Rng rng(3);
+    const float eps = 1e-6f;
+    for (const auto& [shape, c] :
+         {std::pair{Shape{257, 64}, int64_t{64}}, std::pair{Shape{5, 1000}, int64_t{1000}},
+          std::pair{Shape{33, 8, 256}, int64_t{256}}, std::pair{Shape{7, 1001}, int64_t{1001}}}) {
+        const std::string what = "x " + shape.to_string();
+        const int64_t rows = shape.numel() / c;
+        HostTensor x = test::bf16_values(shape, rng, 2.0f);
+        HostTensor w = test::f32_values({c}, rng, 0.1f);
+        for (int64_t i = 0; i < c; ++i) w.f32()[i] += 1.0f;
+        HostTensor y_ref(shape), rstd_ref({rows});
+        cpu().rmsnorm_fwd(x, w, eps, y_ref, rstd_ref);
+        DeviceTensor gx = test::to_gpu(gpu(), x, DType::bf16);
+        DeviceTensor gw = test::to_gpu(gpu(), w, DType::f32);
+        DeviceTensor gw16 = test::to_gpu(gpu(), w, DType::bf16);
+        DeviceTensor gy(gpu(), shape, DType::bf16), gy16(gpu(), shape, DType::bf16);
+        DeviceTensor grstd(gpu(), {rows}, DType::f32);
+        test::poison(gpu(), gy);
+        gpu().rmsnorm_fwd(gx, gw, eps, gy, grstd);
+        gpu().rmsnorm_fwd(gx, gw16, eps, gy16, Tensor());
+        const HostTensor y = test::to_cpu(gpu(), gy), y16 = test::to_cpu(gpu(), gy16);
+        EXPECT_EQ(mismatch(y, y_ref, test::bf16_tol(1e-3 * test::max_abs(y_ref))), "") << what;
+        EXPECT_EQ(mismatch(test::to_cpu(gpu(), grstd), rstd_ref, Tol{1e-5, 1e-5, 0}), "") << what;
+        double err = 0, err16 = 0;
+        for (int64_t i = 0; i < y_ref.numel(); ++i) {
+            err += std::abs(double(y.f32()[i]) - y_ref.f32()[i]);
+            err16 += std::abs(double(y16.f32()[i]) - y_ref.f32()[i]);
+        }
+        EXPECT_LT(err, err16) << what << ": the f32 weight was not read as f32";
+    }
 }
 
 TEST_F(CudaRmsNorm, RejectsBadArguments) {

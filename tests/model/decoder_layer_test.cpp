@@ -39,7 +39,7 @@ TEST_P(DecoderLayerTest, BackwardMatchesFiniteDifferences) {
     const LayerDims dims = layer_dims(tc);
     ParamSet ps(*be, target_tensor_specs(tc));
     Rng init(11);
-    ps.init_random(init, 0.3f);
+    ps.init_random(init.next_u64(), 0.3f);
     // Norm weights start at 1; move them so that their gradients are not a special case.
     for (auto& p : ps.params())
         for (int64_t i = 0; i < p.value.numel(); ++i) p.value.f32()[i] += 0.1f * init.normal();

@@ -3,7 +3,8 @@
 // double-precision reference, on small awkward sizes of every mask kind and path: FlashAttention-2
 // forward, split-KV decode + combine (and its row invariance), the dflash pre-pass, and the
 // delta / dQ / dK-dV backward; causal sliding windows (forward, backward, decode) and per-head
-// sinks (forward and decode; with sinks the reference's lse includes the sink's term).
+// sinks (forward and decode; with sinks the reference's lse includes the sink's term); head dims
+// 64 and 128, and 256 for the forward paths.
 // This checks the kernels' index arithmetic, fragment plumbing, masking and pipelining without a
 // GPU (label cpu: runs in CI); tests/cuda/attention_cuda_test.cpp checks the real thing.
 // Both cp.async modes run (copies at the wait, copies at issue). Tolerances (bf16 inputs, bf16
@@ -582,6 +583,22 @@ TEST(AttentionEmu, PrefillOverKvCacheWithWindow) {
     c.bwd = false;
     c.sinks = some_sinks(2);
     check_case(c);
+}
+
+// Head dim 256 (the hybrid families' gated attention; forward only): the tiled forward (causal,
+// full, a window with sinks), the split-KV decode over three splits with GQA 8, and its row
+// invariance.
+TEST(AttentionEmu, HeadDim256ForwardAndDecode) {
+    check_case(causal("causal 130 d256 g2", 130, 130, 0, 4, 2, 256, false));
+    check_case(causal("full 33x70 d256", 33, 70, 0, 2, 1, 256, false));
+    Case w = causal("causal 90 window 20 sinks d256", 90, 90, 0, 2, 1, 256, false);
+    w.window = 20;
+    w.sinks = some_sinks(2);
+    check_case(w);
+    check_case(cache("decode causal sq1 g8 d256", kCausal, 1, 700, 650, 8, 1, 256));
+    check_case(cache("verify causal sq16 g2 d256", kCausal, 16, 300, 77, 4, 2, 256));
+    check_case(cache("prefill causal sq40 kv130 d256", kCausal, 40, 200, 130, 2, 1, 256));
+    expect_verified_rows_equal_decoded(5, 700, 517, 4, 2, 256, 0, {}, 17);
 }
 
 }  // namespace

@@ -1,9 +1,15 @@
 // Drafter checkpoints (src/train/checkpoint.h): the directory layout (HF drafter files that load
 // back and pass `dflash inspect`, training state, latest pointer, settings, metrics) and bitwise
 // resume: k steps, then resume to 2k, equals 2k straight — every weight and moment, bit for bit.
+// Checkpoints are written in the background (train/checkpoint_writer.h): training goes on while
+// one is written, a checkpoint written that way resumes bitwise, and a failed write stops the run
+// naming the checkpoint and the cause.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
 #include <set>
 
 #include "core/checkpoint_io.h"
@@ -131,6 +137,82 @@ TEST_F(DrafterCheckpoints, ResumeIsBitwiseIdentical) {
     EXPECT_EQ(test::read_file(straight.model_dir / "model.safetensors"),
               test::read_file(resumed.model_dir / "model.safetensors"));
     EXPECT_DOUBLE_EQ(straight.final_loss, resumed.final_loss);
+}
+
+// Compares two checkpoints' training states and model files bit for bit.
+void expect_same_checkpoint(const fs::path& a_dir, const fs::path& b_dir) {
+    const auto a = test::read_state_tensors(a_dir);
+    const auto b = test::read_state_tensors(b_dir);
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& [name, va] : a) {
+        ASSERT_TRUE(b.count(name)) << name;
+        const auto& vb = b.at(name);
+        ASSERT_EQ(va.size(), vb.size()) << name;
+        EXPECT_EQ(std::memcmp(va.data(), vb.data(), va.size() * sizeof(float)), 0) << name;
+    }
+    EXPECT_EQ(test::read_file(a_dir / "model.safetensors"),
+              test::read_file(b_dir / "model.safetensors"));
+}
+
+TEST_F(DrafterCheckpoints, TrainingGoesOnWhileACheckpointIsWritten) {
+    // The writer holds checkpoint 2 back until step 3 has begun: with a step that waited for the
+    // write, step 3 would never begin and the wait would time out.
+    std::mutex mu;
+    std::condition_variable cv;
+    bool step3 = false, overlapped = false;
+    auto j = job("overlap");
+    j.hooks.on_step_begin = [&](int, int64_t step) {
+        if (step != 3) return;
+        std::lock_guard lock(mu);
+        step3 = true;
+        cv.notify_all();
+    };
+    j.hooks.on_checkpoint_write = [&](const fs::path& dir) {
+        if (dir.filename() != train::checkpoint_name(2)) return;
+        std::unique_lock lock(mu);
+        overlapped = cv.wait_for(lock, std::chrono::seconds(30), [&] { return step3; });
+    };
+    const auto s =
+        test::drafter_settings({{"train.checkpoint_every", "2"}, {"train.max_steps", "4"}});
+    const train::TrainSummary sum = train_drafter_from_settings(j, s, Logger());
+    EXPECT_TRUE(overlapped);
+    const fs::path run = *dir_ / "overlap";
+    // The end of training waited for the last write.
+    EXPECT_EQ(sum.model_dir, run / train::checkpoint_name(4));
+    EXPECT_EQ(test::read_file(run / "latest"), train::checkpoint_name(4) + "\n");
+    for (const auto& e : fs::directory_iterator(run))
+        EXPECT_EQ(e.path().filename().string().rfind(".tmp", 0), std::string::npos);
+    // The checkpoint written while step 3 ran holds step 2's state: resuming from it gives the
+    // straight run's step 4 bit for bit.
+    auto r = job("overlap-resumed");
+    r.resume = run / train::checkpoint_name(2);
+    const train::TrainSummary resumed = train_drafter_from_settings(r, s, Logger());
+    EXPECT_EQ(resumed.first_step, 3);
+    expect_same_checkpoint(sum.model_dir, resumed.model_dir);
+    EXPECT_DOUBLE_EQ(sum.final_loss, resumed.final_loss);
+}
+
+TEST_F(DrafterCheckpoints, AFailedWriteStopsTheRun) {
+    auto j = job("write-fails");
+    j.hooks.on_checkpoint_write = [](const fs::path& dir) {
+        if (dir.filename() == train::checkpoint_name(4)) throw Error("no space left (injected)");
+    };
+    const auto s =
+        test::drafter_settings({{"train.checkpoint_every", "2"}, {"train.max_steps", "8"}});
+    try {
+        train_drafter_from_settings(j, s, Logger());
+        FAIL() << "the run ended although a checkpoint could not be written";
+    } catch (const Error& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("writing the checkpoint"), std::string::npos) << m;
+        EXPECT_NE(m.find(train::checkpoint_name(4)), std::string::npos) << m;
+        EXPECT_NE(m.find("no space left (injected)"), std::string::npos) << m;
+    }
+    const fs::path run = *dir_ / "write-fails";
+    // The checkpoint before it stands and is still the latest; the failed one left nothing.
+    EXPECT_TRUE(fs::is_directory(run / train::checkpoint_name(2)));
+    for (int step : {4, 6, 8}) EXPECT_FALSE(fs::exists(run / train::checkpoint_name(step)));
+    EXPECT_EQ(test::read_file(run / "latest"), train::checkpoint_name(2) + "\n");
 }
 
 TEST_F(DrafterCheckpoints, ResumeErrorsAreClear) {

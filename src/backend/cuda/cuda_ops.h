@@ -56,6 +56,7 @@ void check_device(const Exec& ex, const Tensor& t, const char* op, const char* n
 //   muon.cpp        muon_momentum, muon_normalize, muon_update: f32 state; the normalised update
 //                   and muon_update's x f32 or bf16; value bf16 or empty.
 //   uniform_noise.cpp  add_uniform_noise: x f32 or bf16, seed i32 [2].
+//   normal_fill.cpp fill_normal_hash: x f32 or bf16.
 //   sampling.cpp    sample_rows: logits f32 [R, V], uniforms f32 [R], out i32 [R].
 //   dyn_conv.cpp    x, base, delta, y, dy, dx, ddelta bf16; dbase f32 (+=).
 //   selector_scores.cpp  z, codebooks, dz bf16; ids i32; scores, dA, dB f32 (+=).

@@ -308,8 +308,10 @@ void fwd(const FwdArgs& a, CUstream_st* stream) {
     if (a.mask.sq == 0 || a.h == 0) return;
     if (a.d == 64) {
         launch_fwd<64>(a, stream);
-    } else {
+    } else if (a.d == 128) {
         launch_fwd<128>(a, stream);
+    } else {
+        launch_fwd<256>(a, stream);
     }
 }
 
@@ -318,8 +320,10 @@ void decode(const FwdArgs& a, const DecodePlan& p, float* part_o, float* part_ml
     if (a.mask.sq == 0 || a.h == 0) return;
     if (a.d == 64) {
         launch_decode<64>(a, p, part_o, part_ml, stream);
-    } else {
+    } else if (a.d == 128) {
         launch_decode<128>(a, p, part_o, part_ml, stream);
+    } else {
+        launch_decode<256>(a, p, part_o, part_ml, stream);
     }
     DF_ATTN_LAUNCH(decode_combine_kernel, cdiv(a.mask.sq * a.h, 4), 128, 0, stream, a, p, part_o,
                    part_ml);

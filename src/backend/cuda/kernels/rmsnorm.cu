@@ -31,9 +31,11 @@ __device__ __forceinline__ float row_sum(float v, int tpr, float* red) {
     return tpr <= 32 ? group_sum(v, tpr) : block_sum(v, red);
 }
 
-template <int VEC, int MAXV>
+// W: the weight's element type, uint16_t (bf16) or float (the hybrid families' (1 + w) scales,
+// kept in f32 so that y is rounded once, as transformers rounds it).
+template <class W, int VEC, int MAXV>
 __global__ void __launch_bounds__(kBlock)
-    rmsnorm_fwd_kernel(const uint16_t* x, const uint16_t* __restrict__ w, uint16_t* y,
+    rmsnorm_fwd_kernel(const uint16_t* x, const W* __restrict__ w, uint16_t* y,
                        float* __restrict__ rstd, int64_t rows, int cols, int tpr, float eps) {
     __shared__ float red[32];
     const int rpb = blockDim.x / tpr;
@@ -199,27 +201,38 @@ void sum_rows(const float* in, int nrows, int cols, int chunk, float* out, bool 
     DF_CUDA_CHECK_LAUNCH(rmsnorm_sum_rows_kernel);
 }
 
-}  // namespace
-
-void rmsnorm_fwd(const uint16_t* x, const uint16_t* w, float eps, uint16_t* y, float* rstd,
-                 int64_t rows, int64_t cols, CUstream_st* stream) {
+template <class W>
+void launch_rmsnorm_fwd(const uint16_t* x, const W* w, float eps, uint16_t* y, float* rstd,
+                        int64_t rows, int64_t cols, cudaStream_t stream) {
     if (rows <= 0) return;
     const RmsNormGeometry g = rmsnorm_geometry(cols, vec_ok(cols, {x, w, y}));
     const auto blocks = static_cast<unsigned>((rows + g.rpb - 1) / g.rpb);
     const int c = static_cast<int>(cols);
     if (g.vec == 8 && g.maxv == 1) {
-        rmsnorm_fwd_kernel<8, 1>
+        rmsnorm_fwd_kernel<W, 8, 1>
             <<<blocks, g.threads, 0, stream>>>(x, w, y, rstd, rows, c, g.tpr, eps);
         DF_CUDA_CHECK_LAUNCH(rmsnorm_fwd_kernel_short);
     } else if (g.vec == 8) {
-        rmsnorm_fwd_kernel<8, 4>
+        rmsnorm_fwd_kernel<W, 8, 4>
             <<<blocks, g.threads, 0, stream>>>(x, w, y, rstd, rows, c, g.tpr, eps);
         DF_CUDA_CHECK_LAUNCH(rmsnorm_fwd_kernel_long);
     } else {
-        rmsnorm_fwd_kernel<1, 32>
+        rmsnorm_fwd_kernel<W, 1, 32>
             <<<blocks, g.threads, 0, stream>>>(x, w, y, rstd, rows, c, g.tpr, eps);
         DF_CUDA_CHECK_LAUNCH(rmsnorm_fwd_kernel_scalar);
     }
+}
+
+}  // namespace
+
+void rmsnorm_fwd(const uint16_t* x, const uint16_t* w, float eps, uint16_t* y, float* rstd,
+                 int64_t rows, int64_t cols, CUstream_st* stream) {
+    launch_rmsnorm_fwd(x, w, eps, y, rstd, rows, cols, stream);
+}
+
+void rmsnorm_fwd(const uint16_t* x, const float* w, float eps, uint16_t* y, float* rstd,
+                 int64_t rows, int64_t cols, CUstream_st* stream) {
+    launch_rmsnorm_fwd(x, w, eps, y, rstd, rows, cols, stream);
 }
 
 size_t rmsnorm_bwd_workspace_bytes(int64_t rows, int64_t cols) {

@@ -1,5 +1,5 @@
 // Raw launchers of the RMSNorm family (see rmsnorm.cpp for the Tensor-level ops): rows of `cols`
-// bf16 values, fp32 math. No fmt (Note [No fmt in .cu files]).
+// bf16 values (the forward's weight bf16 or f32), fp32 math. No fmt (Note [No fmt in .cu files]).
 // Tested by tests/cuda/rmsnorm_cuda_test.cpp.
 #pragma once
 
@@ -13,7 +13,10 @@ struct CUstream_st;
 namespace dflash::cuda::kernels {
 
 // y = w * (x * rstd), rstd = 1 / sqrt(mean(x^2) + eps) per row; rstd (may be null) receives it.
+// w bf16, or f32 (the hybrid families' (1 + w) scales, which bf16 cannot hold exactly).
 void rmsnorm_fwd(const uint16_t* x, const uint16_t* w, float eps, uint16_t* y, float* rstd,
+                 int64_t rows, int64_t cols, CUstream_st* stream);
+void rmsnorm_fwd(const uint16_t* x, const float* w, float eps, uint16_t* y, float* rstd,
                  int64_t rows, int64_t cols, CUstream_st* stream);
 
 // Device workspace bytes rmsnorm_bwd needs (the per-block partial sums of dw).
