@@ -8,7 +8,11 @@
 # byte-tokenized and packed. Prints the median step time over the steps after the first three,
 # samples/s for the machine and per GPU, and the peak GPU memory nvidia-smi saw.
 # TARGET=qwen3_30b_a3b: a Qwen3-30B-A3B-shaped mixture-of-experts target instead (61 GB bf16; issue
-# 24), written in transformers 5's fused expert spelling. GPUS (default 1), STEPS (default 12), SHARD=1 (train.shard_optimizer_state), EXCHANGE
+# 24), written in transformers 5's fused expert spelling. TARGET=qwen3_5_27b: a Qwen3.5-27B-shaped
+# hybrid target (issue 25: 48 Gated DeltaNet + 16 gated-attention layers, 248,320 vocabulary,
+# 26.9B parameters, 54 GB bf16; drafter target layers [1, 16, 31, 46, 61]), its weights written by
+# scripts/random_hybrid_target.py (plain Python: tiles of one random pool, no torch).
+# GPUS (default 1), STEPS (default 12), SHARD=1 (train.shard_optimizer_state), EXCHANGE
 # (runtime.gradient_exchange with several GPUs, default device); output under $OUT or ./gpu-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,9 +24,15 @@ gpus=${GPUS:-1}
 steps=${STEPS:-12}
 repo_text_data "$run/data" > "$dest/online-data.txt" 2>&1 || { tail "$dest/online-data.txt"; exit 1; }
 t0=$(date +%s)
+target=${TARGET:-qwen3_8b}
+case $target in
+    qwen3_8b | qwen3_30b_a3b) vocab=151936 ;;
+    qwen3_5_27b) vocab=248320 ;;
+    *) echo "TARGET=$target: expected qwen3_8b, qwen3_30b_a3b or qwen3_5_27b" >&2; exit 2 ;;
+esac
 tdir="$run/target"
-# A 61 GB target goes to memory (/dev/shm) when it has the room, the disk being small there.
-if [[ ${TARGET:-qwen3_8b} != qwen3_8b ]] &&
+# A 54-61 GB target goes to memory (/dev/shm) when it has the room, the disk being small there.
+if [[ $target != qwen3_8b ]] &&
     (($(df -k --output=avail /dev/shm 2> /dev/null | tail -1 || echo 0) > 62000000)); then
     tdir=/dev/shm/dflash-online-target
     rm -rf "$tdir"
@@ -30,12 +40,15 @@ if [[ ${TARGET:-qwen3_8b} != qwen3_8b ]] &&
 fi
 # The layout and tokenizer files from `dflash init` at a tiny width; the 8B-shaped weights from
 # torch on the GPU (drawing 8.2 billion normals on one host core takes minutes).
-"$bin" init target -o "$tdir" --vocab 151936 --pretrain.hidden_size 64 \
+"$bin" init target -o "$tdir" --vocab "$vocab" --pretrain.hidden_size 64 \
     --pretrain.num_layers 1 --pretrain.num_heads 4 --pretrain.num_kv_heads 2 \
     --pretrain.head_dim 16 --pretrain.intermediate_size 128 \
     --pretrain.tie_word_embeddings false > "$dest/online-init.txt" 2>&1 ||
     { tail "$dest/online-init.txt"; exit 1; }
-python3 - "$tdir" "${TARGET:-qwen3_8b}" <<'PY' || exit 1
+if [[ $target == qwen3_5_27b ]]; then
+    python3 scripts/random_hybrid_target.py "$tdir" qwen3_5_27b || exit 1
+else
+python3 - "$tdir" "$target" <<'PY' || exit 1
 import json, os, sys, torch
 from safetensors.torch import save_file
 d, kind = sys.argv[1], sys.argv[2]
@@ -87,7 +100,9 @@ json.dump({"metadata": {}, "weight_map": weight_map},
           open(f"{d}/model.safetensors.index.json", "w"), indent=1)
 json.dump(cfg, open(f"{d}/config.json", "w"), indent=2)
 print(f"{kind}: {total / 1e9:.2f}B parameters")
-PYecho "random ${TARGET:-qwen3_8b}-shaped target written in $(($(date +%s) - t0)) s"
+PY
+fi
+echo "random $target-shaped target written in $(($(date +%s) - t0)) s"
 extra=()
 [[ ${SHARD:-0} == 1 ]] && extra+=(--train.shard_optimizer_state true)
 ((gpus > 1)) && extra+=(--runtime.gradient_exchange "${EXCHANGE:-device}")

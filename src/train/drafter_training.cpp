@@ -18,6 +18,7 @@
 #include "infer/stop_tokens.h"
 #include "tokenizer/model_tokenizer.h"
 #include "train/checkpoint.h"
+#include "train/loop_options.h"
 
 namespace dflash::train {
 namespace {
@@ -60,15 +61,15 @@ struct DecodeEvalSetup {
 
 class DrafterTask : public WorkerTask {
   public:
-    // The replica lives on be's device; the frozen target is `target` itself when it already
-    // lives there (CPU workers share one), else a copy on be's device. decode: null when
-    // evaluations do not decode.
-    DrafterTask(Backend& be, const TargetModel& target, const InitialDrafter& init,
-                const Tokenizer& tok, DrafterLossOptions opt, const DecodeEvalSetup* decode)
-        : target_(&target), drafter_(be, init.config), tok_(tok), opt_(opt), decode_(decode) {
-        if (target.backend().device() != be.device()) {
-            own_target_.emplace(be, target.config());
-            own_target_->params().copy_from(target.params());
+    // The replica lives on be's device; the frozen target is `shared` when it lives there (CPU
+    // workers share one), else this worker's own, loaded from target_dir onto be's device (see
+    // run_drafter_training). decode: null when evaluations do not decode.
+    DrafterTask(Backend& be, const TargetModel* shared, const fs::path& target_dir,
+                const InitialDrafter& init, const Tokenizer& tok, DrafterLossOptions opt,
+                const DecodeEvalSetup* decode)
+        : target_(shared), drafter_(be, init.config), tok_(tok), opt_(opt), decode_(decode) {
+        if (!shared || shared->backend().device() != be.device()) {
+            own_target_.emplace(TargetModel::load(be, target_dir));
             target_ = &*own_target_;
         }
         // A random drafter is drawn on the replica's own device: the same weights on every
@@ -295,18 +296,18 @@ class DrafterTask : public WorkerTask {
 };
 
 // The prompts of decoding evaluations (null when there are none to decode).
-std::unique_ptr<DecodeEvalSetup> make_decode_setup(const fs::path& given, const TargetModel& target,
-                                                   const Tokenizer& tok, const TrainingOptions& o,
-                                                   const Logger& log) {
+std::unique_ptr<DecodeEvalSetup> make_decode_setup(const fs::path& given,
+                                                   const TargetConfig& target, const Tokenizer& tok,
+                                                   const TrainingOptions& o, const Logger& log) {
     const fs::path path = given.empty() ? o.train.eval_prompts : given;
     if (path.empty()) return nullptr;
     auto setup = std::make_unique<DecodeEvalSetup>();
-    setup->prompts = read_prompts(path, &tok, target.config().vocab_size);
+    setup->prompts = read_prompts(path, &tok, target.vocab_size);
     const auto count = static_cast<size_t>(o.train.eval_prompt_count);
     if (setup->prompts.size() > count) setup->prompts.resize(count);
     setup->options.max_new_tokens = o.train.eval_max_new_tokens;
     setup->options.draft_precision = o.infer.draft_precision;
-    setup->options.stop_tokens = default_stop_tokens(target.config(), &tok);
+    setup->options.stop_tokens = default_stop_tokens(target, &tok);
     log.info("evaluation decodes {} prompt(s) of {} greedily, up to {} tokens each",
              setup->prompts.size(), path.string(), setup->options.max_new_tokens);
     return setup;
@@ -365,9 +366,8 @@ void apply_attention_layout(const DrafterOptions& d, DrafterConfig& c) {
              fmt::format("{}", fmt::join(p, "; ")));
 }
 
-DrafterConfig initial_drafter_config(const TargetModel& target, const Tokenizer& tok,
+DrafterConfig initial_drafter_config(const TargetConfig& tc, const Tokenizer& tok,
                                      const DrafterOptions& d) {
-    const TargetConfig& tc = target.config();
     int64_t mask = d.mask_token_id;
     if (mask < 0) mask = tok.specials().mask;
     // No <|MASK|> token: the first embedding row past the tokenizer's ids, which is what Qwen3
@@ -401,7 +401,7 @@ uint64_t initial_drafter_seed(uint64_t seed) {
 
 DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const Tokenizer& tok,
                                   const DrafterOptions& d, uint64_t seed) {
-    return DrafterModel::random(be, initial_drafter_config(target, tok, d),
+    return DrafterModel::random(be, initial_drafter_config(target.config(), tok, d),
                                 initial_drafter_seed(seed));
 }
 
@@ -451,14 +451,19 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const RunSettings&
     const TrainingOptions& o = run.options();
     const ShardedDataset& train = run.train_data();
 
-    // The frozen target and the initial drafter are read once into host memory; each worker
-    // copies them to its device (CPU workers share the target).
+    // The frozen target is read once into host memory only for CPU workers, which share it;
+    // workers on another device (CUDA) each load it from the directory straight onto theirs, so
+    // the host never holds its weights (in f32 there: 108 GB for a 27B target) and MXFP4 experts
+    // stay packed (gpt-oss-120b's decoded experts would not fit a GPU).
     const std::unique_ptr<Backend> host = make_cpu_backend(1);
-    const TargetModel target = TargetModel::load(*host, job.target_dir);
+    const TargetConfig target = TargetConfig::load(job.target_dir);
+    std::optional<TargetModel> host_target;
+    if (loop_options(o).backend == DeviceKind::cpu)
+        host_target.emplace(TargetModel::load(*host, job.target_dir));
     const auto tok = training_tokenizer(job.target_dir, train.tokenizer_name(), o.chat);
-    DF_CHECK(train.vocab_size() <= target.config().vocab_size,
+    DF_CHECK(train.vocab_size() <= target.vocab_size,
              "the data's vocabulary ({} ids) is larger than the target's ({})", train.vocab_size(),
-             target.config().vocab_size);
+             target.vocab_size);
 
     // The starting weights: a resumed run overwrites them with the checkpoint's fp32 masters,
     // but the architecture comes from the checkpoint's config.json.
@@ -485,7 +490,7 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const RunSettings&
         .config = loaded ? loaded->config() : initial_drafter_config(target, *tok, o.drafter),
         .model = loaded ? &*loaded : nullptr,
         .seed = initial_drafter_seed(o.runtime.seed)};
-    const auto mismatch = drafter_target_mismatches(init.config, target.config());
+    const auto mismatch = drafter_target_mismatches(init.config, target);
     DF_CHECK(mismatch.empty(), "the drafter does not fit the target '{}': {}",
              job.target_dir.string(), mismatch.front());
     int64_t numel = 0;
@@ -529,7 +534,8 @@ TrainSummary run_drafter_training(const DrafterTrainJob& job, const RunSettings&
                                    lo.selector_alpha, init.config.d2.selector_top_k)
                      : std::string());
     spec.make_task = [&](int, Backend& be) {
-        return std::make_unique<DrafterTask>(be, target, init, *tok, lo, decode.get());
+        return std::make_unique<DrafterTask>(be, host_target ? &*host_target : nullptr,
+                                             job.target_dir, init, *tok, lo, decode.get());
     };
     return run.train(spec, log);
 }

@@ -47,7 +47,7 @@ DrafterModel make_initial_drafter(Backend& be, const TargetModel& target, const 
 // the tokenizer's MASK; empty target_layer_ids = the default rule of model/hf_config.h with
 // drafter.num_target_features ids, fewer for shallow targets), the DFlash2 version of it
 // (dflash2_config) with drafter.architecture=dflash2.
-DrafterConfig initial_drafter_config(const TargetModel& target, const Tokenizer& tok,
+DrafterConfig initial_drafter_config(const TargetConfig& target, const Tokenizer& tok,
                                      const DrafterOptions& drafter);
 // The DrafterModel::randomize seed of a fresh run with runtime.seed `seed`.
 uint64_t initial_drafter_seed(uint64_t seed);
