@@ -76,15 +76,17 @@ std::vector<HybridPreset> presets() {
             {"qwen3_5_35b_a3b", qwen3_5_35b_a3b(), {1, 10, 19, 28, 37}}};
 }
 
-// The first n layers of p (the capture ids below n kept).
+// The first n layers of p (the capture ids below n kept, and layer n - 1 captured too: the forward
+// stops after the deepest captured layer, so without it a subset of 16 layers of Qwen3.5-27B, whose
+// ids below 16 are only {1}, ran 2 layers and its whole-model scaling was 8x too small).
 HybridPreset first_layers(const HybridPreset& p, int64_t n) {
     HybridPreset q = p;
     q.cfg.num_hidden_layers = n;
     q.cfg.layer_types.resize(static_cast<size_t>(n));
     q.capture.clear();
     for (const int64_t id : p.capture)
-        if (id < n) q.capture.push_back(id);
-    if (q.capture.empty()) q.capture.push_back(n - 1);
+        if (id < n - 1) q.capture.push_back(id);
+    q.capture.push_back(n - 1);
     return q;
 }
 
