@@ -116,6 +116,7 @@ class Worker {
     void checkpoint(int64_t step);
     // train.keep_best: every worker, after an evaluation; writes <run>/best/ when r beats best_.
     void keep_best(const StepRecord& r);
+    TrainingState gathered_state(int64_t step);
     void report(const StepRecord& r);
     double elapsed() const {
         return std::chrono::duration<double>(Clock::now() - sh_.start).count();
@@ -519,26 +520,9 @@ void Worker::evaluate_heldout(StepRecord& r) {
 void Worker::checkpoint(int64_t step) {
     if (step == last_ckpt_) return;
     ctx_.set_phase(fmt::format("checkpoint at step {}", step));
-    const int W = sh_.opt.world;
-    std::vector<double> states(static_cast<size_t>(2 * W), 0.0);  // gathered by a sum
-    states[2 * rank_] = static_cast<double>(loader_->state().epoch);
-    states[2 * rank_ + 1] = static_cast<double>(loader_->state().cursor);
-    comm_.all_reduce_sum(states.data(), states.size());
+    TrainingState s = gathered_state(step);
     auto [m, v] = exchange_->gather_moments(*opt_);
     if (rank_ == 0) {
-        TrainingState s;
-        s.kind = sh_.spec.kind;
-        s.step = step;
-        s.total_steps = sh_.total_steps;
-        s.epoch = loader_->state().epoch;
-        for (int r = 0; r < W; ++r)
-            s.loaders.push_back(
-                {static_cast<int64_t>(states[2 * r]), static_cast<int64_t>(states[2 * r + 1])});
-        s.seed = sh_.opt.seed;
-        s.anchor_seed = sh_.opt.seed ^ kAnchorSalt;
-        s.settings_toml = config::dump_toml(sh_.settings);
-        s.settings_hash = sh_.settings.hash();
-        s.data = sh_.data;
         // The step waits only for the previous write (if it is still going) and for the copy of
         // the weights into host memory; the files are written while training goes on.
         if (!writer_) writer_.emplace(sh_.log);
@@ -557,6 +541,30 @@ void Worker::checkpoint(int64_t step) {
     last_ckpt_ = step;
 }
 
+// The training state of a checkpoint at `step`: every worker's data position, gathered by a sum
+// (a collective: every worker calls it), and the run's settings. Filled the same on every worker.
+TrainingState Worker::gathered_state(int64_t step) {
+    const int W = sh_.opt.world;
+    std::vector<double> states(static_cast<size_t>(2 * W), 0.0);
+    states[2 * rank_] = static_cast<double>(loader_->state().epoch);
+    states[2 * rank_ + 1] = static_cast<double>(loader_->state().cursor);
+    comm_.all_reduce_sum(states.data(), states.size());
+    TrainingState s;
+    s.kind = sh_.spec.kind;
+    s.step = step;
+    s.total_steps = sh_.total_steps;
+    s.epoch = loader_->state().epoch;
+    for (int w = 0; w < W; ++w)
+        s.loaders.push_back(
+            {static_cast<int64_t>(states[2 * w]), static_cast<int64_t>(states[2 * w + 1])});
+    s.seed = sh_.opt.seed;
+    s.anchor_seed = sh_.opt.seed ^ kAnchorSalt;
+    s.settings_toml = config::dump_toml(sh_.settings);
+    s.settings_hash = sh_.settings.hash();
+    s.data = sh_.data;
+    return s;
+}
+
 // Note [Best checkpoint]: the metric comes from the all-reduced evaluation sums, so every worker
 // takes the same decision and joins the moments' gather; worker 0 writes <run>/best/
 // (best_checkpoint.h). Only a strictly better value replaces it.
@@ -565,26 +573,9 @@ void Worker::keep_best(const StepRecord& r) {
     const double value = sh_.opt.best_metric == "tau_prob" ? r.tau_prob : r.tau_greedy;
     if (!(value > 0) || (best_ && value <= *best_)) return;
     ctx_.set_phase(fmt::format("best checkpoint at step {}", r.step));
-    const int W = sh_.opt.world;
-    std::vector<double> states(static_cast<size_t>(2 * W), 0.0);  // gathered by a sum
-    states[2 * rank_] = static_cast<double>(loader_->state().epoch);
-    states[2 * rank_ + 1] = static_cast<double>(loader_->state().cursor);
-    comm_.all_reduce_sum(states.data(), states.size());
+    const TrainingState s = gathered_state(r.step);
     const auto [m, v] = exchange_->gather_moments(*opt_);
     if (rank_ == 0) {
-        TrainingState s;
-        s.kind = sh_.spec.kind;
-        s.step = r.step;
-        s.total_steps = sh_.total_steps;
-        s.epoch = loader_->state().epoch;
-        for (int w = 0; w < W; ++w)
-            s.loaders.push_back(
-                {static_cast<int64_t>(states[2 * w]), static_cast<int64_t>(states[2 * w + 1])});
-        s.seed = sh_.opt.seed;
-        s.anchor_seed = sh_.opt.seed ^ kAnchorSalt;
-        s.settings_toml = config::dump_toml(sh_.settings);
-        s.settings_hash = sh_.settings.hash();
-        s.data = sh_.data;
         const fs::path dir =
             write_best(sh_.spec.run_dir, {sh_.opt.best_metric, value, r.step}, s, task_->params(),
                        m, v, [this](const fs::path& d) { task_->save_model(d); });
