@@ -136,6 +136,17 @@ DFLASH_OP(sigmoid_mul, (const Tensor& x, const Tensor& gate, const Tensor& y), (
 // y [R, C] += sigmoid(s[r]) * x[r, :] for every row (the shared expert scaled by its gate);
 // x and y the compute dtype, s f32 [R] (or [R, 1]).
 DFLASH_OP(add_sigmoid_scaled, (const Tensor& y, const Tensor& x, const Tensor& s), (y, x, s))
+// The backward of y = x * sigmoid(gate) (DSpark's gated Markov head, model/dspark_heads.cpp), so
+// the step that trains it stays on the device: with s = sigmoid(gate),
+//   dx += dy * s (accumulated: x's gradient has other paths), dgate = dy * x * s * (1 - s)
+//   (overwritten), and dgate_sum f32 [C] += the column sums of dgate over every row, taken from
+//   the f32 values before the compute-dtype rounding (the gate's bias gradient; may be empty).
+// dy, x, gate, dx, dgate the compute dtype, equal shapes of rank >= 1 viewed as [R, C] (C the
+// last dim). Deterministic (fixed summation order).
+DFLASH_OP(sigmoid_mul_bwd,
+          (const Tensor& dy, const Tensor& x, const Tensor& gate, const Tensor& dx,
+           const Tensor& dgate, const Tensor& dgate_sum),
+          (dy, x, gate, dx, dgate, dgate_sum))
 
 // ---- LM head losses -----------------------------------------------------------------------------
 // Final projection + cross-entropy over vocabulary chunks of `chunk` rows of w (never the
@@ -157,6 +168,21 @@ DFLASH_OP(lm_head_kl,
           (const Tensor& h, const Tensor& t, const Tensor& w, const Tensor& weights,
            float grad_scale, int64_t chunk, const LmHeadDivergences& div, const LmHeadKlOut& out),
           (h, t, w, weights, grad_scale, chunk, div, out))
+
+// ---- DSpark's confidence loss (backend/cpu/confidence_bce.cpp) --------------------------------
+// The confidence head's binary cross-entropy against the detached target c* = clamp(1 - tv, 0, 1)
+// (docs/training.md "DSpark drafters"), on the device so that the DSpark step can be recorded:
+// per row r, with z the head's logit,
+//   loss_rows[r] += alpha * (softplus(z) - c* z) where weights[r] > 0 (accumulated; the stable
+//   softplus max(z, 0) + log1p(exp(-|z|))), nothing elsewhere;
+//   dz[r] = grad_weights[r] * alpha * (sigmoid(z) - c*) (overwritten), and dbias f32 [1] += the
+//   sum of those dz over every row before their compute-dtype rounding (the head's bias).
+// z and dz the compute dtype of R elements ([R] or [R, 1]); tv, weights, grad_weights f32 [R].
+// Without a gradient grad_weights, dz and dbias are all empty. Deterministic.
+DFLASH_OP(confidence_bce,
+          (const Tensor& z, const Tensor& tv, const Tensor& weights, const Tensor& grad_weights,
+           float alpha, const Tensor& loss_rows, const Tensor& dz, const Tensor& dbias),
+          (z, tv, weights, grad_weights, alpha, loss_rows, dz, dbias))
 
 // ---- training statistics and the optimizer --------------------------------------------------
 // Adds one micro-batch's loss and accuracy sums into stats f32 [2 + 2P] (see LossStatsLayout):

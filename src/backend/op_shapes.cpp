@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -291,6 +292,22 @@ int64_t check_add_sigmoid_scaled_shapes(const Tensor& y, const Tensor& x, const 
     return rows;
 }
 
+int64_t check_sigmoid_mul_bwd_shapes(const Tensor& dy, const Tensor& x, const Tensor& gate,
+                                     const Tensor& dx, const Tensor& dgate,
+                                     const Tensor& dgate_sum) {
+    check_shaped_like(dy, x, "sigmoid_mul_bwd", "dy", "x");
+    check_shaped_like(gate, x, "sigmoid_mul_bwd", "gate", "x");
+    check_shaped_like(dx, x, "sigmoid_mul_bwd", "dx", "x");
+    check_shaped_like(dgate, x, "sigmoid_mul_bwd", "dgate", "x");
+    DF_CHECK(x.rank() >= 1, "sigmoid_mul_bwd: x has shape {}; expected [R, C]",
+             x.shape().to_string());
+    const int64_t cols = x.dim(x.rank() - 1);
+    DF_CHECK(dgate_sum.empty() || (dgate_sum.numel() == cols && dgate_sum.dtype() == DType::f32),
+             "sigmoid_mul_bwd: dgate_sum is {} but x has {} columns; expected f32 [{}] or empty",
+             dgate_sum.describe(), cols, cols);
+    return cols;
+}
+
 // ---- SwiGLU -------------------------------------------------------------------------------------
 
 void check_swiglu_fwd_shapes(const Tensor& gate, const Tensor& up, const Tensor& out) {
@@ -377,6 +394,33 @@ void check_lm_head_kl_shapes(const Tensor& h, const Tensor& t, const Tensor& w,
     DF_CHECK(t.dtype() == h.dtype() && t.shape() == h.shape(),
              "lm_head_kl: the teacher's hidden states t are {}, expected {} like h", t.describe(),
              h.describe());
+}
+
+// ---- DSpark's confidence loss ------------------------------------------------------------------
+
+int64_t check_confidence_bce_args(const Tensor& z, const Tensor& tv, const Tensor& weights,
+                                  const Tensor& grad_weights, const Tensor& loss_rows,
+                                  const Tensor& dz, const Tensor& dbias) {
+    const int64_t r = z.numel();
+    for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&tv, "tv"},
+                                  {&weights, "weights"},
+                                  {&loss_rows, "loss_rows"}})
+        DF_CHECK(t->dtype() == DType::f32 && t->numel() == r,
+                 "confidence_bce: {} is {} but z has {} rows; expected f32 [{}]", name,
+                 t->describe(), r, r);
+    const bool grads = !grad_weights.empty();
+    DF_CHECK(!grads || (grad_weights.dtype() == DType::f32 && grad_weights.numel() == r),
+             "confidence_bce: grad_weights is {}; expected f32 [{}] or empty",
+             grad_weights.describe(), r);
+    DF_CHECK(
+        grads ? dz.numel() == r : dz.empty(),
+        "confidence_bce: dz is {} with grad_weights {}; expected {} elements exactly when there "
+        "is a gradient",
+        dz.describe(), grad_weights.describe(), r);
+    DF_CHECK(dbias.empty() || (grads && dbias.dtype() == DType::f32 && dbias.numel() == 1),
+             "confidence_bce: dbias is {}; expected f32 [1] with a gradient, or empty",
+             dbias.describe());
+    return r;
 }
 
 // ---- training statistics and the optimizer ------------------------------------------------------

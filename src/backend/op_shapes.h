@@ -78,7 +78,11 @@ void check_sigmoid_mul_shapes(const Tensor& x, const Tensor& gate, const Tensor&
 // add_sigmoid_scaled: y of rank >= 1 viewed as [R, C] (R = its first dim), x shaped like y, s of
 // R elements. Returns R.
 int64_t check_add_sigmoid_scaled_shapes(const Tensor& y, const Tensor& x, const Tensor& s);
-
+// sigmoid_mul_bwd: dy, x, gate, dx, dgate of one shape of rank >= 1 viewed as [R, C] (C its last
+// dim); dgate_sum of C elements or empty. Returns C.
+int64_t check_sigmoid_mul_bwd_shapes(const Tensor& dy, const Tensor& x, const Tensor& gate,
+                                     const Tensor& dx, const Tensor& dgate,
+                                     const Tensor& dgate_sum);
 // ---- SwiGLU -------------------------------------------------------------------------------------
 // Every tensor shaped like gate.
 void check_swiglu_fwd_shapes(const Tensor& gate, const Tensor& up, const Tensor& out);
@@ -103,6 +107,14 @@ void check_lm_head_ce_shapes(const Tensor& h, const Tensor& w, const Tensor& lab
 void check_lm_head_kl_shapes(const Tensor& h, const Tensor& t, const Tensor& w,
                              const Tensor& weights, int64_t chunk, const LmHeadDivergences& div,
                              const LmHeadKlOut& out);
+
+// ---- DSpark's confidence loss ------------------------------------------------------------------
+// confidence_bce: z of R elements; tv, weights, loss_rows f32 of R; with a gradient grad_weights
+// f32 of R, dz of R elements and dbias f32 [1] or empty; without one, grad_weights, dz and dbias
+// all empty. Returns R.
+int64_t check_confidence_bce_args(const Tensor& z, const Tensor& tv, const Tensor& weights,
+                                  const Tensor& grad_weights, const Tensor& loss_rows,
+                                  const Tensor& dz, const Tensor& dbias);
 
 // ---- training statistics and the optimizer --------------------------------------------------
 // loss_stats: loss_rows and weights f32 [R], argmax and labels i32 [R], period >= 1, stats f32

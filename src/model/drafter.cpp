@@ -399,8 +399,6 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const DrafterBatch& ba
         da.labels = labels.device;
         da.weights = weights.device;
         if (grads) da.grad_weights = grad_weights.device;
-        da.host_weights = {weights.host.f32(), static_cast<size_t>(R)};
-        da.host_grad_weights = {grad_weights.host.f32(), static_cast<size_t>(R)};
         da.prev = prev.device;
         da.teacher_hidden = objective.teacher_hidden;
         da.teacher_rows = teacher_rows.device;

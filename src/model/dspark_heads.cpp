@@ -42,29 +42,6 @@ double sigmoid(double x) {
     return 1.0 / (1.0 + std::exp(-x));
 }
 
-// A device tensor's values on the host as f32 (through an f32 scratch copy: CUDA computes in
-// bf16). Waits for the device.
-HostTensor download_f32(Backend& be, Workspace& ws, const Tensor& t) {
-    HostTensor h(t.shape());
-    Tensor src = t;
-    if (t.dtype() != DType::f32) {
-        src = ws.take(t.shape(), DType::f32);
-        be.copy(src, t);
-    }
-    be.download(h.view(), src);
-    return h;
-}
-
-// Host f32 values into a device tensor of the compute dtype `dtype`, taken from ws.
-Tensor upload_as(Backend& be, Workspace& ws, const HostTensor& h, DType dtype) {
-    const Tensor f = ws.take(h.shape(), DType::f32);
-    be.upload(f, h.view());
-    if (dtype == DType::f32) return f;
-    const Tensor t = ws.take(h.shape(), dtype);
-    be.copy(t, f);
-    return t;
-}
-
 // dst [M, C] = src[:, col : col + C] for src [M, W] (same dtype): a gather of the chunks of
 // gcd(W, col, C) elements that make up those columns, with src viewed as a table of such chunks
 // (an embedding lookup; no op copies columns out). `ids` are staged per call.
@@ -221,7 +198,8 @@ void dspark_block_loss(Backend& be, Workspace& ws, ParamSet& params, const Dspar
         take_columns(be, ws, dxb, D, db);
     }
 
-    // ---- confidence head: z = w . xc + b, BCE against c* = clamp(1 - TV, 0, 1), on the host.
+    // ---- confidence head: z = w . xc + b, BCE against c* = clamp(1 - TV, 0, 1) (the
+    // confidence_bce op: on the device, so the step can be recorded).
     const bool conf = c.confidence_head;
     Tensor xc;
     if (conf) {
@@ -237,35 +215,14 @@ void dspark_block_loss(Backend& be, Workspace& ws, ParamSet& params, const Dspar
         const Tensor z = ws.take({R, 1}, act);
         be.gemm(xc, false, w.conf_w, true, z);
         be.add_row_bias(z, w.conf_b);
-        const HostTensor zh = download_f32(be, ws, z);
-        const HostTensor tvh = download_f32(be, ws, tv);
-        HostTensor bce({R}), dz({R, 1});
-        const double alpha = a.alpha.confidence;
-        double dbias = 0;
-        for (int64_t i = 0; i < R; ++i) {
-            const double zi = zh.f32()[i];
-            const double target = std::clamp(1.0 - static_cast<double>(tvh.f32()[i]), 0.0, 1.0);
-            // softplus(z) - c* z, stable for either sign of z.
-            const double sp = std::max(zi, 0.0) + std::log1p(std::exp(-std::fabs(zi)));
-            const bool trained = a.host_weights[static_cast<size_t>(i)] > 0.0f;
-            bce.f32()[i] = trained ? static_cast<float>(alpha * (sp - target * zi)) : 0.0f;
-            if (grads) {
-                const double g =
-                    a.host_grad_weights[static_cast<size_t>(i)] * alpha * (sigmoid(zi) - target);
-                dz.f32()[i] = static_cast<float>(g);
-                dbias += g;
-            }
-        }
-        be.add_inplace(loss_rows, upload_as(be, ws, bce, DType::f32));
+        const DsparkHeadWeights g = grads ? dspark_head_grads(params, c) : DsparkHeadWeights{};
+        const Tensor dz = grads ? ws.take({R, 1}, act) : Tensor();
+        be.confidence_bce(z, tv, a.weights, grads ? a.grad_weights : Tensor(),
+                          static_cast<float>(a.alpha.confidence), loss_rows, dz, g.conf_b);
         if (grads) {
-            const DsparkHeadWeights g = dspark_head_grads(params, c);
-            const Tensor dzd = upload_as(be, ws, dz, act);
-            be.gemm(dzd, true, xc, false, g.conf_w, 1.0f, 1.0f);
-            be.add_inplace(g.conf_b,
-                           upload_as(be, ws, HostTensor::from_f32({1}, {static_cast<float>(dbias)}),
-                                     DType::f32));
+            be.gemm(dz, true, xc, false, g.conf_w, 1.0f, 1.0f);
             const Tensor dxc = ws.take({R, xc.dim(1)}, act);
-            be.gemm(dzd, false, w.conf_w, false, dxc);
+            be.gemm(dz, false, w.conf_w, false, dxc);
             add_columns(be, ws, dxc, 0, dh);
             if (c.confidence_with_markov) {
                 take_columns(be, ws, dxc, D, de);
@@ -286,21 +243,10 @@ void dspark_block_loss(Backend& be, Workspace& ws, ParamSet& params, const Dspar
     if (!gated(c)) {
         be.add_inplace(de, db);
     } else {
-        // b = sigmoid(gpre) * e: de += db * s, dgpre = db * e * s (1 - s) (host: no op has
-        // a sigmoid's derivative).
-        const HostTensor dbh = download_f32(be, ws, db);
-        const HostTensor eh = download_f32(be, ws, e);
-        const HostTensor gh = download_f32(be, ws, gpre);
-        HostTensor de_dir({R, r}), dg({R, r}), dgb({r});
-        for (int64_t i = 0; i < R * r; ++i) {
-            const double s = sigmoid(gh.f32()[i]);
-            de_dir.f32()[i] = static_cast<float>(dbh.f32()[i] * s);
-            dg.f32()[i] = static_cast<float>(dbh.f32()[i] * eh.f32()[i] * s * (1.0 - s));
-            dgb.f32()[i % r] += dg.f32()[i];
-        }
-        be.add_inplace(de, upload_as(be, ws, de_dir, act));
-        const Tensor dgd = upload_as(be, ws, dg, act);
-        be.add_inplace(g.gate_b, upload_as(be, ws, dgb, DType::f32));
+        // b = e * sigmoid(gpre): de += db * s, dgpre = db * e * s (1 - s), the bias's gradient
+        // the column sums of dgpre.
+        const Tensor dgd = ws.take({R, r}, act);
+        be.sigmoid_mul_bwd(db, e, gpre, de, dgd, g.gate_b);
         be.gemm(dgd, true, xg, false, g.gate_w, 1.0f, 1.0f);
         const Tensor dxg = ws.take({R, W}, act);
         be.gemm(dgd, false, w.gate_w, false, dxg);

@@ -50,12 +50,11 @@ void append_dspark_specs(std::vector<TensorSpec>& out, const DsparkConfig& c, in
 
 struct DsparkLossArgs {
     DsparkLossWeights alpha;
-    Tensor hf;            // [R, D] final-normed block rows
-    Tensor lm_head;       // [V, D] the target's, frozen
-    Tensor labels;        // i32 [R]: token a + k + 1, -1 where the weight is 0
-    Tensor weights;       // f32 [R]
-    Tensor grad_weights;  // f32 [R]: weights x the gradient scale (empty: no gradient)
-    std::span<const float> host_weights, host_grad_weights;  // the same two on the host
+    Tensor hf;              // [R, D] final-normed block rows
+    Tensor lm_head;         // [V, D] the target's, frozen
+    Tensor labels;          // i32 [R]: token a + k + 1, -1 where the weight is 0
+    Tensor weights;         // f32 [R]
+    Tensor grad_weights;    // f32 [R]: weights x the gradient scale (empty: no gradient)
     Tensor prev;            // i32 [R]: the token before each slot's label (a + k)
     Tensor teacher_hidden;  // [S, D] the target's final-normed hidden states
     Tensor teacher_rows;    // i32 [R]: a + k
@@ -68,8 +67,8 @@ struct DsparkLossArgs {
 
 // Adds the rows' weighted DSpark loss and per-slot accuracy into stats (LossStatsLayout{period});
 // with gradients, writes dh [R, D] = d(loss)/dhf and accumulates the heads' parameter gradients
-// into params. The confidence term and the gated head's gate derivative are computed on the host
-// (a download of [R] and [R, r] values), so the step cannot be recorded (WorkerTask::recordable).
+// into params. Everything runs on the device with nothing read back (the confidence term is the
+// confidence_bce op, the gated head's derivative sigmoid_mul_bwd), so the step can be recorded.
 void dspark_block_loss(Backend& be, Workspace& ws, ParamSet& params, const DsparkConfig& c,
                        const DsparkLossArgs& a, const Tensor& dh, const Tensor& stats);
 

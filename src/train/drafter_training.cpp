@@ -91,8 +91,6 @@ class DrafterTask : public WorkerTask {
     int64_t num_positions() const override { return drafter_.config().num_drafts(); }
     int64_t stats_offset() const override { return dspark() ? 0 : 1; }
     bool reports_tau() const override { return true; }
-    // DSpark's confidence loss is computed on the host in the middle of the step.
-    bool recordable() const override { return !dspark(); }
 
     std::string loss_kind() const override {
         if (!dspark()) return opt_.loss.name();

@@ -1,11 +1,14 @@
 // cpu::sigmoid_mul and cpu::add_sigmoid_scaled (the hybrid families' attention output gate and
 // shared-expert gate) against naive double formulas, including gates far out on both sides
-// (|g| up to 100: no overflow), y aliasing x, shape errors and thread-count independence.
+// (|g| up to 100: no overflow), y aliasing x, shape errors and thread-count independence;
+// cpu::sigmoid_mul_bwd (DSpark's gated Markov head) against finite differences of
+// sum(dy * sigmoid_mul(x, gate)), with dx accumulated and the gate's column sums.
 #include <cmath>
 #include <cstring>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
+#include "support/finite_diff.h"
 #include "support/test_util.h"
 
 namespace dflash {
@@ -53,6 +56,51 @@ TEST(Gating, AddSigmoidScaledAddsEachRowTimesItsGate) {
     }
 }
 
+TEST(Gating, SigmoidMulBwdMatchesFiniteDifferences) {
+    Rng rng(5);
+    for (const auto& [r, c] : {std::pair<int64_t, int64_t>{1, 3}, {7, 5}, {40, 9}}) {
+        const HostTensor x = random_tensor({r, c}, rng), g = random_tensor({r, c}, rng, 3.0f);
+        const HostTensor dy = random_tensor({r, c}, rng);
+        const int64_t n = r * c;
+        // L(x, g) = sum dy * x * sigmoid(g), in double from the f32 op's output.
+        auto loss = [&](const std::vector<double>& v) {
+            HostTensor xv({r, c}), gv({r, c}), y({r, c});
+            for (int64_t i = 0; i < n; ++i) {
+                xv.f32()[i] = static_cast<float>(v[i]);
+                gv.f32()[i] = static_cast<float>(v[n + i]);
+            }
+            cpu::sigmoid_mul(cpu::PooledExec{1}, xv, gv, y);
+            double s = 0;
+            for (int64_t i = 0; i < n; ++i) s += double{dy.f32()[i]} * y.f32()[i];
+            return s;
+        };
+        std::vector<double> v0(x.f32(), x.f32() + n);
+        v0.insert(v0.end(), g.f32(), g.f32() + n);
+        const std::vector<double> numeric = test::fd_gradient(loss, v0, 1e-2);
+        HostTensor dx = random_tensor({r, c}, rng), dgate({r, c}), sum = random_tensor({c}, rng);
+        const HostTensor dx0 = dx.clone(), sum0 = sum.clone();
+        cpu::sigmoid_mul_bwd(cpu::PooledExec{2}, dy, x, g, dx, dgate, sum);
+        std::vector<double> analytic(2 * n);
+        for (int64_t i = 0; i < n; ++i) {
+            analytic[i] = double{dx.f32()[i]} - dx0.f32()[i];  // dx accumulates
+            analytic[n + i] = dgate.f32()[i];
+        }
+        const test::GradCheck chk = test::compare_gradients(analytic, numeric);
+        EXPECT_LT(chk.max_rel_err, 2e-3) << r << "x" << c << ": " << chk.to_string();
+        for (int64_t j = 0; j < c; ++j) {
+            double col = 0;
+            for (int64_t i = 0; i < r; ++i) col += dgate.f32()[i * c + j];
+            EXPECT_NEAR(sum.f32()[j], sum0.f32()[j] + col, 1e-5 * (1 + std::fabs(col)))
+                << r << "x" << c << " column " << j;
+        }
+        // Thread count and a missing column sum change nothing else.
+        HostTensor dx1 = dx0.clone(), dg1({r, c});
+        cpu::sigmoid_mul_bwd(cpu::PooledExec{1}, dy, x, g, dx1, dg1, Tensor());
+        EXPECT_EQ(std::memcmp(dx1.f32(), dx.f32(), dx.nbytes()), 0);
+        EXPECT_EQ(std::memcmp(dg1.f32(), dgate.f32(), dgate.nbytes()), 0);
+    }
+}
+
 TEST(Gating, ShapeErrors) {
     const cpu::PooledExec ex{1};
     HostTensor a({4, 6}), b({4, 5}), s3({3}), s4({4}), i4({4, 6}, DType::i32);
@@ -62,6 +110,12 @@ TEST(Gating, ShapeErrors) {
     EXPECT_THROW(cpu::add_sigmoid_scaled(ex, a, b, s4), Error);
     EXPECT_THROW(cpu::add_sigmoid_scaled(ex, a, a, s3), Error);
     EXPECT_NO_THROW(cpu::add_sigmoid_scaled(ex, a, a, s4));
+    HostTensor c6({6}), c5({5});
+    EXPECT_THROW(cpu::sigmoid_mul_bwd(ex, a, a, b, a, a, c6), Error);
+    EXPECT_THROW(cpu::sigmoid_mul_bwd(ex, a, a, a, a, a, c5), Error);
+    HostTensor dx({4, 6}), dg({4, 6});
+    EXPECT_NO_THROW(cpu::sigmoid_mul_bwd(ex, a, a, a, dx, dg, c6));
+    EXPECT_NO_THROW(cpu::sigmoid_mul_bwd(ex, a, a, a, dx, dg, Tensor()));
 }
 
 }  // namespace

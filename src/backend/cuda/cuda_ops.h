@@ -51,6 +51,7 @@ void check_device(const Exec& ex, const Tensor& t, const char* op, const char* n
 //                   bf16 or f32, dw f32 (+=), workspace f32.
 //   loss_stats.cpp  loss_stats and argmax_rows (x f32 [R, V]).
 //   dpace_weights.cpp  ce, weights, out f32 [R].
+//   confidence_bce.cpp  z, dz bf16; tv, weights, grad_weights, loss_rows, dbias f32.
 //   adamw.cpp       adamw_step: master, grad, m, v f32 (flat); grad_scale f32 [1] or empty; value
 //                   bf16 or empty. sum_squares, clip_scale: f32.
 //   muon.cpp        muon_momentum, muon_normalize, muon_update: f32 state; the normalised update
