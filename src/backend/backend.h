@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/device_tensor.h"
+#include "backend/memory_counter.h"
 #include "backend/ops.h"
 #include "backend/step_graph.h"
 #include "core/tensor.h"
@@ -85,6 +86,11 @@ class Backend {
     virtual Buffer allocate(size_t bytes) = 0;
     // Host memory the device copies from and to fastest (pinned on CUDA).
     virtual Buffer allocate_host(size_t bytes) = 0;
+    // The bytes of this backend's live allocate() buffers (parameters, optimizer state,
+    // workspaces, caches) now and at most since it was made or since reset_peak_memory(). Not
+    // counted: the CUDA backend's fixed op workspace (cuda_backend.h) and cuBLASLt's.
+    virtual MemoryCounters memory_counters() const { return {}; }
+    virtual void reset_peak_memory() {}
 
     // ---- ordering and transfers -----------------------------------------------------------------
     // Copies host memory into a device tensor (same dtype and element count). The host source

@@ -35,9 +35,15 @@ class CpuBackend final : public Backend {
         void* p = std::aligned_alloc(256, rounded);
         DF_CHECK(p != nullptr, "out of host memory allocating {} bytes", rounded);
         std::memset(p, 0, rounded);
-        return Buffer(p, bytes, DeviceRef{}, [](void* q) { std::free(q); });
+        mem_->add(bytes);
+        return Buffer(p, bytes, DeviceRef{}, [mem = mem_, bytes](void* q) {
+            std::free(q);
+            mem->sub(bytes);
+        });
     }
     Buffer allocate_host(size_t bytes) override { return allocate(bytes); }
+    MemoryCounters memory_counters() const override { return mem_->read(); }
+    void reset_peak_memory() override { mem_->reset_peak(); }
 
     void upload(const Tensor& dst, const Tensor& src) override {
         check_transfer(dst, src, "upload");
@@ -98,6 +104,7 @@ class CpuBackend final : public Backend {
                  dst.describe(), src.describe());
     }
 
+    std::shared_ptr<MemoryCounter> mem_ = std::make_shared<MemoryCounter>();
     cpu::ThreadPool pool_;
     cpu::Exec ex_;
 };

@@ -69,14 +69,18 @@ class CudaBackend final : public Backend {
             DF_CUDA_CHECK(cudaStreamSynchronize(dev_.stream()));
         }
         const int index = dev_.index();
-        return Buffer(p, bytes, device(), [index](void* q) {
+        mem_->add(bytes);
+        return Buffer(p, bytes, device(), [index, mem = mem_, bytes](void* q) {
             int previous = 0;
             if (cudaGetDevice(&previous) != cudaSuccess) previous = index;
             (void)cudaSetDevice(index);
             (void)cudaFree(q);
             (void)cudaSetDevice(previous);
+            mem->sub(bytes);
         });
     }
+    MemoryCounters memory_counters() const override { return mem_->read(); }
+    void reset_peak_memory() override { mem_->reset_peak(); }
     Buffer allocate_host(size_t bytes) override {
         hold();
         void* p = nullptr;
@@ -204,6 +208,7 @@ class CudaBackend final : public Backend {
     std::atomic<std::thread::id> owner_{};
     Exec ex_;
     void* op_mem_ = nullptr;
+    std::shared_ptr<MemoryCounter> mem_ = std::make_shared<MemoryCounter>();
     OpWorkspace scratch_;
     std::unique_ptr<GemmEngine> gemm_;
     std::unique_ptr<GraphCache> graphs_;
