@@ -11,7 +11,8 @@
 #
 # Environment:
 #   DEMO_DIR  a `dflash demo` output directory (target/, data/regenerated/, corpus/); when unset or
-#             absent, `dflash demo` makes one in $OUT/demo first (26 s on an H200, ~7 min on 2 cores)
+#             absent, `dflash demo` makes one in $OUT/demo first (26 s on an H200, ~7 min on 2 cores),
+#             from this checkout's docs/, src/ and tests/, with DEMO_FLAGS (e.g. --quick) added
 #   OUT       where the runs, bench reports and the table go (default tau-out)
 #   STEPS     optimizer steps per drafter (default 600, the demo's own)
 #   THREADS   CPU threads per training worker and for the bench (default 1)
@@ -68,7 +69,9 @@ demo=${DEMO_DIR:-$out/demo}
 if [[ ! -d $demo/target ]]; then
     echo "== dflash demo --output $demo (no demo directory given)"
     t0=$(date +%s)
-    "$bin" demo --output "$demo" --runtime.backend "$device" > "$out/demo.txt" 2>&1 ||
+    # shellcheck disable=SC2086  # DEMO_FLAGS: words on purpose
+    "$bin" demo --output "$demo" --runtime.backend "$device" --corpus docs src tests \
+        ${DEMO_FLAGS:-} > "$out/demo.txt" 2>&1 ||
         { tail -n 20 "$out/demo.txt"; exit 1; }
     echo "   demo: $(($(date +%s) - t0)) s"
 fi
