@@ -20,6 +20,8 @@
 #             worker is 4 / WORKERS, so the global batch is always 4 sequences
 #   JOBS      trainings run at once (default 1 on the CPU; 6 on a GPU: the drafters are tiny)
 #   ARCHS     subset of "dflash dflash2 dspark" (default all three)
+#   SEMS      the semantics to train (default "old new"); for DFlash and DFlash2 also "dpace"
+#             (new weighting, AdamW) and "muon" (old weighting, Muon): the new column's two parts
 #   MAX_NEW   tokens per bench prompt (default 128, the demo's bench)
 #   DFLASH    the dflash binary (default build/dflash; with --device cuda and a
 #             gpu-bundle/bundle.tar.xz, the bundle's, through scripts/gpu-env.sh)
@@ -32,7 +34,7 @@ while [[ $# -gt 0 ]]; do
     case $1 in
         --device) device=$2; shift 2 ;;
         --device=*) device=${1#--device=}; shift ;;
-        -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
         *) echo "tau-table.sh: unknown argument $1 (expected --device cpu|cuda)" >&2; exit 2 ;;
     esac
 done
@@ -99,6 +101,10 @@ settings_of() {  # arch sem -> the settings that differ between old and new
         dspark-new) echo "--train.dspark_ce_alpha 0.1 --train.dspark_l1_alpha 0.9 --train.dspark_confidence_alpha 1 --train.optimizer muon" ;;
         *-old) echo "--train.loss ce --train.loss_weighting decay --train.optimizer adamw" ;;
         *-new) echo "--train.loss ce --train.loss_weighting dpace --train.optimizer muon" ;;
+        dflash*-dpace) echo "--train.loss ce --train.loss_weighting dpace --train.optimizer adamw" ;;
+        dflash*-muon) echo "--train.loss ce --train.loss_weighting decay --train.optimizer muon" ;;
+        *) echo "tau-table.sh: no semantics '$2' for $1 (SEMS: old new, and dpace muon for DFlash, DFlash2)" >&2
+            return 1 ;;
     esac
 }
 
@@ -117,7 +123,10 @@ train_one() {  # arch sem
 }
 
 runs=()
-for arch in $archs; do for sem in old new; do runs+=("$arch $sem"); done; done
+for arch in $archs; do for sem in ${SEMS:-old new}; do
+    settings_of "$arch" "$sem" > /dev/null || exit 2
+    runs+=("$arch $sem")
+done; done
 echo "== training ${#runs[@]} drafters: $steps steps, $workers worker(s) x $threads thread(s), $jobs at once, backend $device"
 t_all=$(date +%s)
 load() { cut -d' ' -f1-3 /proc/loadavg 2> /dev/null || echo "?"; }
@@ -155,6 +164,8 @@ names = {"dflash": "DFlash", "dflash2": "DFlash2", "dspark": "DSpark"}
 differ = {
     ("dflash", "old"): "loss ce, weighting decay, AdamW",
     ("dflash", "new"): "loss ce, weighting **dpace** (alpha 0.5), **Muon** (lr 3e-2, wd 0.1)",
+    ("dflash", "dpace"): "loss ce, weighting **dpace** (alpha 0.5), AdamW",
+    ("dflash", "muon"): "loss ce, weighting decay, **Muon** (lr 3e-2, wd 0.1)",
     ("dspark", "old"): "1 CE + 0 L1 + 1 BCE, AdamW",
     ("dspark", "new"): "**0.1** CE + **0.9** L1 + 1 BCE, **Muon** (lr 3e-2, wd 0.1)",
 }
