@@ -8,11 +8,14 @@
 # and a markdown table is printed (and written to $OUT/tau-table.md).
 #
 #   scripts/tau-table.sh [--device cpu|cuda]
+#   scripts/tau-table.sh --pack-demo DIR   # DIR's target, training data and prompts (~7 MB) into
+#                                          # gpu-bundle/tau-demo.tar.xz, for a GPU run on them
 #
 # Environment:
-#   DEMO_DIR  a `dflash demo` output directory (target/, data/regenerated/, corpus/); when unset or
-#             absent, `dflash demo` makes one in $OUT/demo first (26 s on an H200, ~7 min on 2 cores),
-#             from this checkout's docs/, src/ and tests/, with DEMO_FLAGS (e.g. --quick) added
+#   DEMO_DIR  a `dflash demo` output directory (target/, data/regenerated/, corpus/); when unset,
+#             gpu-bundle/tau-demo.tar.xz unpacked into $OUT/demo when there is one; otherwise (or
+#             when DEMO_DIR has no target/) `dflash demo` makes one first (26 s on an H200, ~7 min
+#             on 2 cores), from this checkout's docs/, src/ and tests/, with DEMO_FLAGS added
 #   OUT       where the runs, bench reports and the table go (default tau-out)
 #   STEPS     optimizer steps per drafter (default 600, the demo's own)
 #   THREADS   CPU threads per training worker and for the bench (default 1)
@@ -34,7 +37,17 @@ while [[ $# -gt 0 ]]; do
     case $1 in
         --device) device=$2; shift 2 ;;
         --device=*) device=${1#--device=}; shift ;;
-        -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
+        --pack-demo)
+            d=${2:?--pack-demo DIR}
+            ck=$(cat "$d/target/latest")
+            mkdir -p gpu-bundle
+            # The model files only: the target's optimizer state (most of a checkpoint) stays out.
+            tar -C "$d" -cf - target/latest "target/$ck/config.json" "target/$ck/model.safetensors" \
+                "target/$ck/dflash_tokenizer.json" data/regenerated corpus/heldout_prompts.jsonl |
+                xz -6 > gpu-bundle/tau-demo.tar.xz
+            ls -la gpu-bundle/tau-demo.tar.xz
+            exit 0 ;;
+        -h | --help) sed -n '2,31p' "$0"; exit 0 ;;
         *) echo "tau-table.sh: unknown argument $1 (expected --device cpu|cuda)" >&2; exit 2 ;;
     esac
 done
@@ -68,6 +81,12 @@ archs=${ARCHS:-dflash dflash2 dspark}
 max_new=${MAX_NEW:-128}
 
 demo=${DEMO_DIR:-$out/demo}
+if [[ -z ${DEMO_DIR:-} && -f gpu-bundle/tau-demo.tar.xz ]]; then
+    rm -rf "$demo"
+    mkdir -p "$demo"
+    tar -C "$demo" -xJf gpu-bundle/tau-demo.tar.xz
+    echo "== demo directory from gpu-bundle/tau-demo.tar.xz"
+fi
 if [[ ! -d $demo/target ]]; then
     echo "== dflash demo --output $demo (no demo directory given)"
     t0=$(date +%s)
