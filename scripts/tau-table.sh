@@ -23,8 +23,9 @@
 #             worker is 4 / WORKERS, so the global batch is always 4 sequences
 #   JOBS      trainings run at once (default 1 on the CPU; 6 on a GPU: the drafters are tiny)
 #   ARCHS     subset of "dflash dflash2 dspark" (default all three)
-#   SEMS      the semantics to train (default "old new"); for DFlash and DFlash2 also "dpace"
-#             (new weighting, AdamW) and "muon" (old weighting, Muon): the new column's two parts
+#   SEMS      the semantics to train (default "old new"); the new column's two parts alone: for
+#             DFlash and DFlash2 "dpace" (new weighting, AdamW) and "muon" (old weighting, Muon),
+#             for DSpark "l1" (new loss mix, AdamW) and "muon" (old loss, Muon)
 #   MAX_NEW   tokens per bench prompt (default 128, the demo's bench)
 #   DFLASH    the dflash binary (default build/dflash; with --device cuda and a
 #             gpu-bundle/bundle.tar.xz, the bundle's, through scripts/gpu-env.sh)
@@ -47,7 +48,7 @@ while [[ $# -gt 0 ]]; do
                 xz -6 > gpu-bundle/tau-demo.tar.xz
             ls -la gpu-bundle/tau-demo.tar.xz
             exit 0 ;;
-        -h | --help) sed -n '2,31p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,32p' "$0"; exit 0 ;;
         *) echo "tau-table.sh: unknown argument $1 (expected --device cpu|cuda)" >&2; exit 2 ;;
     esac
 done
@@ -120,9 +121,11 @@ settings_of() {  # arch sem -> the settings that differ between old and new
         dspark-new) echo "--train.dspark_ce_alpha 0.1 --train.dspark_l1_alpha 0.9 --train.dspark_confidence_alpha 1 --train.optimizer muon" ;;
         *-old) echo "--train.loss ce --train.loss_weighting decay --train.optimizer adamw" ;;
         *-new) echo "--train.loss ce --train.loss_weighting dpace --train.optimizer muon" ;;
+        dspark-l1) echo "--train.dspark_ce_alpha 0.1 --train.dspark_l1_alpha 0.9 --train.dspark_confidence_alpha 1 --train.optimizer adamw" ;;
+        dspark-muon) echo "--train.dspark_ce_alpha 1 --train.dspark_l1_alpha 0 --train.dspark_confidence_alpha 1 --train.optimizer muon" ;;
         dflash*-dpace) echo "--train.loss ce --train.loss_weighting dpace --train.optimizer adamw" ;;
         dflash*-muon) echo "--train.loss ce --train.loss_weighting decay --train.optimizer muon" ;;
-        *) echo "tau-table.sh: no semantics '$2' for $1 (SEMS: old new, and dpace muon for DFlash, DFlash2)" >&2
+        *) echo "tau-table.sh: no semantics '$2' for $1 (SEMS: old new; dpace muon for DFlash, DFlash2; l1 muon for DSpark)" >&2
             return 1 ;;
     esac
 }
@@ -187,6 +190,8 @@ differ = {
     ("dflash", "muon"): "loss ce, weighting decay, **Muon** (lr 3e-2, wd 0.1)",
     ("dspark", "old"): "1 CE + 0 L1 + 1 BCE, AdamW",
     ("dspark", "new"): "**0.1** CE + **0.9** L1 + 1 BCE, **Muon** (lr 3e-2, wd 0.1)",
+    ("dspark", "l1"): "**0.1** CE + **0.9** L1 + 1 BCE, AdamW",
+    ("dspark", "muon"): "1 CE + 0 L1 + 1 BCE, **Muon** (lr 3e-2, wd 0.1)",
 }
 print("| drafter | semantics | settings that differ | train loss (last step) | train s | tau | "
       "tau, mean of prompts | tau past budget | speed-up | lossless |")
