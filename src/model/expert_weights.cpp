@@ -106,6 +106,7 @@ bool load_experts_as_bf16_bits(ParamSet& params, const Param& p, const std::stri
                                                   names.stored(ex + "up_proj.weight")}
                        : std::vector<std::string>{names.stored(ex + "down_proj.weight")};
     };
+    if (p.value.dtype() != DType::bf16) return false;  // f32 values: the f32 path converts
     for (int64_t e = 0; e < e_count; ++e) {
         for (const std::string& n : parts(e)) {
             if (r.dtype(n) != "BF16" || !bf16_bits_finite(r.raw_bytes(n))) return false;
@@ -187,7 +188,8 @@ void load_target_params(ParamSet& params, const TargetConfig& c, const Checkpoin
             // The model's own layout: read by name (shapes were checked before allocation).
             const std::string stored = names.stored(p.name);
             const bool regrouped = !hybrid_row_source(c, p.name).empty();
-            if (!regrouped && r.dtype(stored) == "BF16" && Shape(r.shape(stored)) == p.shape) {
+            if (!regrouped && p.value.dtype() == DType::bf16 && r.dtype(stored) == "BF16" &&
+                Shape(r.shape(stored)) == p.shape) {
                 const auto bits = r.raw_bytes(stored);
                 if (bf16_bits_finite(bits) &&
                     params.write_bf16_bits(p.name, bits.data(), p.shape.numel()))
