@@ -293,7 +293,9 @@ def main():
     if args.confidence_threshold > 0:
         cmd += ["--infer.dspark_confidence_threshold", str(args.confidence_threshold)]
     print("$", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
+    rc = subprocess.run(cmd).returncode
+    if rc != 0:
+        sys.exit(f"dflash bench failed (exit {rc}); its error is above")
     with open(bench_json) as f:
         bench = json.load(f)
 
