@@ -124,7 +124,7 @@ TEST(DsparkDecode, ConfidenceCutVerifiesFewerAndStaysLossless) {
 }
 
 // `dflash bench` reports what a confidence cut did: the drafts verified of those drafted, in its
-// table and its JSON, and the outputs stay lossless.
+// table, its JSON and its recorded steps, and the outputs stay lossless.
 TEST(DsparkDecode, BenchReportsTheConfidenceCut) {
     auto be = make_cpu_backend(1);
     const Pair p = make_dspark_pair(10, 5, 5);
@@ -138,9 +138,21 @@ TEST(DsparkDecode, BenchReportsTheConfidenceCut) {
     GenerateOptions opt;
     opt.max_new_tokens = 16;
     opt.confidence_threshold = 0.99;
-    const BenchReport r = run_bench(p.target, p.drafter, *be, prompts, opt, Logger());
+    const BenchReport r = run_bench(p.target, p.drafter, *be, prompts, opt, Logger(), true);
     EXPECT_TRUE(r.lossless());
     EXPECT_LT(r.total.verified, r.total.drafted);
+    // The recorded steps (bench --json-steps) hold the verified drafts only: B or fewer a step,
+    // as many as the cut let through in all.
+    for (const BenchRequest& q : r.requests) {
+        int64_t verified = 0;
+        for (const BenchStep& st : q.steps) {
+            EXPECT_LE(st.drafted.size(), 5u);
+            EXPECT_LE(st.accepted, static_cast<int64_t>(st.drafted.size()));
+            verified += static_cast<int64_t>(st.drafted.size());
+        }
+        EXPECT_EQ(verified, q.speculative.verified) << q.label;
+        EXPECT_EQ(static_cast<int64_t>(q.steps.size()), q.speculative.steps) << q.label;
+    }
     const std::string table = format_bench_table(r);
     EXPECT_TRUE(test::has(table, "confidence cut: " + std::to_string(r.total.verified) + " of " +
                                      std::to_string(r.total.drafted) + " drafts verified"))
