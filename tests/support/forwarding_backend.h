@@ -2,7 +2,9 @@
 // asks of its backend without a hook in the library: a subclass overrides the op it studies (or
 // seen(), called with each op's name before it is forwarded). Memory, transfers and the
 // workspace queries go to the real backend; run_step is not forwarded (Backend's default runs the
-// step eagerly), so an override may download, upload or synchronize in the middle of a step.
+// step eagerly), so an override may download, upload or synchronize in the middle of a step; nor
+// are linear and prepare_bf16_weight (Backend's defaults: a gemm, no prepared copies, which is what
+// a target's forward asks for).
 // Used by tests/model/target_early_stop_test.cpp (op counts) and
 // tests/cuda/moe_target_cuda_test.cpp (the router's logits and picks).
 #pragma once
