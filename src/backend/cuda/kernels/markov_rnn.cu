@@ -17,7 +17,7 @@
 namespace dflash::cuda::kernels {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kRnnThreads = 256;
 
 __device__ __forceinline__ float ld(const uint16_t* p, int64_t i) {
     return bf16_bits_to_f32(p[i]);
@@ -27,7 +27,7 @@ __device__ __forceinline__ uint16_t st(float x) {
 }
 
 // Shared memory: the state (r floats) then the slot's pre-activations (3r floats).
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kRnnThreads)
     markov_rnn_fwd_kernel(const uint16_t* __restrict__ pre, const uint16_t* __restrict__ bias,
                           const uint16_t* __restrict__ j, float* __restrict__ act,
                           uint16_t* __restrict__ out, MarkovRnnShape s) {
@@ -70,7 +70,7 @@ __device__ float state_before(const float* act, int64_t row0, int64_t k, int64_t
 }
 
 // Shared memory: the state's gradient ds (r floats) then the slot's dact (3r floats).
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kRnnThreads)
     markov_rnn_bwd_kernel(const uint16_t* __restrict__ dout, const float* __restrict__ act,
                           const uint16_t* __restrict__ j, uint16_t* __restrict__ dact,
                           uint16_t* __restrict__ s_prev, MarkovRnnShape s) {
@@ -137,7 +137,7 @@ void markov_rnn_fwd(const uint16_t* pre, const uint16_t* bias, const uint16_t* j
                     uint16_t* out, const MarkovRnnShape& s, CUstream_st* stream) {
     const int64_t blocks = s.R / s.bs;
     if (blocks == 0) return;
-    markov_rnn_fwd_kernel<<<static_cast<unsigned>(blocks), kThreads, smem_bytes(s), stream>>>(
+    markov_rnn_fwd_kernel<<<static_cast<unsigned>(blocks), kRnnThreads, smem_bytes(s), stream>>>(
         pre, bias, j, act, out, s);
     DF_CUDA_CHECK_LAUNCH(markov_rnn_fwd_kernel);
 }
@@ -146,11 +146,11 @@ void markov_rnn_bwd(const uint16_t* dout, const float* act, const uint16_t* j, u
                     float* dbias, uint16_t* s_prev, const MarkovRnnShape& s, CUstream_st* stream) {
     const int64_t blocks = s.R / s.bs;
     if (blocks == 0) return;
-    markov_rnn_bwd_kernel<<<static_cast<unsigned>(blocks), kThreads, smem_bytes(s), stream>>>(
+    markov_rnn_bwd_kernel<<<static_cast<unsigned>(blocks), kRnnThreads, smem_bytes(s), stream>>>(
         dout, act, j, dact, s_prev, s);
     DF_CUDA_CHECK_LAUNCH(markov_rnn_bwd_kernel);
-    const auto grid = static_cast<unsigned>((3 * s.r + kThreads - 1) / kThreads);
-    markov_rnn_dbias_kernel<<<grid, kThreads, 0, stream>>>(dact, dbias, s);
+    const auto grid = static_cast<unsigned>((3 * s.r + kRnnThreads - 1) / kRnnThreads);
+    markov_rnn_dbias_kernel<<<grid, kRnnThreads, 0, stream>>>(dact, dbias, s);
     DF_CUDA_CHECK_LAUNCH(markov_rnn_dbias_kernel);
 }
 
