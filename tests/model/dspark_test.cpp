@@ -251,6 +251,7 @@ TEST(DsparkDrafter, BadInputIsRefusedNamingTheKey) {
         EXPECT_TRUE(test::has(err, "config.json")) << err;
         err = write_and_load([](json& j) { j["sliding_window"] = 0; });
         EXPECT_TRUE(test::has(err, "sliding_window is 0")) << err;
+        EXPECT_TRUE(test::has(err, "invalid DSpark drafter config")) << err;
         EXPECT_TRUE(test::has(err, "config.json")) << err;
     }
 }
