@@ -308,6 +308,7 @@ void dspark_block_loss(Backend& be, Workspace& ws, ParamSet& params, const Dspar
         const Tensor z = ws.take({R, 1}, act);
         be.gemm(xc, false, w.conf_w, true, z);
         be.add_row_bias(z, w.conf_b);
+        if (!a.conf_out.empty()) be.copy(a.conf_out, z);
         const HostTensor zh = download_f32(be, ws, z);
         const HostTensor tvh = download_f32(be, ws, tv);
         HostTensor bce({R}), dz({R, 1});

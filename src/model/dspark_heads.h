@@ -74,6 +74,8 @@ struct DsparkLossArgs {
     // Evaluation outputs (optional, device), as BlockLossArgs': each row's argmax (i32 [R]) and
     // TV distance |q - p|_1 / 2 of the Markov-corrected q (f32 [R]; 0 where the weight is 0).
     Tensor argmax_out, tv_out;
+    // With a confidence head (optional, device f32 [R]): each row's confidence logit z_k.
+    Tensor conf_out;
 };
 
 // Adds the rows' weighted DSpark loss and per-slot accuracy into stats (LossStatsLayout{period});
