@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
 
 #include "core/error.h"
 #include "model/hybrid_weights.h"
@@ -83,6 +84,49 @@ void down_slab(const CheckpointReader& r, const std::string& pre, ExpertFormat f
 }
 
 // An expert parameter read from format f, expert by expert (one slab on the host at a time).
+// No bf16 value in `bits` (little-endian pairs) is NaN or infinite: its exponent bits are not all
+// ones. A byte scan, since a stored tensor need not be 2-byte aligned.
+bool bf16_bits_finite(std::span<const unsigned char> bits) {
+    bool bad = false;
+    for (size_t i = 1; i < bits.size(); i += 2)
+        bad |= (bits[i] & 0x7F) == 0x7F && (bits[i - 1] & 0x80) != 0;
+    return !bad;
+}
+
+// Per-expert BF16 tensors (the Hub layout) onto a bf16 backend: each expert's rows copied as
+// bits into one slab and uploaded, with no f32 round trip. False, having written nothing, when
+// any of them is not BF16 or not finite, or the backend keeps f32 values: the f32 path then
+// reads them (and names a bad tensor).
+bool load_experts_as_bf16_bits(ParamSet& params, const Param& p, const std::string& pre,
+                               bool gate_up, int64_t rows, int64_t cols, int64_t e_count,
+                               const CheckpointReader& r, const CheckpointNames& names) {
+    const auto parts = [&](int64_t e) {
+        const std::string ex = fmt::format("{}{}.", pre, e);
+        return gate_up ? std::vector<std::string>{names.stored(ex + "gate_proj.weight"),
+                                                  names.stored(ex + "up_proj.weight")}
+                       : std::vector<std::string>{names.stored(ex + "down_proj.weight")};
+    };
+    if (p.value.dtype() != DType::bf16) return false;  // f32 values: the f32 path converts
+    for (int64_t e = 0; e < e_count; ++e) {
+        for (const std::string& n : parts(e)) {
+            if (r.dtype(n) != "BF16" || !bf16_bits_finite(r.raw_bytes(n))) return false;
+        }
+    }
+    std::vector<unsigned char> slab(static_cast<size_t>(rows * cols) * 2);
+    for (int64_t e = 0; e < e_count; ++e) {
+        size_t at = 0;
+        for (const std::string& n : parts(e)) {
+            const auto bits = r.raw_bytes(n);
+            DF_CHECK(at + bits.size() <= slab.size(), "{}: tensor '{}' is larger than expected",
+                     r.file_path(n).string(), n);
+            std::memcpy(slab.data() + at, bits.data(), bits.size());
+            at += bits.size();
+        }
+        if (!params.write_bf16_bits_rows(p.name, e, 1, slab.data())) return false;
+    }
+    return true;
+}
+
 void load_expert_param(ParamSet& params, const Param& p, ExpertPart part, const std::string& pre,
                        const TargetConfig& c, const CheckpointReader& r, ExpertFormat f,
                        const CheckpointNames& names) {
@@ -103,6 +147,9 @@ void load_expert_param(ParamSet& params, const Param& p, ExpertPart part, const 
     }
     const bool gate_up = part == ExpertPart::gate_up;
     const int64_t rows = gate_up ? 2 * i : d, cols = gate_up ? d : i;
+    if (f == ExpertFormat::per_expert &&
+        load_experts_as_bf16_bits(params, p, pre, gate_up, rows, cols, e_count, r, names))
+        return;
     HostTensor slab({1, rows, cols});
     // The gpt_oss bf16 tensor is read once (its experts' columns are spread over all of it).
     HostTensor stored;
@@ -140,6 +187,15 @@ void load_target_params(ParamSet& params, const TargetConfig& c, const Checkpoin
              part != ExpertPart::down)) {
             // The model's own layout: read by name (shapes were checked before allocation).
             const std::string stored = names.stored(p.name);
+            const bool regrouped = !hybrid_row_source(c, p.name).empty();
+            if (!regrouped && p.value.dtype() == DType::bf16 && r.dtype(stored) == "BF16" &&
+                Shape(r.shape(stored)) == p.shape) {
+                const auto bits = r.raw_bytes(stored);
+                if (bf16_bits_finite(bits) &&
+                    params.write_bf16_bits(p.name, bits.data(), p.shape.numel()))
+                    continue;
+                // Not finite: read_f32 below names the tensor and its first bad value.
+            }
             HostTensor t = r.read_f32(stored);
             DF_CHECK(t.shape() == p.shape, "{}: tensor '{}' has shape {} but the config implies {}",
                      r.file_path(stored).string(), stored, t.shape().to_string(),

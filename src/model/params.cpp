@@ -173,4 +173,25 @@ void ParamSet::write_f32_rows(const std::string& name, int64_t row0, const Tenso
     if (!master_.empty()) from_host_f32(*be_, p.master.rows(row0, row0 + n), host_f32);
 }
 
+bool ParamSet::write_bf16_bits(const std::string& name, const void* host_bits, int64_t numel) {
+    const Param& p = param(name);
+    DF_CHECK(numel == p.shape.numel(), "parameter '{}' is {} but {} values were given", name,
+             p.shape.to_string(), numel);
+    return p.shape.rank() == 0 ? false : write_bf16_bits_rows(name, 0, p.shape[0], host_bits);
+}
+
+bool ParamSet::write_bf16_bits_rows(const std::string& name, int64_t row0, int64_t rows,
+                                    const void* host_bits) {
+    const Param& p = param(name);
+    if (p.value.dtype() != DType::bf16 || !master_.empty()) return false;
+    DF_CHECK(p.shape.rank() > 0 && row0 >= 0 && rows >= 0 && row0 + rows <= p.shape[0],
+             "parameter '{}' is {}: rows [{}, {}) do not fit", name, p.shape.to_string(), row0,
+             row0 + rows);
+    const Tensor dst = p.value.rows(row0, row0 + rows);
+    if (dst.numel() == 0) return true;
+    be_->upload(dst, Tensor(const_cast<void*>(host_bits), DType::bf16, dst.shape()));
+    be_->synchronize();  // the host bits may go away once this returns
+    return true;
+}
+
 }  // namespace dflash

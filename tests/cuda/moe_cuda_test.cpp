@@ -14,10 +14,12 @@
 // L2 error <= 1e-2 and every element within 2e-2 |ref| + 1e-2 max|ref|.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/mxfp4.h"
 #include "cuda/elem_test_util.h"
 #include "support/test_util.h"
@@ -218,6 +220,30 @@ void expect_row_invariant(Backend& gpu, const Case& shape, MoeActivation act) {
 TEST_F(CudaMoe, ExpertsRowInvariant) {
     expect_row_invariant(gpu(), {1, 6, 3, 136, 200}, MoeActivation::swiglu);
     expect_row_invariant(gpu(), {1, 6, 3, 13, 7}, MoeActivation::clamped_swiglu);  // element loads
+}
+
+// A workspace too small for all rows' temporaries: the op runs over row slices that fit, with
+// the bits of one pass (300 rows x k 3 x (D 136 + I 200) x 2 bytes = 605 KB at once; 64 KB
+// holds about 30 rows, so about 10 slices), and without any workspace room it names the shortfall.
+TEST_F(CudaMoe, ExpertsRunInRowSlicesWhenTheWorkspaceIsSmall) {
+    Rng rng(41);
+    const Problem p = make_problem({300, 6, 3, 136, 200}, MoeActivation::swiglu, true, rng);
+    GpuProblem g(gpu(), p);
+    const HostTensor whole = gpu_experts(gpu(), g);
+    cuda::CudaBackendOptions opt;
+    opt.op_workspace_bytes = size_t{64} << 10;
+    auto small = cuda::make_cuda_backend(0, opt);
+    GpuProblem gs(*small, p);
+    const HostTensor sliced = gpu_experts(*small, gs);
+    ASSERT_EQ(whole.numel(), sliced.numel());
+    EXPECT_EQ(std::memcmp(whole.view().data(), sliced.view().data(), whole.nbytes()), 0)
+        << "row slices changed the bits";
+    opt.op_workspace_bytes = 1024;  // not even the sort's counters of one row fit
+    auto tiny = cuda::make_cuda_backend(0, opt);
+    GpuProblem gt(*tiny, p);
+    const std::string error = test::error_of([&] { gpu_experts(*tiny, gt); });
+    EXPECT_TRUE(test::has(error, "op workspace exhausted")) << error;
+    EXPECT_TRUE(test::has(error, "moe_experts")) << error;
 }
 
 // Both ops inside Backend::run_step: captured once, replayed with other logits, and every run

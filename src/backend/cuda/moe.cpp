@@ -68,14 +68,25 @@ void moe_experts(const Exec& ex, const Tensor& x, const Tensor& experts, const T
              d.k, d.D, d.I);
     if (d.R == 0) return;
     DF_CHECK(ex.scratch != nullptr, "{}: the Exec has no op workspace", op);
-    const int64_t pairs = d.R * d.k;
-    void* mem = ex.scratch->take(moe::experts_scratch_bytes(pairs, d.E, d.I, d.D),
+    // Rows are independent (one reduction order per row whatever the group size), so when the
+    // temporaries of all R rows do not fit the workspace the op runs over row slices that do, with
+    // the same bits: a 8192-token prefill of a 256-expert model needs ~336 MB at once.
+    int64_t slice = d.R;
+    const auto bytes_for = [&](int64_t rows) {
+        return moe::experts_scratch_bytes(rows * d.k, d.E, d.I, d.D);
+    };
+    if (bytes_for(slice) > ex.scratch->available()) {
+        int64_t lo = 0, hi = d.R;  // the largest slice that fits: lo fits (or is 0), hi does not
+        while (hi - lo > 1) {
+            const int64_t mid = lo + (hi - lo) / 2;
+            (bytes_for(mid) <= ex.scratch->available() ? lo : hi) = mid;
+        }
+        slice = std::max<int64_t>(lo, 1);  // 0 rows fit: take() below names the shortfall
+    }
+    void* mem = ex.scratch->take(bytes_for(slice),
                                  "moe_experts sort buffers, activations and expert outputs");
-    const moe::ExpertsScratch s = moe::carve_experts_scratch(mem, pairs, d.E, d.I, d.D);
+    const moe::ExpertsScratch s = moe::carve_experts_scratch(mem, slice * d.k, d.E, d.I, d.D);
     moe::ExpertsArgs a;
-    a.x = x.bf16();
-    a.ids = experts.i32();
-    a.weights = weights.f32();
     if (w.mxfp4()) {
         a.gate_up_blocks = w.gate_up_blocks.u8();
         a.gate_up_scales = w.gate_up_scales.u8();
@@ -87,8 +98,6 @@ void moe_experts(const Exec& ex, const Tensor& x, const Tensor& experts, const T
     }
     a.gate_up_bias = bf16_or_null(w.gate_up_bias);
     a.down_bias = bf16_or_null(w.down_bias);
-    a.out = out.bf16();
-    a.rows = static_cast<int>(d.R);
     a.dim = static_cast<int>(d.D);
     a.k = static_cast<int>(d.k);
     a.experts = static_cast<int>(d.E);
@@ -96,7 +105,15 @@ void moe_experts(const Exec& ex, const Tensor& x, const Tensor& experts, const T
     a.activation = w.activation == MoeActivation::swiglu ? moe::kSwiglu : moe::kClampedSwiglu;
     a.limit = w.limit;
     a.alpha = w.alpha;
-    moe::experts(a, s, ex.stream);
+    for (int64_t r0 = 0; r0 < d.R; r0 += slice) {
+        const int64_t rows = std::min(slice, d.R - r0);
+        a.x = x.bf16() + r0 * d.D;
+        a.ids = experts.i32() + r0 * d.k;
+        a.weights = weights.f32() + r0 * d.k;
+        a.out = out.bf16() + r0 * d.D;
+        a.rows = static_cast<int>(rows);
+        moe::experts(a, s, ex.stream);
+    }
 }
 
 }  // namespace dflash::cuda

@@ -23,6 +23,8 @@ class OpWorkspace {
     size_t mark() const { return used_; }
     void release(size_t mark) { used_ = mark; }
     size_t capacity() const { return capacity_; }
+    // Bytes a take() can still get (before its 256-byte rounding).
+    size_t available() const { return capacity_ - used_; }
     size_t high_water() const { return high_; }
 
     // Gives everything taken inside its scope back.
