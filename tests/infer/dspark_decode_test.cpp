@@ -1,9 +1,9 @@
 // Speculative decoding with DSpark drafters (docs/speculative-sampling.md "DSpark drafters"): every
 // slot drafts (B drafts, B + 1 verified tokens), the Markov bias is added slot by slot once the
 // previous draft is chosen, and sampled drafts hand the acceptance rule the very distribution they
-// were drawn from. So greedy output equals the target's own greedy output token for token (vanilla
-// and gated heads, and a drafter with a sliding-window layer), the first sampled tokens follow the
-// target's distribution (chi-square), and a confidence cut sends fewer drafts to the target
+// were drawn from. So greedy output equals the target's own greedy output token for token (vanilla,
+// gated and rnn heads, and drafters with a sliding-window layer), the first sampled tokens follow
+// the target's distribution (chi-square), and a confidence cut sends fewer drafts to the target
 // without changing the output.
 #include <cmath>
 #include <string>
@@ -54,9 +54,11 @@ using test::random_prompt;
 
 TEST(DsparkDecode, GreedyIsLossless) {
     auto be = make_cpu_backend(1);
-    for (const auto& [head, window] : {std::pair{MarkovHeadType::vanilla, int64_t{0}},
-                                       std::pair{MarkovHeadType::gated, int64_t{0}},
-                                       std::pair{MarkovHeadType::gated, int64_t{3}}}) {
+    for (const auto& [head, window] :
+         {std::pair{MarkovHeadType::vanilla, int64_t{0}},
+          std::pair{MarkovHeadType::gated, int64_t{0}},
+          std::pair{MarkovHeadType::gated, int64_t{3}}, std::pair{MarkovHeadType::rnn, int64_t{0}},
+          std::pair{MarkovHeadType::rnn, int64_t{3}}}) {
         const Pair p = make_dspark_pair(9, 5, 4, head, window);
         SpeculativeEngine spec(p.target, &p.drafter, *be);
         SpeculativeEngine plain(p.target, nullptr, *be);
@@ -159,20 +161,30 @@ TEST(DsparkDecode, BenchReportsTheConfidenceCut) {
 }
 
 // Speculative sampling at temperature 1.3 on a vocabulary of 4 (64 outcomes for 3 tokens): the
-// first 3 generated tokens follow the target's exact distribution (chi-square, 0.1%;
-// support/spec_decode_checks.h), with greedy drafts and with drafts sampled from the
-// Markov-corrected distribution.
-class DsparkSampling : public ::testing::TestWithParam<bool> {};
+// first 3 generated tokens follow the target's exact distribution (chi-square, 0.1%), with greedy
+// drafts and with drafts sampled from the Markov-corrected distribution, for the gated head and
+// the rnn head (whose bias at a slot depends on every earlier draft of the block).
+struct SamplingCase {
+    MarkovHeadType head;
+    bool draft_sampling;
+};
+class DsparkSampling : public ::testing::TestWithParam<SamplingCase> {};
 
 TEST_P(DsparkSampling, FirstTokensFollowTheTarget) {
-    const Pair p = make_dspark_pair(12, 4, 4);
+    const Pair p = make_dspark_pair(12, 4, 4, GetParam().head);
     auto be = make_cpu_backend(1);
-    test::expect_first_tokens_follow_target(p.target, p.drafter, *be, GetParam());
+    test::expect_first_tokens_follow_target(p.target, p.drafter, *be, GetParam().draft_sampling);
 }
 
-INSTANTIATE_TEST_SUITE_P(Drafts, DsparkSampling, ::testing::Values(false, true),
+INSTANTIATE_TEST_SUITE_P(Drafts, DsparkSampling,
+                         ::testing::Values(SamplingCase{MarkovHeadType::gated, false},
+                                           SamplingCase{MarkovHeadType::gated, true},
+                                           SamplingCase{MarkovHeadType::rnn, false},
+                                           SamplingCase{MarkovHeadType::rnn, true}),
                          [](const auto& test_case) {
-                             return std::string(test_case.param ? "sampled" : "greedy");
+                             const SamplingCase& c = test_case.param;
+                             return std::string(markov_head_type_name(c.head)) +
+                                    (c.draft_sampling ? "_sampled" : "_greedy");
                          });
 
 }  // namespace
