@@ -266,6 +266,31 @@ DFLASH_OP(dyn_conv_bwd,
            int64_t block_size, const Tensor& dx, const Tensor& dbase, const Tensor& ddelta),
           (dy, x, base, delta, half, block_size, dx, dbase, ddelta))
 
+// ---- DSpark: the rnn Markov head's slot recurrence (backend/cpu/markov_rnn.cpp) -------------
+// Rows in blocks of block_size consecutive rows (slot k of a block at row b * block_size + k; R
+// a multiple of block_size), r = out.dim(1). Per block, from s_{-1} = 0 (the state restarts at
+// every block; docs/training.md "DSpark drafters"):
+//   a_k = pre[row] + bias + j[:, 0:r] . s_{k-1}     (3r values: gate | candidate | output)
+//   s_k = sigmoid(gate) * s_{k-1} + (1 - sigmoid(gate)) * tanh(candidate);  out[row] = tanh(output)
+// pre [R, 3r] (the head's other inputs through the other columns of j) and out [R, r] in the
+// compute dtype; bias [3r] and j [3r, C], C >= r, the compute dtype (the head's joint_proj: only
+// the first r columns, the state's, are read); act f32 [R, 3r] receives every a_k for the
+// backward. The state and the sums stay f32 (the dot over c = 0..r-1 in order).
+DFLASH_OP(markov_rnn_fwd,
+          (const Tensor& pre, const Tensor& bias, const Tensor& j, int64_t block_size,
+           const Tensor& act, const Tensor& out),
+          (pre, bias, j, block_size, act, out))
+// The backward from dout [R, r] (the gradient of out) and the forward's act: dact [R, 3r] =
+// d(loss)/d(a_k) (overwritten), which is pre's gradient too; dbias f32 [3r] += the sum of dact
+// over the rows; s_prev [R, r] = s_{k-1} of every row (0 at slot 0; overwritten), recomputed from
+// act, so that j's state-column gradient is dactᵀ . s_prev (a gemm). The state's gradient runs
+// back over a block's slots: ds_{k-1} = ds_k * sigmoid(gate_k) + j[:, 0:r]ᵀ . dact_k (f32).
+// dact and s_prev in the compute dtype. Deterministic (no floating-point atomics).
+DFLASH_OP(markov_rnn_bwd,
+          (const Tensor& dout, const Tensor& act, const Tensor& j, int64_t block_size,
+           const Tensor& dact, const Tensor& dbias, const Tensor& s_prev),
+          (dout, act, j, block_size, dact, dbias, s_prev))
+
 // ---- DFlash2: the candidate selector's pair scores and top-K --------------------------------
 // The candidate selector's pair scores (without the unary term): for slot p, predecessor i and
 // candidate j, out[p, i, j] = sum_r A[pred[p, i], r] * z[p, r] * Bc[cand[p, j], r], summed in

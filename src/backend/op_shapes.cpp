@@ -589,6 +589,55 @@ DynConvDims check_dyn_conv_bwd_shapes(const Tensor& dy, const Tensor& x, const T
     return d;
 }
 
+// ---- DSpark: the rnn Markov head's slot recurrence -------------------------------------------
+
+namespace {
+
+MarkovRnnDims check_markov_rnn_common(const Tensor& act, const Tensor& j, const Tensor& rows_r,
+                                      int64_t block_size, const char* op, const char* rows_name) {
+    DF_CHECK(rows_r.rank() == 2 && rows_r.dim(1) >= 1, "{}: {} {}; expected [R, r] with r >= 1", op,
+             rows_name, rows_r.describe());
+    MarkovRnnDims d;
+    d.R = rows_r.dim(0);
+    d.r = rows_r.dim(1);
+    DF_CHECK(
+        act.rank() == 2 && act.dim(0) == d.R && act.dim(1) == 3 * d.r && act.dtype() == DType::f32,
+        "{}: act {}; expected f32 [{}, {}]", op, act.describe(), d.R, 3 * d.r);
+    DF_CHECK(j.rank() == 2 && j.dim(0) == 3 * d.r && j.dim(1) >= d.r,
+             "{}: j {}; expected [{}, C] with C >= {} (the state's columns first)", op,
+             j.describe(), 3 * d.r, d.r);
+    d.C = j.dim(1);
+    DF_CHECK(block_size >= 1 && d.R % block_size == 0,
+             "{}: {} rows are not whole blocks of block_size={}", op, d.R, block_size);
+    return d;
+}
+
+}  // namespace
+
+MarkovRnnDims check_markov_rnn_fwd_shapes(const Tensor& pre, const Tensor& bias, const Tensor& j,
+                                          int64_t block_size, const Tensor& act,
+                                          const Tensor& out) {
+    const MarkovRnnDims d =
+        check_markov_rnn_common(act, j, out, block_size, "markov_rnn_fwd", "out");
+    DF_CHECK(pre.shape() == act.shape() && bias.rank() == 1 && bias.dim(0) == 3 * d.r,
+             "markov_rnn_fwd: pre {}, bias {}; expected [{}, {}] and [{}]", pre.describe(),
+             bias.describe(), d.R, 3 * d.r, 3 * d.r);
+    return d;
+}
+
+MarkovRnnDims check_markov_rnn_bwd_shapes(const Tensor& dout, const Tensor& act, const Tensor& j,
+                                          int64_t block_size, const Tensor& dact,
+                                          const Tensor& dbias, const Tensor& s_prev) {
+    const MarkovRnnDims d =
+        check_markov_rnn_common(act, j, dout, block_size, "markov_rnn_bwd", "dout");
+    DF_CHECK(dact.shape() == act.shape() && s_prev.shape() == dout.shape() && dbias.rank() == 1 &&
+                 dbias.dim(0) == 3 * d.r && dbias.dtype() == DType::f32,
+             "markov_rnn_bwd: dact {}, s_prev {}, dbias {}; expected [{}, {}], [{}, {}] and f32 "
+             "[{}]",
+             dact.describe(), s_prev.describe(), dbias.describe(), d.R, 3 * d.r, d.R, d.r, 3 * d.r);
+    return d;
+}
+
 // ---- DFlash2: the candidate selector's pair scores and top-K ------------------------------------
 
 namespace {

@@ -162,6 +162,19 @@ DynConvDims check_dyn_conv_bwd_shapes(const Tensor& dy, const Tensor& x, const T
                                       const Tensor& delta, int64_t half, int64_t block_size,
                                       const Tensor& dx, const Tensor& dbase, const Tensor& ddelta);
 
+// ---- DSpark: the rnn Markov head's slot recurrence -----------------------------------------
+struct MarkovRnnDims {
+    int64_t R = 0, r = 0, C = 0;  // rows, rank, columns of j
+};
+// pre [R, 3r], bias [3r], j [3r, C] with C >= r, act f32 [R, 3r], out [R, r] with r >= 1,
+// block_size >= 1 dividing R.
+MarkovRnnDims check_markov_rnn_fwd_shapes(const Tensor& pre, const Tensor& bias, const Tensor& j,
+                                          int64_t block_size, const Tensor& act, const Tensor& out);
+// dout and s_prev [R, r], act f32 and dact [R, 3r], j [3r, C] with C >= r, dbias f32 [3r].
+MarkovRnnDims check_markov_rnn_bwd_shapes(const Tensor& dout, const Tensor& act, const Tensor& j,
+                                          int64_t block_size, const Tensor& dact,
+                                          const Tensor& dbias, const Tensor& s_prev);
+
 // ---- DFlash2: the candidate selector's pair scores and top-K --------------------------------
 struct SelectorDims {
     int64_t P = 0, Kp = 0, K = 0, r = 0, V = 0;

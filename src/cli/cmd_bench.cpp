@@ -1,7 +1,8 @@
-// `dflash bench --target DIR --drafter DIR --prompts FILE.jsonl [--json OUT.json] [--limit N]`:
-// plain and speculative decoding of every prompt with the same engine and infer.* settings; prints
-// the table of infer/bench.h (tau, histogram, tokens/s, speed-up measured and predicted), writes it
-// as JSON on request, and fails loudly when greedy outputs differ (the engine must be lossless).
+// `dflash bench --target DIR --drafter DIR --prompts FILE.jsonl [--json OUT.json [--json-steps]]
+// [--limit N]`: plain and speculative decoding of every prompt with the same engine and infer.*
+// settings; prints the table of infer/bench.h (tau, histogram, tokens/s, speed-up measured and
+// predicted), writes it as JSON on request (with --json-steps, every speculative step's drafts
+// too), and fails loudly when greedy outputs differ (the engine must be lossless).
 // Tested by tests/infer/bench_test.cpp (library) and tests/cli/generate_cli_test.cpp (binary).
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -33,6 +34,7 @@ int cmd_bench(CommandContext& ctx) {
         "dflash bench"};
     std::string target_dir, drafter_dir, prompts_path, json_path;
     int64_t limit = 0;
+    bool json_steps = false;
     app.add_option("--target", target_dir, "target model directory")->required();
     app.add_option("--drafter", drafter_dir, "DFlash drafter directory")->required();
     app.add_option("--prompts", prompts_path,
@@ -40,10 +42,14 @@ int cmd_bench(CommandContext& ctx) {
                    "{\"prompt_ids\": [...]}")
         ->required();
     app.add_option("--json", json_path, "also write the report as JSON to this file");
+    app.add_flag("--json-steps", json_steps,
+                 "with --json: also write every speculative step of every prompt (the drafts "
+                 "the target verified, how many it accepted, the token it added)");
     app.add_option("--limit", limit, "only the first N prompts (0: all)")
         ->check(CLI::NonNegativeNumber);
     if (!parse_command_args(app, ctx, "bench")) return 0;
     // Before minutes of decoding, not after: a --json that cannot be written fails now.
+    DF_CHECK(!json_steps || !json_path.empty(), "--json-steps needs --json OUT.json");
     if (!json_path.empty()) check_output_file(json_path, "--json");
     auto be = make_backend_from_settings(ctx);
     const TargetModel target = TargetModel::load(*be, target_dir);
@@ -58,7 +64,7 @@ int cmd_bench(CommandContext& ctx) {
     opt.stop_tokens = default_stop_tokens(target.config(), tok.get());
     ctx.log.info("bench on {}: {} prompts, max {} new tokens, temperature {}", be->name(),
                  prompts.size(), opt.max_new_tokens, opt.sampling.temperature);
-    const BenchReport rep = run_bench(target, drafter, *be, prompts, opt, ctx.log);
+    const BenchReport rep = run_bench(target, drafter, *be, prompts, opt, ctx.log, json_steps);
     std::fputs(format_bench_table(rep).c_str(), stdout);
     std::fflush(stdout);
     if (!json_path.empty()) {

@@ -183,10 +183,11 @@ void add_drafter(Registry& r) {
     r.add(D::integer("drafter.markov_rank", 256, "DSpark: rank r of the Markov head's W1 / W2")
               .range(1, 8192)
               .read_by("cli/cmd_init.cpp; train (fresh DSpark drafters)"));
-    r.add(D::enumeration("drafter.markov_head_type", "vanilla", {"vanilla", "gated", "rnn"},
-                         "DSpark: Markov head; vanilla B = W2 W1[prev], gated B = W2 (sigmoid(Wg "
-                         "[h; e] + bg) * e); rnn is refused (not implemented)")
-              .read_by("cli/cmd_init.cpp; train (fresh DSpark drafters)"));
+    r.add(
+        D::enumeration("drafter.markov_head_type", "vanilla", {"vanilla", "gated", "rnn"},
+                       "DSpark: Markov head; vanilla B = W2 W1[prev], gated B = W2 (sigmoid(Wg "
+                       "[h; e] + bg) * e), rnn B = W2 tanh(o) of a state s over the block's slots")
+            .read_by("cli/cmd_init.cpp; train (fresh DSpark drafters)"));
     r.add(D::boolean("drafter.confidence_head", true,
                      "DSpark: build the confidence head (predicts that a slot survives)")
               .read_by("cli/cmd_init.cpp; train (fresh DSpark drafters)"));

@@ -111,17 +111,28 @@ std::optional<BenchMismatch> first_difference(int64_t prompt, const std::vector<
 
 BenchReport run_bench(const TargetModel& target, const DrafterModel& drafter, Backend& be,
                       const std::vector<Prompt>& prompts, const GenerateOptions& opt,
-                      const Logger& log) {
+                      const Logger& log, bool record_steps) {
     SpeculativeEngine baseline(target, nullptr, be);
     SpeculativeEngine speculative(target, &drafter, be);
-    return run_bench_engines(baseline, speculative, prompts, opt, log);
+    return run_bench_engines(baseline, speculative, prompts, opt, log, record_steps);
 }
 
 BenchReport run_bench_engines(SpeculativeEngine& baseline, SpeculativeEngine& speculative,
                               const std::vector<Prompt>& prompts, const GenerateOptions& opt,
-                              const Logger& log) {
+                              const Logger& log, bool record_steps) {
     DF_CHECK(!prompts.empty(), "bench needs at least one prompt");
     BenchReport rep;
+    rep.steps_recorded = record_steps;
+    // The speculative runs' options: `opt`, plus a step sink that records into `steps` (and
+    // still calls the caller's sink) when asked to.
+    std::vector<BenchStep> steps;
+    GenerateOptions spec_opt = opt;
+    if (record_steps) {
+        spec_opt.trace = [&steps, &opt](const StepTrace& t) {
+            steps.push_back({{t.drafted.begin(), t.drafted.end()}, t.accepted, t.next});
+            if (opt.trace) opt.trace(t);
+        };
+    }
     rep.backend = speculative.backend().name();
     rep.max_new_tokens = opt.max_new_tokens;
     rep.greedy = opt.sampling.greedy();
@@ -140,7 +151,8 @@ BenchReport run_bench_engines(SpeculativeEngine& baseline, SpeculativeEngine& sp
     for (size_t i = 0; i < prompts.size(); ++i) {
         const Prompt& p = prompts[i];
         const GenerateResult a = baseline.generate(p.tokens, opt);
-        const GenerateResult b = speculative.generate(p.tokens, opt);
+        steps.clear();
+        const GenerateResult b = speculative.generate(p.tokens, spec_opt);
         DF_ASSERT(a.stats.accept_hist.size() == 2, "the baseline engine must decode plainly");
         BenchRequest r;
         r.label = p.label;
@@ -149,6 +161,7 @@ BenchReport run_bench_engines(SpeculativeEngine& baseline, SpeculativeEngine& sp
         r.output_tokens = b.tokens;
         r.baseline = a.stats;
         r.speculative = b.stats;
+        r.steps = std::move(steps);
         if (rep.greedy) {
             if (auto m = first_difference(static_cast<int64_t>(i), a.tokens, b.tokens)) {
                 r.outputs_match = false;
@@ -315,6 +328,13 @@ nlohmann::json bench_to_json(const BenchReport& rep) {
                             {"baseline", stats(r.baseline)},
                             {"speculative", stats(r.speculative)},
                             {"outputs_match", r.outputs_match}});
+        if (rep.steps_recorded) {
+            json steps = json::array();
+            for (const BenchStep& st : r.steps)
+                steps.push_back(
+                    {{"drafted", st.drafted}, {"accepted", st.accepted}, {"next", st.next}});
+            requests.back()["steps"] = std::move(steps);
+        }
     }
     json mismatches = json::array();
     for (const auto& m : rep.mismatches) {

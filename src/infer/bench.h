@@ -19,6 +19,15 @@
 
 namespace dflash {
 
+// One speculative step of a prompt, recorded on request (`dflash bench --json-steps`), so another
+// engine can compare its drafts step by step (tools/reference/drafter_roundtrip.py): the drafts
+// the target verified, how many it accepted and the token it added (StepTrace).
+struct BenchStep {
+    std::vector<int32_t> drafted;
+    int64_t accepted = 0;
+    int32_t next = 0;
+};
+
 // One prompt: the plain run and the speculative run.
 struct BenchRequest {
     std::string label;
@@ -28,6 +37,7 @@ struct BenchRequest {
     GenerateStats baseline;              // plain decoding (block size 1)
     GenerateStats speculative;           // drafter + target
     bool outputs_match = true;           // token-for-token equal outputs (checked only when greedy)
+    std::vector<BenchStep> steps;        // the speculative run's steps, when recorded
 };
 
 // The first difference between the baseline's and the speculative output of one prompt.
@@ -80,6 +90,7 @@ struct BenchReport {
     bool greedy = true;  // losslessness is only checked under greedy decoding
     std::vector<int32_t> stop_tokens;
     std::vector<BenchRequest> requests;
+    bool steps_recorded = false;  // BenchRequest::steps filled (and written to the JSON)
     BenchTotals total;
     std::vector<BenchMismatch> mismatches;  // empty when lossless (or not checked)
     GraphStats graphs;                      // the device's graph cache after both engines ran
@@ -95,16 +106,16 @@ std::optional<BenchMismatch> first_difference(int64_t prompt, const std::vector<
 
 // A short warm-up (the first prompt, at most 16 tokens, through each engine), then for each prompt
 // the baseline run and the speculative run with identical options. Progress and every mismatch
-// are logged.
+// are logged. `record_steps` keeps every speculative step of every prompt (BenchRequest::steps).
 BenchReport run_bench(const TargetModel& target, const DrafterModel& drafter, Backend& be,
                       const std::vector<Prompt>& prompts, const GenerateOptions& opt,
-                      const Logger& log);
+                      const Logger& log, bool record_steps = false);
 
 // The same with the two engines given: `baseline` must decode plainly and `speculative` with a
 // drafter. Lets tests pit a speculative engine against a baseline of a different target.
 BenchReport run_bench_engines(SpeculativeEngine& baseline, SpeculativeEngine& speculative,
                               const std::vector<Prompt>& prompts, const GenerateOptions& opt,
-                              const Logger& log);
+                              const Logger& log, bool record_steps = false);
 
 // An aligned table a person reads: one row per prompt and a total row, the prediction, the
 // losslessness verdict, then the acceptance-length histogram.

@@ -101,7 +101,7 @@ struct SpeculativeEngine::Sessions {
                     prepared);
         if (drafter->config().dflash2()) sel.emplace(*drafter, be, B - 1);
         if (drafter->config().dspark())
-            head.emplace(be, drafter->params(), drafter->config().ds, drafter->dims().D);
+            head.emplace(be, drafter->params(), drafter->config().ds, drafter->dims().D, B);
         draft_logits = DeviceTensor(be, {verify - 1, target.config().vocab_size}, DType::f32);
         verify_features = DeviceTensor(be, {verify, drafter->feature_dim()}, be.compute_dtype());
     }
@@ -232,7 +232,7 @@ int64_t choose_dspark_drafts(Decode& run, DsparkSlotHead& head, const Tensor& hi
     int32_t prev = anchor;
     for (int64_t k = 0; k < run.drafts; ++k) {
         const Tensor row_k = draft_logits.rows(k, k + 1);
-        const double c = head.apply(hidden.rows(k, k + 1), prev, row_k, threshold > 0);
+        const double c = head.apply(k, hidden.rows(k, k + 1), prev, row_k, threshold > 0);
         if (threshold > 0 && c < threshold && verify == run.drafts) verify = k;
         if (sample) {
             const HostTensor& host = run.pick.fetch(row_k, 1);

@@ -406,6 +406,7 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const DrafterBatch& ba
         da.period = B;
         da.argmax_out = objective.eval_argmax;
         da.tv_out = objective.eval_tv;
+        da.conf_out = objective.eval_conf;
         dspark_block_loss(be, ws, params_, cfg_.ds, da, dh, stats);
     } else {
         block_loss(be, ws, la, dh, stats);

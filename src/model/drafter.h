@@ -48,6 +48,8 @@ struct BlockObjective {
     // target's distribution (f32 [N*B]).
     Tensor eval_argmax;
     Tensor eval_tv;
+    // DSpark with a confidence head: f32 [R], each row's confidence logit (eval metrics).
+    Tensor eval_conf;
 };
 
 // DrafterModel::train_step's arguments, by lifetime. One packed training sequence:

@@ -15,11 +15,16 @@ constexpr const char* kW1 = "markov_head.markov_w1.weight";
 constexpr const char* kW2 = "markov_head.markov_w2.weight";
 constexpr const char* kGateW = "markov_head.gate_proj.weight";
 constexpr const char* kGateB = "markov_head.gate_proj.bias";
+constexpr const char* kJointW = "markov_head.joint_proj.weight";
+constexpr const char* kJointB = "markov_head.joint_proj.bias";
 constexpr const char* kConfW = "confidence_head.proj.weight";
 constexpr const char* kConfB = "confidence_head.proj.bias";
 
 bool gated(const DsparkConfig& c) {
     return c.markov_head == MarkovHeadType::gated;
+}
+bool rnn(const DsparkConfig& c) {
+    return c.markov_head == MarkovHeadType::rnn;
 }
 
 template <class Get>
@@ -30,6 +35,10 @@ DsparkHeadWeights head_tensors(const DsparkConfig& c, Get get) {
     if (gated(c)) {
         w.gate_w = get(kGateW);
         w.gate_b = get(kGateB);
+    }
+    if (rnn(c)) {
+        w.joint_w = get(kJointW);
+        w.joint_b = get(kJointB);
     }
     if (c.confidence_head) {
         w.conf_w = get(kConfW);
@@ -72,6 +81,48 @@ void add_columns(Backend& be, Workspace& ws, const Tensor& src, int64_t col, con
     be.add_inplace(y, t);
 }
 
+// The rnn head's forward over R rows in blocks of `period` slots (recipe spec §1.2):
+// z = [s_{k-1} | e | h], J z + bJ split gate | candidate | output, b = tanh(output). The gemm
+// takes J's e and h columns with the state's columns zeroed in z0 (the recurrence, which needs
+// the state's columns, is markov_rnn_fwd); z0 [R, 2r + D] is kept for the backward.
+struct RnnForward {
+    Tensor z0, act, b;
+};
+RnnForward rnn_forward(Backend& be, Workspace& ws, const DsparkHeadWeights& w, const Tensor& h,
+                       const Tensor& e, int64_t period) {
+    const int64_t R = h.dim(0), D = h.dim(1), r = e.dim(1);
+    const DType act = h.dtype();
+    RnnForward f;
+    f.z0 = ws.take({R, 2 * r + D}, act);
+    be.fill(f.z0, 0.0f);
+    be.copy_columns(f.z0, r, e);
+    be.copy_columns(f.z0, 2 * r, h);
+    const Tensor pre = ws.take({R, 3 * r}, act);
+    be.gemm(f.z0, false, w.joint_w, true, pre);
+    f.act = ws.take({R, 3 * r}, DType::f32);
+    f.b = ws.take({R, r}, act);
+    be.markov_rnn_fwd(pre, w.joint_b, w.joint_w, period, f.act, f.b);
+    return f;
+}
+
+// Its backward from db = d(loss)/db [R, r]: J's and bJ's gradients accumulated into g, e's and
+// h's added into de and dh. z0 becomes z (the state columns filled in).
+void rnn_backward(Backend& be, Workspace& ws, const DsparkHeadWeights& w,
+                  const DsparkHeadWeights& g, const RnnForward& f, const Tensor& db, int64_t period,
+                  const Tensor& de, const Tensor& dh) {
+    const int64_t R = db.dim(0), r = db.dim(1);
+    const DType act = db.dtype();
+    const Tensor dact = ws.take({R, 3 * r}, act);
+    const Tensor s_prev = ws.take({R, r}, act);
+    be.markov_rnn_bwd(db, f.act, w.joint_w, period, dact, g.joint_b, s_prev);
+    be.copy_columns(f.z0, 0, s_prev);
+    be.gemm(dact, true, f.z0, false, g.joint_w, 1.0f, 1.0f);
+    const Tensor dz = ws.take(f.z0.shape(), act);
+    be.gemm(dact, false, w.joint_w, false, dz);
+    add_columns(be, ws, dz, r, de);
+    add_columns(be, ws, dz, 2 * r, dh);
+}
+
 }  // namespace
 
 float dspark_slot_weight(int64_t anchor, int64_t k, std::span<const uint8_t> loss_mask,
@@ -93,6 +144,14 @@ DsparkHeadWeights dspark_head_grads(ParamSet& p, const DsparkConfig& c) {
     return head_tensors(c, [&](const char* n) { return p.grad(n); });
 }
 
+std::string dspark_tensor_key(const std::string& name) {
+    if (name == kW1 || name == kW2) return "markov_rank";
+    if (name == kGateW || name == kGateB) return "markov_head_type \"gated\"";
+    if (name == kJointW || name == kJointB) return "markov_head_type \"rnn\"";
+    if (name == kConfW || name == kConfB) return "enable_confidence_head true";
+    return "";
+}
+
 void append_dspark_specs(std::vector<TensorSpec>& out, const DsparkConfig& c, int64_t hidden,
                          int64_t vocab) {
     const int64_t r = c.markov_rank;
@@ -102,6 +161,10 @@ void append_dspark_specs(std::vector<TensorSpec>& out, const DsparkConfig& c, in
         out.push_back({kGateW, {r, hidden + r}});
         out.push_back({kGateB, {r}});
     }
+    if (rnn(c)) {
+        out.push_back({kJointW, {3 * r, 2 * r + hidden}});
+        out.push_back({kJointB, {3 * r}});
+    }
     if (c.confidence_head) {
         out.push_back({kConfW, {1, c.confidence_dim(hidden)}});
         out.push_back({kConfB, {1}});
@@ -110,8 +173,6 @@ void append_dspark_specs(std::vector<TensorSpec>& out, const DsparkConfig& c, in
 
 void dspark_block_loss(Backend& be, Workspace& ws, ParamSet& params, const DsparkConfig& c,
                        const DsparkLossArgs& a, const Tensor& dh, const Tensor& stats) {
-    DF_CHECK(c.markov_head != MarkovHeadType::rnn,
-             "DSpark markov_head_type rnn is not supported by dflash (vanilla or gated)");
     const int64_t R = a.hf.dim(0), D = a.hf.dim(1), V = a.lm_head.dim(0), r = c.markov_rank;
     const int64_t W = D + r;
     const DType act = a.hf.dtype();
@@ -124,7 +185,14 @@ void dspark_block_loss(Backend& be, Workspace& ws, ParamSet& params, const Dspar
     const Tensor e = ws.take({R, r}, act);
     be.embedding_fwd(w.w1, a.prev, e);
     Tensor b = e, xg, gpre;
-    if (gated(c)) {
+    RnnForward rf;
+    if (rnn(c)) {
+        DF_CHECK(a.period >= 1 && R % a.period == 0,
+                 "the rnn Markov head needs whole blocks of rows ({} rows, block size {})", R,
+                 a.period);
+        rf = rnn_forward(be, ws, w, a.hf, e, a.period);
+        b = rf.b;
+    } else if (gated(c)) {
         xg = ws.take({R, W}, act);
         concat_columns(be, a.hf, e, xg);
         gpre = ws.take({R, r}, act);
@@ -206,15 +274,19 @@ void dspark_block_loss(Backend& be, Workspace& ws, ParamSet& params, const Dspar
         const int64_t Dc = c.confidence_dim(D);
         if (!c.confidence_with_markov) {
             xc = a.hf;
-        } else if (!gated(c)) {
-            xc = xb;  // [h | e] = [h | b] for the vanilla head
-        } else {
+        } else if (gated(c)) {
             xc = xg;
+        } else if (rnn(c)) {
+            xc = ws.take({R, W}, act);
+            concat_columns(be, a.hf, e, xc);
+        } else {
+            xc = xb;  // [h | e] = [h | b] for the vanilla head
         }
         DF_ASSERT(xc.dim(1) == Dc);
         const Tensor z = ws.take({R, 1}, act);
         be.gemm(xc, false, w.conf_w, true, z);
         be.add_row_bias(z, w.conf_b);
+        if (!a.conf_out.empty()) be.copy(a.conf_out, z);
         const DsparkHeadWeights g = grads ? dspark_head_grads(params, c) : DsparkHeadWeights{};
         const Tensor dz = grads ? ws.take({R, 1}, act) : Tensor();
         be.confidence_bce(z, tv, a.weights, grads ? a.grad_weights : Tensor(),
@@ -240,7 +312,9 @@ void dspark_block_loss(Backend& be, Workspace& ws, ParamSet& params, const Dspar
 
     // ---- the Markov head's backward: de (direct path), the gate, W1 and W2.
     const DsparkHeadWeights g = dspark_head_grads(params, c);
-    if (!gated(c)) {
+    if (rnn(c)) {
+        rnn_backward(be, ws, w, g, rf, db, a.period, de, dh);
+    } else if (!gated(c)) {
         be.add_inplace(de, db);
     } else {
         // b = e * sigmoid(gpre): de += db * s, dgpre = db * e * s (1 - s), the bias's gradient
@@ -272,11 +346,12 @@ void dspark_block_loss(Backend& be, Workspace& ws, ParamSet& params, const Dspar
 }
 
 DsparkSlotHead::DsparkSlotHead(Backend& be, const ParamSet& params, const DsparkConfig& c,
-                               int64_t hidden)
+                               int64_t hidden, int64_t max_slots)
     : be_(be),
       c_(c),
       D_(hidden),
       w_(dspark_head_weights(params, c)),
+      max_slots_(max_slots),
       id_(be, {1}, DType::i32),
       e_(be, {1, c.markov_rank}, be.compute_dtype()),
       x_(be, {1, hidden + c.markov_rank}, be.compute_dtype()),
@@ -286,12 +361,24 @@ DsparkSlotHead::DsparkSlotHead(Backend& be, const ParamSet& params, const Dspark
       z32_(be, {1, 1}, DType::f32),
       id_host_({1}, DType::i32),
       z_host_({1, 1}) {
-    DF_CHECK(c.markov_head != MarkovHeadType::rnn,
-             "DSpark markov_head_type rnn is not supported by dflash (vanilla or gated)");
+    DF_CHECK(max_slots >= 1, "DsparkSlotHead: max_slots={} (expected >= 1)", max_slots);
+    if (rnn(c)) {
+        const int64_t r = c.markov_rank;
+        rnn_z0_ = DeviceTensor(be, {max_slots, 2 * r + hidden}, be.compute_dtype());
+        rnn_pre_ = DeviceTensor(be, {max_slots, 3 * r}, be.compute_dtype());
+        rnn_act_ = DeviceTensor(be, {max_slots, 3 * r}, DType::f32);
+        rnn_b_ = DeviceTensor(be, {max_slots, r}, be.compute_dtype());
+        // The state's columns of z0 stay 0: markov_rnn_fwd adds J's state part itself.
+        be.fill(rnn_z0_, 0.0f);
+    }
 }
 
-double DsparkSlotHead::apply(const Tensor& h_row, int32_t prev, const Tensor& logits_row,
+double DsparkSlotHead::apply(int64_t k, const Tensor& h_row, int32_t prev, const Tensor& logits_row,
                              bool confidence) {
+    DF_CHECK(k >= 0 && k < max_slots_ && (k == 0 || k == next_slot_),
+             "DsparkSlotHead::apply: slot {} after slot {} (slots run 0, 1, ... below {})", k,
+             next_slot_ - 1, max_slots_);
+    next_slot_ = k + 1;
     id_host_.i32()[0] = prev;
     be_.upload(id_, id_host_.view());
     be_.embedding_fwd(w_.w1, id_, e_);
@@ -302,7 +389,17 @@ double DsparkSlotHead::apply(const Tensor& h_row, int32_t prev, const Tensor& lo
         be_.copy_columns(x_, D_, e_);
     }
     Tensor b = e_;
-    if (gated(c_)) {
+    if (rnn(c_)) {
+        const int64_t r = c_.markov_rank;
+        const Tensor z0 = rnn_z0_.view().rows(k, k + 1);
+        be_.copy_columns(z0, r, e_);
+        be_.copy_columns(z0, 2 * r, h_row);
+        be_.gemm(z0, false, w_.joint_w, true, rnn_pre_.view().rows(k, k + 1));
+        // Slots 0..k as one block: the state of slot k - 1 from the same rows as before.
+        be_.markov_rnn_fwd(rnn_pre_.view().rows(0, k + 1), w_.joint_b, w_.joint_w, k + 1,
+                           rnn_act_.view().rows(0, k + 1), rnn_b_.view().rows(0, k + 1));
+        b = rnn_b_.view().rows(k, k + 1);
+    } else if (gated(c_)) {
         be_.gemm(x_, false, w_.gate_w, true, gpre_);
         be_.add_row_bias(gpre_, w_.gate_b);
         be_.sigmoid_mul(e_, gpre_, b_);

@@ -586,7 +586,8 @@ std::vector<std::string> DrafterConfig::problems() const {
 DrafterConfig DrafterConfig::from_json(const json& j) {
     DrafterConfig d = from_json_unchecked(j);
     const auto p = d.problems();
-    DF_CHECK(p.empty(), "invalid DFlash drafter config: {}", joined(p));
+    DF_CHECK(p.empty(), "invalid {} drafter config: {}",
+             d.dspark() ? "DSpark" : (d.dflash2() ? "DFlash2" : "DFlash"), joined(p));
     return d;
 }
 

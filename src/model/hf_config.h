@@ -144,8 +144,8 @@ struct TargetConfig {
 enum class DrafterArch { dflash, dflash2, dspark };
 
 // DSpark's Markov head (docs/formats.md "DSpark drafter directory"): vanilla B = W2 W1[prev];
-// gated B = W2 (sigmoid(Wg [h; e] + bg) * e); rnn (a recurrent state per block) is read but
-// refused by problems(): dflash does not run it.
+// gated B = W2 (sigmoid(Wg [h; e] + bg) * e); rnn B = W2 tanh(out) with a recurrent state s
+// over a block's slots (J [s; e; h] + bJ split gate | candidate | output).
 enum class MarkovHeadType { vanilla, gated, rnn };
 const char* markov_head_type_name(MarkovHeadType t);
 // "vanilla", "gated" or "rnn"; anything else is an error naming `what` (the key or setting).

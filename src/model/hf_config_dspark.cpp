@@ -105,10 +105,6 @@ std::vector<std::string> config_fields::dspark_problems(const DrafterConfig& d) 
     if (c.markov_rank < 1 || c.markov_rank > kMaxSelectorRank)
         p.push_back(fmt::format("markov_rank={} is outside [1, {}] (the DSpark paper uses 256)",
                                 c.markov_rank, kMaxSelectorRank));
-    if (c.markov_head == MarkovHeadType::rnn)
-        p.push_back(
-            "markov_head_type rnn is not supported by dflash (it runs the vanilla and gated "
-            "Markov heads)");
     return p;
 }
 

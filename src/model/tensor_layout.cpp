@@ -373,6 +373,11 @@ void check_model_files(
             hint =
                 " (DFlash2 modules: is this a DFlash2 drafter whose config.json says "
                 "\"architectures\": [\"DFlashDraftModel\"] instead of [\"DFlash2DraftModel\"]?)";
+        // A DSpark head's tensor missing: the config.json key that asks for it, named.
+        if (drafter && d.kind == Kind::missing && hint.empty()) {
+            const std::string key = dspark_tensor_key(d.name);
+            if (!key.empty()) hint = fmt::format(" (config.json's {} needs '{}')", key, d.name);
+        }
         if (wrong.size() == 3) continue;
         const std::string sn = names.stored(d.name);
         const std::string file = r.has(sn) ? fmt::format(" in '{}'", r.file_path(sn).string()) : "";

@@ -83,6 +83,8 @@ class DrafterTask : public WorkerTask {
         const int64_t rows = std::max<int64_t>(1, opt_.num_anchors * drafter_.block_size());
         eval_argmax_ = DeviceTensor(be, {rows}, DType::i32);
         eval_tv_ = DeviceTensor(be, {rows}, DType::f32);
+        if (dspark() && drafter_.config().ds.confidence_head)
+            eval_conf_ = DeviceTensor(be, {rows}, DType::f32);
     }
 
     ParamSet& params() override { return drafter_.params(); }
@@ -160,6 +162,7 @@ class DrafterTask : public WorkerTask {
             const auto R = static_cast<int64_t>(mb.anchors.size()) * drafter_.block_size();
             objective.eval_argmax = eval_argmax_.view().rows(0, R);
             objective.eval_tv = eval_tv_.view().rows(0, R);
+            if (!eval_conf_.empty()) objective.eval_conf = eval_conf_.view().rows(0, R);
         }
         const int64_t n_loss = LossStatsLayout{drafter_.block_size()}.size();
         if (extra_stats_size() > 0) {
@@ -217,6 +220,16 @@ class DrafterTask : public WorkerTask {
         if (R == 0) return s;
         be.download(Tensor(argmax.data(), DType::i32, {R}), eval_argmax_.view().rows(0, R));
         be.download(Tensor(tv.data(), DType::f32, {R}), eval_tv_.view().rows(0, R));
+        if (dspark()) {
+            // DSpark's own metrics over all B slots, before the shift below.
+            std::vector<float> conf;
+            if (!eval_conf_.empty()) {
+                conf.resize(static_cast<size_t>(R));
+                be.download(Tensor(conf.data(), DType::f32, {R}), eval_conf_.view().rows(0, R));
+            }
+            add_dspark_metrics(mb.seq.loss_mask, mb.anchors, drafter_.block_size(),
+                               opt_.static_gamma(), tv, conf, s.dspark);
+        }
         // DSpark slot k drafts token a + k + 1, DFlash row k + 1 does: shifted into the DFlash
         // rows add_block_acceptance reads, the first B - 1 slots are measured.
         if (dspark()) {
@@ -291,6 +304,7 @@ class DrafterTask : public WorkerTask {
     std::optional<DrafterModel> snapshot_;
     DeviceTensor eval_argmax_;  // i32 [num_anchors * B]: BlockObjective::eval_argmax
     DeviceTensor eval_tv_;      // f32 [num_anchors * B]: BlockObjective::eval_tv
+    DeviceTensor eval_conf_;    // f32 [num_anchors * B]: BlockObjective::eval_conf (DSpark)
 };
 
 // The prompts of decoding evaluations (null when there are none to decode).

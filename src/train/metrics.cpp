@@ -12,6 +12,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "model/dspark_heads.h"
 
 namespace dflash::train {
 
@@ -53,6 +54,98 @@ void add_block_acceptance(std::span<const int32_t> tokens, std::span<const uint8
     }
 }
 
+void DsparkMetricSums::add(const DsparkMetricSums& o) {
+    blocks += o.blocks;
+    tau_sum += o.tau_sum;
+    if (accept_sum.size() < o.accept_sum.size()) {
+        accept_sum.resize(o.accept_sum.size(), 0.0);
+        accept_count.resize(o.accept_sum.size(), 0.0);
+    }
+    for (size_t k = 0; k < o.accept_sum.size(); ++k) {
+        accept_sum[k] += o.accept_sum[k];
+        accept_count[k] += o.accept_count[k];
+    }
+    conf_weight += o.conf_weight;
+    conf_abs += o.conf_abs;
+    conf_bias += o.conf_bias;
+    conf_cumprod_bias += o.conf_cumprod_bias;
+}
+
+std::vector<double> DsparkMetricSums::pack(int64_t block) const {
+    std::vector<double> p = {blocks, tau_sum, conf_weight, conf_abs, conf_bias, conf_cumprod_bias};
+    for (int64_t k = 0; k < block; ++k) {
+        const auto i = static_cast<size_t>(k);
+        p.push_back(i < accept_sum.size() ? accept_sum[i] : 0.0);
+        p.push_back(i < accept_count.size() ? accept_count[i] : 0.0);
+    }
+    return p;
+}
+
+DsparkMetricSums DsparkMetricSums::unpack(std::span<const double> p, int64_t block) {
+    DF_ASSERT(static_cast<int64_t>(p.size()) == 6 + 2 * block);
+    DsparkMetricSums s;
+    s.blocks = p[0];
+    s.tau_sum = p[1];
+    s.conf_weight = p[2];
+    s.conf_abs = p[3];
+    s.conf_bias = p[4];
+    s.conf_cumprod_bias = p[5];
+    for (int64_t k = 0; k < block; ++k) {
+        s.accept_sum.push_back(p[static_cast<size_t>(6 + 2 * k)]);
+        s.accept_count.push_back(p[static_cast<size_t>(7 + 2 * k)]);
+    }
+    return s;
+}
+
+std::optional<DsparkMetrics> DsparkMetricSums::metrics() const {
+    if (blocks <= 0) return std::nullopt;
+    DsparkMetrics m;
+    m.tau_probabilistic = tau_sum / blocks;
+    for (size_t k = 0; k < accept_sum.size(); ++k)
+        m.accept_rate.push_back(accept_count[k] > 0 ? accept_sum[k] / accept_count[k] : 0.0);
+    m.has_confidence = conf_weight > 0;
+    if (m.has_confidence) {
+        m.confidence_abs_error = conf_abs / conf_weight;
+        m.confidence_bias = conf_bias / conf_weight;
+        m.confidence_cumprod_bias = conf_cumprod_bias / conf_weight;
+    }
+    return m;
+}
+
+void add_dspark_metrics(std::span<const uint8_t> loss_mask, std::span<const int32_t> anchors,
+                        int64_t block, double gamma, std::span<const float> tv,
+                        std::span<const float> conf_logits, DsparkMetricSums& s) {
+    const auto N = static_cast<int64_t>(anchors.size());
+    DF_ASSERT(static_cast<int64_t>(tv.size()) == N * block);
+    DF_ASSERT(conf_logits.empty() || static_cast<int64_t>(conf_logits.size()) == N * block);
+    s.accept_sum.resize(static_cast<size_t>(block), 0.0);
+    s.accept_count.resize(static_cast<size_t>(block), 0.0);
+    for (int64_t j = 0; j < N; ++j) {
+        const int64_t a = anchors[static_cast<size_t>(j)];
+        double tau = 1.0, acc_prefix = 1.0, conf_prefix = 1.0;
+        for (int64_t k = 0; k < block; ++k) {
+            // Zero exactly where the slot is not trained (a contiguous prefix of the block).
+            const double w = dspark_slot_weight(a, k, loss_mask, gamma);
+            if (w <= 0) break;
+            if (k == 0) s.blocks += 1;
+            const auto r = static_cast<size_t>(j * block + k);
+            const double acc = std::clamp(1.0 - static_cast<double>(tv[r]), 0.0, 1.0);
+            acc_prefix *= acc;
+            tau += acc_prefix;
+            s.accept_sum[static_cast<size_t>(k)] += acc;
+            s.accept_count[static_cast<size_t>(k)] += 1;
+            if (conf_logits.empty()) continue;
+            const double c = 1.0 / (1.0 + std::exp(-static_cast<double>(conf_logits[r])));
+            conf_prefix *= c;
+            s.conf_weight += w;
+            s.conf_abs += w * std::fabs(c - acc);
+            s.conf_bias += w * (c - acc);
+            s.conf_cumprod_bias += w * (conf_prefix - acc_prefix);
+        }
+        if (dspark_slot_weight(a, 0, loss_mask, gamma) > 0) s.tau_sum += tau;
+    }
+}
+
 double DecodeEval::tau() const {
     return steps > 0 ? static_cast<double>(new_tokens - prompts) / static_cast<double>(steps) : 0.0;
 }
@@ -86,6 +179,15 @@ nlohmann::json record_json(const StepRecord& r) {
         if (r.tau_implied > 0) j["tau_implied"] = r.tau_implied;
         if (r.tau_greedy > 0) j["tau_greedy"] = r.tau_greedy;
         if (r.tau_prob > 0) j["tau_prob"] = r.tau_prob;
+        if (r.dspark) {
+            j["tau_probabilistic"] = r.dspark->tau_probabilistic;
+            j["accept_rate"] = r.dspark->accept_rate;
+            if (r.dspark->has_confidence) {
+                j["confidence_abs_error"] = r.dspark->confidence_abs_error;
+                j["confidence_bias"] = r.dspark->confidence_bias;
+                j["confidence_cumprod_bias"] = r.dspark->confidence_cumprod_bias;
+            }
+        }
         if (r.decode) {
             j["tau"] = r.decode->tau();
             j["accept_hist"] = r.decode->accept_hist;

@@ -46,6 +46,23 @@ struct SelectorMetrics {
     std::vector<double> path_acc;  // [B-1]: accuracy at slot k given the path alive before it
 };
 
+// DSpark's own evaluation metrics (recipe spec §1.5; docs/training.md "Metrics"), over all B slots
+// of each block (a DSpark slot k drafts token a + k + 1). With valid_k the slot's training mask (a
+// contiguous prefix: tokens a + 1 .. a + k + 1 inside the sequence and trained), w_k its loss
+// weight, acc_k = clamp(1 - tv_k, 0, 1) the chance that its sampled draft survives and c_k =
+// sigmoid of the confidence head's logit:
+//   tau_probabilistic = mean over blocks with a valid slot 0 of 1 + sum_k prod_{i<=k} acc_i valid_i
+//   accept_rate[k]    = mean of acc_k over the valid slots k
+//   confidence_abs_error = sum_k w_k |c_k - acc_k| / sum w;  confidence_bias: the same of c - acc
+//   confidence_cumprod_bias = sum_k w_k (prod_{i<=k} c_i valid_i - prod_{i<=k} acc_i valid_i) / sum
+//   w
+struct DsparkMetrics {
+    double tau_probabilistic = 0;
+    std::vector<double> accept_rate;  // slot k = 0 .. B-1 (0 where no slot k was valid)
+    bool has_confidence = false;      // the next three are set
+    double confidence_abs_error = 0, confidence_bias = 0, confidence_cumprod_bias = 0;
+};
+
 // One logged step (or evaluation) of a run, after the all-reduce: identical on every worker.
 struct StepRecord {
     int64_t step = 0;
@@ -78,7 +95,26 @@ struct StepRecord {
     // Training steps on a device with a graph cache: worker 0's counters so far.
     std::optional<GraphStats> graphs;
     std::optional<SelectorMetrics> selector;  // DFlash2 drafters
+    std::optional<DsparkMetrics> dspark;      // DSpark drafters' evaluations
 };
+
+// Their sums, additive over micro-batches and workers; packed as 6 + 2B doubles for the sum.
+struct DsparkMetricSums {
+    double blocks = 0, tau_sum = 0;
+    std::vector<double> accept_sum, accept_count;  // [B]
+    double conf_weight = 0, conf_abs = 0, conf_bias = 0, conf_cumprod_bias = 0;
+    void add(const DsparkMetricSums& o);
+    std::vector<double> pack(int64_t block) const;
+    static DsparkMetricSums unpack(std::span<const double> packed, int64_t block);
+    // Empty without blocks.
+    std::optional<DsparkMetrics> metrics() const;
+};
+// Adds one packed sequence's blocks: anchors[j] starts block j, its rows j * block + k; tv
+// [N * block] as the DSpark loss writes it; conf_logits (empty without a confidence head, else
+// [N * block]); gamma the loss's decay (dspark_slot_weight).
+void add_dspark_metrics(std::span<const uint8_t> loss_mask, std::span<const int32_t> anchors,
+                        int64_t block, double gamma, std::span<const float> tv,
+                        std::span<const float> conf_logits, DsparkMetricSums& s);
 
 // Acceptance sums over evaluation blocks, additive over micro-batches and workers. A block counts
 // when its first drafted slot is trained; a slot is alive while it and every drafted slot before
@@ -89,7 +125,8 @@ struct AcceptanceSums {
     double blocks = 0;
     double greedy_run = 0;
     double prob_run = 0;
-    bool has_prob = false;  // tv was given (the teacher's distribution was computed)
+    bool has_prob = false;    // tv was given (the teacher's distribution was computed)
+    DsparkMetricSums dspark;  // DSpark drafters (blocks 0 otherwise)
     double tau_greedy() const { return blocks > 0 ? 1.0 + greedy_run / blocks : 0.0; }
     double tau_prob() const { return blocks > 0 && has_prob ? 1.0 + prob_run / blocks : 0.0; }
 };

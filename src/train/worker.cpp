@@ -485,6 +485,7 @@ void Worker::evaluate_heldout(StepRecord& r) {
                 acc.greedy_run += a->greedy_run;
                 acc.prob_run += a->prob_run;
                 acc.has_prob = acc.has_prob || a->has_prob;
+                acc.dspark.add(a->dspark);
                 has_acc = true;
             }
         }
@@ -494,8 +495,11 @@ void Worker::evaluate_heldout(StepRecord& r) {
     st.weight_sum = weight_sum;
     std::vector<double> packed = pack_stats(st);
     // The acceptance sums travel with the stats (a worker without sequences adds zeros).
-    const std::vector<double> acc_sums = {acc.blocks, acc.greedy_run, acc.prob_run,
-                                          acc.has_prob ? 1.0 : 0.0, has_acc ? 1.0 : 0.0};
+    std::vector<double> acc_sums = {acc.blocks, acc.greedy_run, acc.prob_run,
+                                    acc.has_prob ? 1.0 : 0.0, has_acc ? 1.0 : 0.0};
+    // DSpark's metric sums (zeros for other drafters): P slots, the same on every worker.
+    const std::vector<double> ds_sums = acc.dspark.pack(P);
+    acc_sums.insert(acc_sums.end(), ds_sums.begin(), ds_sums.end());
     packed.insert(packed.end(), acc_sums.begin(), acc_sums.end());
     comm_.all_reduce_sum(packed.data(), packed.size());
     AcceptanceSums all;
@@ -505,6 +509,7 @@ void Worker::evaluate_heldout(StepRecord& r) {
     all.prob_run = packed[at + 2];
     all.has_prob = packed[at + 3] > 0;
     const bool any_acc = packed[at + 4] > 0;
+    all.dspark = DsparkMetricSums::unpack(std::span<const double>(packed).subspan(at + 5), P);
     packed.resize(at);
     const TaskStats g = unpack_stats(packed, P);
     r.loss = g.weight_sum > 0 ? g.loss_sum / g.weight_sum : 0.0;
@@ -514,6 +519,7 @@ void Worker::evaluate_heldout(StepRecord& r) {
     if (any_acc) {
         r.tau_greedy = all.tau_greedy();
         r.tau_prob = all.tau_prob();
+        r.dspark = all.dspark.metrics();
     }
 }
 

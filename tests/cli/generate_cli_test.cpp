@@ -1,7 +1,8 @@
 // `dflash generate` and `dflash bench` through the binary on a tiny random target (+ drafter)
 // saved with the byte tokenizer: the streamed text is exactly the decoded greedy output of the
 // same model in-process, plain and speculative alike; the summary line is printed; bad arguments
-// are readable errors; bench prints its table, writes JSON and reports lossless output.
+// are readable errors; bench prints its table, writes JSON (with --json-steps, every step) and
+// reports lossless output.
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -126,6 +127,25 @@ TEST(BenchCli, PrintsTheTableWritesJsonAndIsLossless) {
     EXPECT_TRUE(j["lossless"].get<bool>());
     EXPECT_EQ(j["requests"].size(), 2u);
     EXPECT_EQ(j["block_size"].get<int64_t>(), 4);
+    EXPECT_FALSE(j["requests"][0].contains("steps"));  // only with --json-steps
+
+    // --json-steps: every speculative step of every prompt; it needs --json.
+    const auto s = test::run_dflash("bench --target " + p.target_dir.string() + " --drafter " +
+                                    p.drafter_dir.string() + " --prompts " + prompts.string() +
+                                    " --json " + json.string() +
+                                    " --json-steps --limit 1 --infer.max_new_tokens 12"
+                                    " --runtime.threads 1");
+    ASSERT_EQ(s.exit_code, 0) << s.output;
+    std::ifstream in2(json);
+    const auto js = nlohmann::json::parse(in2)["requests"][0];
+    ASSERT_EQ(js["steps"].size(), js["speculative"]["steps"].get<size_t>());
+    ASSERT_FALSE(js["steps"].empty());
+    EXPECT_EQ(js["steps"][0]["drafted"].size(), 3u);  // block 4: B - 1 drafts
+    const auto no_json = test::run_dflash("bench --target " + p.target_dir.string() +
+                                          " --drafter " + p.drafter_dir.string() + " --prompts " +
+                                          prompts.string() + " --json-steps");
+    EXPECT_EQ(no_json.exit_code, 1);
+    EXPECT_TRUE(has(no_json.output, "--json-steps needs --json")) << no_json.output;
 }
 
 TEST(BenchCli, MissingPromptsFileIsAnError) {

@@ -17,6 +17,7 @@
 #include "infer/spec_decode.h"
 #include "model/drafter.h"
 #include "model/target.h"
+#include "support/spec_decode_checks.h"
 #include "support/test_util.h"
 #include "support/tiny_models.h"
 #include "train/checkpoint.h"
@@ -231,26 +232,14 @@ TEST_F(CudaModels, TrainingStepIsBitwiseReproducible) {
     EXPECT_EQ(std::memcmp(a.grads.f32(), b.grads.f32(), a.grads.nbytes()), 0);
 }
 
-void expect_lossless(const TargetModel& t, const DrafterModel& d, Backend& be, int64_t prompts,
-                     std::vector<int64_t>& hist) {
-    SpeculativeEngine spec(t, &d, be);
-    SpeculativeEngine plain(t, nullptr, be);
-    for (int64_t i = 0; i < prompts; ++i) {
-        const auto prompt = random_tokens(1 + (i * 7) % 12, t.config().vocab_size, 100 + i);
-        GenerateOptions o;
-        o.max_new_tokens = 5 + (i * 5) % 30;
-        const auto a = plain.generate(prompt, o), b = spec.generate(prompt, o);
-        ASSERT_EQ(a.tokens, b.tokens) << "prompt " << i;
-        for (size_t k = 0; k < b.stats.accepted_hist.size(); ++k)
-            hist[k] += b.stats.accepted_hist[k];
-    }
-}
+// support/spec_decode_checks.h: greedy speculative output = plain greedy output on CUDA.
+using test::expect_greedy_lossless;
 
 TEST_F(CudaModels, GreedySpeculativeEqualsPlainDecoding) {
     // A 5-token vocabulary makes partial acceptance common.
     Pair p = make_pair(*gpu_, 9, 6, 5);
     std::vector<int64_t> hist(7, 0);
-    expect_lossless(p.target, p.drafter, *gpu_, 24, hist);
+    expect_greedy_lossless(p.target, p.drafter, *gpu_, 24, hist);
     int64_t partial = 0;
     for (int k = 2; k < 6; ++k) partial += hist[k];
     EXPECT_GT(partial, 0);
@@ -259,7 +248,7 @@ TEST_F(CudaModels, GreedySpeculativeEqualsPlainDecoding) {
     gpu_->fill(q.target.params().value("model.norm.weight"), 0.0f);
     gpu_->fill(q.drafter.params().value("norm.weight"), 0.0f);
     std::vector<int64_t> all(6, 0);
-    expect_lossless(q.target, q.drafter, *gpu_, 6, all);
+    expect_greedy_lossless(q.target, q.drafter, *gpu_, 6, all);
     for (int k = 1; k < 5; ++k) EXPECT_EQ(all[k], 0) << k;
     EXPECT_GT(all[5], 0);
 }
@@ -304,28 +293,11 @@ TEST_F(CudaModels, SampledTokensFollowTheTargetDistribution) {
             ASSERT_EQ(r.tokens.size(), 2u);
             counts[r.tokens[0] * 5 + r.tokens[1]] += 1;
         }
-        double chi = 0;
-        int cells = 0;
-        double pe = 0, po = 0;
-        for (size_t i = 0; i < exact.size(); ++i) {
-            const double e = exact[i] * n;
-            if (e < 5) {
-                pe += e;
-                po += counts[i];
-                continue;
-            }
-            chi += (counts[i] - e) * (counts[i] - e) / e;
-            ++cells;
-        }
-        if (pe > 0) {
-            chi += (po - pe) * (po - pe) / pe;
-            ++cells;
-        }
-        // Chi-square critical value at 0.1% (Wilson-Hilferty).
-        const double k = cells - 1, z = 3.09;
-        const double crit = k * std::pow(1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k)), 3);
-        EXPECT_LT(chi, crit) << (draft_sampling ? "sampled" : "greedy") << " drafts, " << cells
-                             << " cells";
+        const test::ChiSquare c = test::chi_square(exact, counts, n);
+        std::printf("dense on CUDA, %s drafts: chi-square %.1f over %d cells (critical %.1f)\n",
+                    draft_sampling ? "sampled" : "greedy", c.statistic, c.cells, c.critical);
+        EXPECT_LT(c.statistic, c.critical)
+            << (draft_sampling ? "sampled" : "greedy") << " drafts, " << c.cells << " cells";
     }
 }
 
@@ -373,7 +345,7 @@ TEST_F(CudaTraining, TwentyStepsTrackTheCpuAndTheResultDecodesOnTheCpu) {
     const TargetModel target = TargetModel::load(*cpu, dir_->path() / "target");
     const DrafterModel drafter = DrafterModel::load(*cpu, model["cuda"]);
     std::vector<int64_t> hist(drafter.block_size() + 1, 0);
-    expect_lossless(target, drafter, *cpu, 8, hist);
+    expect_greedy_lossless(target, drafter, *cpu, 8, hist);
 }
 
 // train.loss=kl with train.documents=separate on CUDA and on the CPU from the same start: the

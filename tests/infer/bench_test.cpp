@@ -274,6 +274,66 @@ TEST(Bench, TableAndJsonCarryEveryFigure) {
         EXPECT_TRUE(j["total"].contains(k)) << k;
 }
 
+// `dflash bench --json-steps`: each prompt's recorded steps replay its output (the first token,
+// then per step the accepted drafts and the target's token), agree with the histogram, and reach
+// the JSON; unrecorded runs carry none. Two pairs: a random one (every draft rejected: the
+// corrections replay) and one with zero final norms (every logit 0, both models pick token 0:
+// every draft accepted, the drafts replay).
+TEST(Bench, RecordedStepsReplayTheOutput) {
+    auto be = make_cpu_backend(1);
+    for (const bool accept_all : {false, true}) {
+        Pair p = make_pair(3);
+        if (accept_all) {
+            fill_f32(p.target.params().value("model.norm.weight"), 0.0f);
+            fill_f32(p.drafter.params().value("norm.weight"), 0.0f);
+        }
+        GenerateOptions opt;
+        opt.max_new_tokens = 20;
+        opt.stop_tokens = {5};
+        const auto prompts = make_prompts(3, p.target.config().vocab_size);
+        const BenchReport plain = run_bench(p.target, p.drafter, *be, prompts, opt, Logger());
+        EXPECT_FALSE(plain.steps_recorded);
+        EXPECT_FALSE(bench_to_json(plain)["requests"][0].contains("steps"));
+        const BenchReport r = run_bench(p.target, p.drafter, *be, prompts, opt, Logger(), true);
+        ASSERT_TRUE(r.steps_recorded);
+        const nlohmann::json j = bench_to_json(r);
+        int64_t accepted = 0, drafted = 0;
+        for (size_t i = 0; i < r.requests.size(); ++i) {
+            const BenchRequest& q = r.requests[i];
+            EXPECT_EQ(q.output_tokens, plain.requests[i].output_tokens) << i;
+            ASSERT_EQ(static_cast<int64_t>(q.steps.size()), q.speculative.steps) << i;
+            ASSERT_FALSE(q.output_tokens.empty());
+            std::vector<int32_t> replay{q.output_tokens.front()};
+            std::vector<int64_t> hist(q.speculative.accepted_hist.size(), 0);
+            for (const BenchStep& st : q.steps) {
+                ASSERT_EQ(st.drafted.size(), 3u);  // block 4: B - 1 drafts, all verified
+                ASSERT_LE(st.accepted, 3);
+                replay.insert(replay.end(), st.drafted.begin(), st.drafted.begin() + st.accepted);
+                replay.push_back(st.next);
+                hist[st.accepted + 1] += 1;
+                accepted += st.accepted;
+                drafted += 3;
+            }
+            EXPECT_EQ(hist, q.speculative.accepted_hist) << i;
+            ASSERT_GE(replay.size(), q.output_tokens.size()) << i;
+            replay.resize(q.output_tokens.size());  // a last step may pass the budget or a stop
+            EXPECT_EQ(replay, q.output_tokens) << i;
+            const auto& js = j["requests"][i]["steps"];
+            ASSERT_EQ(js.size(), q.steps.size()) << i;
+            for (size_t k = 0; k < q.steps.size(); ++k) {
+                EXPECT_EQ(js[k]["drafted"].get<std::vector<int32_t>>(), q.steps[k].drafted);
+                EXPECT_EQ(js[k]["accepted"].get<int64_t>(), q.steps[k].accepted);
+                EXPECT_EQ(js[k]["next"].get<int32_t>(), q.steps[k].next);
+            }
+        }
+        ASSERT_GT(drafted, 0);
+        if (accept_all)
+            EXPECT_EQ(accepted, drafted);
+        else
+            EXPECT_LT(accepted, drafted);
+    }
+}
+
 TEST(Bench, OptionsFromSettings) {
     const config::Settings s =
         config::Settings(std::make_shared<const config::Registry>(config::make_registry()))

@@ -1,9 +1,9 @@
 // Speculative decoding with DSpark drafters (docs/speculative-sampling.md "DSpark drafters"): every
 // slot drafts (B drafts, B + 1 verified tokens), the Markov bias is added slot by slot once the
 // previous draft is chosen, and sampled drafts hand the acceptance rule the very distribution they
-// were drawn from. So greedy output equals the target's own greedy output token for token (vanilla
-// and gated heads, and a drafter with a sliding-window layer), the first sampled tokens follow the
-// target's distribution (chi-square), and a confidence cut sends fewer drafts to the target
+// were drawn from. So greedy output equals the target's own greedy output token for token (vanilla,
+// gated and rnn heads, and drafters with a sliding-window layer), the first sampled tokens follow
+// the target's distribution (chi-square), and a confidence cut sends fewer drafts to the target
 // without changing the output.
 #include <cmath>
 #include <string>
@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "infer/bench.h"
 #include "infer/spec_decode.h"
+#include "support/spec_decode_checks.h"
 #include "support/test_util.h"
 #include "support/tiny_models.h"
 
@@ -49,18 +50,15 @@ Pair make_dspark_pair(uint64_t seed, int64_t block, int64_t vocab,
     return {std::move(t), std::move(d)};
 }
 
-std::vector<int32_t> random_prompt(int64_t n, int64_t vocab, uint64_t seed) {
-    Rng rng(seed);
-    std::vector<int32_t> t(n);
-    for (auto& x : t) x = static_cast<int32_t>(rng.below(vocab));
-    return t;
-}
+using test::random_prompt;
 
 TEST(DsparkDecode, GreedyIsLossless) {
     auto be = make_cpu_backend(1);
-    for (const auto& [head, window] : {std::pair{MarkovHeadType::vanilla, int64_t{0}},
-                                       std::pair{MarkovHeadType::gated, int64_t{0}},
-                                       std::pair{MarkovHeadType::gated, int64_t{3}}}) {
+    for (const auto& [head, window] :
+         {std::pair{MarkovHeadType::vanilla, int64_t{0}},
+          std::pair{MarkovHeadType::gated, int64_t{0}},
+          std::pair{MarkovHeadType::gated, int64_t{3}}, std::pair{MarkovHeadType::rnn, int64_t{0}},
+          std::pair{MarkovHeadType::rnn, int64_t{3}}}) {
         const Pair p = make_dspark_pair(9, 5, 4, head, window);
         SpeculativeEngine spec(p.target, &p.drafter, *be);
         SpeculativeEngine plain(p.target, nullptr, *be);
@@ -124,7 +122,7 @@ TEST(DsparkDecode, ConfidenceCutVerifiesFewerAndStaysLossless) {
 }
 
 // `dflash bench` reports what a confidence cut did: the drafts verified of those drafted, in its
-// table and its JSON, and the outputs stay lossless.
+// table, its JSON and its recorded steps, and the outputs stay lossless.
 TEST(DsparkDecode, BenchReportsTheConfidenceCut) {
     auto be = make_cpu_backend(1);
     const Pair p = make_dspark_pair(10, 5, 5);
@@ -138,9 +136,21 @@ TEST(DsparkDecode, BenchReportsTheConfidenceCut) {
     GenerateOptions opt;
     opt.max_new_tokens = 16;
     opt.confidence_threshold = 0.99;
-    const BenchReport r = run_bench(p.target, p.drafter, *be, prompts, opt, Logger());
+    const BenchReport r = run_bench(p.target, p.drafter, *be, prompts, opt, Logger(), true);
     EXPECT_TRUE(r.lossless());
     EXPECT_LT(r.total.verified, r.total.drafted);
+    // The recorded steps (bench --json-steps) hold the verified drafts only: B or fewer a step,
+    // as many as the cut let through in all.
+    for (const BenchRequest& q : r.requests) {
+        int64_t verified = 0;
+        for (const BenchStep& st : q.steps) {
+            EXPECT_LE(st.drafted.size(), 5u);
+            EXPECT_LE(st.accepted, static_cast<int64_t>(st.drafted.size()));
+            verified += static_cast<int64_t>(st.drafted.size());
+        }
+        EXPECT_EQ(verified, q.speculative.verified) << q.label;
+        EXPECT_EQ(static_cast<int64_t>(q.steps.size()), q.speculative.steps) << q.label;
+    }
     const std::string table = format_bench_table(r);
     EXPECT_TRUE(test::has(table, "confidence cut: " + std::to_string(r.total.verified) + " of " +
                                      std::to_string(r.total.drafted) + " drafts verified"))
@@ -150,81 +160,31 @@ TEST(DsparkDecode, BenchReportsTheConfidenceCut) {
     EXPECT_EQ(j["requests"][0]["speculative"]["drafted"], r.requests[0].speculative.drafted);
 }
 
-// Exact distribution of the first 3 generated tokens under the target's sampling distribution.
-std::vector<double> exact_three(const TargetModel& t, Backend& be,
-                                const std::vector<int32_t>& prompt, const SampleParams& sp) {
-    const int64_t V = t.config().vocab_size;
-    std::vector<double> out(V * V * V, 0.0);
-    auto probs_after = [&](const std::vector<int32_t>& seq) {
-        TargetSession s(t, be, 32, {}, 8);
-        HostTensor l({static_cast<int64_t>(seq.size()), V});
-        s.forward(seq, l, Tensor());
-        return sampling_probs(std::span(l.f32() + (seq.size() - 1) * V, V), sp);
-    };
-    const auto p1 = probs_after(prompt);
-    for (int64_t a = 0; a < V; ++a) {
-        auto s1 = prompt;
-        s1.push_back(static_cast<int32_t>(a));
-        const auto p2 = probs_after(s1);
-        for (int64_t b = 0; b < V; ++b) {
-            auto s2 = s1;
-            s2.push_back(static_cast<int32_t>(b));
-            const auto p3 = probs_after(s2);
-            for (int64_t c = 0; c < V; ++c) out[(a * V + b) * V + c] = p1[a] * p2[b] * p3[c];
-        }
-    }
-    return out;
-}
-
 // Speculative sampling at temperature 1.3 on a vocabulary of 4 (64 outcomes for 3 tokens): the
 // first 3 generated tokens follow the target's exact distribution (chi-square, 0.1%), with greedy
-// drafts and with drafts sampled from the Markov-corrected distribution.
-class DsparkSampling : public ::testing::TestWithParam<bool> {};
+// drafts and with drafts sampled from the Markov-corrected distribution, for the gated head and
+// the rnn head (whose bias at a slot depends on every earlier draft of the block).
+struct SamplingCase {
+    MarkovHeadType head;
+    bool draft_sampling;
+};
+class DsparkSampling : public ::testing::TestWithParam<SamplingCase> {};
 
 TEST_P(DsparkSampling, FirstTokensFollowTheTarget) {
-    const Pair p = make_dspark_pair(12, 4, 4);
+    const Pair p = make_dspark_pair(12, 4, 4, GetParam().head);
     auto be = make_cpu_backend(1);
-    SpeculativeEngine spec(p.target, &p.drafter, *be);
-    const std::vector<int32_t> prompt = {1, 3, 2};
-    GenerateOptions o;
-    o.max_new_tokens = 3;
-    o.sampling.temperature = 1.3f;
-    o.draft_sampling = GetParam();
-    const auto exact = exact_three(p.target, *be, prompt, o.sampling);
-    const int64_t n = 12000;
-    std::vector<int64_t> counts(exact.size(), 0);
-    for (int64_t i = 0; i < n; ++i) {
-        o.seed = 1000 + i;
-        const auto r = spec.generate(prompt, o);
-        ASSERT_EQ(r.tokens.size(), 3u);
-        counts[(r.tokens[0] * 4 + r.tokens[1]) * 4 + r.tokens[2]] += 1;
-    }
-    // Pool cells with expected count < 5 into one, then chi-square at 0.1% significance.
-    double chi = 0, pooled_e = 0, pooled_o = 0;
-    int cells = 0;
-    for (size_t i = 0; i < exact.size(); ++i) {
-        const double e = exact[i] * n;
-        if (e < 5) {
-            pooled_e += e;
-            pooled_o += counts[i];
-            continue;
-        }
-        chi += (counts[i] - e) * (counts[i] - e) / e;
-        ++cells;
-    }
-    if (pooled_e > 0) {
-        chi += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e;
-        ++cells;
-    }
-    // Critical value of chi-square at 0.1% for (cells - 1) dof, Wilson-Hilferty approximation.
-    const double k = cells - 1, z = 3.09;
-    const double crit = k * std::pow(1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k)), 3);
-    EXPECT_LT(chi, crit) << cells << " cells";
+    test::expect_first_tokens_follow_target(p.target, p.drafter, *be, GetParam().draft_sampling);
 }
 
-INSTANTIATE_TEST_SUITE_P(Drafts, DsparkSampling, ::testing::Values(false, true),
+INSTANTIATE_TEST_SUITE_P(Drafts, DsparkSampling,
+                         ::testing::Values(SamplingCase{MarkovHeadType::gated, false},
+                                           SamplingCase{MarkovHeadType::gated, true},
+                                           SamplingCase{MarkovHeadType::rnn, false},
+                                           SamplingCase{MarkovHeadType::rnn, true}),
                          [](const auto& test_case) {
-                             return std::string(test_case.param ? "sampled" : "greedy");
+                             const SamplingCase& c = test_case.param;
+                             return std::string(markov_head_type_name(c.head)) +
+                                    (c.draft_sampling ? "_sampled" : "_greedy");
                          });
 
 }  // namespace

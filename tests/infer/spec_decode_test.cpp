@@ -15,6 +15,7 @@
 #include "infer/spec_decode.h"
 #include "model/tiny_hybrid_models.h"
 #include "model/tiny_moe_models.h"
+#include "support/spec_decode_checks.h"
 #include "support/test_util.h"
 #include "support/tiny_models.h"
 
@@ -50,34 +51,12 @@ Pair make_dflash2_pair(uint64_t seed, int64_t block, int64_t vocab, int64_t top_
     return {std::move(t), std::move(d)};
 }
 
-std::vector<int32_t> random_prompt(int64_t n, int64_t vocab, uint64_t seed) {
-    Rng rng(seed);
-    std::vector<int32_t> t(n);
-    for (auto& x : t) x = static_cast<int32_t>(rng.below(vocab));
-    return t;
-}
+using test::random_prompt;
 
+// support/spec_decode_checks.h: greedy speculative output = plain greedy output.
 void expect_lossless(const Pair& p, Backend& be, int64_t prompts, std::vector<int64_t>& hist,
                      DraftPrecision precision = DraftPrecision::f32) {
-    SpeculativeEngine spec(p.target, &p.drafter, be);
-    SpeculativeEngine plain(p.target, nullptr, be);
-    for (int64_t i = 0; i < prompts; ++i) {
-        const auto prompt = random_prompt(1 + (i * 7) % 12, p.target.config().vocab_size, 100 + i);
-        GenerateOptions o;
-        o.max_new_tokens = 5 + (i * 5) % 30;
-        o.draft_precision = precision;
-        auto a = plain.generate(prompt, o);
-        std::vector<int32_t> streamed;
-        auto b = spec.generate(prompt, o, [&](std::span<const int32_t> t) {
-            streamed.insert(streamed.end(), t.begin(), t.end());
-        });
-        ASSERT_EQ(a.tokens, b.tokens) << "prompt " << i;
-        EXPECT_EQ(streamed, b.tokens);
-        EXPECT_EQ(static_cast<int64_t>(b.tokens.size()), o.max_new_tokens);
-        // What verification accepted (a last step cut by the budget counted in full).
-        for (size_t k = 0; k < b.stats.accepted_hist.size(); ++k)
-            hist[k] += b.stats.accepted_hist[k];
-    }
+    test::expect_greedy_lossless(p.target, p.drafter, be, prompts, hist, precision);
 }
 
 TEST(SpecDecode, GreedyIsLosslessForRandomPair) {
@@ -287,72 +266,12 @@ TEST(SpecDecode, StopTokensBudgetsAndBadInput) {
     EXPECT_NE(config::make_registry().find("infer.max_context"), nullptr);
 }
 
-// Exact distribution of the first 3 generated tokens under the target at temperature 1.
-std::vector<double> exact_three(const TargetModel& t, Backend& be,
-                                const std::vector<int32_t>& prompt, const SampleParams& sp) {
-    const int64_t V = t.config().vocab_size;
-    std::vector<double> out(V * V * V, 0.0);
-    auto probs_after = [&](const std::vector<int32_t>& seq) {
-        TargetSession s(t, be, 32, {}, 8);
-        HostTensor l({static_cast<int64_t>(seq.size()), V});
-        s.forward(seq, l, Tensor());
-        return sampling_probs(std::span(l.f32() + (seq.size() - 1) * V, V), sp);
-    };
-    const auto p1 = probs_after(prompt);
-    for (int64_t a = 0; a < V; ++a) {
-        auto s1 = prompt;
-        s1.push_back(a);
-        const auto p2 = probs_after(s1);
-        for (int64_t b = 0; b < V; ++b) {
-            auto s2 = s1;
-            s2.push_back(b);
-            const auto p3 = probs_after(s2);
-            for (int64_t c = 0; c < V; ++c) out[(a * V + b) * V + c] = p1[a] * p2[b] * p3[c];
-        }
-    }
-    return out;
-}
-
 // Speculative sampling at temperature 1.3 on a vocabulary of 4 (64 outcomes for 3 tokens): the
-// first 3 generated tokens follow the target's exact distribution (chi-square, 0.1%).
+// first 3 generated tokens follow the target's exact distribution (chi-square, 0.1%;
+// support/spec_decode_checks.h).
 void expect_first_tokens_follow_target(const Pair& p, bool draft_sampling) {
     auto be = make_cpu_backend(1);
-    SpeculativeEngine spec(p.target, &p.drafter, *be);
-    const std::vector<int32_t> prompt = {1, 3, 2};
-    GenerateOptions o;
-    o.max_new_tokens = 3;
-    o.sampling.temperature = 1.3f;
-    o.draft_sampling = draft_sampling;
-    const auto exact = exact_three(p.target, *be, prompt, o.sampling);
-    const int64_t n = 12000;
-    std::vector<int64_t> counts(exact.size(), 0);
-    for (int64_t i = 0; i < n; ++i) {
-        o.seed = 1000 + i;
-        const auto r = spec.generate(prompt, o);
-        ASSERT_EQ(r.tokens.size(), 3u);
-        counts[(r.tokens[0] * 4 + r.tokens[1]) * 4 + r.tokens[2]] += 1;
-    }
-    // Pool cells with expected count < 5 into one, then chi-square at 0.1% significance.
-    double chi = 0, pooled_e = 0, pooled_o = 0;
-    int cells = 0;
-    for (size_t i = 0; i < exact.size(); ++i) {
-        const double e = exact[i] * n;
-        if (e < 5) {
-            pooled_e += e;
-            pooled_o += counts[i];
-            continue;
-        }
-        chi += (counts[i] - e) * (counts[i] - e) / e;
-        ++cells;
-    }
-    if (pooled_e > 0) {
-        chi += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e;
-        ++cells;
-    }
-    // Critical value of chi-square at 0.1% for (cells - 1) dof, Wilson-Hilferty approximation.
-    const double k = cells - 1, z = 3.09;
-    const double crit = k * std::pow(1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k)), 3);
-    EXPECT_LT(chi, crit) << cells << " cells";
+    test::expect_first_tokens_follow_target(p.target, p.drafter, *be, draft_sampling);
 }
 
 // (DFlash2 drafter, sampled drafts)
@@ -429,18 +348,14 @@ TEST_P(HybridSpecDecode, GreedyIsLosslessAtEveryAcceptedLength) {
     const Pair p = make_hybrid_pair(GetParam(), 9, block, 3);
     std::vector<int64_t> hist(block + 1, 0);
     expect_lossless(p, *be, 80, hist);
-    // hist[a + 1]: blocks with a drafts accepted (a = 0 .. block - 1).
-    for (int64_t a = 0; a < block; ++a) EXPECT_GT(hist[a + 1], 0) << "accepted " << a;
+    test::expect_every_accepted_length(hist, GetParam() ? "qwen3_next" : "qwen3_5");
 }
 
 TEST_P(HybridSpecDecode, GreedyIsLosslessWhenEveryDraftIsAccepted) {
     auto be = make_cpu_backend(1);
     Pair p = make_hybrid_pair(GetParam(), 8, 5, 37);
-    fill_f32(p.target.params().value("lm_head.weight"), 0.0f);
-    std::vector<int64_t> hist(6, 0);
-    expect_lossless(p, *be, 6, hist);
-    for (int k = 1; k < 5; ++k) EXPECT_EQ(hist[k], 0) << k;
-    EXPECT_GT(hist[5], 0);
+    test::expect_lossless_when_every_draft_is_accepted(p.target, p.drafter, *be,
+                                                       GetParam() ? "qwen3_next" : "qwen3_5");
 }
 
 TEST_P(HybridSpecDecode, SampledTokensFollowTheTarget) {

@@ -1,13 +1,16 @@
 // DSpark drafters (docs/formats.md "DSpark drafter directory", docs/training.md "DSpark drafters"):
-// config.json in the DeepSpec/SGLang and speculators layouts (reading, writing, the dialect, the
-// rnn head refused), the heads' tensor names and shapes, save/load in both dialects, the training
-// loss against a plain host loop over the same formulas, its gradient (every parameter, the
-// confidence target detached) against finite differences, a tiny training run whose loss falls,
-// the decoding head against a host loop, and the warm start from a DFlash drafter.
+// config.json in the DeepSpec/SGLang and speculators layouts (reading, writing, the dialect, bad
+// values), the heads' tensor names and shapes, save/load in both dialects, the training loss
+// against a plain host loop over the same formulas (vanilla, gated and rnn heads; the rnn state
+// through a block's slots), its gradient (every parameter, the confidence target detached)
+// against finite differences, a tiny training run whose loss falls, the decoding head against a
+// host loop, and the warm start from a DFlash drafter.
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "backend/backend.h"
+#include "core/atomic_file.h"
 #include "core/checkpoint_io.h"
 #include "model/dspark_heads.h"
 #include "model/inspect.h"
@@ -88,11 +91,15 @@ TEST(DsparkConfig, ReadsDeepSpecAndSpecForgeLayouts) {
     EXPECT_FALSE(back.ds.confidence_with_markov);
 }
 
-TEST(DsparkConfig, RnnAndBadValuesAreRefusedByName) {
+TEST(DsparkConfig, RnnIsReadAndWrittenAndBadValuesAreRefusedByName) {
     json j = deepspec_json();
     j["markov_head_type"] = "rnn";
-    EXPECT_TRUE(test::has(test::error_of([&] { DrafterConfig::from_json(j); }),
-                          "markov_head_type rnn is not supported"));
+    const DrafterConfig d = DrafterConfig::from_json(j);
+    EXPECT_EQ(d.ds.markov_head, MarkovHeadType::rnn);
+    EXPECT_EQ(d.to_json()["markov_head_type"], "rnn");
+    EXPECT_EQ(d.to_json()["dflash_config"]["markov_head_type"], "rnn");
+    EXPECT_EQ(DrafterConfig::from_json(d.to_speculators_json()).ds.markov_head,
+              MarkovHeadType::rnn);
     j["markov_head_type"] = "lstm";
     EXPECT_TRUE(test::has(test::error_of([&] { DrafterConfig::from_json(j); }), "'lstm'"));
     j = deepspec_json();
@@ -146,36 +153,106 @@ TEST(DsparkLayout, HeadTensorsHaveTheSpecNamesAndShapes) {
     EXPECT_EQ(shape_of(gated, "markov_head.gate_proj.weight"), (std::vector<int64_t>{5, 29}));
     EXPECT_EQ(shape_of(gated, "markov_head.gate_proj.bias"), (std::vector<int64_t>{5}));
     EXPECT_EQ(shape_of(gated, "confidence_head.proj.weight"), (std::vector<int64_t>{1, 24}));
+    // rnn (recipe spec §1.8): joint_proj [3r, 2r + D] with a bias [3r], no gate_proj.
+    const auto rnn = drafter_tensor_specs(tiny_dspark_config(tc, MarkovHeadType::rnn));
+    EXPECT_EQ(shape_of(rnn, "markov_head.joint_proj.weight"), (std::vector<int64_t>{15, 34}));
+    EXPECT_EQ(shape_of(rnn, "markov_head.joint_proj.bias"), (std::vector<int64_t>{15}));
+    EXPECT_TRUE(shape_of(rnn, "markov_head.gate_proj.weight").empty());
+    EXPECT_TRUE(shape_of(gated, "markov_head.joint_proj.weight").empty());
     const auto bare = drafter_tensor_specs(tiny_dspark_config(tc, MarkovHeadType::vanilla, false));
     EXPECT_TRUE(shape_of(bare, "confidence_head.proj.weight").empty());
     // The backbone is DFlash's, unchanged.
     const auto dflash = drafter_tensor_specs(test::tiny_drafter_config(tc, 2, 4));
     EXPECT_EQ(vanilla.size(), dflash.size() + 4);
     EXPECT_EQ(gated.size(), dflash.size() + 6);
+    EXPECT_EQ(rnn.size(), dflash.size() + 6);
 }
 
 TEST(DsparkDrafter, SaveLoadInBothDialectsAndInspectNamesIt) {
     auto be = make_cpu_backend(1);
     const auto tc = test::tiny_target_config(true, 4);
-    const DrafterModel d =
-        DrafterModel::random(*be, tiny_dspark_config(tc, MarkovHeadType::gated), 3, 0.3f);
+    for (const MarkovHeadType head : {MarkovHeadType::gated, MarkovHeadType::rnn})
+        for (const DrafterDialect dialect :
+             {DrafterDialect::deepspec, DrafterDialect::speculators}) {
+            const DrafterModel d = DrafterModel::random(*be, tiny_dspark_config(tc, head), 3, 0.3f);
+            test::TempDir dir("dspark");
+            d.params().save(dir.path(), DType::f32);
+            d.config().save(dir.path(), dialect);
+            const json j = read_json_file(dir.path() / "config.json");
+            EXPECT_EQ(drafter_config_dialect(j), dialect);
+            const CheckpointReader r = CheckpointReader::open(dir.path());
+            if (head == MarkovHeadType::gated) {
+                EXPECT_EQ(r.shape("markov_head.gate_proj.weight"), (std::vector<int64_t>{5, 29}));
+            } else {
+                EXPECT_EQ(r.shape("markov_head.joint_proj.weight"), (std::vector<int64_t>{15, 34}));
+                EXPECT_EQ(r.shape("markov_head.joint_proj.bias"), (std::vector<int64_t>{15}));
+            }
+            const DrafterModel back = DrafterModel::load(*be, dir.path());
+            EXPECT_TRUE(back.config().dspark());
+            EXPECT_EQ(back.config().ds.markov_head, head);
+            for (const auto& prm : d.params().params())
+                EXPECT_EQ(test::max_abs_diff(back.params().value(prm.name), prm.value), 0.0)
+                    << prm.name;
+            const InspectReport rep = inspect_directory(dir.path());
+            EXPECT_TRUE(rep.ok()) << rep.text;
+            EXPECT_TRUE(
+                test::has(rep.text, std::string("dialect ") + drafter_dialect_name(dialect)))
+                << rep.text;
+        }
+}
+
+// Bad input (issue 26): a checkpoint that lacks a head's weights (the rnn head's joint_proj, an
+// enabled confidence head's proj), a layer_types list of the wrong length and a sliding window of
+// 0, in either dialect: each refused by DrafterModel::load with an error naming the key and the
+// directory.
+TEST(DsparkDrafter, BadInputIsRefusedNamingTheKey) {
+    auto be = make_cpu_backend(1);
+    const auto tc = test::tiny_target_config(true, 4);
     for (const DrafterDialect dialect : {DrafterDialect::deepspec, DrafterDialect::speculators}) {
-        test::TempDir dir("dspark");
-        d.params().save(dir.path(), DType::f32);
-        d.config().save(dir.path(), dialect);
-        const json j = read_json_file(dir.path() / "config.json");
-        EXPECT_EQ(drafter_config_dialect(j), dialect);
-        const CheckpointReader r = CheckpointReader::open(dir.path());
-        EXPECT_EQ(r.shape("markov_head.gate_proj.weight"), (std::vector<int64_t>{5, 29}));
-        const DrafterModel back = DrafterModel::load(*be, dir.path());
-        EXPECT_TRUE(back.config().dspark());
-        for (const auto& prm : d.params().params())
-            EXPECT_EQ(test::max_abs_diff(back.params().value(prm.name), prm.value), 0.0)
-                << prm.name;
-        const InspectReport rep = inspect_directory(dir.path());
-        EXPECT_TRUE(rep.ok()) << rep.text;
-        EXPECT_TRUE(test::has(rep.text, std::string("dialect ") + drafter_dialect_name(dialect)))
-            << rep.text;
+        // Weights of a vanilla drafter without a confidence head under configs that need more.
+        const DrafterModel bare = DrafterModel::random(
+            *be, tiny_dspark_config(tc, MarkovHeadType::vanilla, false), 3, 0.3f);
+        struct Missing {
+            DrafterConfig config;
+            std::string tensor, key;
+        };
+        for (const Missing& m :
+             {Missing{tiny_dspark_config(tc, MarkovHeadType::rnn, false),
+                      "markov_head.joint_proj.weight", "markov_head_type \"rnn\""},
+              Missing{tiny_dspark_config(tc, MarkovHeadType::vanilla, true),
+                      "confidence_head.proj.weight", "enable_confidence_head true"}}) {
+            test::TempDir dir("dspark_bad");
+            bare.params().save(dir.path(), DType::f32);
+            m.config.save(dir.path(), dialect);
+            const std::string err = test::error_of([&] { DrafterModel::load(*be, dir.path()); });
+            EXPECT_TRUE(test::has(err, "'" + m.tensor + "'")) << err;
+            EXPECT_TRUE(test::has(err, "config.json's " + m.key)) << err;
+            EXPECT_TRUE(test::has(err, dir.path().string())) << err;
+        }
+        // The attention layout: layer_types of the wrong length, a window of 0.
+        DrafterConfig d = tiny_dspark_config(tc, MarkovHeadType::rnn);
+        d.sliding_layers = {true, false};
+        d.sliding_window = 8;
+        auto layout = [&](json& j) -> json& {
+            return dialect == DrafterDialect::speculators ? j["transformer_layer_config"] : j;
+        };
+        const auto write_and_load = [&](const std::function<void(json&)>& edit) {
+            test::TempDir dir("dspark_bad");
+            d.save(dir.path(), dialect);
+            json j = read_json_file(dir.path() / "config.json");
+            edit(layout(j));
+            write_text_atomic(dir.path() / "config.json", j.dump(2));
+            return test::error_of([&] { DrafterConfig::load(dir.path()); });
+        };
+        std::string err = write_and_load([](json& j) {
+            j["layer_types"] = {"sliding_attention", "full_attention", "full_attention"};
+        });
+        EXPECT_TRUE(test::has(err, "layer_types")) << err;
+        EXPECT_TRUE(test::has(err, "config.json")) << err;
+        err = write_and_load([](json& j) { j["sliding_window"] = 0; });
+        EXPECT_TRUE(test::has(err, "sliding_window is 0")) << err;
+        EXPECT_TRUE(test::has(err, "invalid DSpark drafter config")) << err;
+        EXPECT_TRUE(test::has(err, "config.json")) << err;
     }
 }
 
@@ -254,6 +331,30 @@ double sigm(double x) {
     return 1.0 / (1.0 + std::exp(-x));
 }
 
+// One slot of the rnn head (recipe spec §1.2), written from the formulas: z = [s; e; h],
+// [g | c | o] = J z + bJ, s = sigmoid(g) s + (1 - sigmoid(g)) tanh(c), b = tanh(o).
+void rnn_slot(const ParamSet& ps, std::vector<double>& state, const float* e, const float* h,
+              int64_t D, std::vector<double>& b) {
+    const int64_t r = static_cast<int64_t>(state.size()), Z = 2 * r + D;
+    const float* jw = ps.value("markov_head.joint_proj.weight").f32();
+    const float* jb = ps.value("markov_head.joint_proj.bias").f32();
+    std::vector<double> z(state);
+    z.insert(z.end(), e, e + r);
+    z.insert(z.end(), h, h + D);
+    auto pre = [&](int64_t i) {
+        double acc = jb[i];
+        for (int64_t t = 0; t < Z; ++t) acc += double{jw[i * Z + t]} * z[static_cast<size_t>(t)];
+        return acc;
+    };
+    b.assign(static_cast<size_t>(r), 0.0);
+    for (int64_t i = 0; i < r; ++i) {
+        const double g = sigm(pre(i));
+        state[static_cast<size_t>(i)] =
+            g * state[static_cast<size_t>(i)] + (1 - g) * std::tanh(pre(r + i));
+        b[static_cast<size_t>(i)] = std::tanh(pre(2 * r + i));
+    }
+}
+
 // The DSpark loss by the formulas (docs/training.md "DSpark drafters"), row by row on the host,
 // from the drafter's block rows (block_hidden) and its heads' weights. frozen: the confidence
 // targets c* to use instead of computing them (the gradient treats them as constants); cstar
@@ -271,9 +372,11 @@ double host_loss(Backend& be, const Pair& p, const Batch& b, const std::vector<d
     const float* w1 = ps.value("markov_head.markov_w1.weight").f32();
     const float* w2 = ps.value("markov_head.markov_w2.weight").f32();
     const bool gated = c.ds.markov_head == MarkovHeadType::gated;
+    const bool rnn = c.ds.markov_head == MarkovHeadType::rnn;
     double loss = 0, wsum = 0;
     int64_t row = 0;
     for (int64_t j = 0; j < N; ++j) {
+        std::vector<double> state(static_cast<size_t>(r), 0.0);  // rnn: s_{-1} = 0 per block
         for (int64_t k = 0; k < B; ++k, ++row) {
             const int32_t a = b.anchors[j];
             const double w = dspark_slot_weight(a, k, b.mask, kGamma);
@@ -290,6 +393,7 @@ double host_loss(Backend& be, const Pair& p, const Batch& b, const std::vector<d
                 for (int64_t i = 0; i < r; ++i)
                     bias_in[i] = sigm(dot(gw + i * (D + r), he.data(), D + r) + gb[i]) * e[i];
             }
+            if (rnn) rnn_slot(ps, state, e, h, D, bias_in);
             std::vector<double> q(V), pt(V);
             double mq = -1e300, mp = -1e300;
             const float* th = b.final_hidden.f32() + (a + k) * D;
@@ -401,7 +505,10 @@ INSTANTIATE_TEST_SUITE_P(Heads, DsparkLoss,
                          ::testing::Values(HeadCase{MarkovHeadType::vanilla, true, true},
                                            HeadCase{MarkovHeadType::gated, true, true},
                                            HeadCase{MarkovHeadType::gated, true, false},
-                                           HeadCase{MarkovHeadType::vanilla, false, true}),
+                                           HeadCase{MarkovHeadType::vanilla, false, true},
+                                           HeadCase{MarkovHeadType::rnn, true, true},
+                                           HeadCase{MarkovHeadType::rnn, true, false},
+                                           HeadCase{MarkovHeadType::rnn, false, true}),
                          [](const auto& test_case) {
                              const HeadCase& c = test_case.param;
                              return std::string(markov_head_type_name(c.head)) +
@@ -444,9 +551,9 @@ TEST(DsparkSlotHead, AddsTheBiasAndGivesTheConfidence) {
         const HostTensor h = test::random_tensor({1, D}, rng);
         const HostTensor base = test::random_tensor({1, V}, rng);
         const HostTensor logits = base.clone();
-        DsparkSlotHead head(*be, p.drafter.params(), c.ds, D);
+        DsparkSlotHead head(*be, p.drafter.params(), c.ds, D, c.block_size);
         const int32_t prev = 11;
-        const double conf = head.apply(h, prev, logits, true);
+        const double conf = head.apply(0, h, prev, logits, true);
         const ParamSet& ps = p.drafter.params();
         const float* e = ps.value("markov_head.markov_w1.weight").f32() + prev * r;
         std::vector<float> he(h.f32(), h.f32() + D);
@@ -467,6 +574,58 @@ TEST(DsparkSlotHead, AddsTheBiasAndGivesTheConfidence) {
                          ps.value("confidence_head.proj.bias").f32()[0];
         EXPECT_NEAR(conf, sigm(z), 1e-5);
     }
+}
+
+// The rnn head at decode: slot by slot through two blocks, each slot's logits row and confidence
+// against the host formulas with the state carried over the block's earlier slots and restarted
+// at slot 0; slots out of order are refused.
+TEST(DsparkSlotHead, RnnCarriesTheStateThroughTheBlock) {
+    auto be = make_cpu_backend(1);
+    const auto tc = test::tiny_target_config(true, 4);
+    const Pair p = make_pair(*be, tiny_dspark_config(tc, MarkovHeadType::rnn), 53);
+    const DrafterConfig& c = p.drafter.config();
+    const int64_t D = p.target.dims().D, V = c.layer.vocab_size, r = c.ds.markov_rank;
+    const int64_t B = c.block_size;
+    const ParamSet& ps = p.drafter.params();
+    DsparkSlotHead head(*be, ps, c.ds, D, B);
+    Rng rng(4);
+    double state_effect = 0;  // how far the bias is from a state-free head's
+    for (int block = 0; block < 2; ++block) {
+        std::vector<double> state(static_cast<size_t>(r), 0.0);
+        for (int64_t k = 0; k < B; ++k) {
+            const HostTensor h = test::random_tensor({1, D}, rng);
+            const HostTensor base = test::random_tensor({1, V}, rng);
+            const HostTensor logits = base.clone();
+            // The same prev tokens in both blocks: block 1 must repeat block 0 where h agrees.
+            const auto prev = static_cast<int32_t>((7 * k + 3) % V);
+            const double conf = head.apply(k, h, prev, logits, true);
+            const float* e = ps.value("markov_head.markov_w1.weight").f32() + prev * r;
+            std::vector<double> b, b_fresh, fresh(static_cast<size_t>(r), 0.0);
+            rnn_slot(ps, fresh, e, h.f32(), D, b_fresh);
+            rnn_slot(ps, state, e, h.f32(), D, b);
+            for (int64_t i = 0; i < r; ++i)
+                state_effect = std::max(state_effect, std::fabs(b[i] - b_fresh[i]));
+            for (int64_t v = 0; v < V; ++v) {
+                double want = base.f32()[v];
+                for (int64_t i = 0; i < r; ++i)
+                    want += b[i] * ps.value("markov_head.markov_w2.weight").f32()[v * r + i];
+                EXPECT_NEAR(logits.f32()[v], want, 1e-4) << "block " << block << " slot " << k;
+            }
+            std::vector<float> he(h.f32(), h.f32() + D);
+            he.insert(he.end(), e, e + r);
+            const double z = dot(ps.value("confidence_head.proj.weight").f32(), he.data(), D + r) +
+                             ps.value("confidence_head.proj.bias").f32()[0];
+            EXPECT_NEAR(conf, sigm(z), 1e-5);
+        }
+    }
+    // The state matters: the later slots' biases are not what a state-free head would give.
+    EXPECT_GT(state_effect, 1e-2);
+    const HostTensor h = test::random_tensor({1, D}, rng);
+    const HostTensor logits({1, V});
+    EXPECT_TRUE(test::has(test::error_of([&] { head.apply(2, h, 1, logits, false); }),
+                          "slot 2 after slot"));
+    EXPECT_TRUE(test::has(test::error_of([&] { head.apply(B, h, 1, logits, false); }),
+                          "DsparkSlotHead::apply"));
 }
 
 TEST(DsparkDrafter, WarmStartFromDflashKeepsEverySharedTensor) {

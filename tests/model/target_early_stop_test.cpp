@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/workspace.h"
+#include "support/forwarding_backend.h"
 #include "support/test_util.h"
 #include "support/tiny_models.h"
 
@@ -18,31 +19,9 @@ namespace dflash {
 namespace {
 
 // Forwards everything to the CPU backend and counts the ops of backend/op_list.h it is given.
-class CountingBackend final : public Backend {
+class CountingBackend final : public test::ForwardingBackend {
   public:
-    explicit CountingBackend(Backend& real) : real_(real) {}
-    std::string name() const override { return "counting(" + real_.name() + ")"; }
-    DeviceRef device() const override { return real_.device(); }
-    DType compute_dtype() const override { return real_.compute_dtype(); }
-    Buffer allocate(size_t bytes) override { return real_.allocate(bytes); }
-    Buffer allocate_host(size_t bytes) override { return real_.allocate_host(bytes); }
-    void upload(const Tensor& dst, const Tensor& src) override { real_.upload(dst, src); }
-    void download(const Tensor& dst, const Tensor& src) override { real_.download(dst, src); }
-    void synchronize() override { real_.synchronize(); }
-#define DFLASH_OP(name, params, args) \
-    void name params override {       \
-        ++ops_[#name];                \
-        real_.name args;              \
-    }
-#include "backend/op_list.h"
-    int64_t lm_head_ce_workspace(int64_t rows, int64_t dim, int64_t vocab,
-                                 int64_t chunk) const override {
-        return real_.lm_head_ce_workspace(rows, dim, vocab, chunk);
-    }
-    int64_t lm_head_kl_workspace(int64_t rows, int64_t dim, int64_t vocab,
-                                 int64_t chunk) const override {
-        return real_.lm_head_kl_workspace(rows, dim, vocab, chunk);
-    }
+    using ForwardingBackend::ForwardingBackend;
 
     int64_t total() const {
         int64_t n = 0;
@@ -53,12 +32,10 @@ class CountingBackend final : public Backend {
         const auto it = ops_.find(op);
         return it == ops_.end() ? 0 : it->second;
     }
-    void reset() {
-        ops_.clear();
-    }
+    void reset() { ops_.clear(); }
 
   private:
-    Backend& real_;
+    void seen(const char* op) override { ++ops_[op]; }
     std::map<std::string, int64_t> ops_;
 };
 

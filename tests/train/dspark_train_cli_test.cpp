@@ -3,8 +3,11 @@
 // DFlash tensor kept), three training steps from it; the checkpoint is a DSpark drafter that
 // `dflash inspect` accepts and names the dialect of, that decodes (`dflash generate --trace`), and
 // that `init drafter` writes again in the speculators dialect. One command also starts a DSpark
-// run.
+// run (with the rnn Markov head).
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "model/drafter.h"
 #include "support/test_util.h"
@@ -99,7 +102,7 @@ TEST(DsparkTrainCli, OneCommandStartsADsparkRun) {
         test::run_dflash("train --target " + target + " --data " + (dir / "data").string() +
                          " --output " + (dir / "drafter").string() +
                          " --drafter.architecture dspark --drafter.markov_rank 4"
-                         " --train.dspark_ce_alpha 0.5" +
+                         " --drafter.markov_head_type rnn --train.dspark_ce_alpha 0.5" +
                          kTiny);
     ASSERT_EQ(tr.exit_code, 0) << tr.output;
     EXPECT_TRUE(test::has(tr.output, "dspark(0.5*ce+0.9*l1+1*bce)")) << tr.output;
@@ -107,6 +110,12 @@ TEST(DsparkTrainCli, OneCommandStartsADsparkRun) {
         test::host_backend(), (dir / "drafter" / train::checkpoint_name(3)).string());
     EXPECT_TRUE(d.config().dspark());
     EXPECT_EQ(d.config().ds.markov_rank, 4);
+    EXPECT_EQ(d.config().ds.markov_head, MarkovHeadType::rnn);
+    // Trained: the rnn head's J moved from its initial draw (its bias from 0).
+    double bias = 0;
+    const Tensor jb = d.params().value("markov_head.joint_proj.bias");
+    for (int64_t i = 0; i < jb.numel(); ++i) bias = std::max(bias, std::fabs(double{jb.f32()[i]}));
+    EXPECT_GT(bias, 0.0);
 }
 
 }  // namespace

@@ -16,6 +16,17 @@ and soft-capped, and the candidate selector's greedy walk from the verified anch
 unary top-K (ties to the first candidate; candidates in descending order, equal logits by
 ascending id).
 
+DSpark drafters (Qwen3DSparkModel / DSparkDraftModel, or a speculators config with
+speculators_model_type dspark) are decoded by dspark_reference.py, also written from the spec: every
+slot of the block drafts (B drafts, B + 1 tokens verified), the Markov head (vanilla, gated or rnn)
+applied slot by slot before the argmax, and with --confidence-threshold T the confidence head's cut
+(`--infer.dspark_confidence_threshold T` on dflash's side).
+
+Besides the histograms, every step is compared: `dflash bench --json-steps` writes each step's
+verified drafts, the count the target accepted and the token it added, and the reference's own
+steps must be the same (a random or weak drafter whose drafts are mostly rejected would otherwise
+go unchecked).
+
 A target layer id l is the output of target decoder layer l, i.e. transformers' hidden_states[l+1].
 The last layer is refused: transformers' last hidden_states entry is taken after the final norm
 (docs/formats.md), which is why dflash never lets a drafter read it.
@@ -26,8 +37,8 @@ usage (repo root, with the demo's pair or any trained pair):
       --drafter DRAFTER_DIR --prompts PROMPTS.jsonl --out OUT_DIR [--max-new-tokens 128] [--limit 16]
 (--demo DIR takes DIR/target/<latest>, DIR/drafter/<latest> and DIR/corpus/heldout_prompts.jsonl.)
 writes OUT_DIR/bench.json (dflash bench --json) and OUT_DIR/roundtrip.json (per prompt: both
-histograms, token counts, identical or not); prints a table; exits 1 unless every histogram is
-identical.
+histograms, token counts, step-by-step drafts identical or not); prints a table; exits 1 unless
+every prompt's histogram and steps are identical.
 """
 import argparse
 import json
@@ -41,6 +52,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dspark_reference import DsparkHeads, flatten_config, is_dspark  # noqa: E402
 from plain_torch import PlainTarget, load_dir, rms_norm, rope  # noqa: E402
 
 
@@ -72,6 +84,9 @@ class Drafter:
         with open(os.path.join(path, "config.json")) as f:
             self.cfg = json.load(f)
         self.w = load_dir(path)
+        spec = None
+        if is_dspark(self.cfg):
+            self.cfg, spec = flatten_config(self.cfg)
         c = self.cfg
         dc = c.get("dflash_config", {})
         self.block = c.get("block_size", dc.get("block_size"))
@@ -86,6 +101,8 @@ class Drafter:
         self.v2 = "DFlash2DraftModel" in c.get("architectures", [])
         if self.v2:
             self.read_dflash2(c, dc)
+        self.ds = DsparkHeads(spec, self.w, c["hidden_size"], lm_head.shape[0]) if spec else None
+        self.n_drafts = self.block if self.ds else self.block - 1  # DSpark's anchor slot drafts too
 
     def read_dflash2(self, c, dc):
         """dflash_config first, then the top level, then the default (docs/formats.md)."""
@@ -150,8 +167,9 @@ class Drafter:
     def lin(self, name, x):
         return x @ self.w[name].T
 
-    def draft(self, features, anchor, start):
-        """features [start, K*D] of positions 0..start-1; returns the B-1 greedy draft tokens."""
+    def draft(self, features, anchor, start, threshold=0.0):
+        """features [start, K*D] of positions 0..start-1; returns the greedy drafts to verify
+        (B - 1; DSpark: B, or fewer with a confidence threshold)."""
         B, H, Hkv, hd = self.block, self.H, self.Hkv, self.hd
         ctx = rms_norm(self.lin("fc.weight", features), self.w["hidden_norm.weight"], self.eps)
         ids = torch.tensor([anchor] + [self.mask] * (B - 1))
@@ -187,7 +205,10 @@ class Drafter:
             gate = torch.nn.functional.silu(self.lin(p + "mlp.gate_proj.weight", h))
             m = self.lin(p + "mlp.down_proj.weight", gate * self.lin(p + "mlp.up_proj.weight", h))
             x = x + (self.conv(p + "mlp_conv", m, e2, 1) if self.v2 else m)
-        hn = rms_norm(x, self.w["norm.weight"], self.eps)[1:]
+        hn = rms_norm(x, self.w["norm.weight"], self.eps)
+        if self.ds:
+            return self.ds.choose(hn, hn @ self.lm_head.T, anchor, threshold)
+        hn = hn[1:]
         logits = hn @ self.lm_head.T
         return self.select(logits, hn, anchor) if self.v2 else logits.argmax(-1).tolist()
 
@@ -205,11 +226,11 @@ def target_pass(model, ids, layer_ids):
     return out.logits[0].float(), feats.float()
 
 
-def speculative_greedy(model, drafter, prompt, max_new, stops, steps=None):
-    """The decoding step, greedy. Returns (new tokens, histogram [B+1] of tokens per step); each
-    step's drafts are appended to `steps` when given."""
-    B = drafter.block
-    hist = [0] * (B + 1)
+def speculative_greedy(model, drafter, prompt, max_new, stops, steps=None, threshold=0.0):
+    """The decoding step, greedy. Returns (new tokens, histogram [drafts + 2] of a + 1 per step,
+    a the drafts accepted); each step (verified drafts, accepted, next token) is appended to
+    `steps` when given."""
+    hist = [0] * (drafter.n_drafts + 2)
     logits, feats = target_pass(model, prompt, drafter.layer_ids)
     new = [int(logits[-1].argmax())]
     seq = list(prompt)
@@ -219,15 +240,16 @@ def speculative_greedy(model, drafter, prompt, max_new, stops, steps=None):
 
     while not done():
         start = len(seq)  # position of the anchor new[-1]
-        drafts = drafter.draft(feats[:start], new[-1], start)
-        if steps is not None:
-            steps.append(drafts)
+        drafts = drafter.draft(feats[:start], new[-1], start, threshold)
+        n = len(drafts)
         logits, feats = target_pass(model, seq + [new[-1]] + drafts, drafter.layer_ids)
-        target = logits[start:start + B].argmax(-1).tolist()
+        target = logits[start:start + n + 1].argmax(-1).tolist()
         a = 0
-        while a < B - 1 and drafts[a] == target[a]:
+        while a < n and drafts[a] == target[a]:
             a += 1
         hist[a + 1] += 1
+        if steps is not None:
+            steps.append({"drafted": drafts, "accepted": a, "next": target[a]})
         seq += [new[-1]] + drafts[:a]  # positions start..start+a; the next anchor is target[a]
         for t in drafts[:a] + [target[a]]:  # commit, honouring the budget and stop tokens
             if len(new) >= max_new:
@@ -236,20 +258,6 @@ def speculative_greedy(model, drafter, prompt, max_new, stops, steps=None):
             if t in stops:
                 break
     return new, hist
-
-
-def dflash_traced_drafts(args, prompt_ids, max_new):
-    """Each step's drafted tokens as `dflash generate --trace` prints them."""
-    cmd = [args.dflash, "generate", "--target", args.target, "--drafter", args.drafter,
-           "--prompt-ids", ",".join(str(t) for t in prompt_ids), "--infer.max_new_tokens",
-           str(max_new), "--trace", "--print-ids", "--infer.cpu_draft_precision", "f32"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stderr
-    steps = []
-    for line in out.splitlines():
-        if line.startswith("trace step "):
-            inner = line[line.index("[") + 1:line.index("]")]
-            steps.append([int(t) for t in inner.split()])
-    return steps
 
 
 def main():
@@ -262,8 +270,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--limit", type=int, default=16)
-    ap.add_argument("--trace-drafts", action="store_true",
-                    help="also compare every step's drafted tokens with `dflash generate --trace`")
+    ap.add_argument("--confidence-threshold", type=float, default=0.0,
+                    help="DSpark drafters: verify only the drafts before the first slot whose "
+                    "confidence is below this (infer.dspark_confidence_threshold); 0 = all")
     ap.add_argument("--plain-target", action="store_true",
                     help="run the target in plain PyTorch (plain_torch.py) instead of transformers")
     args = ap.parse_args()
@@ -278,11 +287,15 @@ def main():
     bench_json = os.path.join(args.out, "bench.json")
     cmd = [args.dflash, "bench", "--target", args.target, "--drafter", args.drafter, "--prompts",
            args.prompts, "--json", bench_json, "--limit", str(args.limit),
-           "--infer.max_new_tokens", str(args.max_new_tokens),
+           "--infer.max_new_tokens", str(args.max_new_tokens), "--json-steps",
            # The reference drafts in float32: so must dflash (on AMX CPUs it drafts in bf16).
            "--infer.cpu_draft_precision", "f32"]
+    if args.confidence_threshold > 0:
+        cmd += ["--infer.dspark_confidence_threshold", str(args.confidence_threshold)]
     print("$", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
+    rc = subprocess.run(cmd).returncode
+    if rc != 0:
+        sys.exit(f"dflash bench failed (exit {rc}); its error is above")
     with open(bench_json) as f:
         bench = json.load(f)
 
@@ -301,34 +314,39 @@ def main():
     if any(l == n_layers - 1 for l in drafter.layer_ids):
         sys.exit(f"target_layer_ids {drafter.layer_ids} name the last layer ({n_layers - 1}); "
                  "transformers only has its normed output, so no comparison is meaningful")
-    if bench["block_size"] != drafter.block:
+    # bench's block_size is its histogram's length - 1 (B + 1 for a DSpark drafter, whose verify
+    # forward sees B + 1 tokens).
+    if bench["block_size"] not in (drafter.block, drafter.n_drafts + 1):
         sys.exit(f"bench ran with block size {bench['block_size']}, the drafter has {drafter.block}")
+    if args.confidence_threshold > 0 and not drafter.ds:
+        sys.exit("--confidence-threshold applies to DSpark drafters only")
     stops = set(bench["stop_tokens"])
     rows, same = [], 0
     for i, r in enumerate(bench["requests"]):
         ref_steps = []
         toks, hist = speculative_greedy(model, drafter, r["prompt_ids"], bench["max_new_tokens"],
-                                        stops, ref_steps)
+                                        stops, ref_steps, args.confidence_threshold)
         # The reference loop counts a + 1 per step in full, as dflash's accepted_hist does
         # (accept_hist counts what a step committed within the budget; older reports lack it).
         ours = r["speculative"].get("accepted_hist", r["speculative"]["accept_hist"])
-        identical = hist == ours
-        if args.trace_drafts:
-            our_steps = dflash_traced_drafts(args, r["prompt_ids"], bench["max_new_tokens"])
-            drafts_same = our_steps == ref_steps
-            identical = identical and drafts_same
-            print(f"    drafts of {len(ref_steps)} steps: "
-                  f"{'identical' if drafts_same else 'DIFFERENT'}")
-            if not drafts_same:
-                bad = next(i for i in range(max(len(our_steps), len(ref_steps)))
-                           if i >= min(len(our_steps), len(ref_steps)) or our_steps[i] != ref_steps[i])
-                print(f"    first difference at step {bad}: dflash "
-                      f"{our_steps[bad] if bad < len(our_steps) else None} reference "
-                      f"{ref_steps[bad] if bad < len(ref_steps) else None}")
+        our_steps = r.get("steps")
+        if our_steps is None:
+            sys.exit("bench.json has no per-step drafts: this dflash predates `bench --json-steps`")
+        steps_same = our_steps == ref_steps
+        identical = hist == ours and steps_same
+        print(f"    {len(ref_steps)} steps, {sum(len(s['drafted']) for s in ref_steps)} drafts: "
+              f"{'identical' if steps_same else 'DIFFERENT'}")
+        if not steps_same:
+            bad = next(k for k in range(max(len(our_steps), len(ref_steps)))
+                       if k >= min(len(our_steps), len(ref_steps)) or our_steps[k] != ref_steps[k])
+            print(f"    first difference at step {bad}: dflash "
+                  f"{our_steps[bad] if bad < len(our_steps) else None} reference "
+                  f"{ref_steps[bad] if bad < len(ref_steps) else None}")
         same += identical
         rows.append({"prompt": i, "label": r["label"], "dflash_hist": ours, "reference_hist": hist,
                      "dflash_tokens": r["output_tokens"], "reference_tokens": toks,
-                     "tokens_identical": toks == r["output_tokens"], "identical": identical})
+                     "tokens_identical": toks == r["output_tokens"], "steps": len(ref_steps),
+                     "steps_identical": steps_same, "identical": identical})
         tau = lambda h: sum(n * c for n, c in enumerate(h)) / max(1, sum(h))  # noqa: E731
         print(f"{i:3d} {r['label'][:30]:30s} dflash tau {tau(ours):5.2f} {ours}  "
               f"reference tau {tau(hist):5.2f} {hist}  {'identical' if identical else 'DIFFERENT'}")
@@ -337,10 +355,14 @@ def main():
                "reference_total_hist": tot("reference_hist"), "rows": rows,
                "target": args.target, "drafter": args.drafter,
                "target_layer_ids": drafter.layer_ids, "block_size": drafter.block,
+               "architecture": drafter.cfg.get("architectures", []),
+               "markov_head_type": drafter.ds.kind if drafter.ds else None,
+               "confidence_threshold": args.confidence_threshold,
                "max_new_tokens": bench["max_new_tokens"], "torch": torch.__version__}
     with open(os.path.join(args.out, "roundtrip.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    print(f"identical acceptance histograms on {same} of {len(rows)} prompts")
+    print(f"identical acceptance histograms and step-by-step drafts on {same} of {len(rows)} "
+          "prompts")
     sys.exit(0 if same == len(rows) else 1)
 
 
