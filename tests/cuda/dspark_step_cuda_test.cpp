@@ -4,8 +4,8 @@
 // drafter forward, the DSpark loss, backward) and a recorded update (norm, clip, AdamW), with a
 // gradient scale and a learning rate that change every step: the replayed steps give the bits of
 // eager ones (the f32 masters after them and every step's loss), with two captures and no
-// fallback. One step's loss and gradients equal the CPU's within bf16 tolerance, for the vanilla
-// and the gated Markov head, with the confidence head reading [h; e], h alone, or absent; the
+// fallback. One step's loss and gradients equal the CPU's within bf16 tolerance, for the vanilla,
+// gated and rnn Markov heads, with the confidence head reading [h; e], h alone, or absent; the
 // heads' weight gradients are checked one tensor at a time. `dflash train` of a DSpark drafter
 // (gated head) on CUDA records its micro-batches (captures, replays, no fallback in the step
 // records' graph counters) and tracks the CPU run's losses for 10 steps. Skips visibly without a
@@ -44,7 +44,7 @@ struct Heads {
 };
 
 std::string name_of(const Heads& h) {
-    return std::string(h.markov == MarkovHeadType::gated ? "gated" : "vanilla") +
+    return std::string(markov_head_type_name(h.markov)) +
            (!h.confidence   ? "_no_confidence"
             : h.with_markov ? "_confidence_he"
                             : "_confidence_h") +
@@ -228,14 +228,15 @@ TEST_P(CudaDspark, StepMatchesTheCpu) {
         EXPECT_NEAR(ratio, 1.0, 0.1) << p.name;
     }
     const Heads h = GetParam();
-    EXPECT_EQ(heads, 2 + (h.markov == MarkovHeadType::gated ? 2 : 0) + (h.confidence ? 2 : 0));
+    EXPECT_EQ(heads, 2 + (h.markov == MarkovHeadType::vanilla ? 0 : 2) + (h.confidence ? 2 : 0));
 }
 
 INSTANTIATE_TEST_SUITE_P(Heads, CudaDspark,
                          ::testing::Values(Heads{MarkovHeadType::vanilla, true, true, 8},
                                            Heads{MarkovHeadType::gated, true, true, 12},
                                            Heads{MarkovHeadType::gated, true, false, 8},
-                                           Heads{MarkovHeadType::vanilla, false, false, 16}),
+                                           Heads{MarkovHeadType::vanilla, false, false, 16},
+                                           Heads{MarkovHeadType::rnn, true, true, 8}),
                          [](const ::testing::TestParamInfo<Heads>& i) { return name_of(i.param); });
 
 // `dflash train` with drafter.architecture=dspark on CUDA and on the CPU from the same start.
