@@ -169,6 +169,16 @@ double bound(double perturbed) {
     return std::max(kBf16Tol, kConditioningFactor * perturbed);
 }
 
+// The checkpoint in dir on the CPU, once per perturbation seed, every weight moved.
+std::vector<TargetModel> moved_models(Backend& cpu, const std::filesystem::path& dir) {
+    std::vector<TargetModel> moved;
+    for (const uint64_t seed : kPerturbSeeds) {
+        moved.push_back(TargetModel::load(cpu, dir));
+        test::perturb_relative(moved.back().params(), seed, kUnitRoundoff);
+    }
+    return moved;
+}
+
 TEST_P(HybridCuda, LastLogitsMatchTheCpuWithinBf16) {
     const FixtureCase& fc = GetParam();
     const auto prompts = fixture_prompts(fc.name);
@@ -179,11 +189,7 @@ TEST_P(HybridCuda, LastLogitsMatchTheCpuWithinBf16) {
         write_cuda_checkpoint(fc, every_expert, dir.path());
         const TargetModel g = TargetModel::load(*gpu_, dir.path());
         const TargetModel c = TargetModel::load(*cpu_, dir.path());
-        std::vector<TargetModel> moved;
-        for (const uint64_t seed : kPerturbSeeds) {
-            moved.push_back(TargetModel::load(*cpu_, dir.path()));
-            test::perturb_relative(moved.back().params(), seed, kUnitRoundoff);
-        }
+        const std::vector<TargetModel> moved = moved_models(*cpu_, dir.path());
         for (size_t p = 0; p < prompts.size(); ++p) {
             const HostTensor want = last_logits(*cpu_, c, prompts[p]);
             double perturbed = 0;
@@ -221,11 +227,7 @@ TEST_P(HybridCuda, EveryLayerOutputStaysNearTheCpu) {
     write_cuda_checkpoint(fc, true, dir.path());
     const TargetModel g = TargetModel::load(*gpu_, dir.path());
     const TargetModel c = TargetModel::load(*cpu_, dir.path());
-    std::vector<TargetModel> moved;
-    for (const uint64_t seed : kPerturbSeeds) {
-        moved.push_back(TargetModel::load(*cpu_, dir.path()));
-        test::perturb_relative(moved.back().params(), seed, kUnitRoundoff);
-    }
+    const std::vector<TargetModel> moved = moved_models(*cpu_, dir.path());
     const TargetConfig& cfg = c.config();
     const int64_t L = cfg.num_hidden_layers, D = c.dims().D;
     std::vector<int64_t> all(static_cast<size_t>(L));
