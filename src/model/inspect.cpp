@@ -132,7 +132,11 @@ void check_layout(const std::vector<TensorSpec>& specs, DirState& st, bool tied,
                   std::vector<std::string>& problems) {
     std::map<std::string, StoredTensor> stored;
     for (const auto& [name, f] : st.tensors) stored[name] = {f.dtype, f.shape};
-    const LayoutComparison cmp = compare_layout(specs, stored, tied, drafter);
+    const std::vector<int64_t> borrowed =
+        st.drafter
+            ? std::vector<int64_t>{st.drafter->layer.vocab_size, st.drafter->layer.hidden_size}
+            : std::vector<int64_t>{};
+    const LayoutComparison cmp = compare_layout(specs, stored, tied, drafter, borrowed);
     for (const auto& d : cmp.differences) problems.push_back(d.sentence());
     for (const auto& n : cmp.notes) st.notes.push_back(n);
 }

@@ -292,7 +292,8 @@ std::string LayoutDifference::sentence() const {
 
 LayoutComparison compare_layout(const std::vector<TensorSpec>& layout,
                                 const std::map<std::string, StoredTensor>& stored,
-                                bool tied_embeddings, bool drafter) {
+                                bool tied_embeddings, bool drafter,
+                                const std::vector<int64_t>& borrowed) {
     using Kind = LayoutDifference::Kind;
     LayoutComparison out;
     std::map<std::string, const TensorSpec*> want;
@@ -318,6 +319,12 @@ LayoutComparison compare_layout(const std::vector<TensorSpec>& layout,
             out.notes.push_back(
                 "lm_head.weight is stored although tie_word_embeddings is true; the tied "
                 "embedding is used");
+        } else if (drafter && param_group(name) == ParamGroup::embeddings && !borrowed.empty() &&
+                   t.shape == borrowed) {
+            out.notes.push_back(fmt::format(
+                "'{}' [{}] is a copy of the target's (DeepSpec checkpoints store the frozen "
+                "embedding and lm_head); ignored: the drafter uses the target's own",
+                name, fmt::join(t.shape, ", ")));
         } else {
             const bool embedding = drafter && param_group(name) == ParamGroup::embeddings;
             out.differences.push_back({embedding ? Kind::stored_embedding : Kind::unexpected,
@@ -341,7 +348,7 @@ void check_model_files(
     const std::function<std::vector<TensorSpec>(const std::vector<std::string>&)>& stored_specs,
     bool tied_embeddings, bool drafter,
     const std::function<double(const std::vector<std::string>&)>& not_held = {},
-    const CheckpointNames& names = {}) {
+    const CheckpointNames& names = {}, const std::vector<int64_t>& borrowed = {}) {
     const CheckpointReader r = CheckpointReader::open(dir);
     double bytes = 0;
     for (const auto& s : params) bytes += static_cast<double>(s.numel()) * 4.0;
@@ -361,7 +368,7 @@ void check_model_files(
         model_names.push_back(m);
     }
     const LayoutComparison cmp =
-        compare_layout(stored_specs(model_names), stored, tied_embeddings, drafter);
+        compare_layout(stored_specs(model_names), stored, tied_embeddings, drafter, borrowed);
     std::vector<std::string> wrong;
     std::string hint;
     for (const auto& d : cmp.differences) {
@@ -445,9 +452,9 @@ ExpertFormat check_target_files(const std::filesystem::path& dir, const TargetCo
 void check_drafter_files(const std::filesystem::path& dir, const DrafterConfig& c) {
     if (!has_weights(dir)) return;
     const std::vector<TensorSpec> specs = drafter_tensor_specs(c);
-    check_model_files(
-        dir, specs, [&](const std::vector<std::string>&) { return specs; },
-        /*tied_embeddings=*/false, /*drafter=*/true);
+    check_model_files(dir, specs, [&](const std::vector<std::string>&) { return specs; },
+                      /*tied_embeddings=*/false, /*drafter=*/true, {}, {},
+                      {c.layer.vocab_size, c.layer.hidden_size});
 }
 
 std::string_view param_group_name(ParamGroup g) {

@@ -118,9 +118,14 @@ struct LayoutComparison {
     std::vector<LayoutDifference> differences;
     std::vector<std::string> notes;
 };
+// borrowed: for a drafter, the shape [V, D] of the target's embedding and lm_head. A drafter
+// storing a tensor of that shape under an embedding or lm_head name (DeepSpec checkpoints keep
+// frozen copies of the target's) gets a note: it is ignored, the target's own are used. Any other
+// stored embedding is refused.
 LayoutComparison compare_layout(const std::vector<TensorSpec>& layout,
                                 const std::map<std::string, StoredTensor>& stored,
-                                bool tied_embeddings, bool drafter);
+                                bool tied_embeddings, bool drafter,
+                                const std::vector<int64_t>& borrowed = {});
 
 // Before a model is allocated (TargetModel::load, DrafterModel::load): when `dir` holds weights
 // (model.safetensors or an index), the model's f32 size must fit in this machine's memory and the

@@ -197,6 +197,18 @@ TEST(TensorLayout, CompareLayoutFindsEveryKindOfDifference) {
     // A checkpoint that is exactly the layout has nothing to say.
     stored = {{"b.weight", {"BF16", {2, 3}}}, {"a.weight", {"F16", {4}}}, {"c", {"F32", {1}}}};
     EXPECT_TRUE(compare_layout(layout, stored, false, true).differences.empty());
+    // DeepSpec drafters keep frozen copies of the target's embedding and lm_head [V, D]: noted
+    // and ignored; any other shape under those names (a pruned vocabulary) is still refused.
+    stored["embed_tokens.weight"] = {"BF16", {9, 2}};
+    stored["lm_head.weight"] = {"BF16", {9, 2}};
+    const LayoutComparison deepspec = compare_layout(layout, stored, false, true, {9, 2});
+    EXPECT_TRUE(deepspec.differences.empty());
+    ASSERT_EQ(deepspec.notes.size(), 2u);
+    EXPECT_TRUE(test::has(deepspec.notes[0], "copy of the target's")) << deepspec.notes[0];
+    stored["lm_head.weight"] = {"BF16", {5, 2}};
+    const LayoutComparison pruned = compare_layout(layout, stored, false, true, {9, 2});
+    ASSERT_EQ(pruned.differences.size(), 1u);
+    EXPECT_EQ(pruned.differences[0].kind, Kind::stored_embedding);
 }
 
 }  // namespace
