@@ -336,13 +336,16 @@ std::vector<int32_t> wide_margin_prompt(const TargetModel& m, Backend& cpu, int6
 
 // Where no router margin on the CPU is within 2 kRouterTol of its scale, the scores CUDA computes
 // (within kRouterTol, the test above) cannot reorder a pick: CUDA routes every row of the 48
-// (gpt-oss: past its window of 32) to the CPU's experts, and keeps the k = E bound unforced.
+// or fewer found (at least 33: gpt-oss past its window of 32) to the CPU's experts, and keeps the k
+// = E bound unforced.
 TEST_P(MoeCudaVsCpu, WideRouterMarginsRouteAsTheCpuAndKeepTheBf16Bound) {
     const TargetConfig tc = invariance_config(GetParam());
     const TargetModel g = TargetModel::random(*gpu_, tc, 71, 0.05f);
     const TargetModel c = cpu_twin(g, *cpu_);
     const std::vector<int32_t> toks = wide_margin_prompt(c, *cpu_, 48, 41);
-    ASSERT_EQ(toks.size(), 48u) << family() << ": no prompt with wide router margins found";
+    // gpt-oss's random router leaves fewer tokens with wide margins (38 of 48 on an H200 run):
+    // any prompt past its window of 32 serves.
+    ASSERT_GE(toks.size(), 33u) << family() << ": no prompt with wide router margins found";
     RoutingProbe on_cpu(*cpu_), on_gpu(*gpu_);
     const HostTensor want = prefill_logits(on_cpu, c, toks);
     // The precondition, on the prefill's own scores (the search decoded a row at a time).
@@ -356,10 +359,10 @@ TEST_P(MoeCudaVsCpu, WideRouterMarginsRouteAsTheCpuAndKeepTheBf16Bound) {
     const double d = test::max_rel_diff(prefill_logits(on_gpu, g, toks), want);
     const RouteDiff r = compare_routes(on_gpu.calls(), on_cpu.calls());
     std::printf(
-        "%s, k = 4 < E = 16, 48 rows whose CPU router margins are >= %.2e of the scale (bound "
+        "%s, k = 4 < E = 16, %zu rows whose CPU router margins are >= %.2e of the scale (bound "
         "%.0e): CUDA routes %lld of %lld rows elsewhere, scores %.2e of the scale, logits %.2e "
         "(bound %.0e)\n",
-        family(), narrowest, 2 * kRouterTol, static_cast<long long>(r.flipped),
+        family(), toks.size(), narrowest, 2 * kRouterTol, static_cast<long long>(r.flipped),
         static_cast<long long>(r.rows), r.score_diff, d, kBf16Tol);
     RecordProperty("logit_diff", std::to_string(d));
     EXPECT_EQ(r.flipped, 0) << family() << ": a pick flipped although every margin is wide";
