@@ -106,14 +106,17 @@ TEST(Inspect, ListsEveryProblemOfABrokenDrafter) {
     d.save(dir.path());
     auto specs = drafter_tensor_specs(d);
     specs.push_back({"layers.0.self_attn.rotary.weight", {3}});
-    specs.push_back({"model.embed_tokens.weight", {64, 16}});
+    // Under the target's shape [V, D] (DeepSpec's frozen copies) a note; under another, an error.
+    specs.push_back({"model.embed_tokens.weight", {32, 16}});
+    specs.push_back({"lm_head.weight", {64, 16}});
     write_weights(dir.path(), specs, DType::f32, size_t{1} << 20, "layers.1.mlp.up_proj.weight",
                   {{"fc.weight", {16, 48}}});
     const auto r = inspect_directory(dir.path());
     EXPECT_FALSE(r.ok());
     ASSERT_EQ(r.problems.size(), 4u) << r.text;
-    EXPECT_TRUE(has(r.text, "'model.embed_tokens.weight' [64, 16]: a DFlash drafter borrows"))
+    EXPECT_TRUE(has(r.text, "'model.embed_tokens.weight' [32, 16]: a DFlash drafter borrows"))
         << r.text;
+    EXPECT_TRUE(has(r.text, "note: 'lm_head.weight' [64, 16] is a copy of the target's")) << r.text;
     EXPECT_TRUE(has(r.text, "missing tensor 'layers.1.mlp.up_proj.weight' [32, 16]")) << r.text;
     EXPECT_TRUE(has(r.text, "unexpected tensor 'layers.0.self_attn.rotary.weight' [3]")) << r.text;
     EXPECT_TRUE(
