@@ -356,6 +356,16 @@ SafetensorsFile::NonFinite SafetensorsFile::nonfinite(const std::string& name) c
     NonFinite nf;
     for (size_t i = 0; i < numel; i += kChunk) {
         const size_t m = std::min(kChunk, numel - i);
+        // BF16 chunks are checked on their bits first (loading a large target scans every one):
+        // a value is NaN or infinite when its exponent bits are all ones. Bytes, not uint16_t: a
+        // stored tensor need not be 2-byte aligned. Only a chunk with one is decoded.
+        if (e.dtype == "BF16") {
+            const unsigned char* b = raw_data(name) + i * esize;
+            bool bad = false;
+            for (size_t j = 0; j < m; ++j)
+                bad |= (b[2 * j + 1] & 0x7F) == 0x7F && (b[2 * j] & 0x80) != 0;
+            if (!bad) continue;
+        }
         decode_to_f32(raw_data(name) + i * esize, e.dtype, buf.data(), m);
         nf = scan_nonfinite(buf.data(), m, i, nf);
     }

@@ -84,15 +84,6 @@ void down_slab(const CheckpointReader& r, const std::string& pre, ExpertFormat f
 }
 
 // An expert parameter read from format f, expert by expert (one slab on the host at a time).
-// No bf16 value in `bits` (little-endian pairs) is NaN or infinite: its exponent bits are not all
-// ones. A byte scan, since a stored tensor need not be 2-byte aligned.
-bool bf16_bits_finite(std::span<const unsigned char> bits) {
-    bool bad = false;
-    for (size_t i = 1; i < bits.size(); i += 2)
-        bad |= (bits[i] & 0x7F) == 0x7F && (bits[i - 1] & 0x80) != 0;
-    return !bad;
-}
-
 // Per-expert BF16 tensors (the Hub layout) onto a bf16 backend: each expert's rows copied as
 // bits into one slab and uploaded, with no f32 round trip. False, having written nothing, when
 // any of them is not BF16 or not finite, or the backend keeps f32 values: the f32 path then
@@ -107,15 +98,13 @@ bool load_experts_as_bf16_bits(ParamSet& params, const Param& p, const std::stri
                        : std::vector<std::string>{names.stored(ex + "down_proj.weight")};
     };
     if (p.value.dtype() != DType::bf16) return false;  // f32 values: the f32 path converts
-    for (int64_t e = 0; e < e_count; ++e) {
-        for (const std::string& n : parts(e)) {
-            if (r.dtype(n) != "BF16" || !bf16_bits_finite(r.raw_bytes(n))) return false;
-        }
-    }
+    // One pass over the experts: a tensor that cannot go up as bits sends every expert through
+    // the f32 path, which rewrites the ones already uploaded.
     std::vector<unsigned char> slab(static_cast<size_t>(rows * cols) * 2);
     for (int64_t e = 0; e < e_count; ++e) {
         size_t at = 0;
         for (const std::string& n : parts(e)) {
+            if (r.dtype(n) != "BF16" || r.nonfinite(n).count != 0) return false;
             const auto bits = r.raw_bytes(n);
             DF_CHECK(at + bits.size() <= slab.size(), "{}: tensor '{}' is larger than expected",
                      r.file_path(n).string(), n);
@@ -190,9 +179,8 @@ void load_target_params(ParamSet& params, const TargetConfig& c, const Checkpoin
             const bool regrouped = !hybrid_row_source(c, p.name).empty();
             if (!regrouped && p.value.dtype() == DType::bf16 && r.dtype(stored) == "BF16" &&
                 Shape(r.shape(stored)) == p.shape) {
-                const auto bits = r.raw_bytes(stored);
-                if (bf16_bits_finite(bits) &&
-                    params.write_bf16_bits(p.name, bits.data(), p.shape.numel()))
+                if (r.nonfinite(stored).count == 0 &&
+                    params.write_bf16_bits(p.name, r.raw_bytes(stored).data(), p.shape.numel()))
                     continue;
                 // Not finite: read_f32 below names the tensor and its first bad value.
             }

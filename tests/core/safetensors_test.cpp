@@ -268,6 +268,15 @@ TEST(Safetensors, NonFiniteValuesAreRefusedNamingTheTensor) {
         EXPECT_EQ(nf.first_index, 4);
         EXPECT_TRUE(std::isnan(nf.first_value));
     }
+    // A BF16 tensor over several scan chunks (of 65,536 values), its one infinity in the third:
+    // the chunks checked on their bits alone must not hide it, nor report a finite one.
+    HostTensor big({200000});
+    for (int64_t i = 0; i < big.numel(); ++i) big.f32()[i] = (i % 7 == 0 ? -3.0f : 0.25f);
+    big.f32()[150001] = std::numeric_limits<float>::infinity();
+    write_safetensors(dir / "big.safetensors", {{"big", big.view()}}, {}, DType::bf16);
+    const auto big_nf = SafetensorsFile::open(dir / "big.safetensors").nonfinite("big");
+    EXPECT_EQ(big_nf.count, 1);
+    EXPECT_EQ(big_nf.first_index, 150001);
     write_checkpoint(dir / "ckpt", {{"w", bad.view()}}, DType::bf16, 1 << 20);
     const std::string msg = error_of([&] { CheckpointReader::open(dir / "ckpt").read_f32("w"); });
     EXPECT_NE(msg.find("tensor 'w'"), std::string::npos) << msg;
