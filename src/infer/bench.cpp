@@ -143,8 +143,11 @@ BenchReport run_bench_engines(SpeculativeEngine& baseline, SpeculativeEngine& sp
         GenerateOptions warm = opt;
         warm.max_new_tokens = std::min<int64_t>(opt.max_new_tokens, 16);
         const auto w = speculative.generate(prompts.front().tokens, warm);
-        rep.block_size = static_cast<int64_t>(w.stats.accept_hist.size()) - 1;
-        DF_ASSERT(rep.block_size >= 2, "the speculative engine has no drafter");
+        rep.max_step_tokens = static_cast<int64_t>(w.stats.accept_hist.size()) - 1;
+        DF_ASSERT(rep.max_step_tokens >= 2 && speculative.drafter(),
+                  "the speculative engine has no drafter");
+        // A DSpark block drafts at every slot, the anchor's included: B drafts, B + 1 tokens.
+        rep.block_size = rep.max_step_tokens - (speculative.drafter()->config().dspark() ? 1 : 0);
         // The engines keep their sessions: the warm-up also records their steps (CUDA graphs).
         baseline.generate(prompts.front().tokens, warm);
     }
@@ -278,8 +281,8 @@ std::string format_bench_table(const BenchReport& rep) {
         "{:.3f} mean of per-prompt tau, {:.3f} pooled over steps; counting what last steps "
         "accepted past the budget or a stop token: {:.3f}\n",
         rep.mean_request_tau(), t.tau(), t.tau_accepted());
-    out += fmt::format("block size {}; backend {}; drafts in {}\n", rep.block_size, rep.backend,
-                       rep.draft_precision);
+    out += fmt::format("block size {} (at most {} tokens a step); backend {}; drafts in {}\n",
+                       rep.block_size, rep.max_step_tokens, rep.backend, rep.draft_precision);
     // A DSpark confidence cut (infer.dspark_confidence_threshold) verifies fewer drafts.
     if (t.verified < t.drafted)
         out += fmt::format(
@@ -373,6 +376,7 @@ nlohmann::json bench_to_json(const BenchReport& rep) {
     return json{{"backend", rep.backend},
                 {"draft_precision", rep.draft_precision},
                 {"block_size", rep.block_size},
+                {"max_step_tokens", rep.max_step_tokens},
                 {"max_new_tokens", rep.max_new_tokens},
                 {"greedy", rep.greedy},
                 {"stop_tokens", rep.stop_tokens},

@@ -97,6 +97,7 @@ class SpeculativeEngine {
     GenerateResult generate(std::span<const int32_t> prompt, const GenerateOptions& opt,
                             const TokenSink& sink = {});
     Backend& backend() const { return be_; }
+    const DrafterModel* drafter() const { return drafter_; }  // null: plain decoding
     // What the last generate() drafted in: "f32", "bf16 copies" (the drafter's weights copied
     // to bf16 for the backend's bf16 product) or "bf16" (the backend's own compute type); "" before
     // any or without a drafter.

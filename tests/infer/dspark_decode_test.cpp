@@ -139,6 +139,9 @@ TEST(DsparkDecode, BenchReportsTheConfidenceCut) {
     const BenchReport r = run_bench(p.target, p.drafter, *be, prompts, opt, Logger(), true);
     EXPECT_TRUE(r.lossless());
     EXPECT_LT(r.total.verified, r.total.drafted);
+    // The block is the drafter's (5); a DSpark step commits up to B + 1 tokens (B drafts).
+    EXPECT_EQ(r.block_size, 5);
+    EXPECT_EQ(r.max_step_tokens, 6);
     // The recorded steps (bench --json-steps) hold the verified drafts only: B or fewer a step,
     // as many as the cut let through in all.
     for (const BenchRequest& q : r.requests) {
@@ -155,7 +158,10 @@ TEST(DsparkDecode, BenchReportsTheConfidenceCut) {
     EXPECT_TRUE(test::has(table, "confidence cut: " + std::to_string(r.total.verified) + " of " +
                                      std::to_string(r.total.drafted) + " drafts verified"))
         << table;
+    EXPECT_TRUE(test::has(table, "block size 5 (at most 6 tokens a step)")) << table;
     const auto j = bench_to_json(r);
+    EXPECT_EQ(j["block_size"], 5);
+    EXPECT_EQ(j["max_step_tokens"], 6);
     EXPECT_EQ(j["total"]["verified"], r.total.verified);
     EXPECT_EQ(j["requests"][0]["speculative"]["drafted"], r.requests[0].speculative.drafted);
 }

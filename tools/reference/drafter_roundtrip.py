@@ -314,10 +314,12 @@ def main():
     if any(l == n_layers - 1 for l in drafter.layer_ids):
         sys.exit(f"target_layer_ids {drafter.layer_ids} name the last layer ({n_layers - 1}); "
                  "transformers only has its normed output, so no comparison is meaningful")
-    # bench's block_size is its histogram's length - 1 (B + 1 for a DSpark drafter, whose verify
-    # forward sees B + 1 tokens).
-    if bench["block_size"] not in (drafter.block, drafter.n_drafts + 1):
-        sys.exit(f"bench ran with block size {bench['block_size']}, the drafter has {drafter.block}")
+    # bench's block_size is the drafter's B; max_step_tokens is B, or B + 1 for a DSpark drafter
+    # (its verify forward sees the anchor and B drafts).
+    if bench["block_size"] != drafter.block or bench["max_step_tokens"] != drafter.n_drafts + 1:
+        sys.exit(f"bench ran with block size {bench['block_size']} (at most "
+                 f"{bench['max_step_tokens']} tokens a step); the drafter has {drafter.block} "
+                 f"({drafter.n_drafts} drafts)")
     if args.confidence_threshold > 0 and not drafter.ds:
         sys.exit("--confidence-threshold applies to DSpark drafters only")
     stops = set(bench["stop_tokens"])
