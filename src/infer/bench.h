@@ -83,10 +83,11 @@ struct BenchTotals {
 
 struct BenchReport {
     std::string backend;  // where it ran: "cpu", "cuda:0"
-    std::string
-        draft_precision;     // what the drafter multiplied in (SpeculativeEngine::draft_precision)
+    // What the drafter multiplied in (SpeculativeEngine::draft_precision).
+    std::string draft_precision;
     int64_t block_size = 0;  // the drafter's block B
-    int64_t max_step_tokens = 0;  // the most a step commits: B, or B + 1 for DSpark (B drafts)
+    // The most a step commits: B, or B + 1 for DSpark (all B slots draft).
+    int64_t max_step_tokens = 0;
     int64_t max_new_tokens = 0;
     bool greedy = true;  // losslessness is only checked under greedy decoding
     std::vector<int32_t> stop_tokens;
