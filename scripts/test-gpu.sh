@@ -96,12 +96,13 @@ if [[ $flags == *" --crosscheck "* ]]; then
         --dflash "$bin" --demo "$run/fulldemo" --out "$run/roundtrip" 2>&1 | tail -n 25
     cp "$run"/roundtrip/*.json "$out/" 2>/dev/null || true
 fi
-# --dspark-roundtrip: DSpark drafters (gated Markov head) trained for the quick demo's target (the
-# demo's run, or a new one), warm-started from its DFlash drafter, 60 steps on the GPU (on the CPU
-# when the GPU run fails, which is reported), then decoded by dflash (CPU, f32) and by
-# tools/reference/dspark_reference.py over transformers, every step compared, with every draft
-# verified and with a confidence cut at 0.8 (60 steps leave the confidences high: 0.5 cut nothing
-# on the CPU-trained pair).
+# --dspark-roundtrip: DSpark drafters trained for the quick demo's target (the demo's run, or a
+# new one), warm-started from its DFlash drafter, 60 steps on the GPU (on the CPU when the GPU run
+# fails, which is reported), then decoded by dflash (CPU, f32) and by
+# tools/reference/dspark_reference.py over transformers, every step compared. One drafter per
+# Markov head in $DSPARK_HEADS (default "gated rnn"); the gated one with every draft verified and
+# with a confidence cut at 0.8 (60 steps leave the confidences high: 0.5 cut nothing on the
+# CPU-trained pair), the others with every draft verified.
 if [[ $flags == *" --dspark-roundtrip "* ]]; then
     bin="$run/bin/dflash"
     demo="$run/demo"
@@ -112,32 +113,38 @@ if [[ $flags == *" --dspark-roundtrip "* ]]; then
     fi
     tgt="$demo/target/$(cat "$demo/target/latest")"
     dft="$demo/drafter/$(cat "$demo/drafter/latest")"
-    shape=(--drafter.block_size 8 --drafter.num_layers 1 --drafter.target_layer_ids 1,2
-        --drafter.markov_rank 32 --drafter.markov_head_type gated)
-    "$bin" init drafter --target "$tgt" --output "$run/ds_init" --from-drafter "$dft" --dtype f32 \
-        --set drafter.architecture=dspark "${shape[@]}" > "$out/dspark_train.txt" 2>&1
-    train=(train --target "$tgt" --data "$demo/data/regenerated" --init-drafter "$run/ds_init"
-        "${shape[@]}" --train.max_steps 60 --train.max_length 256 --train.batch_size 2
-        --train.num_anchors 48 --train.loss_decay_gamma 4 --train.lr 3e-3 --train.log_every 20
-        --train.checkpoint_every 100000 --train.eval_every 100000)
-    echo "== DSpark drafter training (GPU)"
-    if ! timeout 300 "$bin" "${train[@]}" --output "$run/ds_gpu" >> "$out/dspark_train.txt" 2>&1; then
-        tail -n 20 "$out/dspark_train.txt"
-        echo "DSpark training on the GPU FAILED; training on the CPU instead"
-        failed+=("dspark_train_gpu")
-        DFLASH_RUNTIME_BACKEND=cpu timeout 300 "$bin" "${train[@]}" --output "$run/ds_gpu" \
-            >> "$out/dspark_train.txt" 2>&1
-    fi
-    grep -E "objective|step 60/60" "$out/dspark_train.txt"
-    ds="$run/ds_gpu/$(cat "$run/ds_gpu/latest")"
-    for thr in 0 0.8; do
-        echo "== DSpark round trip, confidence threshold $thr"
-        DFLASH_RUNTIME_BACKEND=cpu timeout 400 python3 tools/reference/drafter_roundtrip.py \
-            --dflash "$bin" --target "$tgt" --drafter "$ds" \
-            --prompts "$demo/corpus/heldout_prompts.jsonl" --confidence-threshold "$thr" \
-            --out "$run/ds_roundtrip_$thr" 2>&1 | tail -n 16
-        [[ ${PIPESTATUS[0]} == 0 ]] || failed+=("dspark_roundtrip_$thr")
-        cp "$run/ds_roundtrip_$thr/roundtrip.json" "$out/dspark_roundtrip_$thr.json" 2>/dev/null
+    for head in ${DSPARK_HEADS:-gated rnn}; do
+        shape=(--drafter.block_size 8 --drafter.num_layers 1 --drafter.target_layer_ids 1,2
+            --drafter.markov_rank 32 --drafter.markov_head_type "$head")
+        log="$out/dspark_train_$head.txt"
+        "$bin" init drafter --target "$tgt" --output "$run/ds_init_$head" --from-drafter "$dft" \
+            --dtype f32 --set drafter.architecture=dspark "${shape[@]}" > "$log" 2>&1
+        train=(train --target "$tgt" --data "$demo/data/regenerated" --init-drafter
+            "$run/ds_init_$head" "${shape[@]}" --train.max_steps 60 --train.max_length 256
+            --train.batch_size 2 --train.num_anchors 48 --train.loss_decay_gamma 4 --train.lr 3e-3
+            --train.log_every 20 --train.checkpoint_every 100000 --train.eval_every 100000)
+        echo "== DSpark drafter training (GPU), $head head"
+        if ! timeout 300 "$bin" "${train[@]}" --output "$run/ds_gpu_$head" >> "$log" 2>&1; then
+            tail -n 20 "$log"
+            echo "DSpark training on the GPU FAILED; training on the CPU instead"
+            failed+=("dspark_train_gpu_$head")
+            DFLASH_RUNTIME_BACKEND=cpu timeout 300 "$bin" "${train[@]}" \
+                --output "$run/ds_gpu_$head" >> "$log" 2>&1
+        fi
+        grep -E "objective|step 60/60" "$log"
+        ds="$run/ds_gpu_$head/$(cat "$run/ds_gpu_$head/latest")"
+        thresholds="0"
+        [[ $head == gated ]] && thresholds="0 0.8"
+        for thr in $thresholds; do
+            echo "== DSpark round trip, $head head, confidence threshold $thr"
+            DFLASH_RUNTIME_BACKEND=cpu timeout 400 python3 tools/reference/drafter_roundtrip.py \
+                --dflash "$bin" --target "$tgt" --drafter "$ds" \
+                --prompts "$demo/corpus/heldout_prompts.jsonl" --confidence-threshold "$thr" \
+                --out "$run/ds_roundtrip_${head}_$thr" 2>&1 | tail -n 16
+            [[ ${PIPESTATUS[0]} == 0 ]] || failed+=("dspark_roundtrip_${head}_$thr")
+            cp "$run/ds_roundtrip_${head}_$thr/roundtrip.json" \
+                "$out/dspark_roundtrip_${head}_$thr.json" 2>/dev/null
+        done
     done
 fi
 # --roundtrip TARBALL: a target and drafters trained elsewhere (target/, drafter-*/ and
