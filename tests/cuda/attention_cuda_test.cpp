@@ -7,8 +7,8 @@
 // capacity (rows past kv_len hold NaN: they must never be read) for Sq = 1 and 16, and bitwise
 // determinism of the backward (and forward) over two runs. Causal sliding windows (window 128 over
 // 300+ tokens, 3, 1; prefill forward and backward, decode and verify over a cache) and per-head
-// sinks (forward, every path), head dims 64 (gpt-oss: H 64, Hkv 8) and 128, the forward paths at
-// head dim 256 (the hybrid families' gated attention; no backward there), with the same
+// sinks (forward, every path), head dims 64 (gpt-oss: H 64, Hkv 8) and 128, and head dim 256 (the
+// hybrid families' gated attention and their drafters; forward and backward), with the same
 // tolerances; a row decoded alone equals it verified in a 16-row block bit for bit with a window
 // and sinks, and a graph-recorded decode with a window and sinks gives the eager bits at every
 // cache length it replays for. Outputs are poisoned with NaN first, so unwritten elements fail.
@@ -656,14 +656,23 @@ TEST(AttentionCuda, GraphRecordedWindowedDecodeServesEveryCacheLength) {
     EXPECT_GE(gpu->graph_stats().captures, 1);
 }
 
-// Head dim 256 (the hybrid families' gated attention, Qwen3-Next and Qwen3.5): the forward paths
-// (tiled causal and full, decode and verify over a cache with GQA 6 and 8, a prefill over a cache).
-TEST(AttentionCuda, HeadDim256Forward) {
+// Head dim 256 (the hybrid families' gated attention, Qwen3-Next and Qwen3.5, and the drafters
+// that copy it): the tiled causal and full paths with their backward (two dK/dV launches there,
+// split over key tiles too), the DFlash block mask of a drafter's training step, decode and
+// verify over a cache with GQA 6 and 8, a prefill over a cache.
+TEST(AttentionCuda, HeadDim256) {
     REQUIRE_CUDA_DEVICE();
     Backends be;
     const AttnMaskKind causal = AttnMaskKind::causal;
-    check_case(be, make("causal 333 d256 g3", causal, 333, 333, 6, 2, 256, false));
-    check_case(be, make("full 130x200 d256", AttnMaskKind::full, 130, 200, 4, 2, 256, false));
+    check_case(be, make("causal 333 d256 g3", causal, 333, 333, 6, 2, 256, true));
+    check_case(be, make("full 130x200 d256", AttnMaskKind::full, 130, 200, 4, 2, 256, true));
+    check_case(be, dflash("dflash sorted 24x16 d256 g6", 24, 16, 333,
+                          {0,   5,   17,  40,  64,  64,  90,  128, 129, 150, 190, 200,
+                           210, 230, 250, 260, 270, 280, 290, 300, 310, 320, 330, 333},
+                          24, 4, 256));
+    std::vector<int32_t> many(128);
+    for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int32_t>(3 * i);
+    check_case(be, dflash("dflash 128x16 split dK/dV d256", 128, 16, 500, many, 8, 2, 256));
     check_case(be, cache("decode sq1 d256 g6", causal, 1, 1000, 333, 24, 4, 256));
     check_case(be, cache("verify sq16 d256 g8", causal, 16, 1000, 777, 16, 2, 256));
     check_case(be, cache("prefill sq61 d256", causal, 61, 400, 200, 4, 2, 256));
@@ -677,11 +686,10 @@ TEST(AttentionCuda, RefusesUnsupportedHeadDim) {
     const std::string msg =
         test::error_of([&] { be.gpu->attention_fwd(q, k, k, AttnMask::causal(), out, Tensor()); });
     EXPECT_TRUE(test::has(msg, "64") && test::has(msg, "128") && test::has(msg, "96")) << msg;
-    // 256 is forward only.
-    DeviceTensor q2(*be.gpu, {4, 2, 256}, DType::bf16), lse(*be.gpu, {2, 4}, DType::f32);
+    DeviceTensor lse(*be.gpu, {2, 4}, DType::f32);
     const std::string bwd = test::error_of(
-        [&] { be.gpu->attention_bwd(q2, q2, q2, q2, q2, lse, AttnMask::causal(), q2, q2, q2); });
-    EXPECT_TRUE(test::has(bwd, "head dim 256 has no CUDA kernel")) << bwd;
+        [&] { be.gpu->attention_bwd(q, k, k, out, out, lse, AttnMask::causal(), q, k, k); });
+    EXPECT_TRUE(test::has(bwd, "head dim 96 has no CUDA kernel")) << bwd;
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 // forward, split-KV decode + combine (and its row invariance), the dflash pre-pass, and the
 // delta / dQ / dK-dV backward; causal sliding windows (forward, backward, decode) and per-head
 // sinks (forward and decode; with sinks the reference's lse includes the sink's term); head dims
-// 64 and 128, and 256 for the forward paths.
+// 64, 128 and 256 (at 256 the dK/dV pass runs as two launches, one per accumulator).
 // This checks the kernels' index arithmetic, fragment plumbing, masking and pipelining without a
 // GPU (label cpu: runs in CI); tests/cuda/attention_cuda_test.cpp checks the real thing.
 // Both cp.async modes run (copies at the wait, copies at issue). Tolerances (bf16 inputs, bf16
@@ -585,9 +585,9 @@ TEST(AttentionEmu, PrefillOverKvCacheWithWindow) {
     check_case(c);
 }
 
-// Head dim 256 (the hybrid families' gated attention; forward only): the tiled forward (causal,
-// full, a window with sinks), the split-KV decode over three splits with GQA 8, and its row
-// invariance.
+// Head dim 256 (the hybrid families' gated attention and their drafters): the tiled forward
+// (causal, full, a window with sinks), the split-KV decode over three splits with GQA 8, and its
+// row invariance.
 TEST(AttentionEmu, HeadDim256ForwardAndDecode) {
     check_case(causal("causal 130 d256 g2", 130, 130, 0, 4, 2, 256, false));
     check_case(causal("full 33x70 d256", 33, 70, 0, 2, 1, 256, false));
@@ -599,6 +599,20 @@ TEST(AttentionEmu, HeadDim256ForwardAndDecode) {
     check_case(cache("verify causal sq16 g2 d256", kCausal, 16, 300, 77, 4, 2, 256));
     check_case(cache("prefill causal sq40 kv130 d256", kCausal, 40, 200, 130, 2, 1, 256));
     expect_verified_rows_equal_decoded(5, 700, 517, 4, 2, 256, 0, {}, 17);
+}
+
+// Head dim 256's backward (Note [Head dim 256 backward]: a dV launch and a dK launch, 16 query rows
+// a step): causal over two tiles with GQA 2, a window, and a drafter's DFlash block mask whose
+// shared context tiles split over query tiles (fp32 partials of each launch, then the reduce).
+TEST(AttentionEmu, HeadDim256Backward) {
+    check_case(causal("causal 70 d256 g2 bwd", 70, 70, 0, 4, 2, 256, true));
+    Case w = causal("causal 90 window 20 d256 bwd", 90, 90, 0, 2, 1, 256, true);
+    w.window = 20;
+    check_case(w);
+    Case split = dflash("dflash b16 ctx130 2 splits d256", 8, 16, 130,
+                        {0, 20, 64, 100, 130, 129, -1, 7}, 2, 1, 256);
+    split.kv_splits = 2;
+    check_case(split);
 }
 
 }  // namespace

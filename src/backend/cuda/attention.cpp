@@ -34,11 +34,10 @@ void check_heads_tensor(const Exec& ex, const Tensor& t, const char* op, const c
 }
 
 // What the kernels support beyond the op's shape contract (check_attention_*_shapes).
-void check_kernel_limits(const AttentionDims& d, const Tensor& q, const Tensor& k, const char* op,
-                         bool backward) {
-    DF_CHECK(attn::head_dim_supported(static_cast<int>(d.dh), backward),
-             "{}: head dim {} has no CUDA kernel; supported head dims are 64 and 128{} (q {})", op,
-             d.dh, backward ? "" : " and, forward only, 256", q.describe());
+void check_kernel_limits(const AttentionDims& d, const Tensor& q, const Tensor& k, const char* op) {
+    DF_CHECK(attn::head_dim_supported(static_cast<int>(d.dh)),
+             "{}: head dim {} has no CUDA kernel; supported head dims are 64, 128 and 256 (q {})",
+             op, d.dh, q.describe());
     DF_CHECK(d.sq <= kMaxRows && d.sk <= kMaxRows && d.h <= 65535,
              "{}: q {} / k {} exceed the kernels' index range (rows < 2^30, heads < 65536)", op,
              q.describe(), k.describe());
@@ -112,7 +111,7 @@ void attention_fwd(const Exec& ex, const Tensor& q, const Tensor& k, const Tenso
         check_heads_tensor(ex, *t, op, name);
     check_tensor(ex, lse, DType::f32, op, "lse");
     const AttentionDims d = check_attention_fwd_shapes(q, k, v, mask, out, lse);
-    check_kernel_limits(d, q, k, op, false);
+    check_kernel_limits(d, q, k, op);
     attn::FwdArgs a;
     a.mask = mask_args(ex, mask, d, op);
     a.q = q.bf16();
@@ -148,7 +147,7 @@ void attention_bwd(const Exec& ex, const Tensor& dout, const Tensor& q, const Te
         check_heads_tensor(ex, *t, op, name);
     check_tensor(ex, lse, DType::f32, op, "lse");
     const AttentionDims d = check_attention_bwd_shapes(dout, q, k, v, out, lse, mask, dq, dk, dv);
-    check_kernel_limits(d, q, k, op, true);
+    check_kernel_limits(d, q, k, op);
     attn::BwdArgs a;
     a.mask = mask_args(ex, mask, d, op);
     a.dout = dout.bf16();

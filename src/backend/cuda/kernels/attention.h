@@ -64,11 +64,11 @@ struct BwdArgs {
     MaskArgs mask;
 };
 
-// Head dims with kernels: 64 and 128; the forward (tiled and decode) also 256, the head dim of
-// the hybrid families' gated attention (Qwen3-Next, Qwen3.5), which are only run, never trained.
-// At 256 the kernels' tiles take 160 KiB (forward) and up to 192 KiB (decode) of shared memory.
-inline bool head_dim_supported(int d, bool backward) {
-    return d == 64 || d == 128 || (d == 256 && !backward);
+// Head dims with kernels: 64, 128 and 256 (the hybrid families' gated attention, Qwen3-Next and
+// Qwen3.5, and the drafters that copy their geometry). At 256 the tiles take 160 KiB (forward), up
+// to 192 KiB (decode, dQ) and 193 KiB (dK/dV) of shared memory.
+inline bool head_dim_supported(int d) {
+    return d == 64 || d == 128 || d == 256;
 }
 
 // dflash: fills table[num_query_tiles(sq)] with each query tile's visible key ranges from the

@@ -196,6 +196,12 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---- dK/dV: block (key tile, kv head) --------------------------------------------------------
+// Note [Head dim 256 backward]: the hybrid families' targets have head dim 256 and their drafters
+// copy it (SpecForge's Qwen3.5 drafter configs: 24 x 256 / 4 x 256 at 27B). A warp's fp32
+// accumulator of 16 rows x 256 is 128 registers a thread; dK and dV together (256) cannot stay in
+// registers, so at D = 256 the dK/dV pass runs as two launches that share every index and load
+// but keep one accumulator each, and visit 16 query rows at a time. The extra cost is the
+// recomputed Pᵀ (one more Q Kᵀ product per visit): about a third more work for the dK/dV pass.
 // smem: K, V [64 x D]; Q[2], dO[2] [64 x D]; lse[2], delta[2] [64] f32; spans[2] [64].
 template <int D>
 struct DkdvSmem {
@@ -207,8 +213,14 @@ struct DkdvSmem {
     static constexpr int kDelta = kLse + 2 * kBlockM * 4;
     static constexpr int kSpan = kDelta + 2 * kBlockM * 4;
     static constexpr int kBytes = kSpan + 2 * kBlockM * static_cast<int>(sizeof(RowSpan));
-    static constexpr int kQw = D == 128 ? 32 : 64;  // query rows per step (see dkdv_step)
+    static constexpr int kQw = D == 256 ? 16 : D == 128 ? 32 : 64;  // query rows per step
 };
+
+// What one dK/dV launch accumulates. At D = 256 one accumulator of a warp's 16 key rows is 128
+// floats a thread, so dK and dV together would spill: that head dim runs two launches, one per
+// accumulator, each recomputing P (and dP for dK) from the forward's lse (Note [Head dim 256
+// backward]).
+enum DkdvPart : int { kDkdvBoth = 0, kDvOnly = 1, kDkOnly = 2 };
 
 // The next (head in group, query tile) after (hh, qt) that visits key tile kv; hh == group: none.
 struct Visit {
@@ -254,9 +266,10 @@ __device__ __forceinline__ void load_visit(const BwdArgs& a, const MaskGeom& g, 
 }
 
 // One warp's part of a visit for query rows [c0, c0 + kQw) of the tile: Pᵀ [16 keys x kQw],
-// dV += Pᵀ dO, dPᵀ = V dOᵀ, dSᵀ = Pᵀ ∘ (dPᵀ - delta), dK += dSᵀ Q. Splitting the 64 query rows
-// of a tile in halves at D = 128 keeps Pᵀ and dSᵀ small enough that nothing spills.
-template <int D>
+// dV += Pᵀ dO, dPᵀ = V dOᵀ, dSᵀ = Pᵀ ∘ (dPᵀ - delta), dK += dSᵀ Q (Part: only dV, or only dK).
+// Splitting the 64 query rows of a tile in halves at D = 128 (quarters at 256) keeps Pᵀ and dSᵀ
+// small enough that nothing spills.
+template <int D, int Part>
 __device__ __forceinline__ void dkdv_step(float (&dk)[D / 8][4], float (&dv)[D / 8][4],
                                           uint32_t s_k, uint32_t s_v, uint32_t q_tile,
                                           uint32_t do_tile, const float* lse, const float* dl,
@@ -279,8 +292,11 @@ __device__ __forceinline__ void dkdv_step(float (&dk)[D / 8][4], float (&dv)[D /
             p[n][e] = ok ? exp2_approx(p[n][e] * scale_log2 - lse_log2(lse[c])) : 0.0f;
         }
     }
-    mma_ab<D, D / 8, kN / 2>(
-        dv, [&](int ks, uint32_t(&f)[4]) { acc_to_a<kN>(f, p, ks); }, do_tile, c0, lane);
+    if constexpr (Part != kDkOnly) {
+        mma_ab<D, D / 8, kN / 2>(
+            dv, [&](int ks, uint32_t(&f)[4]) { acc_to_a<kN>(f, p, ks); }, do_tile, c0, lane);
+    }
+    if constexpr (Part == kDvOnly) return;
     float ds[kN][4];
     zero_acc<kN>(ds);
     mma_abt<D, kN, D / 16>(
@@ -296,7 +312,7 @@ __device__ __forceinline__ void dkdv_step(float (&dk)[D / 8][4], float (&dv)[D /
 }
 
 // A split block's fp32 partial dK (scaled) and dV for rows [k0, write_end) of its key tile.
-template <int D>
+template <int D, int Part>
 __device__ __forceinline__ void store_partial(const BwdArgs& a, const KvTile& kv, int split, int hk,
                                               int kr, int lane, const float (&dk)[D / 8][4],
                                               const float (&dv)[D / 8][4], float scale) {
@@ -312,15 +328,17 @@ __device__ __forceinline__ void store_partial(const BwdArgs& a, const KvTile& kv
         const size_t at = static_cast<size_t>(row) * a.hkv * D + 2 * t4;
         DF_ATTN_UNROLL
         for (int c = 0; c < D / 8; ++c) {
-            *reinterpret_cast<float2*>(pk + at + c * 8) =
-                make_float2(dk[c][2 * r] * scale, dk[c][2 * r + 1] * scale);
-            *reinterpret_cast<float2*>(pv + at + c * 8) =
-                make_float2(dv[c][2 * r], dv[c][2 * r + 1]);
+            if constexpr (Part != kDvOnly)
+                *reinterpret_cast<float2*>(pk + at + c * 8) =
+                    make_float2(dk[c][2 * r] * scale, dk[c][2 * r + 1] * scale);
+            if constexpr (Part != kDkOnly)
+                *reinterpret_cast<float2*>(pv + at + c * 8) =
+                    make_float2(dv[c][2 * r], dv[c][2 * r + 1]);
         }
     }
 }
 
-template <int D>
+template <int D, int Part>
 __global__ void __launch_bounds__(kThreads)
     dkdv_kernel(const BwdArgs a, float scale, float scale_log2) {
     using L = DkdvSmem<D>;
@@ -362,8 +380,9 @@ __global__ void __launch_bounds__(kThreads)
         const RowSpan* span = s_span + buf * kBlockM;
         DF_ATTN_UNROLL
         for (int half = 0; half < kBlockM / DkdvSmem<D>::kQw; ++half) {
-            dkdv_step<D>(dk, dv, s_k, s_v, q_cur, do_cur, lse, dl, span, half * DkdvSmem<D>::kQw,
-                         key, kv.load_end, cur.kind == 1, scale_log2, lane);
+            dkdv_step<D, Part>(dk, dv, s_k, s_v, q_cur, do_cur, lse, dl, span,
+                               half * DkdvSmem<D>::kQw, key, kv.load_end, cur.kind == 1, scale_log2,
+                               lane);
         }
         __syncthreads();
         cur = nx;
@@ -371,7 +390,7 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_wait<0>();
     __syncthreads();
     if (kv.seg == 0 && a.kv_splits > 1) {
-        store_partial<D>(a, kv, kb.split, hk, kr, lane, dk, dv, scale);
+        store_partial<D, Part>(a, kv, kb.split, hk, kr, lane, dk, dv, scale);
         return;
     }
     // Rows [k0, write_end) of dK and dV belong to this tile (zeros where no query sees them).
@@ -383,8 +402,11 @@ __global__ void __launch_bounds__(kThreads)
         };
     };
     const float sc[2] = {scale, scale}, one[2] = {1.0f, 1.0f};
-    store_rows_bf16<D>(dk, sc, smem + L::kK, kr, lane, dst(a.dk + static_cast<size_t>(hk) * D));
-    store_rows_bf16<D>(dv, one, smem + L::kV, kr, lane, dst(a.dv + static_cast<size_t>(hk) * D));
+    if constexpr (Part != kDvOnly)
+        store_rows_bf16<D>(dk, sc, smem + L::kK, kr, lane, dst(a.dk + static_cast<size_t>(hk) * D));
+    if constexpr (Part != kDkOnly)
+        store_rows_bf16<D>(dv, one, smem + L::kV, kr, lane,
+                           dst(a.dv + static_cast<size_t>(hk) * D));
 }
 
 // dk[j], dv[j] (bf16) = the sum over splits, in split order, of the fp32 partials of the
@@ -417,9 +439,21 @@ void launch_bwd(const BwdArgs& a, CUstream_st* stream) {
     const float scale = 1.0f / sqrtf(static_cast<float>(D));
     const float scale_log2 = scale * kLog2e;
     const int nkv = num_kv_blocks(a.mask.kind, a.mask.sq, a.mask.sk, a.mask.ctx_len, a.kv_splits);
-    if (nkv > 0) {
-        DF_ATTN_LAUNCH(dkdv_kernel<D>, dim3(nkv, a.hkv), kThreads, DkdvSmem<D>::kBytes, stream, a,
-                       scale, scale_log2);
+    // The launch macro takes the kernel as one argument: no comma of template arguments in it.
+    const dim3 grid(nkv, a.hkv);
+    if constexpr (D == 256) {
+        auto* const dv_only = dkdv_kernel<D, kDvOnly>;
+        auto* const dk_only = dkdv_kernel<D, kDkOnly>;
+        if (nkv > 0) {
+            DF_ATTN_LAUNCH(dv_only, grid, kThreads, DkdvSmem<D>::kBytes, stream, a, scale,
+                           scale_log2);
+            DF_ATTN_LAUNCH(dk_only, grid, kThreads, DkdvSmem<D>::kBytes, stream, a, scale,
+                           scale_log2);
+        }
+    } else {
+        auto* const both = dkdv_kernel<D, kDkdvBoth>;
+        if (nkv > 0)
+            DF_ATTN_LAUNCH(both, grid, kThreads, DkdvSmem<D>::kBytes, stream, a, scale, scale_log2);
     }
     const int len0 = seg0_len(a.mask.kind, a.mask.sk, a.mask.ctx_len);
     if (a.kv_splits > 1 && len0 > 0) {
@@ -440,8 +474,10 @@ void bwd(const BwdArgs& a, CUstream_st* stream) {
     }
     if (a.d == 64) {
         launch_bwd<64>(a, stream);
-    } else {
+    } else if (a.d == 128) {
         launch_bwd<128>(a, stream);
+    } else {
+        launch_bwd<256>(a, stream);
     }
 }
 
