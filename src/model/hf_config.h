@@ -157,6 +157,9 @@ struct DsparkConfig {
     MarkovHeadType markov_head = MarkovHeadType::vanilla;
     bool confidence_head = true;         // enable_confidence_head
     bool confidence_with_markov = true;  // confidence_head_with_markov: input [h; e], else h
+    // num_anchors: DeepSpec's model refuses a config without it (a training count it stores in
+    // the config; decoding never reads it). Kept from the config read, else DeepSpec's 512.
+    int64_t num_anchors = 512;
     // The confidence head's input width for hidden size D.
     int64_t confidence_dim(int64_t hidden) const {
         return confidence_with_markov ? hidden + markov_rank : hidden;

@@ -97,6 +97,7 @@ void config_fields::parse_dspark_fields(const json& j, const json& dc, DrafterCo
     };
     c.confidence_head = flag("enable_confidence_head", true);
     c.confidence_with_markov = flag("confidence_head_with_markov", true);
+    if (const json* v = dspark_key(j, dc, "num_anchors")) c.num_anchors = as_int(*v, "num_anchors");
 }
 
 std::vector<std::string> config_fields::dspark_problems(const DrafterConfig& d) {
@@ -118,6 +119,7 @@ void DrafterConfig::dspark_json(json& j) const {
     dc["attention_mode"] = "gqa";
     j["mask_token_id"] = mask_token_id;
     j["target_layer_ids"] = target_layer_ids;
+    j["num_anchors"] = ds.num_anchors;  // DeepSpec's model asserts that it is there
     for (json* o : {&j, &dc}) {
         (*o)["markov_rank"] = ds.markov_rank;
         (*o)["markov_head_type"] = markov_head_type_name(ds.markov_head);

@@ -85,10 +85,16 @@ TEST(DsparkConfig, ReadsDeepSpecAndSpecForgeLayouts) {
     EXPECT_EQ(out["dflash_config"]["projector_type"], "dspark");
     EXPECT_EQ(out["mask_token_id"], 36);
     EXPECT_EQ(out["block_size"], 7);
+    // DeepSpec's Qwen3DSparkModel refuses a config without num_anchors (DeepSpec's 512 here).
+    EXPECT_EQ(out["num_anchors"], 512);
     const DrafterConfig back = DrafterConfig::from_json(out);
     EXPECT_EQ(back.ds.markov_rank, 6);
     EXPECT_EQ(back.ds.markov_head, MarkovHeadType::gated);
     EXPECT_FALSE(back.ds.confidence_with_markov);
+    // A config's own num_anchors is kept.
+    json with_anchors = deepspec_json();
+    with_anchors["num_anchors"] = 48;
+    EXPECT_EQ(DrafterConfig::from_json(with_anchors).to_json()["num_anchors"], 48);
 }
 
 TEST(DsparkConfig, RnnIsReadAndWrittenAndBadValuesAreRefusedByName) {
