@@ -102,7 +102,8 @@ fi
 # tools/reference/dspark_reference.py over transformers, every step compared. One drafter per
 # Markov head in $DSPARK_HEADS (default "gated rnn"); the gated one with every draft verified and
 # with a confidence cut at 0.8 (60 steps leave the confidences high: 0.5 cut nothing on the
-# CPU-trained pair), the others with every draft verified.
+# CPU-trained pair), the others with every draft verified. Each is also decoded by DeepSpec's own
+# published model and loop where its source is carried (deepspec_roundtrip.py, DEEPSPEC_SRC).
 if [[ $flags == *" --dspark-roundtrip "* ]]; then
     bin="$run/bin/dflash"
     demo="$run/demo"
@@ -144,6 +145,18 @@ if [[ $flags == *" --dspark-roundtrip "* ]]; then
             [[ ${PIPESTATUS[0]} == 0 ]] || failed+=("dspark_roundtrip_${head}_$thr")
             cp "$run/ds_roundtrip_${head}_$thr/roundtrip.json" \
                 "$out/dspark_roundtrip_${head}_$thr.json" 2>/dev/null
+            # DeepSpec's own model and decoding loop, where its source is carried
+            # (tools/reference/deepspec_roundtrip.py; DEEPSPEC_SRC, default gpu-bundle/deepspec-src).
+            src=${DEEPSPEC_SRC:-gpu-bundle/deepspec-src}
+            [[ -d $src/deepspec ]] || continue
+            echo "== DeepSpec's code, $head head, confidence threshold $thr"
+            timeout 400 python3 tools/reference/deepspec_roundtrip.py --deepspec-src "$src" \
+                --dflash "$bin" --target "$tgt" --drafter "$ds" \
+                --prompts "$demo/corpus/heldout_prompts.jsonl" --confidence-threshold "$thr" \
+                --out "$run/deepspec_${head}_$thr" 2>&1 | grep -v "^\$ \|Loading weights" | tail -n 14
+            [[ ${PIPESTATUS[0]} == 0 ]] || failed+=("deepspec_roundtrip_${head}_$thr")
+            cp "$run/deepspec_${head}_$thr/deepspec_roundtrip.json" \
+                "$out/deepspec_roundtrip_${head}_$thr.json" 2>/dev/null
         done
     done
 fi
