@@ -13,7 +13,9 @@
 # 26.9B parameters, 54 GB bf16; drafter target layers [1, 16, 31, 46, 61]), its weights written by
 # scripts/random_hybrid_target.py (plain Python: tiles of one random pool, no torch).
 # GPUS (default 1), STEPS (default 12), SHARD=1 (train.shard_optimizer_state), EXCHANGE
-# (runtime.gradient_exchange with several GPUs, default device); output under $OUT or ./gpu-out.
+# (runtime.gradient_exchange with several GPUs, default device), CKPT_EVERY (train.checkpoint_every,
+# default 0: none; the wall time between steps then shows whether a checkpoint stalls them);
+# output under $OUT or ./gpu-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dest=${OUT:-gpu-out}
@@ -106,6 +108,7 @@ echo "random $target-shaped target written in $(($(date +%s) - t0)) s"
 extra=()
 [[ ${SHARD:-0} == 1 ]] && extra+=(--train.shard_optimizer_state true)
 ((gpus > 1)) && extra+=(--runtime.gradient_exchange "${EXCHANGE:-device}")
+ckpt=${CKPT_EVERY:-0}
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 500 \
     > "$run/memory.csv" 2>/dev/null &
 smi=$!
@@ -113,7 +116,7 @@ t0=$(date +%s)
 timeout 420 "$bin" train --target "$tdir" --data "$run/data" --output "$run/r" \
     --runtime.devices "$gpus" --drafter.num_layers 5 --drafter.block_size 16 \
     --train.max_length 3072 --train.num_anchors 512 --train.max_steps "$steps" \
-    --train.checkpoint_every 0 --train.eval_every 0 --train.log_every 1 --train.epochs 1000 \
+    --train.checkpoint_every "$ckpt" --train.eval_every 0 --train.log_every 1 --train.epochs 1000 \
     "${extra[@]}" > "$dest/online-train.txt" 2>&1
 rc=$?
 kill $smi 2> /dev/null
@@ -134,6 +137,10 @@ print(f"tokens/s median over steps {late[0]['step']}..{late[-1]['step']}: {tps:.
       f"(min {min(r['tokens_per_s'] for r in late):.0f}, max {max(r['tokens_per_s'] for r in late):.0f})")
 print(f"samples/s (3072-token sequences): {tps / 3072:.2f} for {gpus} GPU(s), "
       f"{tps / 3072 / gpus:.2f} per GPU; step {3072 * gpus / tps * 1e3:.1f} ms")
+# Wall time between consecutive steps' records: a checkpoint that stalls the step shows here.
+wall = [(b["step"], b["elapsed_s"] - a["elapsed_s"]) for a, b in zip(rows, rows[1:])
+        if "elapsed_s" in a and "elapsed_s" in b]
+print("wall s between steps:", " ".join(f"{s}:{t:.3f}" for s, t in wall))
 peak = {}
 for line in open(sys.argv[2]):
     try:
