@@ -178,6 +178,7 @@ BenchReport run_bench_engines(SpeculativeEngine& baseline, SpeculativeEngine& sp
     }
     rep.graphs = speculative.backend().graph_stats();
     rep.draft_precision = speculative.draft_precision();
+    rep.target_panels = speculative.target_panels();
     return rep;
 }
 
@@ -278,8 +279,9 @@ std::string format_bench_table(const BenchReport& rep) {
         "{:.3f} mean of per-prompt tau, {:.3f} pooled over steps; counting what last steps "
         "accepted past the budget or a stop token: {:.3f}\n",
         rep.mean_request_tau(), t.tau(), t.tau_accepted());
-    out += fmt::format("block size {}; backend {}; drafts in {}\n", rep.block_size, rep.backend,
-                       rep.draft_precision);
+    out += fmt::format("block size {}; backend {}; drafts in {}; target weights {}\n",
+                       rep.block_size, rep.backend, rep.draft_precision,
+                       rep.target_panels ? "in fp32 panels" : "in place");
     // A DSpark confidence cut (infer.dspark_confidence_threshold) verifies fewer drafts.
     if (t.verified < t.drafted)
         out += fmt::format(
@@ -372,6 +374,7 @@ nlohmann::json bench_to_json(const BenchReport& rep) {
         {"measured_over_predicted", ratio(t.speedup(), t.predicted_speedup())}};
     return json{{"backend", rep.backend},
                 {"draft_precision", rep.draft_precision},
+                {"target_panels", rep.target_panels},
                 {"block_size", rep.block_size},
                 {"max_new_tokens", rep.max_new_tokens},
                 {"greedy", rep.greedy},

@@ -85,6 +85,7 @@ struct BenchReport {
     std::string backend;  // where it ran: "cpu", "cuda:0"
     std::string
         draft_precision;  // what the drafter multiplied in (SpeculativeEngine::draft_precision)
+    bool target_panels = false;  // the target multiplied through fp32 panels (target_panels())
     int64_t block_size = 0;
     int64_t max_new_tokens = 0;
     bool greedy = true;  // losslessness is only checked under greedy decoding
