@@ -258,8 +258,9 @@ void panel_tile(int64_t k, const float* a, int64_t lda, const float* panel, int 
 #pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) {
             bv[v] = V::load(panel + kk * NC + v * V::W);
-            // The panel's row 32 on (6 KB for AVX-512): 3-5% off both 1 and 8 rows on the Zen 5
-            // box (docs/performance.md), where 8 and 16 rows on gained less. Never faults.
+            // The panel's row 32 on (6 KB for AVX-512; a prefetch never faults): in `dflash
+            // bench` on the Zen 5 box an 8-row verify fell from 2.08x to 1.77x a decode with it
+            // (16 rows on: 1.82x, 64: 1.77x; docs/performance.md).
             __builtin_prefetch(panel + (kk + 32) * NC + v * V::W, 0, 3);
         }
 #pragma GCC unroll 8
