@@ -65,8 +65,9 @@ struct CollectiveOptions {
     double timeout_s = 600;
 };
 
-// A backend's own copy of a linear layer's weight, made by Backend::prepare_bf16_weight for
-// Backend::linear. It holds the weight's values as they were when it was made.
+// A backend's own copy of a linear layer's weight, made by Backend::prepare_bf16_weight or
+// Backend::prepare_f32_weight for Backend::linear. It holds the weight's values as they were when
+// it was made.
 class PreparedWeight {
   public:
     virtual ~PreparedWeight() = default;
@@ -148,8 +149,17 @@ class Backend {
         (void)w;
         return nullptr;
     }
+    // An fp32 copy of the weight w [N, K] for linear(), laid out for products of a few rows whose
+    // bits do not depend on the row count (the target's decode and verify: Note [f32 panels] in
+    // backend/cpu/f32_panels.h), or null where this backend reads w in place as fast (CUDA; a CPU
+    // without AVX2). Setup time only: it allocates.
+    virtual std::unique_ptr<PreparedWeight> prepare_f32_weight(const Tensor& w) {
+        (void)w;
+        return nullptr;
+    }
     // y = x · Wᵀ + beta * y: from `prepared` when it is not null (this backend's
-    // prepare_bf16_weight of w), else gemm(x, false, w, true, y, 1, beta). x viewed as [M, K].
+    // prepare_bf16_weight or prepare_f32_weight of w), else gemm(x, false, w, true, y, 1, beta). x
+    // viewed as [M, K].
     virtual void linear(const Tensor& x, const Tensor& w, const PreparedWeight* prepared,
                         const Tensor& y, float beta = 0.0f) {
         (void)prepared;

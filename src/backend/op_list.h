@@ -18,8 +18,9 @@
 // in cpu/<family>.cpp; its CUDA op in cuda/<family>.cpp with kernels/<family>.{cu,h}; their tests
 // (tests/ops/<family>_test.cpp, tests/cuda/<family>_cuda_test.cpp). Nothing else.
 // Written by hand on Backend instead, because each backend does them its own way: memory,
-// transfers and steps, prepare_bf16_weight / linear (an optional prepared weight) and the
-// lm_head_*_workspace queries (const, returning sizes; the planning backend asks the real one).
+// transfers and steps, prepare_bf16_weight / prepare_f32_weight / linear (an optional prepared
+// weight) and the lm_head_*_workspace queries (const, returning sizes; the planning backend asks
+// the real one).
 // Covered by every op test (tests/ops, tests/cuda) through the declarations it generates.
 
 #ifndef DFLASH_OP

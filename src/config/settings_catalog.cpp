@@ -462,6 +462,12 @@ void add_infer(Registry& r) {
                          "auto = bf16 where the CPU has AVX-512, else f32. The output is the "
                          "target's either way; only which tokens are proposed can change")
               .read_by("infer engine (dflash generate, dflash bench, training evaluation)"));
+    r.add(D::boolean("infer.cpu_target_panels", true,
+                     "on the CPU (AVX2 or AVX-512), multiply the target's decode and verify "
+                     "through fp32 copies of its linear weights laid out in panels (one more "
+                     "copy of those weights in memory, made only when it takes at most 1 GiB; a "
+                     "verify row keeps a decode row's bits); false = read the weights in place")
+              .read_by("infer engine (dflash generate, dflash bench, training evaluation)"));
     r.add(D::boolean("infer.draft_sampling", false,
                      "sample draft tokens (instead of argmax) when temperature > 0")
               .read_by("infer engine"));

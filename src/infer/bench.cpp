@@ -181,6 +181,7 @@ BenchReport run_bench_engines(SpeculativeEngine& baseline, SpeculativeEngine& sp
     }
     rep.graphs = speculative.backend().graph_stats();
     rep.draft_precision = speculative.draft_precision();
+    rep.target_panels = speculative.target_panels();
     return rep;
 }
 
@@ -281,8 +282,10 @@ std::string format_bench_table(const BenchReport& rep) {
         "{:.3f} mean of per-prompt tau, {:.3f} pooled over steps; counting what last steps "
         "accepted past the budget or a stop token: {:.3f}\n",
         rep.mean_request_tau(), t.tau(), t.tau_accepted());
-    out += fmt::format("block size {} (at most {} tokens a step); backend {}; drafts in {}\n",
-                       rep.block_size, rep.max_step_tokens, rep.backend, rep.draft_precision);
+    out += fmt::format(
+        "block size {} (at most {} tokens a step); backend {}; drafts in {}; target weights {}\n",
+        rep.block_size, rep.max_step_tokens, rep.backend, rep.draft_precision,
+        rep.target_panels ? "in fp32 panels" : "in place");
     // A DSpark confidence cut (infer.dspark_confidence_threshold) verifies fewer drafts.
     if (t.verified < t.drafted)
         out += fmt::format(
@@ -375,6 +378,7 @@ nlohmann::json bench_to_json(const BenchReport& rep) {
         {"measured_over_predicted", ratio(t.speedup(), t.predicted_speedup())}};
     return json{{"backend", rep.backend},
                 {"draft_precision", rep.draft_precision},
+                {"target_panels", rep.target_panels},
                 {"block_size", rep.block_size},
                 {"max_step_tokens", rep.max_step_tokens},
                 {"max_new_tokens", rep.max_new_tokens},

@@ -85,7 +85,8 @@ struct BenchReport {
     std::string backend;  // where it ran: "cpu", "cuda:0"
     // What the drafter multiplied in (SpeculativeEngine::draft_precision).
     std::string draft_precision;
-    int64_t block_size = 0;  // the drafter's block B
+    bool target_panels = false;  // the target multiplied through fp32 panels (target_panels())
+    int64_t block_size = 0;      // the drafter's block B
     // The most a step commits: B, or B + 1 for DSpark (all B slots draft).
     int64_t max_step_tokens = 0;
     int64_t max_new_tokens = 0;

@@ -86,14 +86,15 @@ int64_t drafts_of(const DrafterModel* drafter, int64_t B) {
 struct SpeculativeEngine::Sessions {
     Sessions(const TargetModel& target, const DrafterModel* drafter, Backend& be,
              int64_t cache_rows, int64_t block, int64_t prefill_rows,
-             const PreparedWeights* prepared_weights)
+             const PreparedWeights* prepared_weights, const PreparedWeights* target_weights)
         : capacity(cache_rows),
           B(block),
           verify(drafter ? drafts_of(drafter, block) + 1 : block),
           prepared(prepared_weights),
+          target_prepared(target_weights),
           tgt(target, be, cache_rows,
               drafter ? drafter->config().target_layer_ids : std::vector<int64_t>{},
-              std::max(prefill_rows, verify)),
+              std::max(prefill_rows, verify), target_weights),
           pick(be, std::max<int64_t>(verify, 1), target.config().vocab_size),
           logits(be, {verify, target.config().vocab_size}, DType::f32) {
         if (!drafter) return;
@@ -108,6 +109,7 @@ struct SpeculativeEngine::Sessions {
     int64_t capacity, B;
     int64_t verify;                   // tokens of a verify forward: the anchor and every draft
     const PreparedWeights* prepared;  // what the drafter session multiplies with
+    const PreparedWeights* target_prepared;  // what the target session multiplies with
     TargetSession tgt;
     std::optional<DrafterSession> dft;
     std::optional<CandidateSelector> sel;  // DFlash2 drafters
@@ -368,17 +370,35 @@ const PreparedWeights* SpeculativeEngine::draft_weights(DraftPrecision precision
     return draft_weights_->count() > 0 ? draft_weights_.get() : nullptr;
 }
 
+const PreparedWeights* SpeculativeEngine::target_weights(bool panels) {
+    // The panels are a second f32 copy of the target's linear weights (per engine): worth it for
+    // the small targets a CPU decodes, never allowed to double a large one's memory.
+    constexpr int64_t kMaxPanelBytes = int64_t{1} << 30;
+    const std::vector<Tensor> weights = target_.linear_weights();
+    int64_t bytes = 0;
+    for (const Tensor& w : weights) bytes += w.numel() * 4;
+    panels = panels && bytes <= kMaxPanelBytes;
+    if (panels && !target_weights_)
+        target_weights_ = std::make_unique<PreparedWeights>(be_, weights, WeightCopy::f32);
+    target_panels_ = panels && target_weights_->count() > 0;
+    return target_panels_ ? target_weights_.get() : nullptr;
+}
+
 SpeculativeEngine::Sessions& SpeculativeEngine::sessions(int64_t capacity, int64_t B,
-                                                         DraftPrecision precision) {
+                                                         DraftPrecision precision,
+                                                         bool target_panels) {
     const PreparedWeights* prepared = draft_weights(precision);
+    const PreparedWeights* target_prepared = target_weights(target_panels);
     // Prefills longer than this run in pieces (each piece's activations fit one workspace).
     constexpr int64_t kPrefillRows = 512;
     // Capacities grow in steps, so prompts of similar lengths share sessions (and graphs).
     constexpr int64_t kCapacityStep = 256;
-    if (!kept_ || kept_->capacity < capacity || kept_->B != B || kept_->prepared != prepared) {
+    if (!kept_ || kept_->capacity < capacity || kept_->B != B || kept_->prepared != prepared ||
+        kept_->target_prepared != target_prepared) {
         kept_.reset();  // its memory goes before the new sessions take theirs
         const int64_t cap = (capacity + kCapacityStep - 1) / kCapacityStep * kCapacityStep;
-        kept_ = std::make_unique<Sessions>(target_, drafter_, be_, cap, B, kPrefillRows, prepared);
+        kept_ = std::make_unique<Sessions>(target_, drafter_, be_, cap, B, kPrefillRows, prepared,
+                                           target_prepared);
     }
     kept_->tgt.crop(0);
     if (kept_->dft) kept_->dft->crop(0);
@@ -443,7 +463,8 @@ GenerateResult SpeculativeEngine::generate(std::span<const int32_t> prompt,
     const int64_t budget = std::min(opt.max_new_tokens, max_ctx - P);
     GenerateOptions budgeted = opt;
     budgeted.max_new_tokens = budget;
-    Sessions& ss = sessions(P + budget + std::max(B, verify), B, opt.draft_precision);
+    Sessions& ss =
+        sessions(P + budget + std::max(B, verify), B, opt.draft_precision, opt.target_panels);
     TargetSession& tgt = ss.tgt;
     const int64_t KD = drafter_ ? drafter_->feature_dim() : 0;
     Rng rng(opt.seed);

@@ -45,6 +45,11 @@ struct GenerateOptions {
     // The precision of the drafter's products on a CPU backend (Note [bf16 drafting] in
     // backend/cpu/bf16_linear.h); the output is the target's either way.
     DraftPrecision draft_precision = DraftPrecision::f32;
+    // The target's products on a CPU backend through fp32 panels copied from its weights (Note
+    // [f32 panels] in backend/cpu/f32_panels.h: the same bits for a decode row and a verify row,
+    // and an 8-row verify at a fraction more than a 1-row decode), or its weights in place (no
+    // copy). The output is the same tokens either way up to fp32 rounding of near ties.
+    bool target_panels = true;
     StepTraceSink trace;  // called after every speculative step when set
 };
 
@@ -102,23 +107,30 @@ class SpeculativeEngine {
     // to bf16 for the backend's bf16 product) or "bf16" (the backend's own compute type); "" before
     // any or without a drafter.
     const std::string& draft_precision() const { return draft_precision_; }
+    // Whether the last generate() multiplied the target through fp32 panels.
+    bool target_panels() const { return target_panels_; }
 
     struct Sessions;  // spec_decode.cpp
 
   private:
     // Sessions for `capacity` positions and block size B (made anew when the kept ones are
-    // too small or differently shaped, or drafting changed precision).
-    Sessions& sessions(int64_t capacity, int64_t B, DraftPrecision precision);
+    // too small or differently shaped, or drafting changed precision, or the target's copies).
+    Sessions& sessions(int64_t capacity, int64_t B, DraftPrecision precision, bool target_panels);
     // The drafter's bf16 copies for `precision` (null: f32), made at the first call that needs
     // them; an error when bf16 is asked of a CPU without a bf16 product.
     const PreparedWeights* draft_weights(DraftPrecision precision);
+    // The target's fp32 panels when `panels` and the backend makes them (null: in place), made at
+    // the first such call.
+    const PreparedWeights* target_weights(bool panels);
 
     const TargetModel& target_;
     const DrafterModel* drafter_;
     Backend& be_;
     std::unique_ptr<Sessions> kept_;
     std::unique_ptr<PreparedWeights> draft_weights_;  // behind a pointer: sessions keep its address
+    std::unique_ptr<PreparedWeights> target_weights_;  // likewise
     std::string draft_precision_;
+    bool target_panels_ = false;
 };
 
 }  // namespace dflash

@@ -24,10 +24,11 @@ const char* to_string(DraftPrecision p) {
     return "bf16";
 }
 
-PreparedWeights::PreparedWeights(Backend& be, const std::vector<Tensor>& weights) {
+PreparedWeights::PreparedWeights(Backend& be, const std::vector<Tensor>& weights, WeightCopy copy) {
     for (const Tensor& w : weights) {
-        if (copies_.count(w.data()) > 0) continue;  // one tensor listed twice (tied weights)
-        std::unique_ptr<PreparedWeight> p = be.prepare_bf16_weight(w);
+        if (w.empty() || copies_.count(w.data()) > 0) continue;  // absent, or listed twice (tied)
+        std::unique_ptr<PreparedWeight> p =
+            copy == WeightCopy::bf16 ? be.prepare_bf16_weight(w) : be.prepare_f32_weight(w);
         if (p) copies_.emplace(w.data(), std::move(p));
     }
 }

@@ -1,7 +1,8 @@
-// PreparedWeights: a backend's bf16 copies of a model's linear weights, looked up by the weight
-// they were made from. Drafting multiplies through them (Note [bf16 drafting] in
-// backend/cpu/bf16_linear.h); every other product reads its weight in place. Tested by
-// tests/infer/spec_decode_test.cpp and tests/ops/bf16_linear_test.cpp.
+// PreparedWeights: a backend's copies of a model's linear weights, looked up by the weight they
+// were made from. Drafting multiplies through bf16 copies (Note [bf16 drafting] in
+// backend/cpu/bf16_linear.h), the target's decode and verify on the CPU through fp32 panels (Note
+// [f32 panels] in backend/cpu/f32_panels.h); every other product reads its weight in place. Tested
+// by tests/infer/spec_decode_test.cpp and tests/ops/bf16_linear_test.cpp.
 #pragma once
 
 #include <map>
@@ -21,13 +22,18 @@ enum class DraftPrecision {
 DraftPrecision parse_draft_precision(const std::string& s);
 const char* to_string(DraftPrecision p);
 
+// Which copy of a weight PreparedWeights holds: bf16 for drafting (Backend::prepare_bf16_weight)
+// or fp32 panels for the target's decode and verify (Backend::prepare_f32_weight).
+enum class WeightCopy { bf16, f32 };
+
 class PreparedWeights {
   public:
     PreparedWeights() = default;
-    // Copies of `weights` made by be.prepare_bf16_weight, from their values now: whoever changes
+    // Copies of `weights` made by the backend (`copy`), from their values now: whoever changes
     // the weights afterwards makes a new set. Weights the backend gives no copy for are read in
     // place (count() tells how many have one).
-    PreparedWeights(Backend& be, const std::vector<Tensor>& weights);
+    PreparedWeights(Backend& be, const std::vector<Tensor>& weights,
+                    WeightCopy copy = WeightCopy::bf16);
     // The copy made from w, or null.
     const PreparedWeight* find(const Tensor& w) const;
     size_t count() const { return copies_.size(); }

@@ -185,6 +185,18 @@ Tensor TargetModel::lm_head() const {
     return cfg_.tie_word_embeddings ? embed() : params_.value("lm_head.weight");
 }
 
+std::vector<Tensor> TargetModel::linear_weights() const {
+    std::vector<Tensor> w;
+    for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+        if (cfg_.is_linear_layer(l)) continue;
+        const LayerWeights& lw = layers_[l];
+        for (const Tensor* t : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down})
+            if (!t->empty()) w.push_back(*t);
+    }
+    w.push_back(lm_head());
+    return w;
+}
+
 void TargetModel::forward(Backend& be, Workspace& ws, std::span<const int32_t> tokens,
                           std::span<const int64_t> capture, const Tensor& features,
                           const Tensor& final_hidden) const {
@@ -352,9 +364,11 @@ void TargetModel::train_step(Backend& be, Workspace& ws, std::span<const int32_t
 }
 
 TargetSession::TargetSession(const TargetModel& model, Backend& be, int64_t capacity,
-                             std::vector<int64_t> capture, int64_t max_rows)
+                             std::vector<int64_t> capture, int64_t max_rows,
+                             const PreparedWeights* prepared)
     : model_(model),
       be_(be),
+      prepared_(prepared),
       owner_(be),
       capacity_(capacity),
       capture_(std::move(capture)),
@@ -451,7 +465,7 @@ void TargetSession::run_piece(Backend& be, Workspace& ws, std::span<const int32_
     be.run_step(key, [&] {
         Tensor x = ws.take({n, D}, be.compute_dtype());
         be.embedding_fwd(model_.embed(), in.ids, x);
-        const LayerContext lc{be, ws, model_.dims(), model_.inv_freq()};
+        const LayerContext lc{be, ws, model_.dims(), model_.inv_freq(), prepared_};
         for (int64_t l = 0; l < model_.config().num_hidden_layers; ++l) {
             if (model_.config().is_linear_layer(l)) {
                 const LinearCache& c = linear_[l];
@@ -475,7 +489,7 @@ void TargetSession::run_piece(Backend& be, Workspace& ws, std::span<const int32_
             const int64_t nl = logits.dim(0);
             Tensor h = ws.take({nl, D}, be.compute_dtype());
             be.rmsnorm_fwd(x.rows(n - nl, n), model_.final_norm(), model_.dims().eps, h, Tensor());
-            be.gemm(h, false, model_.lm_head(), true, logits);
+            linear(be, prepared_, h, model_.lm_head(), logits);
         }
     });
 }

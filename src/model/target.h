@@ -42,6 +42,9 @@ class TargetModel {
     Backend& backend() const { return params_.backend(); }
     Tensor embed() const;    // [V, D]
     Tensor lm_head() const;  // [V, D] (the embedding when tied)
+    // The weights a decode step multiplies through linear(): every attention layer's q/k/v/o and
+    // dense MLP projections, and the LM head (empty tensors left out).
+    std::vector<Tensor> linear_weights() const;
     // The final norm's scale: model.norm.weight, or for the hybrid families its (1 + w) copy.
     Tensor final_norm() const;
     const LayerWeights& layer(int64_t i) const { return layers_[i]; }
@@ -120,8 +123,12 @@ class TargetModel {
 class TargetSession {
   public:
     // max_rows: the most tokens one forward() feeds (prefills longer than that run in pieces).
+    // prepared: copies of the model's weights every product of this session multiplies through
+    // (the engine's fp32 panels: Note [f32 panels]), or null (in place); it must outlive the
+    // session.
     TargetSession(const TargetModel& model, Backend& be, int64_t capacity,
-                  std::vector<int64_t> capture, int64_t max_rows);
+                  std::vector<int64_t> capture, int64_t max_rows,
+                  const PreparedWeights* prepared = nullptr);
     int64_t length() const { return len_; }
     int64_t capacity() const { return capacity_; }
     int64_t feature_dim() const;  // K * D
@@ -144,6 +151,7 @@ class TargetSession {
 
     const TargetModel& model_;
     Backend& be_;
+    const PreparedWeights* prepared_;
     StepOwner owner_;  // this session's recorded steps (its caches and workspace stay put)
     int64_t capacity_;
     std::vector<int64_t> capture_;

@@ -1,14 +1,18 @@
-// Target model: KV-cached decode equals the full forward, cropping equals never having fed the
+// Target model: KV-cached decode equals the full forward, a verify block equals its decode steps
+// bit for bit (weights in place and in fp32 panels), cropping equals never having fed the
 // tokens, save/load gives bit-identical logits, captured features follow HF hidden_states[id+1],
 // and the pretraining gradient matches finite differences.
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <numeric>
 
 #include "backend/backend.h"
+#include "backend/cpu/f32_panels.h"
 #include "backend/workspace.h"
+#include "model/prepared_weights.h"
 #include "support/finite_diff.h"
 #include "support/test_util.h"
 #include "support/tiny_models.h"
@@ -51,6 +55,37 @@ TEST_P(TargetTest, CachedDecodeMatchesFullForward) {
     s.forward(std::span(toks).subspan(9, 4), got.view().rows(9, 13), Tensor());
     EXPECT_EQ(s.length(), 13);
     EXPECT_LT(test::max_rel_diff(got, ref), 1e-5);
+}
+
+// Lossless decoding needs a verify row to equal the decode step of the same token bit for bit
+// (docs/engine.md), with the weights read in place and through the fp32 panels the engine
+// multiplies the target with on the CPU (Note [f32 panels]); with panels the logits stay those of
+// the full forward to fp32 rounding.
+TEST_P(TargetTest, VerifyRowsEqualDecodeStepsBitForBitWithAndWithoutPanels) {
+    auto be = make_cpu_backend(2);
+    TargetModel m = TargetModel::random(*be, test::tiny_target_config(GetParam()), 16, 0.2f);
+    const int64_t V = m.config().vocab_size;
+    const auto toks = random_tokens(13, V, 9);
+    const HostTensor ref = full_logits(*be, m, toks);
+    const PreparedWeights panels(*be, m.linear_weights(), WeightCopy::f32);
+    for (const PreparedWeights* prepared :
+         {static_cast<const PreparedWeights*>(nullptr), &panels}) {
+        TargetSession steps(m, *be, 32, {}, 8, prepared), block(m, *be, 32, {}, 8, prepared);
+        HostTensor one({13, V}), eight({13, V});
+        steps.forward(std::span(toks).subspan(0, 5), one.view().rows(0, 5), Tensor());
+        block.forward(std::span(toks).subspan(0, 5), eight.view().rows(0, 5), Tensor());
+        for (int64_t t = 5; t < 13; ++t)
+            steps.forward(std::span(toks).subspan(t, 1), one.view().rows(t, t + 1), Tensor());
+        block.forward(std::span(toks).subspan(5, 8), eight.view().rows(5, 13), Tensor());
+        const size_t bytes = static_cast<size_t>(8 * V) * sizeof(float);
+        EXPECT_EQ(std::memcmp(one.view().rows(5, 13).f32(), eight.view().rows(5, 13).f32(), bytes),
+                  0)
+            << (prepared ? "panels" : "in place");
+        EXPECT_LT(test::max_rel_diff(one, ref), 1e-5) << (prepared ? "panels" : "in place");
+    }
+    if (cpu::f32_panels_supported(cpu::detected_isa())) {
+        EXPECT_GT(panels.count(), 0u);
+    }
 }
 
 TEST_P(TargetTest, CropThenRefeedEqualsNeverFed) {

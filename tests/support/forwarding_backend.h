@@ -3,8 +3,8 @@
 // seen(), called with each op's name before it is forwarded). Memory, transfers and the
 // workspace queries go to the real backend; run_step is not forwarded (Backend's default runs the
 // step eagerly), so an override may download, upload or synchronize in the middle of a step; nor
-// are linear and prepare_bf16_weight (Backend's defaults: a gemm, no prepared copies, which is what
-// a target's forward asks for).
+// are linear, prepare_bf16_weight and prepare_f32_weight (Backend's defaults: a gemm, no prepared
+// copies, which is what a target's forward asks for).
 // Used by tests/model/target_early_stop_test.cpp (op counts) and
 // tests/cuda/moe_target_cuda_test.cpp (the router's logits and picks).
 #pragma once

@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/bf16_linear.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/f32_panels.h"
 #include "backend/cpu/host_collectives.h"
 
 namespace dflash {
@@ -16,6 +17,11 @@ namespace {
 // The CPU's PreparedWeight: the weight in bf16 tiles for cpu::linear_bf16.
 struct CpuBf16Weight final : PreparedWeight {
     cpu::Bf16Weight packed;
+};
+
+// The CPU's other PreparedWeight: the weight in fp32 panels for cpu::linear_f32_panels.
+struct CpuF32Weight final : PreparedWeight {
+    cpu::F32Panels panels;
 };
 
 class CpuBackend final : public Backend {
@@ -73,20 +79,32 @@ class CpuBackend final : public Backend {
         p->packed = cpu::pack_bf16_weight(ex_, w.f32(), w.dim(0), w.dim(1));
         return p;
     }
+    std::unique_ptr<PreparedWeight> prepare_f32_weight(const Tensor& w) override {
+        if (!cpu::f32_panels_supported(cpu::detected_isa())) return nullptr;
+        cpu::check_cpu_f32(w, "prepare_f32_weight", "W");
+        DF_CHECK(w.rank() == 2, "prepare_f32_weight: W has shape {}; expected [N, K]",
+                 w.shape().to_string());
+        auto p = std::make_unique<CpuF32Weight>();
+        p->panels = cpu::pack_f32_panels(ex_, cpu::detected_isa(), w.f32(), w.dim(0), w.dim(1));
+        return p;
+    }
     void linear(const Tensor& x, const Tensor& w, const PreparedWeight* prepared, const Tensor& y,
                 float beta) override {
         if (prepared == nullptr) return cpu::gemm(ex_, x, false, w, true, y, 1.0f, beta);
+        if (const auto* f = dynamic_cast<const CpuF32Weight*>(prepared)) {
+            const cpu::F32Panels& pw = f->panels;
+            DF_CHECK(pw.source == w.f32() && pw.n == w.dim(0) && pw.k == w.dim(-1),
+                     "linear: the prepared weight was made from another tensor than {}",
+                     w.describe());
+            const int64_t m = check_linear(x, y, pw.n, pw.k);
+            return cpu::linear_f32_panels(ex_, m, x.f32(), pw.k, pw, beta, y.f32(), pw.n);
+        }
         const auto* p = dynamic_cast<const CpuBf16Weight*>(prepared);
         DF_CHECK(p != nullptr, "linear: the prepared weight is not the CPU backend's");
         DF_CHECK(p->packed.source == w.f32() && p->packed.n == w.dim(0) && p->packed.k == w.dim(-1),
                  "linear: the prepared weight was made from another tensor than {}", w.describe());
-        cpu::check_cpu_f32(x, "linear", "x");
-        cpu::check_cpu_f32(y, "linear", "y");
-        const int64_t k = x.dim(-1), m = k == 0 ? 0 : x.numel() / k;
-        DF_CHECK(k == p->packed.k && y.dim(-1) == p->packed.n && y.numel() == m * p->packed.n,
-                 "linear: x {} · Wᵀ (W [{}, {}]) into y {}", x.shape().to_string(), p->packed.n,
-                 p->packed.k, y.shape().to_string());
-        cpu::linear_bf16(ex_, m, x.f32(), k, p->packed, beta, y.f32(), p->packed.n);
+        const int64_t m = check_linear(x, y, p->packed.n, p->packed.k);
+        cpu::linear_bf16(ex_, m, x.f32(), p->packed.k, p->packed, beta, y.f32(), p->packed.n);
     }
     int64_t lm_head_ce_workspace(int64_t rows, int64_t, int64_t vocab,
                                  int64_t chunk) const override {
@@ -98,6 +116,16 @@ class CpuBackend final : public Backend {
     }
 
   private:
+    // x [.., k] and y [.., n] of a product with a prepared W [n, k]; returns x's rows.
+    static int64_t check_linear(const Tensor& x, const Tensor& y, int64_t n, int64_t k) {
+        cpu::check_cpu_f32(x, "linear", "x");
+        cpu::check_cpu_f32(y, "linear", "y");
+        const int64_t xk = x.dim(-1), m = xk == 0 ? 0 : x.numel() / xk;
+        DF_CHECK(xk == k && y.dim(-1) == n && y.numel() == m * n,
+                 "linear: x {} · Wᵀ (W [{}, {}]) into y {}", x.shape().to_string(), n, k,
+                 y.shape().to_string());
+        return m;
+    }
     static void check_transfer(const Tensor& dst, const Tensor& src, const char* op) {
         DF_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(),
                  "{}: dst {} and src {} must have the same dtype and element count", op,

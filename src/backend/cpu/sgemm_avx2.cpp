@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/cpu/f32_panels.h"
 #include "backend/cpu/sgemm.h"
 
 // Everything below is compiled for AVX2 + FMA; it runs only where detected_isa() says so.
@@ -22,6 +23,8 @@ struct Avx2 {
     static constexpr int W = 8;
     static constexpr int kDotRows = 4, kDotCols = 3;    // 12 accumulators of 16 registers
     static constexpr int kAxpyRows = 6, kAxpyVecs = 2;  // 6 x 16 columns
+    // 6 x 16 columns: 12 accumulators, 2 panel vectors and x of the 16 registers.
+    static constexpr int kPanelRows = 6, kPanelVecs = 2;
     static constexpr bool kSum4 = false;
     static __m256i mask(int n) {
         return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -66,6 +69,16 @@ struct Avx2 {
 };
 
 }  // namespace
+
+void panel_gemm_avx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                     const float* panels, int64_t p0, int64_t p1, float beta, float* c,
+                     int64_t ldc) {
+    panel_gemm<Avx2>(m, n, k, a, lda, panels, p0, p1, beta, c, ldc);
+}
+
+int panel_width_avx2() {
+    return Avx2::kPanelVecs * Avx2::W;
+}
 
 void sgemm_avx2(int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a, MatrixRef b, float beta,
                 float* c, int64_t ldc, bool packed) {

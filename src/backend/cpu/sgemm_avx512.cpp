@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/cpu/f32_panels.h"
 #include "backend/cpu/sgemm.h"
 
 // Everything below is compiled for AVX-512; it runs only where detected_isa() says so.
@@ -27,6 +28,8 @@ struct Avx512 {
     static constexpr int W = 16;
     static constexpr int kDotRows = 4, kDotCols = 4;    // measured best of 8x3, 6x4, 4x6, 8x2
     static constexpr int kAxpyRows = 6, kAxpyVecs = 4;  // 6 x 64 columns
+    // 8 x 48 columns: an 8-row verify in one pass over each panel (Note [f32 panels]).
+    static constexpr int kPanelRows = 8, kPanelVecs = 3;
     static constexpr bool kSum4 = true;
     static __mmask16 mask(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
     static T zero() { return _mm512_setzero_ps(); }
@@ -94,6 +97,16 @@ struct Avx512 {
 };
 
 }  // namespace
+
+void panel_gemm_avx512(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                       const float* panels, int64_t p0, int64_t p1, float beta, float* c,
+                       int64_t ldc) {
+    panel_gemm<Avx512>(m, n, k, a, lda, panels, p0, p1, beta, c, ldc);
+}
+
+int panel_width_avx512() {
+    return Avx512::kPanelVecs * Avx512::W;
+}
 
 void sgemm_avx512(int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a, MatrixRef b,
                   float beta, float* c, int64_t ldc, bool packed) {

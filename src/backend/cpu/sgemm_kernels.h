@@ -239,6 +239,75 @@ void packed_nt_gemm(int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a, M
     }
 }
 
+// ---- NT on a prepared copy of B: panels of Bᵀ (panel_gemm, f32_panels.h) ---------------------
+
+// C[i, j0 + v * W + l] (+)= a chain of FMAs over k in order, A(i, k) broadcast times the panel's
+// row k (its NV vectors): the arithmetic of axpy_tile with alpha = 1, so the bits of the packed
+// NT path, for any M. One pass over the panel per MR rows.
+template <typename V, int MR, int NV>
+void panel_tile(int64_t k, const float* a, int64_t lda, const float* panel, int cols, float beta,
+                float* c, int64_t ldc) {
+    constexpr int NC = NV * V::W;
+    typename V::T acc[MR][NV];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) acc[i][v] = V::zero();
+    for (int64_t kk = 0; kk < k; ++kk) {
+        typename V::T bv[NV];
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) {
+            bv[v] = V::load(panel + kk * NC + v * V::W);
+            // The panel's row 32 on (6 KB for AVX-512; a prefetch never faults): in `dflash
+            // bench` on the Zen 5 box an 8-row verify fell from 2.08x to 1.77x a decode with it
+            // (16 rows on: 1.82x, 64: 1.77x; docs/performance.md).
+            __builtin_prefetch(panel + (kk + 32) * NC + v * V::W, 0, 3);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+            const typename V::T av = V::set1(a[i * lda + kk]);
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v) acc[i][v] = V::fma(av, bv[v], acc[i][v]);
+        }
+    }
+    const typename V::T vb = V::set1(beta);
+    for (int i = 0; i < MR; ++i) {
+        for (int v = 0; v < NV; ++v) {
+            const int n = std::min(V::W, cols - v * V::W);
+            if (n <= 0) break;
+            float* cp = c + i * ldc + v * V::W;
+            typename V::T r = acc[i][v];
+            if (beta != 0.0f) r = V::add(r, V::mul(vb, V::load_n(cp, n)));
+            V::store_n(cp, r, n);
+        }
+    }
+}
+
+template <typename V, int MR, int NV>
+void panel_tile_any(int mr, int64_t k, const float* a, int64_t lda, const float* panel, int cols,
+                    float beta, float* c, int64_t ldc) {
+    if constexpr (MR > 1) {
+        if (mr < MR) return panel_tile_any<V, MR - 1, NV>(mr, k, a, lda, panel, cols, beta, c, ldc);
+    }
+    panel_tile<V, MR, NV>(k, a, lda, panel, cols, beta, c, ldc);
+}
+
+// C [m, n] = A [m, k] · Bᵀ + beta * C for the panels [p0, p1) of B's copy (each [k, NC], columns
+// past n zero).
+template <typename V>
+void panel_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* panels,
+                int64_t p0, int64_t p1, float beta, float* c, int64_t ldc) {
+    constexpr int MR = V::kPanelRows, NV = V::kPanelVecs, NC = NV * V::W;
+    for (int64_t p = p0; p < p1; ++p) {
+        const int cols = static_cast<int>(std::min<int64_t>(NC, n - p * NC));
+        for (int64_t i = 0; i < m; i += MR) {
+            panel_tile_any<V, MR, NV>(static_cast<int>(std::min<int64_t>(MR, m - i)), k,
+                                      a + i * lda, lda, panels + p * k * NC, cols, beta,
+                                      c + i * ldc + p * NC, ldc);
+        }
+    }
+}
+
 template <typename V>
 void sgemm_impl(int64_t m, int64_t n, int64_t k, float alpha, MatrixRef a, MatrixRef b, float beta,
                 float* c, int64_t ldc, bool packed) {
