@@ -143,11 +143,11 @@ BenchReport run_bench_engines(SpeculativeEngine& baseline, SpeculativeEngine& sp
         GenerateOptions warm = opt;
         warm.max_new_tokens = std::min<int64_t>(opt.max_new_tokens, 16);
         const auto w = speculative.generate(prompts.front().tokens, warm);
+        const DrafterModel* drafter = speculative.drafter();
+        DF_ASSERT(drafter != nullptr, "the speculative engine has no drafter");
+        rep.block_size = opt.block_size > 0 ? opt.block_size : drafter->block_size();
+        // B, or B + 1 for DSpark (every slot drafts): the engine's histogram says.
         rep.max_step_tokens = static_cast<int64_t>(w.stats.accept_hist.size()) - 1;
-        DF_ASSERT(rep.max_step_tokens >= 2 && speculative.drafter(),
-                  "the speculative engine has no drafter");
-        // A DSpark block drafts at every slot, the anchor's included: B drafts, B + 1 tokens.
-        rep.block_size = rep.max_step_tokens - (speculative.drafter()->config().dspark() ? 1 : 0);
         // The engines keep their sessions: the warm-up also records their steps (CUDA graphs).
         baseline.generate(prompts.front().tokens, warm);
     }

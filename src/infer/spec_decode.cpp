@@ -371,15 +371,17 @@ const PreparedWeights* SpeculativeEngine::draft_weights(DraftPrecision precision
 }
 
 const PreparedWeights* SpeculativeEngine::target_weights(bool panels) {
-    // The panels are a second f32 copy of the target's linear weights (per engine): worth it for
-    // the small targets a CPU decodes, never allowed to double a large one's memory.
-    constexpr int64_t kMaxPanelBytes = int64_t{1} << 30;
-    const std::vector<Tensor> weights = target_.linear_weights();
-    int64_t bytes = 0;
-    for (const Tensor& w : weights) bytes += w.numel() * 4;
-    panels = panels && bytes <= kMaxPanelBytes;
-    if (panels && !target_weights_)
+    if (panels && !target_weights_) {
+        // Decided once per engine. The panels are a second f32 copy of the target's linear
+        // weights: worth it for the small targets a CPU decodes, never allowed to double a large
+        // one's memory (an empty set: read in place).
+        constexpr int64_t kMaxPanelBytes = int64_t{1} << 30;
+        std::vector<Tensor> weights = target_.linear_weights();
+        int64_t bytes = 0;
+        for (const Tensor& w : weights) bytes += w.numel() * 4;
+        if (bytes > kMaxPanelBytes) weights.clear();
         target_weights_ = std::make_unique<PreparedWeights>(be_, weights, WeightCopy::f32);
+    }
     target_panels_ = panels && target_weights_->count() > 0;
     return target_panels_ ? target_weights_.get() : nullptr;
 }

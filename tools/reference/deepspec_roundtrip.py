@@ -31,7 +31,6 @@ import argparse
 import importlib
 import json
 import os
-import subprocess
 import sys
 import types
 from types import SimpleNamespace
@@ -83,19 +82,10 @@ def main():
     ap.add_argument("--confidence-threshold", type=float, default=0.0)
     args = ap.parse_args()
 
-    os.makedirs(args.out, exist_ok=True)
-    bench_json = os.path.join(args.out, "bench.json")
-    cmd = [args.dflash, "bench", "--target", args.target, "--drafter", args.drafter, "--prompts",
-           args.prompts, "--json", bench_json, "--limit", str(args.limit),
-           "--infer.max_new_tokens", str(args.max_new_tokens), "--json-steps",
-           "--infer.cpu_draft_precision", "f32", "--runtime.backend", "cpu"]
-    if args.confidence_threshold > 0:
-        cmd += ["--infer.dspark_confidence_threshold", str(args.confidence_threshold)]
-    print("$", " ".join(cmd), flush=True)
-    if subprocess.run(cmd).returncode != 0:
-        sys.exit("dflash bench failed; its error is above")
-    with open(bench_json) as f:
-        bench = json.load(f)
+    # dflash's side on the CPU in float32, as drafter_roundtrip.py runs it.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from drafter_roundtrip import dflash_bench_steps
+    bench = dflash_bench_steps(args, extra=["--runtime.backend", "cpu"])
 
     import torch
     from transformers import AutoModelForCausalLM

@@ -260,6 +260,27 @@ def speculative_greedy(model, drafter, prompt, max_new, stops, steps=None, thres
     return new, hist
 
 
+def dflash_bench_steps(args, extra=()):
+    """`dflash bench --json --json-steps` of args.target / args.drafter on args.prompts into
+    args.out/bench.json (args.limit prompts, args.max_new_tokens, args.confidence_threshold), with
+    float32 drafts; returns the report. Shared with deepspec_roundtrip.py."""
+    os.makedirs(args.out, exist_ok=True)
+    bench_json = os.path.join(args.out, "bench.json")
+    cmd = [args.dflash, "bench", "--target", args.target, "--drafter", args.drafter, "--prompts",
+           args.prompts, "--json", bench_json, "--limit", str(args.limit),
+           "--infer.max_new_tokens", str(args.max_new_tokens), "--json-steps",
+           # The reference drafts in float32: so must dflash (on AMX CPUs it drafts in bf16).
+           "--infer.cpu_draft_precision", "f32", *extra]
+    if args.confidence_threshold > 0:
+        cmd += ["--infer.dspark_confidence_threshold", str(args.confidence_threshold)]
+    print("$", " ".join(cmd), flush=True)
+    rc = subprocess.run(cmd).returncode
+    if rc != 0:
+        sys.exit(f"dflash bench failed (exit {rc}); its error is above")
+    with open(bench_json) as f:
+        return json.load(f)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dflash", required=True)
@@ -283,21 +304,7 @@ def main():
         args.prompts = args.prompts or os.path.join(args.demo, "corpus", "heldout_prompts.jsonl")
     if not (args.target and args.drafter and args.prompts):
         sys.exit("give --demo DIR, or --target, --drafter and --prompts")
-    os.makedirs(args.out, exist_ok=True)
-    bench_json = os.path.join(args.out, "bench.json")
-    cmd = [args.dflash, "bench", "--target", args.target, "--drafter", args.drafter, "--prompts",
-           args.prompts, "--json", bench_json, "--limit", str(args.limit),
-           "--infer.max_new_tokens", str(args.max_new_tokens), "--json-steps",
-           # The reference drafts in float32: so must dflash (on AMX CPUs it drafts in bf16).
-           "--infer.cpu_draft_precision", "f32"]
-    if args.confidence_threshold > 0:
-        cmd += ["--infer.dspark_confidence_threshold", str(args.confidence_threshold)]
-    print("$", " ".join(cmd), flush=True)
-    rc = subprocess.run(cmd).returncode
-    if rc != 0:
-        sys.exit(f"dflash bench failed (exit {rc}); its error is above")
-    with open(bench_json) as f:
-        bench = json.load(f)
+    bench = dflash_bench_steps(args)
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
