@@ -5,7 +5,10 @@
 // tools/reference/torch_bench.py `decode`. On CUDA each case runs with the steps replayed from
 // CUDA graphs and eagerly (--graphs on|off|both, default both). Usage: decode_bench
 // [--backend cpu|cuda] [--preset qwen3_0_6b|qwen3_8b|tiny|all] [--ctx N] [--steps N]
-// [--graphs on|off|both]. A table on stderr, one JSON object per case on stdout.
+// [--graphs on|off|both] [--fused on|off|both] (CUDA: the fused decode-block ops,
+// LayerContext::rows_ops, or the general ones; default both on CUDA). Each case also checks that
+// the first row of the verify has the decode step's logits bit for bit (row invariance). A table on
+// stderr, one JSON object per case on stdout.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -35,12 +38,12 @@ TargetConfig config_of(const Preset& p) {
                        p.tied);
 }
 
-nlohmann::json run_case(Backend& be, const Preset& p, int64_t ctx, int steps) {
+nlohmann::json run_case(Backend& be, const Preset& p, int64_t ctx, int steps, bool fused) {
     TargetModel model(be, config_of(p));
     RandomFill fill(be, 0.02f, 3);
     fill(model.params());
     constexpr int64_t kVerify = 16;
-    TargetSession session(model, be, ctx + kVerify + 1, {}, 512);
+    TargetSession session(model, be, ctx + kVerify + 1, {}, 512, nullptr, fused);
     Rng rng(5);
     std::vector<int32_t> prompt(static_cast<size_t>(ctx));
     for (auto& t : prompt) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(p.vocab)));
@@ -61,15 +64,24 @@ nlohmann::json run_case(Backend& be, const Preset& p, int64_t ctx, int steps) {
     };
     const double decode = median_seconds(be, 5, steps, [&] { step(1); });
     const double verify = median_seconds(be, 5, steps, [&] { step(kVerify); });
+    // Row invariance: the verify's first row against the decode step, bit for bit.
+    HostTensor one({1, p.vocab}, DType::f32), first({1, p.vocab}, DType::f32);
+    step(1);
+    be.download(one.view(), logits.view().rows(0, 1));
+    step(kVerify);
+    be.download(first.view(), logits.view().rows(0, 1));
+    const bool invariant = std::memcmp(one.view().data(), first.view().data(),
+                                       static_cast<size_t>(p.vocab) * sizeof(float)) == 0;
     const double weight_bytes = static_cast<double>(model.params().numel()) *
                                 static_cast<double>(dtype_size(be.compute_dtype()));
     const double floor = weight_bytes / kHbmBytesPerS;
     const GraphStats gs = be.graph_stats();
     std::fprintf(stderr,
-                 "%-10s ctx %5lld %-6s decode %7.3f ms (floor %.3f ms, %.2fx)  verify16 %7.3f ms "
-                 "(%.2fx decode)\n",
+                 "%-10s ctx %5lld %-6s %-7s decode %7.3f ms (floor %.3f ms, %.2fx)  verify16 "
+                 "%7.3f ms (%.2fx decode)  rows %s\n",
                  p.name.c_str(), static_cast<long long>(ctx), gs.enabled ? "graphs" : "eager",
-                 decode * 1e3, floor * 1e3, decode / floor, verify * 1e3, verify / decode);
+                 fused ? "fused" : "general", decode * 1e3, floor * 1e3, decode / floor,
+                 verify * 1e3, verify / decode, invariant ? "invariant" : "DIFFER");
     if (gs.enabled) std::fprintf(stderr, "  %s\n", gs.summary().c_str());
     return {{"bench", "target_decode"},
             {"impl", "dflash"},
@@ -77,6 +89,8 @@ nlohmann::json run_case(Backend& be, const Preset& p, int64_t ctx, int steps) {
             {"graphs", gs.to_json()},
             {"preset", p.name},
             {"ctx", ctx},
+            {"fused", fused},
+            {"row_invariant", invariant},
             {"decode_ms", decode * 1e3},
             {"verify16_ms", verify * 1e3},
             {"verify_over_decode", verify / decode},
@@ -90,7 +104,7 @@ nlohmann::json run_case(Backend& be, const Preset& p, int64_t ctx, int steps) {
 int main(int argc, char** argv) {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches the log, even on a crash
     using namespace dflash;
-    std::string backend = "auto", preset = "all", graphs = "both";
+    std::string backend = "auto", preset = "all", graphs = "both", fused = "both";
     int64_t ctx = 1024;
     int steps = 30;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -99,21 +113,27 @@ int main(int argc, char** argv) {
         if (!std::strcmp(argv[i], "--ctx")) ctx = std::atoll(argv[i + 1]);
         if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
         if (!std::strcmp(argv[i], "--graphs")) graphs = argv[i + 1];
+        if (!std::strcmp(argv[i], "--fused")) fused = argv[i + 1];
     }
     try {
         const DeviceKind kind = resolve_backend(backend);
         std::vector<bool> modes;
         if (kind == DeviceKind::cuda && graphs != "off") modes.push_back(true);
         if (kind != DeviceKind::cuda || graphs != "on") modes.push_back(false);
+        std::vector<bool> ways;
+        if (kind == DeviceKind::cuda && fused != "off") ways.push_back(true);
+        if (kind != DeviceKind::cuda || fused != "on") ways.push_back(false);
         std::fprintf(stderr, "target decode step (median of %d steps)\n", steps);
         for (const auto& p : bench::kPresets) {
             const bool pick = preset == p.name || (preset == "all" && p.name != "tiny");
             if (!pick) continue;
-            for (const bool on : modes) {
-                GraphOptions g;
-                g.enabled = on;
-                auto be = make_backend(kind, 0, 2, g);
-                bench::emit(bench::run_case(*be, p, ctx, steps));
+            for (const bool way : ways) {
+                for (const bool on : modes) {
+                    GraphOptions g;
+                    g.enabled = on;
+                    auto be = make_backend(kind, 0, 2, g);
+                    bench::emit(bench::run_case(*be, p, ctx, steps, way));
+                }
             }
         }
     } catch (const std::exception& e) {

@@ -58,6 +58,30 @@ DFLASH_OP(gemm,
            float alpha DFLASH_OP_DEFAULT(1.0f), float beta DFLASH_OP_DEFAULT(0.0f)),
           (a, trans_a, b, trans_b, c, alpha, beta))
 
+// ---- the decode block: a few rows against whole weights (backend/ops.h: RowsLinear) ----------
+// The products of a decode or verify step, R <= kRowsLinearMaxRows rows (row invariance: a row's
+// bits do not depend on R or on the other rows, so a decode step and a verify block agree).
+// x [R, K]; each weight [N_i, K]. By epilogue (RowsEpilogue):
+//   store:  y [R, N_0 + N_1 + N_2] = x · [W_0; W_1; W_2]ᵀ (y in the compute dtype or f32)
+//   add:    y [R, N_0] = residual + x · W_0ᵀ (residual shaped as y; may alias it)
+//   swiglu: y [R, N_0] = silu(g) * u, g = x · W_0ᵀ and u = x · W_1ᵀ each rounded to the compute
+//           dtype first (as gemm + gemm + swiglu_fwd would), N_1 = N_0
+// Sums in fp32. Unused weights are empty.
+DFLASH_OP(rows_linear,
+          (const Tensor& x, const RowsLinear& w, const Tensor& residual, const Tensor& y),
+          (x, w, residual, y))
+// A decode block's attention inputs from its fused projection qkv [R, (H + 2 Hkv) * Dh] (q heads,
+// then k heads, then v heads): q_out [R, H, Dh] = rope(norm(q)); cache rows row0[0] + r of k_cache
+// [C, Hkv, Dh] = rope(norm(k)) and of v_cache = v. norm is the per-head RMSNorm over Dh with
+// q_norm / k_norm [Dh] (skipped when empty), rounded to the compute dtype before RoPE, as
+// rmsnorm_fwd then rope_fwd would; positions i32 [R] and inv_freq as rope_fwd. row0 i32 [1] on
+// the device (as write_rows); rows past the cache's end are not written.
+DFLASH_OP(qk_norm_rope_cache,
+          (const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,
+           const Tensor& positions, const Tensor& inv_freq, const Tensor& q_out,
+           const Tensor& k_cache, const Tensor& v_cache, const Tensor& row0),
+          (qkv, q_norm, k_norm, eps, positions, inv_freq, q_out, k_cache, v_cache, row0))
+
 // ---- embedding ----------------------------------------------------------------------------------
 // out[S, D] = table[ids[s]]; ids i32 [S], table [V, D].
 DFLASH_OP(embedding_fwd, (const Tensor& table, const Tensor& ids, const Tensor& out),

@@ -34,6 +34,22 @@ struct GemmDims {
 GemmDims check_gemm_shapes(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
                            const Tensor& c);
 
+// ---- the decode block (op_shapes_rows.cpp)
+// ------------------------------------------------------- rows_linear: x [R, K] with 1 <= R <=
+// kRowsLinearMaxRows; w.w[0] [N_0, K] and, by epilogue: store: w[1], w[2] [N_i, K] or empty (w[2]
+// only after w[1]), y [R, sum N_i]; add: w[1], w[2] empty, residual and y [R, N_0]; swiglu: w[1]
+// [N_0, K], w[2] empty, y [R, N_0]. residual empty unless add. Weights of x's dtype. Returns the
+// columns of y.
+int64_t check_rows_linear_shapes(const Tensor& x, const RowsLinear& w, const Tensor& residual,
+                                 const Tensor& y);
+// qk_norm_rope_cache: q_out [R, H, Dh], caches [C, Hkv, Dh] (H a multiple of Hkv), qkv
+// [R, (H + 2 Hkv) Dh] of q_out's dtype, q_norm / k_norm [Dh] or empty, positions i32 [R],
+// inv_freq as rope_fwd's, row0 i32 [1], eps > 0.
+void check_qk_norm_rope_cache_shapes(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm,
+                                     float eps, const Tensor& positions, const Tensor& inv_freq,
+                                     const Tensor& q_out, const Tensor& k_cache,
+                                     const Tensor& v_cache, const Tensor& row0);
+
 // ---- embedding ----------------------------------------------------------------------------------
 // table [V, D]; rows (out or dout) holding ids.numel() rows of D.
 void check_embedding_shapes(const Tensor& table, const Tensor& ids, const Tensor& rows,

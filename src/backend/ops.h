@@ -237,6 +237,19 @@ struct SelectorStatsLayout {
     int64_t size() const { return 7 + 2 * block; }
 };
 
+// ---- The decode block's products (Backend::rows_linear) -------------------------------------
+enum class RowsEpilogue {
+    store,   // y = x · [W_0; W_1; W_2]ᵀ, the weights' outputs side by side
+    add,     // y = residual + x · W_0ᵀ
+    swiglu,  // y = silu(x · W_0ᵀ) * (x · W_1ᵀ)
+};
+// The most rows rows_linear takes: a verify block (a DFlash block is at most 16 tokens).
+constexpr int64_t kRowsLinearMaxRows = 16;
+struct RowsLinear {
+    Tensor w[3];  // [N_i, K] each in x's dtype; w[1], w[2] empty when unused
+    RowsEpilogue epilogue = RowsEpilogue::store;
+};
+
 // ---- Mixture of experts -------------------------------------------------------------------------
 // The router and expert MLPs of a sparse MoE block (Backend::moe_route, Backend::moe_experts).
 enum class MoeRouterKind {

@@ -468,6 +468,13 @@ void add_infer(Registry& r) {
                      "copy of those weights in memory, made only when it takes at most 1 GiB; a "
                      "verify row keeps a decode row's bits); false = read the weights in place")
               .read_by("infer engine (dflash generate, dflash bench, training evaluation)"));
+    r.add(D::boolean("infer.cuda_fused_decode", true,
+                     "on CUDA, run the target's decode steps and verify blocks (at most 16 "
+                     "tokens) through the fused decode-block kernels: q/k/v in one product, head "
+                     "norms + RoPE + cache write in one kernel, the residual adds and SwiGLU in "
+                     "the products' epilogues; false = the general kernels (a verify row keeps a "
+                     "decode row's bits either way)")
+              .read_by("infer engine (dflash generate, dflash bench, training evaluation)"));
     r.add(D::boolean("infer.draft_sampling", false,
                      "sample draft tokens (instead of argmax) when temperature > 0")
               .read_by("infer engine"));

@@ -86,15 +86,17 @@ int64_t drafts_of(const DrafterModel* drafter, int64_t B) {
 struct SpeculativeEngine::Sessions {
     Sessions(const TargetModel& target, const DrafterModel* drafter, Backend& be,
              int64_t cache_rows, int64_t block, int64_t prefill_rows,
-             const PreparedWeights* prepared_weights, const PreparedWeights* target_weights)
+             const PreparedWeights* prepared_weights, const PreparedWeights* target_weights,
+             bool fused)
         : capacity(cache_rows),
           B(block),
           verify(drafter ? drafts_of(drafter, block) + 1 : block),
           prepared(prepared_weights),
           target_prepared(target_weights),
+          fused_decode(fused),
           tgt(target, be, cache_rows,
               drafter ? drafter->config().target_layer_ids : std::vector<int64_t>{},
-              std::max(prefill_rows, verify), target_weights),
+              std::max(prefill_rows, verify), target_weights, fused),
           pick(be, std::max<int64_t>(verify, 1), target.config().vocab_size),
           logits(be, {verify, target.config().vocab_size}, DType::f32) {
         if (!drafter) return;
@@ -110,6 +112,7 @@ struct SpeculativeEngine::Sessions {
     int64_t verify;                   // tokens of a verify forward: the anchor and every draft
     const PreparedWeights* prepared;  // what the drafter session multiplies with
     const PreparedWeights* target_prepared;  // what the target session multiplies with
+    bool fused_decode;                       // the target session's rows_ops
     TargetSession tgt;
     std::optional<DrafterSession> dft;
     std::optional<CandidateSelector> sel;  // DFlash2 drafters
@@ -388,19 +391,21 @@ const PreparedWeights* SpeculativeEngine::target_weights(bool panels) {
 
 SpeculativeEngine::Sessions& SpeculativeEngine::sessions(int64_t capacity, int64_t B,
                                                          DraftPrecision precision,
-                                                         bool target_panels) {
+                                                         bool target_panels, bool fused_decode) {
     const PreparedWeights* prepared = draft_weights(precision);
     const PreparedWeights* target_prepared = target_weights(target_panels);
+    // The fused decode-block ops are the CUDA kernels' way; the CPU has only their references.
+    fused_decode_ = fused_decode && be_.device().kind == DeviceKind::cuda;
     // Prefills longer than this run in pieces (each piece's activations fit one workspace).
     constexpr int64_t kPrefillRows = 512;
     // Capacities grow in steps, so prompts of similar lengths share sessions (and graphs).
     constexpr int64_t kCapacityStep = 256;
     if (!kept_ || kept_->capacity < capacity || kept_->B != B || kept_->prepared != prepared ||
-        kept_->target_prepared != target_prepared) {
+        kept_->target_prepared != target_prepared || kept_->fused_decode != fused_decode_) {
         kept_.reset();  // its memory goes before the new sessions take theirs
         const int64_t cap = (capacity + kCapacityStep - 1) / kCapacityStep * kCapacityStep;
         kept_ = std::make_unique<Sessions>(target_, drafter_, be_, cap, B, kPrefillRows, prepared,
-                                           target_prepared);
+                                           target_prepared, fused_decode_);
     }
     kept_->tgt.crop(0);
     if (kept_->dft) kept_->dft->crop(0);
@@ -465,8 +470,8 @@ GenerateResult SpeculativeEngine::generate(std::span<const int32_t> prompt,
     const int64_t budget = std::min(opt.max_new_tokens, max_ctx - P);
     GenerateOptions budgeted = opt;
     budgeted.max_new_tokens = budget;
-    Sessions& ss =
-        sessions(P + budget + std::max(B, verify), B, opt.draft_precision, opt.target_panels);
+    Sessions& ss = sessions(P + budget + std::max(B, verify), B, opt.draft_precision,
+                            opt.target_panels, opt.fused_decode);
     TargetSession& tgt = ss.tgt;
     const int64_t KD = drafter_ ? drafter_->feature_dim() : 0;
     Rng rng(opt.seed);

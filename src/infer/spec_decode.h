@@ -50,6 +50,10 @@ struct GenerateOptions {
     // and an 8-row verify at a fraction more than a 1-row decode), or its weights in place (no
     // copy). The output is the same tokens either way up to fp32 rounding of near ties.
     bool target_panels = true;
+    // The target's decode steps and verify blocks on a CUDA backend through the fused
+    // decode-block ops (LayerContext::rows_ops), or through the general ops. Each way keeps a
+    // verify row's bits equal to a decode row's; the two differ in rounding.
+    bool fused_decode = true;
     StepTraceSink trace;  // called after every speculative step when set
 };
 
@@ -109,13 +113,16 @@ class SpeculativeEngine {
     const std::string& draft_precision() const { return draft_precision_; }
     // Whether the last generate() multiplied the target through fp32 panels.
     bool target_panels() const { return target_panels_; }
+    // Whether the last generate() ran the target's decode and verify through the fused ops.
+    bool fused_decode() const { return fused_decode_; }
 
     struct Sessions;  // spec_decode.cpp
 
   private:
     // Sessions for `capacity` positions and block size B (made anew when the kept ones are
     // too small or differently shaped, or drafting changed precision, or the target's copies).
-    Sessions& sessions(int64_t capacity, int64_t B, DraftPrecision precision, bool target_panels);
+    Sessions& sessions(int64_t capacity, int64_t B, DraftPrecision precision, bool target_panels,
+                       bool fused_decode);
     // The drafter's bf16 copies for `precision` (null: f32), made at the first call that needs
     // them; an error when bf16 is asked of a CPU without a bf16 product.
     const PreparedWeights* draft_weights(DraftPrecision precision);
@@ -131,6 +138,7 @@ class SpeculativeEngine {
     std::unique_ptr<PreparedWeights> target_weights_;  // likewise
     std::string draft_precision_;
     bool target_panels_ = false;
+    bool fused_decode_ = false;
 };
 
 }  // namespace dflash

@@ -481,6 +481,61 @@ void layer_append_context(const LayerContext& lc, const LayerWeights& w, const T
     lc.ws.release(mark);
 }
 
+namespace {
+
+// Whether a cached forward of Sq rows goes through the decode-block ops: a plain attention layer
+// (no projection biases, no output gate, no YaRN q scale) with a dense SwiGLU MLP.
+bool rows_path(const LayerContext& lc, const LayerWeights& w, int64_t Sq) {
+    return lc.rows_ops && Sq <= kRowsLinearMaxRows && !w.moe() && w.bq.empty() && w.bk.empty() &&
+           w.bv.empty() && w.bo.empty() && w.wq_gate.empty() && lc.dims.q_scale == 1.0f;
+}
+
+// layer_forward_cached through the decode-block ops: RMSNorm; q/k/v in one product; head norms,
+// RoPE and the cache write in one kernel; attention over the cache; o_proj with the residual add;
+// RMSNorm; gate/up with SwiGLU in one product; down with the residual add.
+void layer_forward_rows(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
+                        const Tensor& pos, LayerKvCache& cache, const Tensor& row0,
+                        const AttnMask& mask, const Tensor& out) {
+    const LayerDims& d = lc.dims;
+    Backend& be = lc.be;
+    const int64_t Sq = x.dim(0);
+    const DType act = be.compute_dtype();
+    auto buf = [&](Shape s) { return lc.ws.take(s, act); };
+    const Tensor h = buf({Sq, d.D});
+    be.rmsnorm_fwd(x, w.input_ln, d.eps, h, Tensor());
+    const Tensor qkv = buf({Sq, (d.H + 2 * d.Hkv) * d.Dh});
+    RowsLinear proj;
+    proj.w[0] = w.wq;
+    proj.w[1] = w.wk;
+    proj.w[2] = w.wv;
+    be.rows_linear(h, proj, Tensor(), qkv);
+    const Tensor q = buf({Sq, d.H, d.Dh});
+    be.qk_norm_rope_cache(qkv, w.q_norm, w.k_norm, d.eps, pos, lc.inv_freq, q, cache.k.view(),
+                          cache.v.view(), row0);
+    const Tensor attn = buf({Sq, d.H * d.Dh});
+    be.attention_fwd(q, cache.k.view(), cache.v.view(), mask, attn.reshape({Sq, d.H, d.Dh}),
+                     Tensor());
+    const Tensor x1 = buf({Sq, d.D});
+    RowsLinear o;
+    o.w[0] = w.wo;
+    o.epilogue = RowsEpilogue::add;
+    be.rows_linear(attn, o, x, x1);
+    const Tensor h2 = buf({Sq, d.D});
+    be.rmsnorm_fwd(x1, w.post_ln, d.eps, h2, Tensor());
+    const Tensor a = buf({Sq, d.I});
+    RowsLinear gate_up;
+    gate_up.w[0] = w.w_gate;
+    gate_up.w[1] = w.w_up;
+    gate_up.epilogue = RowsEpilogue::swiglu;
+    be.rows_linear(h2, gate_up, Tensor(), a);
+    RowsLinear down;
+    down.w[0] = w.w_down;
+    down.epilogue = RowsEpilogue::add;
+    be.rows_linear(a, down, x1, out);
+}
+
+}  // namespace
+
 void layer_forward_cached(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
                           const Tensor& pos, LayerKvCache& cache, const Tensor& row0,
                           const Tensor& kv_len, AttnMaskKind kind, const Tensor& out,
@@ -489,6 +544,14 @@ void layer_forward_cached(const LayerContext& lc, const LayerWeights& w, const T
     Backend& be = lc.be;
     const int64_t Sq = x.dim(0);
     const Workspace::Mark mark = lc.ws.mark();
+    if (rows_path(lc, w, Sq)) {
+        AttnMask mask = AttnMask::over_cache(kind, kv_len);
+        mask.window = window;
+        mask.sinks = w.sinks;
+        layer_forward_rows(lc, w, x, pos, cache, row0, mask, out);
+        lc.ws.release(mark);
+        return;
+    }
     const DType act = be.compute_dtype();
     auto buf = [&](Shape s) { return lc.ws.take(s, act); };
     auto f32 = [&](Shape s) { return lc.ws.take(s, DType::f32); };

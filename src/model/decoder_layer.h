@@ -123,6 +123,11 @@ struct LayerContext {
     // Drafting: the weights' bf16 copies the cached forward multiplies with (null: every product
     // reads its weight in place).
     const PreparedWeights* prepared = nullptr;
+    // Decode and verify blocks (at most kRowsLinearMaxRows rows) of plain attention layers
+    // through the fused decode-block ops (Backend::rows_linear, qk_norm_rope_cache: nine launches
+    // a layer instead of about twenty). Row invariant either way; the two ways differ in
+    // rounding, so an engine uses one of them for its whole life (TargetSession).
+    bool rows_ops = false;
 };
 
 // Training forward. q_pos i32 [Sq], kv_pos i32 [Sc+Sq] (positions of [ctx ; x]), on the device.

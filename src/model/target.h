@@ -125,10 +125,12 @@ class TargetSession {
     // max_rows: the most tokens one forward() feeds (prefills longer than that run in pieces).
     // prepared: copies of the model's weights every product of this session multiplies through
     // (the engine's fp32 panels: Note [f32 panels]), or null (in place); it must outlive the
-    // session.
+    // session. rows_ops: pieces of at most kRowsLinearMaxRows rows (decode steps, verify blocks)
+    // go through the fused decode-block ops (LayerContext::rows_ops; the LM head too): the CUDA
+    // engine's way; on the CPU the ops are plain reference loops.
     TargetSession(const TargetModel& model, Backend& be, int64_t capacity,
                   std::vector<int64_t> capture, int64_t max_rows,
-                  const PreparedWeights* prepared = nullptr);
+                  const PreparedWeights* prepared = nullptr, bool rows_ops = false);
     int64_t length() const { return len_; }
     int64_t capacity() const { return capacity_; }
     int64_t feature_dim() const;  // K * D
@@ -152,6 +154,7 @@ class TargetSession {
     const TargetModel& model_;
     Backend& be_;
     const PreparedWeights* prepared_;
+    bool rows_ops_;
     StepOwner owner_;  // this session's recorded steps (its caches and workspace stay put)
     int64_t capacity_;
     std::vector<int64_t> capture_;

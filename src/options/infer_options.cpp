@@ -20,6 +20,7 @@ GenerateOptions generate_options_from_settings(const config::Settings& s) {
     o.seed = static_cast<uint64_t>(s.get<int64_t>("infer.seed"));
     o.draft_precision = parse_draft_precision(s.get<std::string>("infer.cpu_draft_precision"));
     o.target_panels = s.get<bool>("infer.cpu_target_panels");
+    o.fused_decode = s.get<bool>("infer.cuda_fused_decode");
     return o;
 }
 

@@ -1,0 +1,210 @@
+// The CUDA decode-block ops (backend/op_list.h: rows_linear, qk_norm_rope_cache) against the CPU
+// references on the same bf16 values: rows_linear at decode shapes (Qwen3-0.6B's q/k/v, o,
+// gate/up and the LM head in f32) and awkward ones, every epilogue, R in {1, 3, 16}; its row
+// invariance (each row of a 16-row call has the bits of that row alone); qk_norm_rope_cache with
+// and without head norms, partial rotary, head dims 64/128/256 and rows past the cache's end;
+// bad input; and a random Qwen3-shaped target decoded through them (LayerContext::rows_ops): a
+// verify block's rows equal the decode steps bit for bit and the logits stay near the general
+// path's. Tolerance: fp32 sums in another order, then one bf16 rounding.
+#include <cstring>
+#include <span>
+#include <string>
+
+#include "cuda/elem_test_util.h"
+#include "model/target.h"
+#include "support/test_util.h"
+#include "support/tiny_models.h"
+
+namespace dflash {
+namespace {
+
+using test::mismatch;
+
+class CudaRowsLinear : public test::CudaVsCpu {
+  protected:
+    // Runs one rows_linear on both backends and compares; returns the GPU's result.
+    HostTensor check(int64_t R, int64_t K, std::vector<int64_t> n, RowsEpilogue ep, bool f32_out,
+                     Rng& rng, const std::string& what);
+};
+
+HostTensor CudaRowsLinear::check(int64_t R, int64_t K, std::vector<int64_t> n, RowsEpilogue ep,
+                                 bool f32_out, Rng& rng, const std::string& what) {
+    HostTensor x = test::bf16_values({R, K}, rng);
+    std::vector<HostTensor> w;
+    for (int64_t rows : n) w.push_back(test::bf16_values({rows, K}, rng, 0.05f));
+    int64_t cols = ep == RowsEpilogue::store ? 0 : n[0];
+    if (ep == RowsEpilogue::store)
+        for (int64_t rows : n) cols += rows;
+    HostTensor res = ep == RowsEpilogue::add ? test::bf16_values({R, cols}, rng) : HostTensor();
+    RowsLinear c, g;
+    std::vector<DeviceTensor> wd;
+    for (const HostTensor& h : w) wd.push_back(test::to_gpu(gpu(), h, DType::bf16));
+    for (size_t i = 0; i < w.size(); ++i) {
+        c.w[i] = w[i];
+        g.w[i] = wd[i];
+    }
+    c.epilogue = g.epilogue = ep;
+    HostTensor ref({R, cols});
+    cpu().rows_linear(x, c, res, ref);
+    DeviceTensor xd = test::to_gpu(gpu(), x, DType::bf16);
+    DeviceTensor rd = res.numel() > 0 ? test::to_gpu(gpu(), res, DType::bf16) : DeviceTensor();
+    DeviceTensor y(gpu(), {R, cols}, f32_out ? DType::f32 : DType::bf16);
+    test::poison(gpu(), y);
+    gpu().rows_linear(xd, g, rd.empty() ? Tensor() : rd.view(), y);
+    HostTensor got = test::to_cpu(gpu(), y);
+    EXPECT_EQ(mismatch(got, ref, test::bf16_tol(1e-3 * test::max_abs(ref))), "") << what;
+    return got;
+}
+
+TEST_F(CudaRowsLinear, DecodeShapesAndAwkwardOnesMatchCpu) {
+    Rng rng(7);
+    for (const int64_t R : {1, 3, 16}) {
+        const std::string r = " R=" + std::to_string(R);
+        check(R, 1024, {2048, 1024, 1024}, RowsEpilogue::store, false, rng, "qkv" + r);
+        check(R, 2048, {1024}, RowsEpilogue::add, false, rng, "o_proj" + r);
+        check(R, 1024, {3072, 3072}, RowsEpilogue::swiglu, false, rng, "gate/up" + r);
+        check(R, 3072, {1024}, RowsEpilogue::add, false, rng, "down" + r);
+        check(R, 1024, {151936}, RowsEpilogue::store, true, rng, "lm head f32" + r);
+        check(R, 72, {40, 24, 13}, RowsEpilogue::store, false, rng, "awkward store" + r);
+        check(R, 8, {5}, RowsEpilogue::add, false, rng, "tiny add" + r);
+        check(R, 4104, {24, 24}, RowsEpilogue::swiglu, false, rng, "long k swiglu" + r);
+    }
+}
+
+// Note [rows_linear row invariance]: a decode row and the same row in a verify block.
+TEST_F(CudaRowsLinear, RowsHaveTheSameBitsAloneAndInABlock) {
+    for (const RowsEpilogue ep : {RowsEpilogue::store, RowsEpilogue::add, RowsEpilogue::swiglu}) {
+        Rng rng(11);
+        const int64_t K = 1000, N = 264;
+        HostTensor x = test::bf16_values({16, K}, rng);
+        DeviceTensor xd = test::to_gpu(gpu(), x, DType::bf16);
+        DeviceTensor w0 = test::to_gpu(gpu(), test::bf16_values({N, K}, rng, 0.05f), DType::bf16);
+        DeviceTensor w1 = test::to_gpu(gpu(), test::bf16_values({N, K}, rng, 0.05f), DType::bf16);
+        DeviceTensor res = test::to_gpu(gpu(), test::bf16_values({16, N}, rng), DType::bf16);
+        RowsLinear g;
+        g.w[0] = w0;
+        if (ep != RowsEpilogue::add) g.w[1] = w1;
+        g.epilogue = ep;
+        const int64_t cols = ep == RowsEpilogue::store ? 2 * N : N;
+        DeviceTensor all(gpu(), {16, cols}, DType::bf16), part(gpu(), {16, cols}, DType::bf16);
+        const Tensor rs = ep == RowsEpilogue::add ? res.view() : Tensor();
+        gpu().rows_linear(xd, g, rs, all);
+        for (int64_t r0 = 0; r0 < 16; r0 += 5) {
+            const int64_t r1 = std::min<int64_t>(16, r0 + (r0 % 2 == 0 ? 1 : 3));
+            gpu().rows_linear(xd.view().rows(r0, r1), g,
+                              rs.empty() ? Tensor() : rs.rows(r0, r1), part.view().rows(r0, r1));
+            EXPECT_EQ(test::bit_mismatch(test::to_cpu(gpu(), part.view().rows(r0, r1)),
+                                         test::to_cpu(gpu(), all.view().rows(r0, r1))),
+                      "")
+                << "epilogue " << static_cast<int>(ep) << " rows " << r0 << ".." << r1;
+        }
+    }
+}
+
+TEST_F(CudaRowsLinear, QkNormRopeCacheMatchesCpu) {
+    Rng rng(13);
+    const int64_t H = 16, Hkv = 8, C = 40;
+    for (const int64_t Dh : {64, 128, 256}) {
+        for (const bool norms : {true, false}) {
+            for (const int64_t half : {Dh / 2, Dh / 4}) {
+                for (const int64_t start : {int64_t{3}, C - 5}) {
+                    const int64_t R = 16;
+                    const std::string what = "Dh " + std::to_string(Dh) +
+                                             (norms ? " norms" : "") + " half " +
+                                             std::to_string(half) + " start " +
+                                             std::to_string(start);
+                    HostTensor qkv = test::bf16_values({R, (H + 2 * Hkv) * Dh}, rng, 2.0f);
+                    HostTensor qn = norms ? test::bf16_values({Dh}, rng) : HostTensor();
+                    HostTensor kn = norms ? test::bf16_values({Dh}, rng) : HostTensor();
+                    HostTensor pos({R}, DType::i32), row0({1}, DType::i32), freq({half});
+                    for (int64_t r = 0; r < R; ++r) pos.i32()[r] = static_cast<int32_t>(500 + r);
+                    row0.i32()[0] = static_cast<int32_t>(start);
+                    for (int64_t i = 0; i < half; ++i)
+                        freq.f32()[i] = std::pow(1e6f, -static_cast<float>(2 * i) / Dh);
+                    HostTensor q({R, H, Dh}), kc({C, Hkv, Dh}), vc({C, Hkv, Dh});
+                    cpu().fill(kc, 0.5f);
+                    cpu().fill(vc, 0.5f);
+                    cpu().qk_norm_rope_cache(qkv, qn, kn, 1e-6f, pos, freq, q, kc, vc, row0);
+                    DeviceTensor qd(gpu(), {R, H, Dh}, DType::bf16);
+                    DeviceTensor kd(gpu(), {C, Hkv, Dh}, DType::bf16);
+                    DeviceTensor vd(gpu(), {C, Hkv, Dh}, DType::bf16);
+                    test::poison(gpu(), qd);
+                    gpu().fill(kd, 0.5f);
+                    gpu().fill(vd, 0.5f);
+                    DeviceTensor qkvd = test::to_gpu(gpu(), qkv, DType::bf16);
+                    DeviceTensor qnd = norms ? test::to_gpu(gpu(), qn, DType::bf16) : DeviceTensor();
+                    DeviceTensor knd = norms ? test::to_gpu(gpu(), kn, DType::bf16) : DeviceTensor();
+                    DeviceTensor posd = test::to_gpu_i32(gpu(), pos);
+                    DeviceTensor r0d = test::to_gpu_i32(gpu(), row0);
+                    DeviceTensor fd = test::to_gpu(gpu(), freq, DType::f32);
+                    gpu().qk_norm_rope_cache(qkvd, qnd.empty() ? Tensor() : qnd.view(),
+                                             knd.empty() ? Tensor() : knd.view(), 1e-6f, posd, fd,
+                                             qd, kd, vd, r0d);
+                    auto tol = [](const HostTensor& ref) {
+                        return test::bf16_tol(2e-3 * test::max_abs(ref));
+                    };
+                    EXPECT_EQ(mismatch(test::to_cpu(gpu(), qd), q, tol(q)), "") << what << ": q";
+                    EXPECT_EQ(mismatch(test::to_cpu(gpu(), kd), kc, tol(kc)), "") << what << ": k";
+                    EXPECT_EQ(test::bit_mismatch(test::to_cpu(gpu(), vd), vc), "") << what << ": v";
+                }
+            }
+        }
+    }
+}
+
+TEST_F(CudaRowsLinear, RejectsBadInput) {
+    Rng rng(17);
+    DeviceTensor x17 = test::to_gpu(gpu(), test::bf16_values({17, 64}, rng), DType::bf16);
+    DeviceTensor x = test::to_gpu(gpu(), test::bf16_values({2, 60}, rng), DType::bf16);
+    DeviceTensor w = test::to_gpu(gpu(), test::bf16_values({8, 64}, rng), DType::bf16);
+    DeviceTensor w60 = test::to_gpu(gpu(), test::bf16_values({8, 60}, rng), DType::bf16);
+    DeviceTensor y17(gpu(), {17, 8}, DType::bf16), y(gpu(), {2, 8}, DType::bf16);
+    RowsLinear g;
+    g.w[0] = w;
+    EXPECT_THROW(gpu().rows_linear(x17, g, Tensor(), y17), UserError);
+    g.w[0] = w60;
+    EXPECT_THROW(gpu().rows_linear(x, g, Tensor(), y), UserError);  // k not a multiple of 8
+    HostTensor on_host({2, 64});
+    g.w[0] = w;
+    EXPECT_THROW(gpu().rows_linear(on_host, g, Tensor(), y), UserError);
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+    Rng rng(seed);
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& v : t) v = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
+    return t;
+}
+
+// The engine's target on CUDA: verify rows equal decode steps bit for bit through the fused ops,
+// and their logits stay within bf16 noise of the general path's.
+TEST_F(CudaRowsLinear, TargetVerifyRowsEqualDecodeSteps) {
+    TargetConfig cfg = test::tiny_target_config(true, 3);
+    cfg.hidden_size = 256;
+    cfg.intermediate_size = 512;
+    cfg.num_attention_heads = 4;
+    cfg.num_key_value_heads = 2;
+    cfg.head_dim = 64;
+    cfg.vocab_size = 1000;
+    TargetModel m = TargetModel::random(gpu(), cfg, 21, 0.05f);
+    const int64_t V = cfg.vocab_size;
+    const auto toks = random_tokens(40, V, 3);
+    TargetSession general(m, gpu(), 64, {}, 32);
+    TargetSession steps(m, gpu(), 64, {}, 32, nullptr, true);
+    TargetSession block(m, gpu(), 64, {}, 32, nullptr, true);
+    DeviceTensor ref(gpu(), {16, V}, DType::f32), one(gpu(), {16, V}, DType::f32),
+        all(gpu(), {16, V}, DType::f32);
+    for (TargetSession* s : {&general, &steps, &block})
+        s->forward(std::span(toks).first(24), Tensor(), Tensor());
+    for (int64_t t = 24; t < 40; ++t) {
+        steps.forward(std::span(toks).subspan(t, 1), one.view().rows(t - 24, t - 23), Tensor());
+        general.forward(std::span(toks).subspan(t, 1), ref.view().rows(t - 24, t - 23), Tensor());
+    }
+    block.forward(std::span(toks).subspan(24, 16), all.view(), Tensor());
+    EXPECT_EQ(test::bit_mismatch(test::to_cpu(gpu(), one), test::to_cpu(gpu(), all)), "");
+    const HostTensor r = test::to_cpu(gpu(), ref);
+    EXPECT_EQ(mismatch(test::to_cpu(gpu(), one), r, {5e-2, 5e-2, 5e-2 * test::max_abs(r)}), "");
+}
+
+}  // namespace
+}  // namespace dflash
