@@ -87,6 +87,12 @@ class Backend {
     virtual Buffer allocate(size_t bytes) = 0;
     // Host memory the device copies from and to fastest (pinned on CUDA).
     virtual Buffer allocate_host(size_t bytes) = 0;
+    // A CPU backend whose memory is this backend's allocate_host (zero-filled): host copies of
+    // this device's state kept between uses, such as the checkpoint snapshot (Note [Checkpoint
+    // snapshot memory] in train/checkpoint_writer.h), so that downloads into them run at the
+    // bus's speed rather than through pageable memory. On the CPU, a plain CPU backend. Call it
+    // from the thread that drives this backend, which must outlive it and its buffers.
+    virtual std::unique_ptr<Backend> make_host_backend(int threads);
     // The bytes of this backend's live allocate() buffers (parameters, optimizer state,
     // workspaces, caches) now and at most since it was made or since reset_peak_memory(). Not
     // counted: the CUDA backend's fixed op workspace (cuda_backend.h) and cuBLASLt's.
@@ -213,6 +219,10 @@ struct LossStatsLayout {
 std::vector<float> rope_inv_freq(const RopeConfig& cfg, int64_t head_dim);
 
 std::unique_ptr<Backend> make_cpu_backend(int threads);
+// A CPU backend whose allocations are taken from `memory` (given the byte count, rounded up to
+// 256; the backend zero-fills it): Backend::make_host_backend on CUDA, tests.
+using HostMemorySource = std::function<Buffer(size_t bytes)>;
+std::unique_ptr<Backend> make_cpu_backend(int threads, HostMemorySource memory);
 // A backend that checks nothing and does nothing, reporting `real`'s device and compute dtype:
 // step code run against it with a planning Workspace measures the workspace a step needs.
 std::unique_ptr<Backend> make_planning_backend(const Backend& real);

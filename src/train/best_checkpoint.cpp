@@ -30,7 +30,7 @@ std::optional<BestRecord> read_best(const fs::path& run_dir) {
 }
 
 fs::path write_best(const fs::path& run_dir, const BestRecord& best, const TrainingState& state,
-                    const ParamSet& params, const HostTensor& m, const HostTensor& v,
+                    const ParamSet& params, const Tensor& m, const Tensor& v,
                     const std::function<void(const fs::path&)>& save_model) {
     const fs::path dir = run_dir / kBestDir;
     fs::create_directories(dir);

@@ -35,7 +35,7 @@ std::optional<BestRecord> read_best(const std::filesystem::path& run_dir);
 // directory, never a best.json naming a missing checkpoint. Returns the checkpoint's directory.
 std::filesystem::path write_best(
     const std::filesystem::path& run_dir, const BestRecord& best, const TrainingState& state,
-    const ParamSet& params, const HostTensor& m, const HostTensor& v,
+    const ParamSet& params, const Tensor& m, const Tensor& v,
     const std::function<void(const std::filesystem::path&)>& save_model);
 
 }  // namespace dflash::train

@@ -33,8 +33,8 @@ std::string v_key(const std::string& n) {
 }
 
 // Every parameter's f32 master weights and Adam moments, named per parameter.
-void write_state_tensors(const fs::path& path, const ParamSet& params, const HostTensor& m,
-                         const HostTensor& v) {
+void write_state_tensors(const fs::path& path, const ParamSet& params, const Tensor& m,
+                         const Tensor& v) {
     const Tensor weights = params.training() ? params.flat_master() : params.flat_values();
     // Host f32 weights (the checkpoint writer's snapshot) are written as they are; others are
     // copied to the host first.
@@ -44,6 +44,10 @@ void write_state_tensors(const fs::path& path, const ParamSet& params, const Hos
     DF_ASSERT(m.numel() == params.numel() && v.numel() == params.numel(),
               "checkpoint moments of {} and {} elements for {} parameters", m.numel(), v.numel(),
               params.numel());
+    DF_ASSERT(m.device().kind == DeviceKind::cpu && v.device().kind == DeviceKind::cpu &&
+                  m.dtype() == DType::f32 && v.dtype() == DType::f32,
+              "checkpoint moments must be f32 host memory, got {} and {}", m.describe(),
+              v.describe());
     std::vector<std::pair<std::string, Tensor>> tensors;
     for (const Param& p : params.params()) {
         auto part = [&](const Tensor& flat) {
@@ -218,7 +222,7 @@ std::string checkpoint_name(int64_t step) {
 }
 
 fs::path write_checkpoint(const fs::path& run_dir, const TrainingState& state,
-                          const ParamSet& params, const HostTensor& m, const HostTensor& v,
+                          const ParamSet& params, const Tensor& m, const Tensor& v,
                           const std::function<void(const fs::path&)>& save_model) {
     const fs::path final_dir = run_dir / checkpoint_name(state.step);
     const fs::path tmp = run_dir / (".tmp-" + checkpoint_name(state.step));

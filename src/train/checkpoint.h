@@ -72,7 +72,7 @@ std::string checkpoint_name(int64_t step);
 // is replaced. Returns the final directory.
 std::filesystem::path write_checkpoint(
     const std::filesystem::path& run_dir, const TrainingState& state, const ParamSet& params,
-    const HostTensor& m, const HostTensor& v,
+    const Tensor& m, const Tensor& v,
     const std::function<void(const std::filesystem::path&)>& save_model);
 
 // Reads training_state.json of a checkpoint directory.

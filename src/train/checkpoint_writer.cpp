@@ -1,5 +1,5 @@
-// The background checkpoint writer (checkpoint_writer.h). Tested by
-// tests/train/checkpoint_writer_test.cpp.
+// The background checkpoint writer and its host memory (checkpoint_writer.h). Tested by
+// tests/train/checkpoint_test.cpp and tests/train/checkpoint_memory_test.cpp.
 #include "train/checkpoint_writer.h"
 
 #include <chrono>
@@ -7,6 +7,11 @@
 #include "core/error.h"
 
 namespace dflash::train {
+
+CheckpointMemory::CheckpointMemory(Backend& device, int64_t numel)
+    : host(device.make_host_backend(1)),
+      m(*host, {numel}, DType::f32),
+      v(*host, {numel}, DType::f32) {}
 
 CheckpointWriter::~CheckpointWriter() {
     if (thread_.joinable()) thread_.join();
@@ -23,7 +28,8 @@ void CheckpointWriter::submit(Job job) {
             if (job.before_write) job.before_write(job.run_dir / checkpoint_name(job.state.step));
             const std::filesystem::path dir =
                 write_checkpoint(job.run_dir, job.state, *job.params, job.m, job.v, job.save_model);
-            log_.info("checkpoint: {} (written in the background in {:.1f} s)", dir.string(),
+            log_.info("checkpoint: {} (copied in {:.2f} s, written in the background in {:.1f} s)",
+                      dir.string(), job.copy_seconds,
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         } catch (...) {
             error_ = std::current_exception();

@@ -19,6 +19,7 @@
 #include "tokenizer/model_tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/loop_options.h"
+#include "train/model_snapshot.h"
 
 namespace dflash::train {
 namespace {
@@ -194,22 +195,12 @@ class DrafterTask : public WorkerTask {
         return shape;
     }
 
-    void save_model(const fs::path& dir) const override {
-        drafter_.save(dir, DType::bf16);
-        if (dspark()) drafter_.config().save(dir, opt_.dialect);  // config.json in its dialect
-        save_tokenizer_spec(dir, tok_);
-    }
+    void save_model(const fs::path& dir) const override { write_model(drafter_, dir); }
 
+    void reserve_snapshot(Backend& host) override { snapshot_.reserve(host, drafter_); }
     ModelSnapshot snapshot_model() override {
-        if (!snapshot_) {
-            snapshot_be_ = make_cpu_backend(1);
-            snapshot_.emplace(*snapshot_be_, drafter_.config());
-        }
-        snapshot_->params().copy_from(drafter_.params());
-        return {&snapshot_->params(), [this](const fs::path& dir) {
-                    snapshot_->save(dir, DType::bf16);
-                    save_tokenizer_spec(dir, tok_);
-                }};
+        const DrafterModel& copy = snapshot_.fill(drafter_);
+        return {&copy.params(), [this, &copy](const fs::path& dir) { write_model(copy, dir); }};
     }
 
     std::optional<AcceptanceSums> eval_acceptance(Backend& be, const MicroBatch& mb) override {
@@ -299,9 +290,15 @@ class DrafterTask : public WorkerTask {
     const DecodeEvalSetup* decode_;
     std::optional<DrafterModel> eval_model_;  // made at the first decoding evaluation
     std::vector<int32_t> context_starts_;     // of the micro-batch being run
+    // save_model's files of `m` (the replica or the checkpoint writer's copy of it).
+    void write_model(const DrafterModel& m, const fs::path& dir) const {
+        m.save(dir, DType::bf16);
+        if (dspark()) m.config().save(dir, opt_.dialect);  // config.json in its dialect
+        save_tokenizer_spec(dir, tok_);
+    }
+
     // The checkpoint writer's copy of the weights in host memory (snapshot_model).
-    std::unique_ptr<Backend> snapshot_be_;
-    std::optional<DrafterModel> snapshot_;
+    ModelSnapshotCopy<DrafterModel> snapshot_;
     DeviceTensor eval_argmax_;  // i32 [num_anchors * B]: BlockObjective::eval_argmax
     DeviceTensor eval_tv_;      // f32 [num_anchors * B]: BlockObjective::eval_tv
     DeviceTensor eval_conf_;    // f32 [num_anchors * B]: BlockObjective::eval_conf (DSpark)

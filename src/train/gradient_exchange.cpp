@@ -166,18 +166,29 @@ void GradientExchange::broadcast_chunks(const Tensor& flat) {
     if (!host_memory) be_.upload(flat.rows(0, n), Tensor(all, DType::f32, {n}));
 }
 
-std::pair<HostTensor, HostTensor> GradientExchange::gather_moments(const AdamW& opt) {
-    HostTensor m = to_host_f32(be_, opt.m()), v = to_host_f32(be_, opt.v());
-    if (!shard_.sharded()) return {std::move(m), std::move(v)};
-    const int64_t n = shard_.numel, c = shard_.chunk, owned = shard_.owned();
+void GradientExchange::gather_moments(const AdamW& opt, const Tensor& all_m, const Tensor& all_v) {
     const int rank = comm_.rank();
-    HostTensor all_m, all_v;
+    const int64_t n = shard_.numel, c = shard_.chunk, owned = shard_.owned();
     if (rank == 0) {
-        all_m = HostTensor({n});
-        all_v = HostTensor({n});
+        DF_ASSERT(all_m.numel() == n && all_v.numel() == n &&
+                      all_m.device().kind == DeviceKind::cpu &&
+                      all_v.device().kind == DeviceKind::cpu,
+                  "gather_moments: host tensors of {} elements expected, got {} and {}", n,
+                  all_m.describe(), all_v.describe());
+    }
+    if (!shard_.sharded()) {
+        // Every worker holds every moment: worker 0's are the ones written.
+        if (rank == 0) {
+            be_.download(all_m, opt.m());
+            be_.download(all_v, opt.v());
+        }
+        return;
+    }
+    const HostTensor m = to_host_f32(be_, opt.m()), v = to_host_f32(be_, opt.v());
+    if (rank == 0) {
         // The tail is every worker's alike.
-        copy_tensor(shard_tail(all_m.view(), shard_), m.view().rows(c, owned));
-        copy_tensor(shard_tail(all_v.view(), shard_), v.view().rows(c, owned));
+        copy_tensor(shard_tail(all_m, shard_), m.view().rows(c, owned));
+        copy_tensor(shard_tail(all_v, shard_), v.view().rows(c, owned));
     }
     // Each worker's chunk in pieces of at most 16M floats per moment, so the staging stays small.
     const int64_t piece = std::min<int64_t>(c, int64_t{1} << 24);
@@ -196,7 +207,6 @@ std::pair<HostTensor, HostTensor> GradientExchange::gather_moments(const AdamW& 
             }
         }
     }
-    return {std::move(all_m), std::move(all_v)};
 }
 
 void GradientExchange::send_buckets_from(int64_t lo, const ParamSet& params) {

@@ -100,9 +100,11 @@ class GradientExchange {
     void broadcast_chunks(const Tensor& flat);
 
   public:
-    // Every AdamW moment, f32 [numel] on the host, on worker 0 (empty elsewhere; every worker
-    // takes part), for a checkpoint.
-    std::pair<HostTensor, HostTensor> gather_moments(const AdamW& opt);
+    // Every AdamW moment into m and v, f32 [numel] in host memory on worker 0 (empty tensors
+    // elsewhere: every worker takes part, worker 0 alone receives), for a checkpoint. Waits for
+    // the device. Unsharded, one download each (at the bus's speed into pinned memory, Note
+    // [Checkpoint snapshot memory] in train/checkpoint_writer.h).
+    void gather_moments(const AdamW& opt, const Tensor& m, const Tensor& v);
     // This worker gives up (its step failed): its device collectives stop first.
     void stop() {
         if (device_) device_->stop();

@@ -9,6 +9,7 @@
 #include "model/target.h"
 #include "tokenizer/model_tokenizer.h"
 #include "train/checkpoint.h"
+#include "train/model_snapshot.h"
 
 namespace dflash::train {
 namespace {
@@ -62,17 +63,16 @@ class PretrainTask : public WorkerTask {
         save_tokenizer_spec(dir, tok_);
     }
 
-    ModelSnapshot snapshot_model() override {
+    void reserve_snapshot(Backend& host) override {
         // MXFP4 experts exist only in loaded checkpoints; pretraining starts from random weights
         // or its own (bf16) checkpoints.
         DF_ASSERT(model_.packed_experts().empty(), "a pretrained target has packed experts");
-        if (!snapshot_) {
-            snapshot_be_ = make_cpu_backend(1);
-            snapshot_.emplace(*snapshot_be_, model_.config());
-        }
-        snapshot_->params().copy_from(model_.params());
-        return {&snapshot_->params(), [this](const fs::path& dir) {
-                    snapshot_->save(dir, DType::bf16);
+        snapshot_.reserve(host, model_);
+    }
+    ModelSnapshot snapshot_model() override {
+        const TargetModel& copy = snapshot_.fill(model_);
+        return {&copy.params(), [this, &copy](const fs::path& dir) {
+                    copy.save(dir, DType::bf16);
                     save_tokenizer_spec(dir, tok_);
                 }};
     }
@@ -83,8 +83,7 @@ class PretrainTask : public WorkerTask {
     bool loss_on_prompt_;
     int64_t chunk_;
     // The checkpoint writer's copy of the weights in host memory (snapshot_model).
-    std::unique_ptr<Backend> snapshot_be_;
-    std::optional<TargetModel> snapshot_;
+    ModelSnapshotCopy<TargetModel> snapshot_;
 };
 
 }  // namespace

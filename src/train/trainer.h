@@ -110,12 +110,14 @@ class WorkerTask {
     // save_model in two halves, so that checkpoints are written while training goes on: copies
     // the replica's weights (f32 masters) into host memory now and returns that copy's params
     // and what writes save_model's files from it, which the checkpoint writer runs later on its
-    // own thread. The copy is the task's, reused by the next call (made only once the previous
-    // write is done).
+    // own thread. The copy is the task's model on `host` (a ModelSnapshotCopy), made by
+    // reserve_snapshot once, at setup, and refilled by every call (made only once the previous
+    // write is done). Note [Checkpoint snapshot memory] in train/checkpoint_writer.h.
     struct ModelSnapshot {
         const ParamSet* params = nullptr;
         std::function<void(const std::filesystem::path&)> save;
     };
+    virtual void reserve_snapshot(Backend& host) = 0;
     virtual ModelSnapshot snapshot_model() = 0;
     // Evaluation only, right after run() of mb without gradients (outside any recorded step):
     // the micro-batch's acceptance sums (drafters' greedy and probabilistic tau, from each block

@@ -3,7 +3,8 @@
 // resume: k steps, then resume to 2k, equals 2k straight — every weight and moment, bit for bit.
 // Checkpoints are written in the background (train/checkpoint_writer.h): training goes on while
 // one is written, a checkpoint written that way resumes bitwise, and a failed write stops the run
-// naming the checkpoint and the cause.
+// naming the checkpoint and the cause; a write in flight keeps the memory it reads (Note
+// [Checkpoint snapshot memory]) until it is done.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "core/checkpoint_io.h"
 #include "model/drafter.h"
@@ -190,6 +192,38 @@ TEST_F(DrafterCheckpoints, TrainingGoesOnWhileACheckpointIsWritten) {
     EXPECT_EQ(resumed.first_step, 3);
     expect_same_checkpoint(sum.model_dir, resumed.model_dir);
     EXPECT_DOUBLE_EQ(sum.final_loss, resumed.final_loss);
+}
+
+TEST_F(DrafterCheckpoints, AWriteInFlightKeepsItsMemory) {
+    // Note [Checkpoint snapshot memory]: every checkpoint copies the state into the same host
+    // memory, which the writer's thread reads. Checkpoint 2's write is held until step 4 has
+    // begun and a little longer, long enough for step 4 and its checkpoint's copy to run: a
+    // checkpoint that refilled the memory before waiting for the write in flight would leave step
+    // 4's state in checkpoint 2. It must equal checkpoint 2 of a run that never waited.
+    const auto s =
+        test::drafter_settings({{"train.checkpoint_every", "2"}, {"train.max_steps", "4"}});
+    std::mutex mu;
+    std::condition_variable cv;
+    bool step4 = false;
+    auto j = job("held");
+    j.hooks.on_step_begin = [&](int, int64_t step) {
+        if (step != 4) return;
+        std::lock_guard lock(mu);
+        step4 = true;
+        cv.notify_all();
+    };
+    j.hooks.on_checkpoint_write = [&](const fs::path& dir) {
+        if (dir.filename() != train::checkpoint_name(2)) return;
+        std::unique_lock lock(mu);
+        cv.wait_for(lock, std::chrono::seconds(30), [&] { return step4; });
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    };
+    train_drafter_from_settings(j, s, Logger());
+    const train::TrainSummary plain = train_drafter_from_settings(job("unheld"), s, Logger());
+    EXPECT_TRUE(step4);
+    expect_same_checkpoint(*dir_ / "held" / train::checkpoint_name(2),
+                           *dir_ / "unheld" / train::checkpoint_name(2));
+    expect_same_checkpoint(*dir_ / "held" / train::checkpoint_name(4), plain.model_dir);
 }
 
 TEST_F(DrafterCheckpoints, AFailedWriteStopsTheRun) {

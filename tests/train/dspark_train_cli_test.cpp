@@ -94,6 +94,25 @@ TEST(DsparkTrainCli, WarmStartTrainInspectDecodeExport) {
         EXPECT_EQ(test::max_abs_diff(c.params().value(prm.name), prm.value), 0.0) << prm.name;
 }
 
+TEST(DsparkTrainCli, CheckpointsKeepTheChosenDialect) {
+    // Checkpoints are written from the writer's copy of the weights (WorkerTask::snapshot_model):
+    // their config.json must be in drafter.dialect like save_model's, not the default one.
+    test::TempDir dir("dspark-train-dialect");
+    const std::string target = pretrain_tiny_target(dir);
+    ASSERT_FALSE(target.empty());
+    const auto tr =
+        test::run_dflash("train --target " + target + " --data " + (dir / "data").string() +
+                         " --output " + (dir / "drafter").string() +
+                         " --drafter.architecture dspark --drafter.markov_rank 4"
+                         " --drafter.dialect speculators" +
+                         kTiny);
+    ASSERT_EQ(tr.exit_code, 0) << tr.output;
+    const std::filesystem::path ck = dir / "drafter" / train::checkpoint_name(3);
+    EXPECT_TRUE(
+        test::has(test::read_file(ck / "config.json"), "\"speculators_model_type\": \"dspark\""));
+    EXPECT_TRUE(DrafterModel::load(test::host_backend(), ck).config().dspark());
+}
+
 TEST(DsparkTrainCli, OneCommandStartsADsparkRun) {
     test::TempDir dir("dspark-train-one");
     const std::string target = pretrain_tiny_target(dir);

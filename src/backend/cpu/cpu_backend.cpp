@@ -26,7 +26,8 @@ struct CpuF32Weight final : PreparedWeight {
 
 class CpuBackend final : public Backend {
   public:
-    explicit CpuBackend(int threads) : pool_(threads < 1 ? 1 : threads), ex_{&pool_} {}
+    CpuBackend(int threads, HostMemorySource memory)
+        : memory_(std::move(memory)), pool_(threads < 1 ? 1 : threads), ex_{&pool_} {}
     std::string name() const override { return "cpu"; }
     std::unique_ptr<DeviceCollectives> make_device_collectives(Communicator& host,
                                                                const CollectiveOptions&) override {
@@ -38,6 +39,7 @@ class CpuBackend final : public Backend {
     Buffer allocate(size_t bytes) override {
         // 256 bytes, like cudaMalloc: workspace slices keep the alignment the CUDA kernels need.
         const size_t rounded = std::max<size_t>(256, (bytes + 255) / 256 * 256);
+        if (memory_) return allocate_from_source(bytes, rounded);
         void* p = std::aligned_alloc(256, rounded);
         DF_CHECK(p != nullptr, "out of host memory allocating {} bytes", rounded);
         std::memset(p, 0, rounded);
@@ -132,6 +134,23 @@ class CpuBackend final : public Backend {
                  dst.describe(), src.describe());
     }
 
+    // The same contract from memory_: zero-filled, counted; the source's buffer is released when
+    // the returned one is.
+    Buffer allocate_from_source(size_t bytes, size_t rounded) {
+        auto held = std::make_shared<Buffer>(memory_(rounded));
+        DF_CHECK(held->bytes() >= rounded && held->data() != nullptr,
+                 "the host memory source gave {} bytes for {}", held->bytes(), rounded);
+        DF_CHECK(held->device().kind == DeviceKind::cpu, "the host memory source gave {} memory",
+                 to_string(held->device()));
+        std::memset(held->data(), 0, rounded);
+        mem_->add(bytes);
+        return Buffer(held->data(), bytes, DeviceRef{}, [held, mem = mem_, bytes](void*) mutable {
+            held.reset();
+            mem->sub(bytes);
+        });
+    }
+
+    HostMemorySource memory_;  // empty: aligned_alloc
     std::shared_ptr<MemoryCounter> mem_ = std::make_shared<MemoryCounter>();
     cpu::ThreadPool pool_;
     cpu::Exec ex_;
@@ -140,7 +159,16 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(int threads) {
-    return std::make_unique<CpuBackend>(threads);
+    return std::make_unique<CpuBackend>(threads, HostMemorySource());
+}
+
+std::unique_ptr<Backend> make_cpu_backend(int threads, HostMemorySource memory) {
+    DF_ASSERT(memory, "make_cpu_backend: an empty host memory source");
+    return std::make_unique<CpuBackend>(threads, std::move(memory));
+}
+
+std::unique_ptr<Backend> Backend::make_host_backend(int threads) {
+    return make_cpu_backend(threads);
 }
 
 }  // namespace dflash

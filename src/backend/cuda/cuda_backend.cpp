@@ -87,6 +87,11 @@ class CudaBackend final : public Backend {
         if (bytes > 0) DF_CUDA_CHECK(cudaMallocHost(&p, bytes));
         return Buffer(p, bytes, DeviceRef{}, [](void* q) { (void)cudaFreeHost(q); });
     }
+    std::unique_ptr<Backend> make_host_backend(int threads) override {
+        // Pinned, because a download into pageable memory goes through the driver's bounce
+        // buffers: 1.8 GB/s for a checkpoint's snapshot on an H200 (docs/performance.md).
+        return make_cpu_backend(threads, [this](size_t bytes) { return allocate_host(bytes); });
+    }
 
     void upload(const Tensor& dst, const Tensor& src) override {
         hold();
