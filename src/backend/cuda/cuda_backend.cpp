@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include "backend/cuda/cuda_check.h"
@@ -90,7 +91,18 @@ class CudaBackend final : public Backend {
     std::unique_ptr<Backend> make_host_backend(int threads) override {
         // Pinned, because a download into pageable memory goes through the driver's bounce
         // buffers: 1.8 GB/s for a checkpoint's snapshot on an H200 (docs/performance.md).
-        return make_cpu_backend(threads, [this](size_t bytes) { return allocate_host(bytes); });
+        // Memory the system cannot pin (a large model's snapshot can be a hundred GB) falls back
+        // to pageable memory: slower downloads, but the run goes on.
+        return make_cpu_backend(threads, [](size_t bytes) {
+            void* p = nullptr;
+            if (bytes > 0 && cudaMallocHost(&p, bytes) != cudaSuccess) {
+                (void)cudaGetLastError();
+                p = std::malloc(bytes);
+                DF_CHECK(p != nullptr, "cannot allocate {} bytes of host memory", bytes);
+                return Buffer(p, bytes, DeviceRef{}, [](void* q) { std::free(q); });
+            }
+            return Buffer(p, bytes, DeviceRef{}, [](void* q) { (void)cudaFreeHost(q); });
+        });
     }
 
     void upload(const Tensor& dst, const Tensor& src) override {
