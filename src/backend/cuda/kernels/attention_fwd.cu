@@ -152,9 +152,15 @@ struct Wide {
     static constexpr int kRows = NW * 16 * MI;
     static constexpr bool kKeepQ = MI == 1 || D <= 64;
     static_assert(kRows == kWideBlockM, "a wide block is two query tiles");
-    // Q [128 x D], K[2] and V[2] [64 x D], then each row's RowSpan.
+    // Q [128 x D], K[2] and V[2] [64 x D], each row's RowSpan, the block's QTileKeys, the softmax
+    // state (WideState). The spans, key ranges and softmax state are read once a tile: shared
+    // memory rather than registers, which the products' fragments need (MI = 2, D = 128 spilled
+    // with them in registers).
     static constexpr int kSpanOffset = tile_bytes<D>(kRows) + 4 * tile_bytes<D>(kBlockN);
-    static constexpr int kSmemBytes = kSpanOffset + kRows * static_cast<int>(sizeof(RowSpan));
+    static constexpr int kKeysOffset = kSpanOffset + kRows * static_cast<int>(sizeof(RowSpan));
+    static constexpr int kStatsOffset = kKeysOffset + 32;
+    static_assert(sizeof(QTileKeys) <= 32);
+    static constexpr int kSmemBytes = kStatsOffset + 4 * MI * kThreads * 4;
 };
 
 // Query tiles 2w and 2w + 1 merged (the dflash table holds kBlockM tiles).
@@ -165,11 +171,14 @@ __device__ __forceinline__ QTileKeys wide_qtile_dev(const MaskArgs& m, const Mas
     return merge_qtile_keys(a, b);
 }
 
-template <int D, int MI>
+// The running max (log2 units of scaled scores) and this thread's share of the running sum of
+// rows g, g + 8 of each row group live in shared memory (stride NT, one column a thread).
+template <int D, int MI, int NT>
 struct WideState {
-    float m[MI][2];  // running max of rows g, g + 8 of each row group, log2 units of scaled scores
-    float l[MI][2];  // this thread's share of the running sums
+    float* ml;
     float acc[MI][D / 8][4];
+    __device__ __forceinline__ float& m(int mi, int r) { return ml[(2 * mi + r) * NT]; }
+    __device__ __forceinline__ float& l(int mi, int r) { return ml[(2 * (MI + mi) + r) * NT]; }
 };
 
 // Row span s cut to the keys [lo, hi) a tile loaded: [b0, e0) ∪ [b1, e1), possibly empty.
@@ -184,9 +193,9 @@ __device__ __forceinline__ RowSpan clip_span(RowSpan s, int lo, int hi) {
 // One key tile for a warp's 16 MI rows (first row wr0 of the block's tile). On a masked tile a
 // warp none of whose rows sees a key of it skips it: its state would not change. Scores stay
 // unscaled until the exponent: p = 2^(s * scale - m) is one FFMA and an ex2 per score.
-template <int D, int MI, bool kKeepQ>
+template <int D, int MI, int NT, bool kKeepQ>
 __device__ __forceinline__ void wide_attend(
-    WideState<D, MI>& st, const uint32_t (&qf)[kKeepQ ? MI : 1][kKeepQ ? D / 16 : 1][4],
+    WideState<D, MI, NT>& st, const uint32_t (&qf)[kKeepQ ? MI : 1][kKeepQ ? D / 16 : 1][4],
     uint32_t q_tile, uint32_t k_tile, uint32_t v_tile, const KeyTile& kt, const RowSpan* spans,
     int wr0, float scale_log2, int lane) {
     const int g = lane >> 2, t = lane & 3;
@@ -270,11 +279,11 @@ __device__ __forceinline__ void wide_attend(
         DF_ATTN_UNROLL
         for (int r = 0; r < 2; ++r) {
             // scale_log2 > 0, so the max of the scaled scores is the scaled max.
-            const float m_new = fmaxf(st.m[mi][r], quad_max(mx[r]) * scale_log2);
+            const float m_new = fmaxf(st.m(mi, r), quad_max(mx[r]) * scale_log2);
             const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row that has seen nothing
-            const float corr = exp2_approx(st.m[mi][r] - m_use);
-            st.m[mi][r] = m_new;
-            st.l[mi][r] *= corr;
+            const float corr = exp2_approx(st.m(mi, r) - m_use);
+            st.m(mi, r) = m_new;
+            st.l(mi, r) *= corr;
             neg_m[r] = -m_use;
             DF_ATTN_UNROLL
             for (int n = 0; n < D / 8; ++n) {
@@ -288,7 +297,7 @@ __device__ __forceinline__ void wide_attend(
             for (int e = 0; e < 4; ++e) {
                 const float p = exp2_approx(fmaf(s[mi][n][e], scale_log2, neg_m[e >> 1]));
                 s[mi][n][e] = p;
-                st.l[mi][e >> 1] += p;
+                st.l(mi, e >> 1) += p;
             }
         }
     }
@@ -317,8 +326,9 @@ __global__ void __launch_bounds__(Wide<D, MI, NW>::kThreads, NW == 4 ? 2 : 1)
     fwd_wide_kernel(const FwdArgs a, float scale_log2) {
     using W = Wide<D, MI, NW>;
     DF_ATTN_SHARED(smem);
-    // Causal: the last query tiles have the most key tiles; start them first.
-    const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, hk = h / (a.h / a.hkv);
+    // Causal: the last query tiles have the most key tiles; those of every head start first (the
+    // grid is heads x tiles, heads fastest), so the last wave holds the shortest blocks.
+    const int qt = gridDim.y - 1 - blockIdx.y, h = blockIdx.x, hk = h / (a.h / a.hkv);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const MaskGeom g = resolve_dev(a.mask);
     const QTileKeys qk = wide_qtile_dev(a.mask, g, qt);
@@ -344,15 +354,18 @@ __global__ void __launch_bounds__(Wide<D, MI, NW>::kThreads, NW == 4 ? 2 : 1)
     for (int r = tid; r < W::kRows; r += W::kThreads) {
         spans[r] = row_span(g, i0 + r, a.mask.anchors, a.mask.ctx_start);
     }
+    auto* s_qk = reinterpret_cast<QTileKeys*>(smem + W::kKeysOffset);
+    if (tid == 0) *s_qk = qk;
 
     const int wr0 = warp * 16 * MI;  // this warp's first row of the tile
-    WideState<D, MI> st;
+    WideState<D, MI, W::kThreads> st;
+    st.ml = reinterpret_cast<float*>(smem + W::kStatsOffset) + tid;
     DF_ATTN_UNROLL
     for (int mi = 0; mi < MI; ++mi) {
         DF_ATTN_UNROLL
         for (int r = 0; r < 2; ++r) {
-            st.m[mi][r] = -INFINITY;
-            st.l[mi][r] = 0.0f;
+            st.m(mi, r) = -INFINITY;
+            st.l(mi, r) = 0.0f;
         }
         DF_ATTN_UNROLL
         for (int n = 0; n < D / 8; ++n) {
@@ -361,16 +374,19 @@ __global__ void __launch_bounds__(Wide<D, MI, NW>::kThreads, NW == 4 ? 2 : 1)
         }
     }
     uint32_t qf[W::kKeepQ ? MI : 1][W::kKeepQ ? D / 16 : 1][4];
+    // One barrier a tile: once tile t has landed and every warp is past tile t - 1, tile t + 1
+    // loads into the buffer t - 1 used, while tile t is computed.
     for (int t = 0; t < ntiles; ++t) {
         const int buf = t & 1;
+        cp_async_wait<0>();
+        __syncthreads();
+        const QTileKeys qk_t = *s_qk;
         if (t + 1 < ntiles) {
-            load_kv_tile<D>(a, hk, key_tile(qk, base1, t + 1),
+            load_kv_tile<D>(a, hk, key_tile(qk_t, base1, t + 1),
                             s_k + (buf ^ 1) * tile_bytes<D>(kBlockN),
                             s_v + (buf ^ 1) * tile_bytes<D>(kBlockN), tid, W::kThreads);
+            cp_async_commit();
         }
-        cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads();
         if constexpr (W::kKeepQ) {
             if (t == 0) {
                 DF_ATTN_UNROLL
@@ -381,12 +397,11 @@ __global__ void __launch_bounds__(Wide<D, MI, NW>::kThreads, NW == 4 ? 2 : 1)
                 }
             }
         }
-        wide_attend<D, MI, W::kKeepQ>(st, qf, s_q, s_k + buf * tile_bytes<D>(kBlockN),
-                                      s_v + buf * tile_bytes<D>(kBlockN), key_tile(qk, base1, t),
-                                      spans, wr0, scale_log2, lane);
-        __syncthreads();
+        wide_attend<D, MI, W::kThreads, W::kKeepQ>(
+            st, qf, s_q, s_k + buf * tile_bytes<D>(kBlockN), s_v + buf * tile_bytes<D>(kBlockN),
+            key_tile(qk_t, base1, t), spans, wr0, scale_log2, lane);
     }
-    cp_async_wait<0>();
+    cp_async_wait<0>();  // the Q tile's copies when no key tile was visited
     __syncthreads();
 
     // Normalise as fwd_kernel does (the sink joins the denominator once, here).
@@ -397,12 +412,12 @@ __global__ void __launch_bounds__(Wide<D, MI, NW>::kThreads, NW == 4 ? 2 : 1)
         float m[2], l[2], inv[2];
         DF_ATTN_UNROLL
         for (int r = 0; r < 2; ++r) {
-            m[r] = st.m[mi][r];
-            l[r] = quad_sum(st.l[mi][r]);
+            m[r] = st.m(mi, r);
+            l[r] = quad_sum(st.l(mi, r));
             float keep = 1.0f;
             if (sink > -INFINITY) {
-                m[r] = fmaxf(st.m[mi][r], sink);
-                keep = exp2_approx(st.m[mi][r] - m[r]);
+                m[r] = fmaxf(st.m(mi, r), sink);
+                keep = exp2_approx(st.m(mi, r) - m[r]);
                 l[r] = l[r] * keep + exp2_approx(sink - m[r]);
             }
             inv[r] = l[r] > 0.0f ? keep / l[r] : 0.0f;
@@ -569,7 +584,7 @@ float scale_log2_of(int d) {
 template <int D, int MI, int NW>
 void launch_fwd_wide(const FwdArgs& a, CUstream_st* stream) {
     using W = Wide<D, MI, NW>;
-    const dim3 grid(num_wide_query_tiles(a.mask.sq), a.h);
+    const dim3 grid(a.h, num_wide_query_tiles(a.mask.sq));
     auto* const fwd_wide = &fwd_wide_kernel<D, MI, NW>;  // the macro splits at template commas
     DF_ATTN_LAUNCH(fwd_wide, grid, W::kThreads, W::kSmemBytes, stream, a, scale_log2_of(D));
 }
