@@ -4,11 +4,12 @@
 // shape is. Through the raw launcher, on awkward sizes of each mask the forward serves: causal
 // (Sq not a multiple of 128, a query offset, GQA), a causal window with sinks, full, a prefill over
 // a KV cache (kv_len on the device), and dflash blocks with padding, context starts and a drafter
-// window, at head dims 64 and 128 (256 always runs the 64-row kernel). Outputs start as NaN, so
-// unwritten elements fail. Tolerances as attention_cuda_test's forward (both sides round P to bf16
-// for the tensor cores, differently): out relative L2 error <= 1e-2 and every element within
-// 3e-2 (1 + |ref|); lse within 2e-3, -inf exactly where the 64-row kernel has -inf.
-// The same shapes run on the CPU emulator: tests/ops/attention_emu_test.cpp.
+// window, at head dims 64 and 128 (256 always runs the 64-row kernel), and scores that grow along
+// the keys by hundreds of log2 units a tile (the wide kernels rescale lazily). Outputs start as
+// NaN, so unwritten elements fail. Tolerances as attention_cuda_test's forward (both sides round P
+// to bf16 for the tensor cores, differently): out relative L2 error <= 1e-2 and every element
+// within 3e-2 (1 + |ref|); lse within 2e-3, -inf exactly where the 64-row kernel has -inf. The same
+// shapes run on the CPU emulator: tests/ops/attention_emu_test.cpp.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -64,6 +65,7 @@ struct Case {
     int q_offset = 0, ctx = 0, block = 1, window = 0, kv_len = -1;
     std::vector<int32_t> anchors, starts;
     bool sinks = false;
+    double k_growth = 0.0;  // key j's K row times 1 + k_growth * j (the lazy rescale must move)
 };
 
 struct Result {
@@ -81,7 +83,12 @@ Result run(const Case& c, FwdTile tile) {
     Dev dev;
     FwdArgs a;
     a.q = dev.put(random(size_t(c.sq) * c.h * c.d));
-    a.k = dev.put(random(size_t(c.sk) * c.hkv * c.d));
+    std::vector<uint16_t> k = random(size_t(c.sk) * c.hkv * c.d);
+    for (size_t i = 0; c.k_growth != 0.0 && i < k.size(); ++i) {
+        const double f = 1.0 + c.k_growth * double(i / (size_t(c.hkv) * c.d));
+        k[i] = f32_to_bf16(float(bf16_to_f32(k[i]) * f));
+    }
+    a.k = dev.put(k);
     a.v = dev.put(random(size_t(c.sk) * c.hkv * c.d));
     a.out = dev.put(std::vector<uint16_t>(size_t(c.sq) * c.h * c.d, 0x7fc0));  // NaN
     a.lse = dev.put(std::vector<float>(size_t(c.h) * c.sq, NAN));
@@ -148,6 +155,10 @@ TEST(AttentionFwdTilesCuda, WideBlocksMatchTheNarrowKernel) {
         c.name = "causal 300 d" + std::to_string(d);
         c.sq = c.sk = 300;
         expect_same_as_rows64(c);
+        c.name = "causal 300 growing scores";
+        c.k_growth = 0.5;
+        expect_same_as_rows64(c);
+        c.k_growth = 0.0;
         c.name = "causal 190 q_offset 77 g4";
         c.sq = 190;
         c.sk = 267;

@@ -48,7 +48,8 @@ struct Case {
     int window = 0;               // causal sliding window (0: none)
     std::vector<float> sinks;     // per-head sink logits (empty: none; forward only)
     bool bwd = false;
-    int kv_splits = 0;  // dK/dV splits; 0: the rule of attention.cpp
+    int kv_splits = 0;      // dK/dV splits; 0: the rule of attention.cpp
+    double k_growth = 0.0;  // key j's K row times 1 + k_growth * j (CausalGrowingScoresForward)
 };
 
 // A bf16 device tensor in host memory with guard elements on both sides.
@@ -317,6 +318,10 @@ void check_case(const Case& c) {
     in.v = random_bf16(size_t(c.sk) * c.hkv * c.d, rng);
     in.dout = random_bf16(size_t(c.sq) * c.h * c.d, rng);
     in.sk_eff = c.kv_len >= 0 ? c.kv_len : c.sk;
+    for (size_t i = 0; c.k_growth != 0.0 && i < in.k.size(); ++i) {
+        const double f = 1.0 + c.k_growth * double(i / (size_t(c.hkv) * c.d));
+        in.k[i] = bf16_to_f32(f32_to_bf16(float(in.k[i] * f)));
+    }
     const Ref ref = reference(c, in);
     // Every block shape of the forward (the backward then reads its lse).
     std::vector<FwdTile> tiles = {FwdTile::automatic};
@@ -370,6 +375,21 @@ TEST(AttentionEmu, CausalForwardBackward) {
     check_case(causal("causal 130 d64 g2", 130, 130, 0, 2, 1, 64, true));
     check_case(causal("causal 61 off69 d128 g1", 61, 130, 69, 2, 2, 128, true));
     check_case(causal("causal 17 d64 g8", 17, 17, 0, 8, 1, 64, true));
+}
+
+// Scores that grow along the keys (key j's K row times 1 + j / 2): each tile's maxima pass the
+// last ones by hundreds of log2 units, so a running max that failed to move on a later tile (the
+// wide forward rescales lazily) would overflow the exponentials.
+TEST(AttentionEmu, CausalGrowingScoresForward) {
+    Case c = causal("causal 260 growing scores d64 g2", 260, 260, 0, 2, 1, 64, false);
+    c.k_growth = 0.5;
+    check_case(c);
+    c.name = "full 40x200 growing scores d128";
+    c.kind = kFull;
+    c.sq = 40;
+    c.sk = 200;
+    c.d = 128;
+    check_case(c);
 }
 
 TEST(AttentionEmu, FullForwardBackward) {

@@ -173,6 +173,8 @@ __device__ __forceinline__ QTileKeys wide_qtile_dev(const MaskArgs& m, const Mas
 
 // The running max (log2 units of scaled scores) and this thread's share of the running sum of
 // rows g, g + 8 of each row group live in shared memory (stride NT, one column a thread).
+constexpr float kRescaleSlack = 8.0f;  // log2 units (wide_attend)
+
 template <int D, int MI, int NT>
 struct WideState {
     float* ml;
@@ -204,19 +206,16 @@ __device__ __forceinline__ void wide_attend(
         return clip_span(spans[wr0 + mi * 16 + g + 8 * r], kt.lo, kt.hi);
     };
     if (kt.mask) {
-        float any = 0.0f;
+        bool sees = false;
         DF_ATTN_UNROLL
         for (int mi = 0; mi < MI; ++mi) {
             DF_ATTN_UNROLL
             for (int r = 0; r < 2; ++r) {
                 const RowSpan sp = span_of(mi, r);
-                if (sp.b0 < sp.e0 || sp.b1 < sp.e1) any = 1.0f;
+                sees = sees || sp.b0 < sp.e0 || sp.b1 < sp.e1;
             }
         }
-        // The lanes of a quad share rows; reduce over the 8 quads.
-        DF_ATTN_UNROLL
-        for (int o = 4; o < 32; o <<= 1) any = fmaxf(any, __shfl_xor_sync(0xffffffffu, any, o));
-        if (any == 0.0f) return;
+        if (!__any_sync(0xffffffffu, sees)) return;
     }
     float s[MI][kBlockN / 8][4];
     DF_ATTN_UNROLL
@@ -275,22 +274,38 @@ __device__ __forceinline__ void wide_attend(
             DF_ATTN_UNROLL
             for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], s[mi][n][e]);
         }
-        float neg_m[2];  // -(the max in use), the exponent's offset
+        // Lazy rescaling: the max a row's exponents use moves only when a tile's scores pass it
+        // by more than kRescaleSlack, so p = 2^(s - m) <= 2^kRescaleSlack (far inside fp32 and
+        // bf16) and most tiles skip rescaling the output. When any row of the warp must move, all
+        // of them take their exact max (one warp-uniform branch). lse and the output use the max
+        // in use, whatever it is, so the results are the same math.
+        float m_tile[2];
+        bool grow = false;
         DF_ATTN_UNROLL
         for (int r = 0; r < 2; ++r) {
-            // scale_log2 > 0, so the max of the scaled scores is the scaled max.
-            const float m_new = fmaxf(st.m(mi, r), quad_max(mx[r]) * scale_log2);
-            const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row that has seen nothing
-            const float corr = exp2_approx(st.m(mi, r) - m_use);
-            st.m(mi, r) = m_new;
-            st.l(mi, r) *= corr;
-            neg_m[r] = -m_use;
+            // scale_log2 > 0, so the max of the scaled scores is the scaled max. A row that has
+            // seen nothing yet (max -inf) grows at its first visible score.
+            m_tile[r] = quad_max(mx[r]) * scale_log2;
+            grow = grow || m_tile[r] > st.m(mi, r) + kRescaleSlack;
+        }
+        if (__any_sync(0xffffffffu, grow)) {
             DF_ATTN_UNROLL
-            for (int n = 0; n < D / 8; ++n) {
-                st.acc[mi][n][2 * r] *= corr;
-                st.acc[mi][n][2 * r + 1] *= corr;
+            for (int r = 0; r < 2; ++r) {
+                const float m_old = st.m(mi, r);
+                const float m_new = fmaxf(m_old, m_tile[r]);
+                const float corr = exp2_approx(m_old - (m_new == -INFINITY ? 0.0f : m_new));
+                st.m(mi, r) = m_new;
+                st.l(mi, r) *= corr;
+                DF_ATTN_UNROLL
+                for (int n = 0; n < D / 8; ++n) {
+                    st.acc[mi][n][2 * r] *= corr;
+                    st.acc[mi][n][2 * r + 1] *= corr;
+                }
             }
         }
+        float neg_m[2];  // -(the max in use), the exponent's offset; 0 for a row that saw nothing
+        DF_ATTN_UNROLL
+        for (int r = 0; r < 2; ++r) neg_m[r] = st.m(mi, r) == -INFINITY ? 0.0f : -st.m(mi, r);
         DF_ATTN_UNROLL
         for (int n = 0; n < kBlockN / 8; ++n) {
             DF_ATTN_UNROLL
