@@ -112,9 +112,10 @@ Result run(const Case& c, FwdTile tile) {
         a.mask.sinks = dev.put(s);
     }
     if (c.kind == cuda::attn::kDflash) {
-        std::vector<cuda::attn::QTileKeys> table(size_t(cuda::attn::num_query_tiles(c.sq)));
-        a.mask.qtiles = dev.put(table);
-        cuda::attn::dflash_plan(a.mask, const_cast<cuda::attn::QTileKeys*>(a.mask.qtiles), nullptr);
+        cuda::attn::QTileKeys* table =
+            dev.put(std::vector<cuda::attn::QTileKeys>(size_t(cuda::attn::num_query_tiles(c.sq))));
+        cuda::attn::dflash_plan(a.mask, table, nullptr);
+        a.mask.qtiles = table;
     }
     cuda::attn::fwd(a, nullptr);
     check(cudaDeviceSynchronize());
