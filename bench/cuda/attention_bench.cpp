@@ -7,8 +7,8 @@
 // when there is no GPU. Correctness is tests/cuda/attention_cuda_test.cpp's job.
 // Each training shape's forward runs through the op (the default block shape), then through the
 // raw launcher once per block shape (attn::FwdTile: "fwd r64", "fwd r128" 4 warps x 32 rows,
-// "fwd r128w8" 8 warps x 16 rows), so one run compares them. --fwd-only skips the backward and
-// the decode rows.
+// "fwd r128w8" 8 warps x 16 rows), so one run compares them, at head dim 64 too (causal S 4096,
+// H 64, Hkv 8, forward only). --fwd-only skips the backward and the decode rows.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -152,9 +152,15 @@ attn::FwdArgs raw_fwd_args(const Qkv& t, const AttnMask& mask, int64_t sq, int64
 }
 
 // Forward and backward of one training-shaped problem; `pairs` = visible (query, key) pairs.
+// A training shape's heads and head dim: H 32, Hkv 8, Dh 128 unless given (the gpt-oss geometry,
+// H 64, Hkv 8, Dh 64, times the forward's block shapes at head dim 64).
+struct Heads {
+    int64_t h = 32, hkv = 8, d = 128;
+};
+
 void bench_train(const Exec& ex, Arena& mem, Rng& rng, const char* what, int64_t sq, int64_t sk,
-                 const AttnMask& mask, double pairs, bool fwd_only) {
-    const int64_t h = 32, hkv = 8, d = 128;
+                 const AttnMask& mask, double pairs, bool fwd_only, Heads hd = {}) {
+    const int64_t h = hd.h, hkv = hd.hkv, d = hd.d;
     Qkv t = make_qkv(mem, rng, sq, sk, h, hkv, d, true);
     char shape[96];
     std::snprintf(shape, sizeof(shape), "Sq=%lld Sk=%lld H=%lld Hkv=%lld Dh=%lld",
@@ -236,6 +242,9 @@ void run(bool fwd_only) {
             bench_train(ex, mem, rng, "causal", s, s, AttnMask::causal(), double(s) * (s + 1) / 2,
                         fwd_only);
         }
+        const int64_t s = 4096;
+        bench_train(ex, mem, rng, "causal d64", s, s, AttnMask::causal(), double(s) * (s + 1) / 2,
+                    true, Heads{64, 8, 64});
     }
     {
         Arena mem;

@@ -163,6 +163,29 @@ struct Wide {
     static constexpr int kSmemBytes = kStatsOffset + 4 * MI * kThreads * 4;
 };
 
+// Key tile kt's K and V rows [lo, hi) of kv head hk (zero elsewhere), as load_kv_tile with NT
+// threads known at compile time: a thread keeps one 16-byte column and steps NT / (D / 8) rows,
+// so its shared-memory offsets are one register plus constants and its sources one pointer plus
+// multiples of the stride (the generic loop's division and swizzle a copy cost ~100 instructions
+// a thread per tile).
+template <int D, int NT>
+__device__ __forceinline__ void wide_load_kv(const FwdArgs& a, int hk, const KeyTile& kt,
+                                             uint32_t k_tile, uint32_t v_tile, int tid) {
+    constexpr int kChunks = D / 8, kStep = NT / kChunks;
+    static_assert(NT % kChunks == 0 && kBlockN % kStep == 0);
+    const size_t stride = static_cast<size_t>(a.hkv) * D;
+    const int c = tid % kChunks, r0 = tid / kChunks;
+    const size_t off = static_cast<size_t>(hk) * D + c * 8;
+    DF_ATTN_UNROLL
+    for (int i = 0; i < kBlockN / kStep; ++i) {
+        const int r = r0 + i * kStep, j = kt.k0 + r;
+        const bool ok = j >= kt.lo && j < kt.hi;
+        const size_t src = ok ? static_cast<size_t>(j) * stride + off : 0;
+        cp_async16(k_tile + swz<D>(r, c), a.k + src, ok);
+        cp_async16(v_tile + swz<D>(r, c), a.v + src, ok);
+    }
+}
+
 // Query tiles 2w and 2w + 1 merged (the dflash table holds kBlockM tiles).
 __device__ __forceinline__ QTileKeys wide_qtile_dev(const MaskArgs& m, const MaskGeom& g, int w) {
     const QTileKeys a = qtile_dev(m, g, 2 * w);
@@ -363,7 +386,7 @@ __global__ void __launch_bounds__(Wide<D, MI, NW>::kThreads, NW == 4 ? 2 : 1)
             return i0 + r < g.sq ? q + static_cast<size_t>(i0 + r) * q_stride : nullptr;
         },
         a.q);
-    if (ntiles > 0) load_kv_tile<D>(a, hk, key_tile(qk, base1, 0), s_k, s_v, tid, W::kThreads);
+    if (ntiles > 0) wide_load_kv<D, W::kThreads>(a, hk, key_tile(qk, base1, 0), s_k, s_v, tid);
     cp_async_commit();
     // Each row's span, for the masked tiles (read after the loop's first barrier).
     for (int r = tid; r < W::kRows; r += W::kThreads) {
@@ -397,9 +420,9 @@ __global__ void __launch_bounds__(Wide<D, MI, NW>::kThreads, NW == 4 ? 2 : 1)
         __syncthreads();
         const QTileKeys qk_t = *s_qk;
         if (t + 1 < ntiles) {
-            load_kv_tile<D>(a, hk, key_tile(qk_t, base1, t + 1),
-                            s_k + (buf ^ 1) * tile_bytes<D>(kBlockN),
-                            s_v + (buf ^ 1) * tile_bytes<D>(kBlockN), tid, W::kThreads);
+            wide_load_kv<D, W::kThreads>(a, hk, key_tile(qk_t, base1, t + 1),
+                                         s_k + (buf ^ 1) * tile_bytes<D>(kBlockN),
+                                         s_v + (buf ^ 1) * tile_bytes<D>(kBlockN), tid);
             cp_async_commit();
         }
         if constexpr (W::kKeepQ) {
