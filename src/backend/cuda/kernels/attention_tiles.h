@@ -31,7 +31,7 @@
 
 namespace dflash::cuda::attn {
 
-constexpr int kBlockM = 64;  // query rows per tile (all kernels)
+constexpr int kBlockM = 64;  // query rows per tile (all kernels; the wide forward takes two)
 constexpr int kBlockN = 64;  // key rows per tile (all kernels)
 
 enum MaskKind : int { kCausal = 0, kFull = 1, kDflash = 2 };
