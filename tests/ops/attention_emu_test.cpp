@@ -323,7 +323,8 @@ void check_case(const Case& c) {
         in.k[i] = bf16_to_f32(f32_to_bf16(float(in.k[i] * f)));
     }
     const Ref ref = reference(c, in);
-    // Every block shape of the forward (the backward then reads its lse).
+    // Every block shape of the forward; the backward then reads the lse of the 64-row kernel and
+    // of the 4 x 32-row one (the 8 x 16-row one's lse is checked here alike, at less cost).
     std::vector<FwdTile> tiles = {FwdTile::automatic};
     if (tiled_fwd(c)) tiles = {FwdTile::rows64, FwdTile::rows128, FwdTile::rows128_8w};
     for (CopyMode mode : {CopyMode::at_wait, CopyMode::at_issue}) {
@@ -331,9 +332,10 @@ void check_case(const Case& c) {
             SCOPED_TRACE(mode == CopyMode::at_wait ? "copies at wait" : "copies at issue");
             SCOPED_TRACE("forward tile " + std::to_string(static_cast<int>(tile)));
             Run r(c, in, mode);
+            const bool bwd = c.bwd && tile != FwdTile::rows128_8w;
             try {
                 run_fwd(c, r, tile);
-                if (c.bwd) run_bwd(c, r);
+                if (bwd) run_bwd(c, r);
             } catch (const std::exception& e) {
                 ADD_FAILURE() << c.name << ": " << e.what();
                 return;
@@ -350,7 +352,7 @@ void check_case(const Case& c) {
                         << ")";
                 }
             }
-            if (!c.bwd) continue;
+            if (!bwd) continue;
             expect_close("dq", c, r.dq, ref.dq, 2e-2);
             expect_close("dk", c, r.dk, ref.dk, 2e-2);
             expect_close("dv", c, r.dv, ref.dv, 2e-2);
