@@ -166,8 +166,7 @@ struct Wide {
 // Key tile kt's K and V rows [lo, hi) of kv head hk (zero elsewhere), as load_kv_tile with NT
 // threads known at compile time: a thread keeps one 16-byte column and steps NT / (D / 8) rows,
 // so its shared-memory offsets are one register plus constants and its sources one pointer plus
-// multiples of the stride (the generic loop's division and swizzle a copy cost ~100 instructions
-// a thread per tile).
+// multiples of the stride (the generic loop divides its index and swizzles at every copy).
 template <int D, int NT>
 __device__ __forceinline__ void wide_load_kv(const FwdArgs& a, int hk, const KeyTile& kt,
                                              uint32_t k_tile, uint32_t v_tile, int tid) {
@@ -194,10 +193,10 @@ __device__ __forceinline__ QTileKeys wide_qtile_dev(const MaskArgs& m, const Mas
     return merge_qtile_keys(a, b);
 }
 
-// The running max (log2 units of scaled scores) and this thread's share of the running sum of
-// rows g, g + 8 of each row group live in shared memory (stride NT, one column a thread).
 constexpr float kRescaleSlack = 8.0f;  // log2 units (wide_attend)
 
+// The running max (log2 units of scaled scores) and this thread's share of the running sum of
+// rows g, g + 8 of each row group live in shared memory (stride NT, one column a thread).
 template <int D, int MI, int NT>
 struct WideState {
     float* ml;
