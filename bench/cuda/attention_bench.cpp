@@ -5,9 +5,14 @@
 // (cudaEvents, after warm-up), TFLOP/s against the bf16 GEMM ceiling (790) or GB/s of K/V read
 // against the HBM copy ceiling (4.24 TB/s) of docs/performance.md. Skips with a message
 // when there is no GPU. Correctness is tests/cuda/attention_cuda_test.cpp's job.
+// Each training shape's forward runs through the op (the default block shape), then through the
+// raw launcher once per block shape (attn::FwdTile: "fwd r64", "fwd r128" 4 warps x 32 rows,
+// "fwd r128w8" 8 warps x 16 rows), so one run compares them, at head dim 64 too (causal S 4096,
+// H 64, Hkv 8, forward only). --fwd-only skips the backward and the decode rows.
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -20,6 +25,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device.h"
+#include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/op_workspace.h"
 
 namespace dflash::cuda {
@@ -118,10 +124,43 @@ Qkv make_qkv(Arena& mem, Rng& rng, int64_t sq, int64_t sk, int64_t h, int64_t hk
     return t;
 }
 
+// The raw forward launcher's arguments for a causal or dflash_block mask (what
+// backend/cuda/attention.cpp builds; the dflash plan table is made in the timed call, as the op
+// makes it).
+attn::FwdArgs raw_fwd_args(const Qkv& t, const AttnMask& mask, int64_t sq, int64_t sk) {
+    attn::FwdArgs a;
+    a.q = static_cast<const uint16_t*>(t.q.data());
+    a.k = static_cast<const uint16_t*>(t.k.data());
+    a.v = static_cast<const uint16_t*>(t.v.data());
+    a.out = static_cast<uint16_t*>(t.out.data());
+    a.lse = static_cast<float*>(t.lse.data());
+    a.h = static_cast<int>(t.q.shape()[1]);
+    a.hkv = static_cast<int>(t.k.shape()[1]);
+    a.d = static_cast<int>(t.q.shape()[2]);
+    a.mask.sq = static_cast<int>(sq);
+    a.mask.sk = static_cast<int>(sk);
+    if (mask.kind == AttnMaskKind::dflash_block) {
+        a.mask.kind = attn::kDflash;
+        a.mask.ctx_len = static_cast<int>(mask.ctx_len);
+        a.mask.block = static_cast<int>(mask.block_size);
+        a.mask.anchors = static_cast<const int32_t*>(mask.anchors.data());
+    } else {
+        a.mask.kind = attn::kCausal;
+        a.mask.q_offset = static_cast<int>(mask.q_offset);
+    }
+    return a;
+}
+
 // Forward and backward of one training-shaped problem; `pairs` = visible (query, key) pairs.
+// A training shape's heads and head dim: H 32, Hkv 8, Dh 128 unless given (the gpt-oss geometry,
+// H 64, Hkv 8, Dh 64, times the forward's block shapes at head dim 64).
+struct Heads {
+    int64_t h = 32, hkv = 8, d = 128;
+};
+
 void bench_train(const Exec& ex, Arena& mem, Rng& rng, const char* what, int64_t sq, int64_t sk,
-                 const AttnMask& mask, double pairs) {
-    const int64_t h = 32, hkv = 8, d = 128;
+                 const AttnMask& mask, double pairs, bool fwd_only, Heads hd = {}) {
+    const int64_t h = hd.h, hkv = hd.hkv, d = hd.d;
     Qkv t = make_qkv(mem, rng, sq, sk, h, hkv, d, true);
     char shape[96];
     std::snprintf(shape, sizeof(shape), "Sq=%lld Sk=%lld H=%lld Hkv=%lld Dh=%lld",
@@ -130,6 +169,30 @@ void bench_train(const Exec& ex, Arena& mem, Rng& rng, const char* what, int64_t
     const double fwd_flops = 4.0 * d * h * pairs;
     const double f = median_ms(ex, [&] { attention_fwd(ex, t.q, t.k, t.v, mask, t.out, t.lse); });
     row_flops((std::string(what) + " fwd").c_str(), shape, f, fwd_flops);
+    attn::FwdArgs raw = raw_fwd_args(t, mask, sq, sk);
+    attn::QTileKeys* table = nullptr;
+    if (raw.mask.kind == attn::kDflash) {
+        const Tensor tt = mem.tensor(
+            {static_cast<int64_t>(attn::num_query_tiles(raw.mask.sq) * sizeof(attn::QTileKeys))},
+            DType::u8);
+        table = static_cast<attn::QTileKeys*>(tt.data());
+    }
+    const std::pair<attn::FwdTile, const char*> tiles[] = {
+        {attn::FwdTile::rows64, " fwd r64"},
+        {attn::FwdTile::rows128, " fwd r128"},
+        {attn::FwdTile::rows128_8w, " fwd r128w8"}};
+    for (const auto& [tile, name] : tiles) {
+        raw.tile = tile;
+        const double r = median_ms(ex, [&] {
+            if (table != nullptr) {
+                attn::dflash_plan(raw.mask, table, ex.stream);
+                raw.mask.qtiles = table;
+            }
+            attn::fwd(raw, ex.stream);
+        });
+        row_flops((std::string(what) + name).c_str(), shape, r, fwd_flops);
+    }
+    if (fwd_only) return;
     const double b = median_ms(ex, [&] {
         attention_bwd(ex, t.dout, t.q, t.k, t.v, t.out, t.lse, mask, t.dq, t.dk, t.dv);
     });
@@ -149,7 +212,7 @@ void bench_decode(const Exec& ex, Arena& mem, Rng& rng, int64_t sq, int64_t cap,
     row_bytes("decode", shape, ms, 2.0 * kv * hkv * d * 2);
 }
 
-void run() {
+void run(bool fwd_only) {
     CudaDevice dev(0);
     CudaDevice::Guard hold(dev);
     cudaDeviceProp prop{};
@@ -176,8 +239,12 @@ void run() {
     {
         Arena mem;
         for (int64_t s : {4096, 16384}) {
-            bench_train(ex, mem, rng, "causal", s, s, AttnMask::causal(), double(s) * (s + 1) / 2);
+            bench_train(ex, mem, rng, "causal", s, s, AttnMask::causal(), double(s) * (s + 1) / 2,
+                        fwd_only);
         }
+        const int64_t s = 4096;
+        bench_train(ex, mem, rng, "causal d64", s, s, AttnMask::causal(), double(s) * (s + 1) / 2,
+                    true, Heads{64, 8, 64});
     }
     {
         Arena mem;
@@ -189,9 +256,9 @@ void run() {
         for (int32_t a : anchors) pairs += double(b) * (a + b);
         const Tensor ta = mem.i32(anchors);
         bench_train(ex, mem, rng, "dflash", n * b, ctx + n * b, AttnMask::dflash_block(ctx, b, ta),
-                    pairs);
+                    pairs, fwd_only);
     }
-    {
+    if (!fwd_only) {
         Arena mem;
         for (int64_t sq : {1, 16}) {
             bench_decode(ex, mem, rng, sq, 4096, 4096);
@@ -205,14 +272,23 @@ void run() {
 }  // namespace
 }  // namespace dflash::cuda
 
-int main() {
+int main(int argc, char** argv) {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches the log, even on a crash
+    bool fwd_only = false;
+    for (int i = 1; i < argc; ++i) {
+        if (std::string(argv[i]) == "--fwd-only") {
+            fwd_only = true;
+        } else {
+            std::printf("attention_bench: unknown argument %s (takes --fwd-only)\n", argv[i]);
+            return 2;
+        }
+    }
     if (dflash::cuda::device_count() == 0) {
         std::printf("attention_bench: no CUDA device, skipped\n");
         return 0;
     }
     try {
-        dflash::cuda::run();
+        dflash::cuda::run(fwd_only);
     } catch (const std::exception& e) {
         std::printf("attention_bench: %s\n", e.what());
         return 1;

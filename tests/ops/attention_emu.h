@@ -48,6 +48,7 @@
 #define __syncwarp(...) ::dflash::cuda::attn_emu::syncwarp()
 #define __shfl_xor_sync(mask, v, o) ::dflash::cuda::attn_emu::shfl_xor((v), (o))
 #define __match_any_sync(mask, v) ::dflash::cuda::attn_emu::match_any(v)
+#define __any_sync(mask, p) ::dflash::cuda::attn_emu::any(p)
 #define __popc(x) __builtin_popcount(x)
 #define __ldg(p) (*(p))
 #define threadIdx (::dflash::cuda::attn_emu::self().thread_idx)
@@ -310,6 +311,21 @@ inline unsigned match_any(int v) {
         }
     });
     return w.io[lane].u[1];
+}
+
+// __any_sync: nonzero on every lane when any lane's predicate is (the wide attention forward's
+// warp-uniform branches).
+inline int any(bool p) {
+    Thread& t = self();
+    Warp& w = t.block->warps[t.index / 32];
+    const int lane = t.index % 32;
+    w.io[lane].u[0] = p ? 1u : 0u;
+    collective(7, [](Warp& wp) {
+        uint32_t x = 0;
+        for (int l = 0; l < 32; ++l) x |= wp.io[l].u[0];
+        for (int l = 0; l < 32; ++l) wp.io[l].u[1] = x;
+    });
+    return static_cast<int>(w.io[lane].u[1]);
 }
 
 inline uint16_t smem_u16(uint32_t addr) {

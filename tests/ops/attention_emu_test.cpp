@@ -1,17 +1,18 @@
 // The CUDA attention kernels (src/backend/cuda/kernels/attention_{fwd,bwd}.cu) run on the CPU
 // emulator of tests/ops/attention_emu.h (Note [Attention kernels on the CPU]) against a dense
 // double-precision reference, on small awkward sizes of every mask kind and path: FlashAttention-2
-// forward, split-KV decode + combine (and its row invariance), the dflash pre-pass, and the
-// delta / dQ / dK-dV backward; causal sliding windows (forward, backward, decode) and per-head
-// sinks (forward and decode; with sinks the reference's lse includes the sink's term); head dims
-// 64, 128 and 256 (at 256 the dK/dV pass runs as two launches, one per accumulator).
-// This checks the kernels' index arithmetic, fragment plumbing, masking and pipelining without a
-// GPU (label cpu: runs in CI); tests/cuda/attention_cuda_test.cpp checks the real thing.
-// Both cp.async modes run (copies at the wait, copies at issue). Tolerances (bf16 inputs, bf16
-// outputs, fp32 accumulation, P and dS rounded to bf16 for the tensor cores): out and dq/dk/dv
-// relative L2 error <= 1e-2 / 2e-2 of the reference, lse within 1e-3 (-inf exactly where a row sees
-// nothing). Outputs start as NaN so unwritten elements fail; K/V rows past kv_len are NaN and
-// must never be read; cp.async reads outside the tensors fail the launch.
+// forward (each of its block shapes: 4 warps of 16 or 32 query rows, 8 warps of 16; the backward
+// then reads each one's lse), split-KV decode + combine (and its row invariance), the dflash
+// pre-pass, and the delta / dQ / dK-dV backward; causal sliding windows (forward, backward, decode)
+// and per-head sinks (forward and decode; with sinks the reference's lse includes the sink's term);
+// head dims 64, 128 and 256 (at 256 the dK/dV pass runs as two launches, one per accumulator). This
+// checks the kernels' index arithmetic, fragment plumbing, masking and pipelining without a GPU
+// (label cpu: runs in CI); tests/cuda/attention_cuda_test.cpp checks the real thing. Both cp.async
+// modes run (copies at the wait, copies at issue). Tolerances (bf16 inputs, bf16 outputs, fp32
+// accumulation, P and dS rounded to bf16 for the tensor cores): out and dq/dk/dv relative L2 error
+// <= 1e-2 / 2e-2 of the reference, lse within 1e-3 (-inf exactly where a row sees nothing). Outputs
+// start as NaN so unwritten elements fail; K/V rows past kv_len are NaN and must never be read;
+// cp.async reads outside the tensors fail the launch.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -47,7 +48,8 @@ struct Case {
     int window = 0;               // causal sliding window (0: none)
     std::vector<float> sinks;     // per-head sink logits (empty: none; forward only)
     bool bwd = false;
-    int kv_splits = 0;  // dK/dV splits; 0: the rule of attention.cpp
+    int kv_splits = 0;      // dK/dV splits; 0: the rule of attention.cpp
+    double k_growth = 0.0;  // key j's K row times 1 + k_growth * j (CausalGrowingScoresForward)
 };
 
 // A bf16 device tensor in host memory with guard elements on both sides.
@@ -244,9 +246,15 @@ struct Run {
     }
 };
 
-// The dispatch of backend/cuda/attention.cpp, on the emulator.
-void run_fwd(const Case& c, Run& r) {
+// Whether the case takes the FlashAttention-2 kernel (else the split-KV decode).
+bool tiled_fwd(const Case& c) {
+    return c.kind == kDflash || c.sq > 16;
+}
+
+// The dispatch of backend/cuda/attention.cpp, on the emulator, with the forward's block shape.
+void run_fwd(const Case& c, Run& r, FwdTile tile = FwdTile::automatic) {
     FwdArgs a;
+    a.tile = tile;
     a.mask = r.mask(c);
     a.q = r.q.data();
     a.k = r.k.data();
@@ -259,7 +267,7 @@ void run_fwd(const Case& c, Run& r) {
     r.expose(a.q, r.q.size() * 2);
     r.expose(a.k, size_t(c.sk) * c.hkv * c.d * 2);  // NaN rows included: only kv_len guards them
     r.expose(a.v, size_t(c.sk) * c.hkv * c.d * 2);
-    if (c.kind != kDflash && c.sq <= 16) {
+    if (!tiled_fwd(c)) {
         const DecodePlan p = plan_decode(c.sq, c.h / c.hkv, c.sk);
         r.part_o.assign(decode_partial_floats(a, p), std::numeric_limits<float>::quiet_NaN());
         r.part_ml.assign(decode_stats_floats(a, p), std::numeric_limits<float>::quiet_NaN());
@@ -310,31 +318,45 @@ void check_case(const Case& c) {
     in.v = random_bf16(size_t(c.sk) * c.hkv * c.d, rng);
     in.dout = random_bf16(size_t(c.sq) * c.h * c.d, rng);
     in.sk_eff = c.kv_len >= 0 ? c.kv_len : c.sk;
+    for (size_t i = 0; c.k_growth != 0.0 && i < in.k.size(); ++i) {
+        const double f = 1.0 + c.k_growth * double(i / (size_t(c.hkv) * c.d));
+        in.k[i] = bf16_to_f32(f32_to_bf16(float(in.k[i] * f)));
+    }
     const Ref ref = reference(c, in);
+    // Every block shape of the forward; the backward then reads the lse of the 64-row kernel and
+    // of the 4 x 32-row one (the 8 x 16-row one's lse is checked here alike, at less cost).
+    std::vector<FwdTile> tiles = {FwdTile::automatic};
+    if (tiled_fwd(c)) tiles = {FwdTile::rows64, FwdTile::rows128, FwdTile::rows128_8w};
     for (CopyMode mode : {CopyMode::at_wait, CopyMode::at_issue}) {
-        SCOPED_TRACE(mode == CopyMode::at_wait ? "copies at wait" : "copies at issue");
-        Run r(c, in, mode);
-        try {
-            run_fwd(c, r);
-            if (c.bwd) run_bwd(c, r);
-        } catch (const std::exception& e) {
-            ADD_FAILURE() << c.name << ": " << e.what();
-            return;
-        }
-        expect_close("out", c, r.out, ref.out, 1e-2);
-        for (size_t i = 0; i < ref.lse.size(); ++i) {
-            if (std::isinf(ref.lse[i])) {
-                ASSERT_EQ(r.lse[i], -INFINITY) << c.name << " lse[" << i << "] (head " << i / c.sq
-                                               << ", row " << i % c.sq << ") sees nothing";
-            } else {
-                ASSERT_NEAR(r.lse[i], ref.lse[i], 1e-3) << c.name << " lse[" << i << "] (head "
-                                                        << i / c.sq << ", row " << i % c.sq << ")";
+        for (FwdTile tile : tiles) {
+            SCOPED_TRACE(mode == CopyMode::at_wait ? "copies at wait" : "copies at issue");
+            SCOPED_TRACE("forward tile " + std::to_string(static_cast<int>(tile)));
+            Run r(c, in, mode);
+            const bool bwd = c.bwd && tile != FwdTile::rows128_8w;
+            try {
+                run_fwd(c, r, tile);
+                if (bwd) run_bwd(c, r);
+            } catch (const std::exception& e) {
+                ADD_FAILURE() << c.name << ": " << e.what();
+                return;
             }
+            expect_close("out", c, r.out, ref.out, 1e-2);
+            for (size_t i = 0; i < ref.lse.size(); ++i) {
+                if (std::isinf(ref.lse[i])) {
+                    ASSERT_EQ(r.lse[i], -INFINITY)
+                        << c.name << " lse[" << i << "] (head " << i / c.sq << ", row " << i % c.sq
+                        << ") sees nothing";
+                } else {
+                    ASSERT_NEAR(r.lse[i], ref.lse[i], 1e-3)
+                        << c.name << " lse[" << i << "] (head " << i / c.sq << ", row " << i % c.sq
+                        << ")";
+                }
+            }
+            if (!bwd) continue;
+            expect_close("dq", c, r.dq, ref.dq, 2e-2);
+            expect_close("dk", c, r.dk, ref.dk, 2e-2);
+            expect_close("dv", c, r.dv, ref.dv, 2e-2);
         }
-        if (!c.bwd) continue;
-        expect_close("dq", c, r.dq, ref.dq, 2e-2);
-        expect_close("dk", c, r.dk, ref.dk, 2e-2);
-        expect_close("dv", c, r.dv, ref.dv, 2e-2);
     }
 }
 
@@ -355,6 +377,21 @@ TEST(AttentionEmu, CausalForwardBackward) {
     check_case(causal("causal 130 d64 g2", 130, 130, 0, 2, 1, 64, true));
     check_case(causal("causal 61 off69 d128 g1", 61, 130, 69, 2, 2, 128, true));
     check_case(causal("causal 17 d64 g8", 17, 17, 0, 8, 1, 64, true));
+}
+
+// Scores that grow along the keys (key j's K row times 1 + j / 2): each tile's maxima pass the
+// last ones by hundreds of log2 units, so a running max that failed to move on a later tile (the
+// wide forward rescales lazily) would overflow the exponentials.
+TEST(AttentionEmu, CausalGrowingScoresForward) {
+    Case c = causal("causal 260 growing scores d64 g2", 260, 260, 0, 2, 1, 64, false);
+    c.k_growth = 0.5;
+    check_case(c);
+    c.name = "full 40x200 growing scores d128";
+    c.kind = kFull;
+    c.sq = 40;
+    c.sk = 200;
+    c.d = 128;
+    check_case(c);
 }
 
 TEST(AttentionEmu, FullForwardBackward) {

@@ -5,6 +5,7 @@
 //   - forward / dQ enumeration: every visible pair lies in exactly one visited tile's loaded keys
 //     (a pair seen twice would be counted twice by the online softmax), loads stay inside the keys
 //     that exist (never past kv_len), and tiles that skip the element mask are wholly visible;
+//     the same for the wide forward's merged pairs of query tiles;
 //   - dK/dV enumeration: key tiles partition the key rows, visit_kind() gives exactly the forward's
 //     (query tile, key tile) pairs and mask flags, and qtile_candidates() contains them;
 //   - decode splits: every visible pair lies in exactly one split's tile, whatever kv_len, and
@@ -84,14 +85,25 @@ int kv_index_of(const Problem& p, const KeyTile& k, bool seg1) {
     return seg1 ? nt0 + (k.k0 - p.g.ctx_len) / kBlockN : k.k0 / kBlockN;
 }
 
-void check_forward_tiles(const Problem& p, VisitMap& visits) {
+// The query tiles of the forward: kBlockM rows, or with `wide` the 2 * kBlockM rows of the wide
+// kernel (two tiles' keys merged; Note [Wide forward tiles]), which record no visits (the backward
+// keeps the kBlockM tiles).
+void check_forward_tiles(const Problem& p, VisitMap& visits, bool wide = false) {
     const MaskGeom& g = p.g;
     std::vector<int> seen(static_cast<size_t>(g.sq) * std::max(g.sk, 1), 0);
     const int base1 = seg1_base(g);
-    for (int qt = 0; qt < num_query_tiles(g.sq); ++qt) {
-        const QTileKeys q = qtile_keys(g, qt, anchors_of(p), starts_of(p));
+    const int rows = wide ? kWideBlockM : kBlockM;
+    VisitMap wide_visits;
+    VisitMap& into = wide ? wide_visits : visits;
+    auto keys_of = [&](int qt) {
+        return qt < num_query_tiles(g.sq) ? qtile_keys(g, qt, anchors_of(p), starts_of(p))
+                                          : QTileKeys{};
+    };
+    for (int qt = 0; qt < cdiv(g.sq, rows); ++qt) {
+        const QTileKeys q =
+            wide ? merge_qtile_keys(keys_of(2 * qt), keys_of(2 * qt + 1)) : keys_of(qt);
         EXPECT_LE(q.full0, q.end0) << p.name << " qt " << qt;
-        const int i0 = qt * kBlockM, i1 = std::min(i0 + kBlockM, g.sq);
+        const int i0 = qt * rows, i1 = std::min(i0 + rows, g.sq);
         const int n0 = seg0_num_tiles(q);
         for (int t = 0; t < num_key_tiles(q, base1); ++t) {
             const KeyTile k = key_tile(q, base1, t);
@@ -109,7 +121,7 @@ void check_forward_tiles(const Problem& p, VisitMap& visits) {
             // Tiles are aligned to their segment (Note [Attention key segments]).
             EXPECT_EQ((k.k0 - (t < n0 ? 0 : base1)) % kBlockN, 0) << where;
             const bool inserted =
-                visits.emplace(std::make_pair(qt, kv_index_of(p, k, t >= n0)), k.mask).second;
+                into.emplace(std::make_pair(qt, kv_index_of(p, k, t >= n0)), k.mask).second;
             EXPECT_TRUE(inserted) << where << ": key tile visited twice";
             for (int i = i0; i < i1; ++i) {
                 for (int j = k.k0; j < k.k0 + kBlockN; ++j) {
@@ -258,6 +270,11 @@ void check_all(const Problem& p) {
     check_row_spans(p);
     if (testing::Test::HasFatalFailure()) return;
     VisitMap fwd;
+    {
+        SCOPED_TRACE("wide forward tiles");
+        check_forward_tiles(p, fwd, true);
+    }
+    if (testing::Test::HasFatalFailure()) return;
     check_forward_tiles(p, fwd);
     if (testing::Test::HasFatalFailure()) return;
     check_kv_tiles(p, fwd);

@@ -31,6 +31,14 @@ struct MaskArgs {
     const QTileKeys* qtiles = nullptr;  // dflash: [num_query_tiles(sq)], from dflash_plan()
 };
 
+// The forward kernel's block shape (Note [Wide forward tiles] in attention_tiles.h): rows64 is 4
+// warps of 16 query rows; rows128 4 warps of 32 rows (each K/V fragment read from shared memory
+// feeds two row groups' products, Q fragments re-read each key tile); rows128_8w 8 warps of 16
+// rows. Head dim 256 always runs rows64 (a warp's 32 rows of fp32 output would not fit its
+// registers). automatic picks kFwdTileDefault; the bench times each.
+enum class FwdTile : int { automatic = 0, rows64 = 1, rows128 = 2, rows128_8w = 3 };
+constexpr FwdTile kFwdTileDefault = FwdTile::rows64;
+
 struct FwdArgs {
     const uint16_t* q = nullptr;  // [Sq, H, D]
     const uint16_t* k = nullptr;  // [Sk, Hkv, D]
@@ -41,6 +49,7 @@ struct FwdArgs {
     int hkv = 0;
     int d = 0;
     MaskArgs mask;
+    FwdTile tile = FwdTile::automatic;  // fwd() only; decode() ignores it
 };
 
 struct BwdArgs {

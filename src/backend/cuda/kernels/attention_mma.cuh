@@ -53,7 +53,7 @@ namespace dflash::cuda::attn {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-constexpr int kThreads = kBlockM / 16 * 32;  // 4 warps of 16 rows (all kernels but decode)
+constexpr int kThreads = kBlockM / 16 * 32;  // 4 warps of 16 rows (but decode, wide forward)
 
 template <int D>
 constexpr int tile_bytes(int rows) {

@@ -31,7 +31,7 @@
 
 namespace dflash::cuda::attn {
 
-constexpr int kBlockM = 64;  // query rows per tile (all kernels)
+constexpr int kBlockM = 64;  // query rows per tile (all kernels; the wide forward takes two)
 constexpr int kBlockN = 64;  // key rows per tile (all kernels)
 
 enum MaskKind : int { kCausal = 0, kFull = 1, kDflash = 2 };
@@ -207,6 +207,32 @@ DF_ATTN_HD QTileKeys qtile_keys(const MaskGeom& g, int qt, const int32_t* anchor
         }
     }
     if (i0 + kBlockM > g.sq) q.full0 = 0;
+    return q;
+}
+
+// Note [Wide forward tiles]: the forward can also run 2 * kBlockM query rows a block (two query
+// tiles; attention_fwd.cu), so each K/V tile it loads into shared memory serves twice the rows.
+// The dflash plan table, the backward and lse keep the kBlockM tiles: a wide tile visits the key
+// tiles either half visits (the hull of their ranges: keys between them that neither sees are
+// loaded and masked) and skips the element mask only where both halves do.
+constexpr int kWideBlockM = 2 * kBlockM;
+
+DF_ATTN_HD int num_wide_query_tiles(int sq) {
+    return cdiv(sq, kWideBlockM);
+}
+
+// The keys of query tiles 2w and 2w + 1 together (b empty: QTileKeys{} past Sq).
+DF_ATTN_HD QTileKeys merge_qtile_keys(const QTileKeys& a, const QTileKeys& b) {
+    QTileKeys q;
+    const bool a0 = a.end0 > a.begin0, b0 = b.end0 > b.begin0;
+    q.begin0 = a0 && b0 ? imin(a.begin0, b.begin0) : (a0 ? a.begin0 : b.begin0);
+    q.end0 = a0 && b0 ? imax(a.end0, b.end0) : (a0 ? a.end0 : b.end0);
+    // Keys every row sees: those both halves' rows see.
+    q.fullb0 = imax(a.fullb0, b.fullb0);
+    q.full0 = imin(a.full0, b.full0);
+    const bool a1 = a.end1 > a.begin1, b1 = b.end1 > b.begin1;
+    q.begin1 = a1 && b1 ? imin(a.begin1, b.begin1) : (a1 ? a.begin1 : b.begin1);
+    q.end1 = a1 && b1 ? imax(a.end1, b.end1) : (a1 ? a.end1 : b.end1);
     return q;
 }
 
