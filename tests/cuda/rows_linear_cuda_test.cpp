@@ -47,7 +47,7 @@ HostTensor CudaRowsLinear::check(int64_t R, int64_t K, std::vector<int64_t> n, R
     HostTensor ref({R, cols});
     cpu().rows_linear(x, c, res, ref);
     DeviceTensor xd = test::to_gpu(gpu(), x, DType::bf16);
-    DeviceTensor rd = res.numel() > 0 ? test::to_gpu(gpu(), res, DType::bf16) : DeviceTensor();
+    DeviceTensor rd = res.empty() ? DeviceTensor() : test::to_gpu(gpu(), res, DType::bf16);
     DeviceTensor y(gpu(), {R, cols}, f32_out ? DType::f32 : DType::bf16);
     test::poison(gpu(), y);
     gpu().rows_linear(xd, g, rd.empty() ? Tensor() : rd.view(), y);

@@ -3,7 +3,8 @@
 // against cpu::rows_linear on the same bf16 values, k with a partial last chunk and columns past a
 // tile's end, and row invariance (Note [rows_linear row invariance]: each row of a 16-row call
 // has the bits of that row alone). Checks the fragment plumbing and the warps' reduction without a
-// GPU (label cpu); tests/cuda/rows_linear_cuda_test.cpp checks the real thing.
+// GPU (label cpu), in both of the emulator's cp.async modes; tests/cuda/rows_linear_cuda_test.cpp
+// checks the real thing.
 // Tolerance: fp32 sums in another order, then one bf16 rounding: every element within
 // 1/128 |ref| + 1e-3 max |ref|.
 #include <gtest/gtest.h>
@@ -47,7 +48,8 @@ struct Case {
 // Runs the kernel on the emulator; returns y as floats.
 std::vector<float> run(const Case& c, const std::vector<uint16_t>& x,
                        const std::vector<std::vector<uint16_t>>& w,
-                       const std::vector<uint16_t>& residual) {
+                       const std::vector<uint16_t>& residual,
+                       attn_emu::CopyMode mode = attn_emu::CopyMode::at_wait) {
     RowsArgs a;
     a.x = x.data();
     a.rows = c.rows;
@@ -72,6 +74,13 @@ std::vector<float> run(const Case& c, const std::vector<uint16_t>& x,
     a.y_f32 = c.f32_out;
     a.y = c.f32_out ? static_cast<void*>(y32.data()) : static_cast<void*>(y16.data());
     Device dev;
+    dev.mode = mode;
+    auto add = [&](const std::vector<uint16_t>& v) {
+        const auto* b = reinterpret_cast<const unsigned char*>(v.data());
+        dev.buffers.push_back({b, b + v.size() * sizeof(uint16_t)});
+    };
+    add(x);
+    for (const auto& wi : w) add(wi);
     rows_linear(a, attn_emu::as_stream(dev));
     if (!c.f32_out)
         for (size_t i = 0; i < y16.size(); ++i) y32[i] = bf16_to_f32(y16[i]);
@@ -90,6 +99,9 @@ std::string check(const Case& c, uint64_t seed) {
         c.epilogue == kAdd ? bf16_random(static_cast<int64_t>(c.rows) * cols, rng)
                            : std::vector<uint16_t>();
     const std::vector<float> got = run(c, x, w, residual);
+    // The copies performed when issued instead of when waited for: the same bits (a kernel that
+    // read a slot before waiting for it would see stale bytes in one of the modes).
+    if (run(c, x, w, residual, attn_emu::CopyMode::at_issue) != got) return "copy modes differ";
 
     auto cpu = make_cpu_backend(1);
     RowsLinear rl;
@@ -138,7 +150,8 @@ TEST(RowsLinearEmu, EveryEpilogueAndTileAgainstTheCpu) {
         {5, 264, {13}, kStore, true},     // f32 out, columns past the last tile
         {3, 128, {24}, kAdd},
         {16, 40, {16, 16}, kSwiglu},
-        {2, 520, {8}, kAdd},              // more chunks than warps: two groups a warp
+        {2, 520, {8}, kAdd},              // more chunks a warp than ring stages
+        {1, 2056, {16, 16}, kSwiglu},     // a warp with a chunk fewer than the others
     };
     uint64_t seed = 10;
     for (const Case& c : cases) {

@@ -35,9 +35,11 @@ struct MaskArgs {
 // warps of 16 query rows; rows128 4 warps of 32 rows (each K/V fragment read from shared memory
 // feeds two row groups' products, Q fragments re-read each key tile); rows128_8w 8 warps of 16
 // rows. Head dim 256 always runs rows64 (a warp's 32 rows of fp32 output would not fit its
-// registers). automatic picks kFwdTileDefault; the bench times each.
+// registers). automatic picks kFwdTileDefault; the bench times each. rows128 is the default: on
+// an H200 it ran causal S 4096 at 329 TFLOP/s against 150 (rows64) and 238 (rows128_8w), and the
+// dflash mask at 320 against 154 (docs/performance.md, seventh session).
 enum class FwdTile : int { automatic = 0, rows64 = 1, rows128 = 2, rows128_8w = 3 };
-constexpr FwdTile kFwdTileDefault = FwdTile::rows64;
+constexpr FwdTile kFwdTileDefault = FwdTile::rows128;
 
 struct FwdArgs {
     const uint16_t* q = nullptr;  // [Sq, H, D]

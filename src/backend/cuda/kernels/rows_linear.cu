@@ -10,13 +10,16 @@
 // epilogue.
 //
 // Note [rows_linear layout]: a block covers 8·NT columns of y and the whole of k; its 8 warps take
-// the 32-wide k chunks c = warp, warp + 8, ... Lane (g, t) loads 16 bytes of weight row
+// the 32-wide k chunks c = warp, warp + 8, ... Lane (g, t) copies 16 bytes of weight row
 // col0 + 8j + g at k = 32c + 8t for each n-tile j, and the 16 bytes of x rows g and g + 8 at the
-// same k (zero for rows >= R, which are never read). The reduction over k may be permuted as long
-// as x and W are permuted alike: the lane's 8 values feed two m16n8k16 products whose k slots
-// 2t, 2t+1, 2t+8, 2t+9 hold its values 0-3, then 4-7, so a 16-byte load is a whole fragment and
-// no shared memory is needed on the way in. The warps' partial sums meet in shared memory and are
-// added in warp order.
+// same k (zero-filled for rows >= R, which are never read), with cp.async into its own slots of
+// its warp's ring in shared memory: kStages chunks in flight a warp, without registers held for
+// them (a first version loaded into registers, two chunks at a time, and reached half of HBM
+// bandwidth at the 8B shape). The reduction over k may be permuted as long as x and W are
+// permuted alike: the lane's 8 values feed two m16n8k16 products whose k slots 2t, 2t+1, 2t+8,
+// 2t+9 hold its values 0-3, then 4-7, so one 16-byte item is a whole fragment and a lane reads
+// back only what it copied. The warps' partial sums meet in shared memory and are added in warp
+// order.
 //
 // Note [rows_linear row invariance]: every output is the fp32 sum of the same products in the
 // same order: per warp its chunks in ascending order, two products each, then the warps 0..7 in
@@ -34,7 +37,6 @@ using attn::mma16816;
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kChunkK = 32;  // k per warp step: 4 lanes x 8 values
-constexpr int kGroup = 2;    // chunks whose loads are issued before their products
 constexpr int kMaxRows = 16;
 constexpr int kMinBlocks = 264;  // two a SM on an H200's 132
 
@@ -54,26 +56,30 @@ __device__ __forceinline__ uint16_t float_to_bf16(float f) {
     return static_cast<uint16_t>(bits >> 16);
 }
 
-__device__ __forceinline__ uint4 load16(const uint16_t* p, bool valid) {
-    uint4 v;
-    if (valid) {
-        v = __ldg(reinterpret_cast<const uint4*>(p));
-    } else {
-        v.x = v.y = v.z = v.w = 0u;
-    }
-    return v;
-}
-
 __device__ __forceinline__ float silu_times(float g, float u) {
     return g / (1.0f + expf(-g)) * u;
 }
 
-// NT n-tiles of 8 columns; kPair: also the same columns of w[1] (SwiGLU's up).
+// The 16-byte items a lane stages per chunk: x rows g and g + 8, then its weight rows.
+template <int NT, bool kPair>
+constexpr int kItems = 2 + (kPair ? 2 : 1) * NT;
+// Chunks in flight per warp: 3-4 KB of weights a warp, about 70-100 KB of ring a block.
+template <int NT, bool kPair>
+constexpr int kStages = NT * (kPair ? 2 : 1) >= 4 ? 3 : NT * (kPair ? 2 : 1) >= 2 ? 4 : 6;
+template <int NT, bool kPair>
+constexpr int kRingBytes = kWarps * kStages<NT, kPair> * kItems<NT, kPair> * 32 * 16;
+
+// NT n-tiles of 8 columns; kPair: also the same columns of w[1] (SwiGLU's up). Each warp streams
+// its chunks through a ring of kStages cp.async groups in shared memory (Note [rows_linear
+// layout]); a lane reads back only the bytes it copied, so the warps never wait for each other
+// until the reduction.
 template <int NT, bool kPair>
 __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a) {
     DF_ATTN_SHARED(smem);
     constexpr int kCols = 8 * NT;
     constexpr int kMats = kPair ? 2 : 1;
+    constexpr int kIt = kItems<NT, kPair>;
+    constexpr int kS = kStages<NT, kPair>;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int col0 = static_cast<int>(blockIdx.x) * kCols;
     // The segment this tile falls in (tiles never straddle two: rows_tile_cols).
@@ -92,41 +98,59 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a) {
         }
     }
     const int nchunks = (a.k + kChunkK - 1) / kChunkK;
+    const int mine = warp < nchunks ? (nchunks - warp + kWarps - 1) / kWarps : 0;
     const bool lo_ok = g < a.rows, hi_ok = g + 8 < a.rows;
     const uint16_t* x_lo = a.x + static_cast<size_t>(lo_ok ? g : 0) * a.k;
     const uint16_t* x_hi = a.x + static_cast<size_t>(hi_ok ? g + 8 : 0) * a.k;
-    for (int c0 = warp; c0 < nchunks; c0 += kWarps * kGroup) {
-        uint4 xa[kGroup], xb[kGroup], wv[kGroup][kMats][NT];
-        DF_ATTN_UNROLL
-        for (int q = 0; q < kGroup; ++q) {
-            const int k = (c0 + q * kWarps) * kChunkK + 8 * t;
-            const bool kv = k < a.k;  // k is a multiple of 8: a lane's 8 values are all in or out
-            xa[q] = load16(x_lo + k, kv && lo_ok);
-            xb[q] = load16(x_hi + k, kv && hi_ok);
+    // This lane's slot of item `it` in stage `st` (lanes side by side: no bank conflicts).
+    const uint32_t ring = static_cast<uint32_t>(warp * kS * kIt * 32 * 16);
+    auto slot = [&](int st, int it) {
+        return ring + static_cast<uint32_t>(((st * kIt + it) * 32 + lane) * 16);
+    };
+    const uint32_t smem_base = attn::smem_u32(smem);
+    // Chunk i of this warp (k = 32 (warp + 8 i) + 8 t) into stage i % kS; one group either way.
+    auto issue = [&](int i) {
+        if (i < mine) {
+            const int st = i % kS;
+            const int k = (warp + i * kWarps) * kChunkK + 8 * t;
+            const bool kv = k < a.k;  // k is a multiple of 8: a lane's values are all in or out
+            attn::cp_async16(smem_base + slot(st, 0), kv && lo_ok ? x_lo + k : a.x, kv && lo_ok);
+            attn::cp_async16(smem_base + slot(st, 1), kv && hi_ok ? x_hi + k : a.x, kv && hi_ok);
             DF_ATTN_UNROLL
             for (int m = 0; m < kMats; ++m) {
                 DF_ATTN_UNROLL
                 for (int j = 0; j < NT; ++j) {
                     const int n = base + 8 * j + g;
                     const bool ok = kv && n < nrows;
-                    wv[q][m][j] = load16(wm[m] + static_cast<size_t>(ok ? n : 0) * a.k + k, ok);
+                    const uint16_t* src = ok ? wm[m] + static_cast<size_t>(n) * a.k + k : a.x;
+                    attn::cp_async16(smem_base + slot(st, 2 + m * NT + j), src, ok);
                 }
             }
         }
+        attn::cp_async_commit();
+    };
+    DF_ATTN_UNROLL
+    for (int i = 0; i < kS - 1; ++i) issue(i);
+    for (int i = 0; i < mine; ++i) {
+        issue(i + kS - 1);
+        attn::cp_async_wait<kS - 1>();  // chunk i has landed
+        const int st = i % kS;
+        const uint4 xa = *reinterpret_cast<const uint4*>(smem + slot(st, 0));
+        const uint4 xb = *reinterpret_cast<const uint4*>(smem + slot(st, 1));
+        const uint32_t a0[4] = {xa.x, xb.x, xa.y, xb.y};
+        const uint32_t a1[4] = {xa.z, xb.z, xa.w, xb.w};
         DF_ATTN_UNROLL
-        for (int q = 0; q < kGroup; ++q) {
-            const uint32_t a0[4] = {xa[q].x, xb[q].x, xa[q].y, xb[q].y};
-            const uint32_t a1[4] = {xa[q].z, xb[q].z, xa[q].w, xb[q].w};
+        for (int m = 0; m < kMats; ++m) {
             DF_ATTN_UNROLL
-            for (int m = 0; m < kMats; ++m) {
-                DF_ATTN_UNROLL
-                for (int j = 0; j < NT; ++j) {
-                    mma16816(acc[m][j], a0, wv[q][m][j].x, wv[q][m][j].y);
-                    mma16816(acc[m][j], a1, wv[q][m][j].z, wv[q][m][j].w);
-                }
+            for (int j = 0; j < NT; ++j) {
+                const uint4 w = *reinterpret_cast<const uint4*>(smem + slot(st, 2 + m * NT + j));
+                mma16816(acc[m][j], a0, w.x, w.y);
+                mma16816(acc[m][j], a1, w.z, w.w);
             }
         }
     }
+    attn::cp_async_wait<0>();
+    __syncthreads();  // every warp is done with the ring: the partial sums reuse it
 
     // Partial sums to shared memory: red[m][warp][row][col].
     float* red = reinterpret_cast<float*>(smem);
@@ -150,7 +174,8 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a) {
         DF_ATTN_UNROLL
         for (int m = 0; m < kMats; ++m) {
             s[m] = 0.0f;
-            for (int w = 0; w < kWarps; ++w) s[m] += red[((m * kWarps + w) * kMaxRows + row) * kCols + col];
+            for (int w = 0; w < kWarps; ++w)
+                s[m] += red[((m * kWarps + w) * kMaxRows + row) * kCols + col];
         }
         const size_t at = static_cast<size_t>(row) * cols + yc;
         if (a.y_f32) {
@@ -170,7 +195,9 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a) {
 
 template <int NT, bool kPair>
 void launch(const RowsArgs& a, int cols, CUstream_st* stream) {
-    const int smem = (kPair ? 2 : 1) * kWarps * kMaxRows * 8 * NT * 4;
+    // The ring, reused for the partial sums (kMats x 8 warps x 16 rows x 8NT floats, smaller).
+    constexpr int smem = kRingBytes<NT, kPair>;
+    static_assert((kPair ? 2 : 1) * kWarps * kMaxRows * 8 * NT * 4 <= smem);
     const unsigned blocks = static_cast<unsigned>((cols + 8 * NT - 1) / (8 * NT));
     constexpr auto kernel = rows_kernel<NT, kPair>;  // (a template's comma would split the macro)
     DF_ATTN_LAUNCH(kernel, dim3(blocks), dim3(kThreads), smem, stream, a);
