@@ -73,6 +73,7 @@ std::vector<float> run(const Case& c, const std::vector<uint16_t>& x,
     std::vector<float> y32(static_cast<size_t>(c.rows) * cols, std::nanf(""));
     a.y_f32 = c.f32_out;
     a.y = c.f32_out ? static_cast<void*>(y32.data()) : static_cast<void*>(y16.data());
+    a.sm_count = 1;  // a few blocks, each looping over several column tiles
     Device dev;
     dev.mode = mode;
     auto add = [&](const std::vector<uint16_t>& v) {
@@ -130,10 +131,10 @@ std::string check(const Case& c, uint64_t seed) {
         const std::vector<uint16_t> x1(x.begin() + static_cast<int64_t>(r) * c.k,
                                        x.begin() + static_cast<int64_t>(r + 1) * c.k);
         const std::vector<uint16_t> res1 =
-            residual.empty() ? residual
-                             : std::vector<uint16_t>(residual.begin() + static_cast<int64_t>(r) * cols,
-                                                     residual.begin() +
-                                                         static_cast<int64_t>(r + 1) * cols);
+            residual.empty()
+                ? residual
+                : std::vector<uint16_t>(residual.begin() + static_cast<int64_t>(r) * cols,
+                                        residual.begin() + static_cast<int64_t>(r + 1) * cols);
         const std::vector<float> alone = run(one, x1, w, res1);
         if (std::memcmp(alone.data(), got.data() + static_cast<size_t>(r) * cols,
                         static_cast<size_t>(cols) * sizeof(float)) != 0) {
@@ -146,12 +147,13 @@ std::string check(const Case& c, uint64_t seed) {
 TEST(RowsLinearEmu, EveryEpilogueAndTileAgainstTheCpu) {
     const std::vector<Case> cases = {
         {1, 64, {16}, kStore},
-        {16, 72, {8, 16, 8}, kStore},     // three segments, k with a partial chunk
-        {5, 264, {13}, kStore, true},     // f32 out, columns past the last tile
+        {16, 72, {8, 16, 8}, kStore},   // three segments, k with a partial chunk
+        {3, 64, {40, 24, 64}, kStore},  // more tiles than blocks: tiles loop, rings run on
+        {5, 264, {13}, kStore, true},   // f32 out, columns past the last tile
         {3, 128, {24}, kAdd},
         {16, 40, {16, 16}, kSwiglu},
-        {2, 520, {8}, kAdd},              // more chunks a warp than ring stages
-        {1, 2056, {16, 16}, kSwiglu},     // a warp with a chunk fewer than the others
+        {2, 520, {8}, kAdd},           // more chunks a warp than ring stages
+        {1, 2056, {16, 16}, kSwiglu},  // a warp with a chunk fewer than the others
     };
     uint64_t seed = 10;
     for (const Case& c : cases) {

@@ -70,6 +70,7 @@ void rows_linear(const Exec& ex, const Tensor& x, const RowsLinear& w, const Ten
     a.residual = cptr(residual);
     a.y = y.data();
     a.y_f32 = y_f32;
+    a.sm_count = ex.sm_count;
     rows::rows_linear(a, ex.stream);
 }
 

@@ -11,15 +11,16 @@
 //
 // Note [rows_linear layout]: a block covers 8·NT columns of y and the whole of k; its 8 warps take
 // the 32-wide k chunks c = warp, warp + 8, ... Lane (g, t) copies 16 bytes of weight row
-// col0 + 8j + g at k = 32c + 8t for each n-tile j, and the 16 bytes of x rows g and g + 8 at the
-// same k (zero-filled for rows >= R, which are never read), with cp.async into its own slots of
-// its warp's ring in shared memory: kStages chunks in flight a warp, without registers held for
-// them (a first version loaded into registers, two chunks at a time, and reached half of HBM
-// bandwidth at the 8B shape). The reduction over k may be permuted as long as x and W are
-// permuted alike: the lane's 8 values feed two m16n8k16 products whose k slots 2t, 2t+1, 2t+8,
-// 2t+9 hold its values 0-3, then 4-7, so one 16-byte item is a whole fragment and a lane reads
-// back only what it copied. The warps' partial sums meet in shared memory and are added in warp
-// order.
+// col0 + 8j + g at k = 32c + 8t for each n-tile j with cp.async into its own slots of its warp's
+// ring in shared memory: kStages chunks in flight a warp, without registers held for them (a
+// first version loaded into registers, two chunks at a time, and reached half of HBM bandwidth at
+// the 8B shape). The 16 bytes of x rows g and g + 8 at the same k (zero for rows >= R, which are
+// never read) are loaded into registers one chunk ahead: x is small and every tile rereads it,
+// so keeping it out of the ring leaves the ring to the weights. The reduction over k may be
+// permuted as long as x and W are permuted alike: the lane's 8 values feed two m16n8k16 products
+// whose k slots 2t, 2t+1, 2t+8, 2t+9 hold its values 0-3, then 4-7, so one 16-byte item is a whole
+// fragment and a lane reads back only what it copied. The warps' partial sums meet in shared memory
+// and are added in warp order.
 //
 // Note [rows_linear row invariance]: every output is the fp32 sum of the same products in the
 // same order: per warp its chunks in ascending order, two products each, then the warps 0..7 in
@@ -60,45 +61,65 @@ __device__ __forceinline__ float silu_times(float g, float u) {
     return g / (1.0f + expf(-g)) * u;
 }
 
-// The 16-byte items a lane stages per chunk: x rows g and g + 8, then its weight rows.
+// The 16-byte items a lane stages per chunk: its weight rows (x goes through registers).
 template <int NT, bool kPair>
-constexpr int kItems = 2 + (kPair ? 2 : 1) * NT;
-// Chunks in flight per warp: 3-4 KB of weights a warp, about 70-100 KB of ring a block.
+constexpr int kItems = (kPair ? 2 : 1) * NT;
+// Chunks in flight per warp: 6-8 KB of weights a warp, 48-64 KB of ring a block.
 template <int NT, bool kPair>
-constexpr int kStages = NT * (kPair ? 2 : 1) >= 4 ? 3 : NT * (kPair ? 2 : 1) >= 2 ? 4 : 6;
+constexpr int kStages = kItems<NT, kPair> >= 4   ? 4
+                        : kItems<NT, kPair> >= 2 ? 6
+                                                 : 12;
 template <int NT, bool kPair>
-constexpr int kRingBytes = kWarps * kStages<NT, kPair> * kItems<NT, kPair> * 32 * 16;
+constexpr int kRingBytes = kWarps* kStages<NT, kPair>* kItems<NT, kPair> * 32 * 16;
 
-// NT n-tiles of 8 columns; kPair: also the same columns of w[1] (SwiGLU's up). Each warp streams
-// its chunks through a ring of kStages cp.async groups in shared memory (Note [rows_linear
-// layout]); a lane reads back only the bytes it copied, so the warps never wait for each other
-// until the reduction.
+__device__ __forceinline__ uint4 load_x(const uint16_t* p, bool valid) {
+    uint4 v;
+    if (valid) {
+        v = __ldg(reinterpret_cast<const uint4*>(p));
+    } else {
+        v.x = v.y = v.z = v.w = 0u;
+    }
+    return v;
+}
+
+// The partial sums of one tile: kMats x 8 warps x 16 rows x 8NT floats (two of them, after the
+// ring: consecutive tiles alternate).
 template <int NT, bool kPair>
-__global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a) {
+constexpr int kRedBytes = (kPair ? 2 : 1) * kWarps* kMaxRows * 8 * NT * 4;
+template <int NT, bool kPair>
+constexpr int kSmemBytes = kRingBytes<NT, kPair> + 2 * kRedBytes<NT, kPair>;
+
+// Where column tile `tile` falls: its first column of y, the weight (segment) and that weight's
+// first row in the tile (tiles never straddle two segments: rows_tile_cols).
+struct TileAt {
+    int col0, seg, base;
+};
+template <int kCols>
+__device__ __forceinline__ TileAt tile_at(const RowsArgs& a, int tile) {
+    TileAt at{tile * kCols, 0, tile * kCols};
+    while (at.seg + 1 < a.nseg && at.base >= a.n[at.seg]) at.base -= a.n[at.seg++];
+    return at;
+}
+
+// NT n-tiles of 8 columns; kPair: also the same columns of w[1] (SwiGLU's up). A block works
+// through the column tiles blockIdx.x, blockIdx.x + gridDim.x, ...; each warp streams its
+// (tile, chunk) items through a ring of kStages cp.async groups in shared memory (Note
+// [rows_linear layout]), running ahead into the next tile while the block reduces the current
+// one, so the memory pipe stays full across tiles. A lane reads back only the bytes it copied, so
+// the warps wait for each other only at each tile's reduction.
+template <int NT, bool kPair>
+__global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a, int tiles) {
     DF_ATTN_SHARED(smem);
     constexpr int kCols = 8 * NT;
     constexpr int kMats = kPair ? 2 : 1;
     constexpr int kIt = kItems<NT, kPair>;
     constexpr int kS = kStages<NT, kPair>;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int col0 = static_cast<int>(blockIdx.x) * kCols;
-    // The segment this tile falls in (tiles never straddle two: rows_tile_cols).
-    int seg = 0, base = col0;
-    while (seg + 1 < a.nseg && base >= a.n[seg]) base -= a.n[seg++];
-    const int nrows = a.n[seg];
-    const uint16_t* wm[2] = {a.w[seg], kPair ? a.w[1] : nullptr};
-
-    float acc[kMats][NT][4];
-    DF_ATTN_UNROLL
-    for (int m = 0; m < kMats; ++m) {
-        DF_ATTN_UNROLL
-        for (int j = 0; j < NT; ++j) {
-            DF_ATTN_UNROLL
-            for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.0f;
-        }
-    }
+    const int first = static_cast<int>(blockIdx.x), step = static_cast<int>(gridDim.x);
+    const int my_tiles = first < tiles ? (tiles - first + step - 1) / step : 0;
     const int nchunks = (a.k + kChunkK - 1) / kChunkK;
     const int mine = warp < nchunks ? (nchunks - warp + kWarps - 1) / kWarps : 0;
+    const int items = my_tiles * mine;  // this warp's (tile, chunk) items, tile-major
     const bool lo_ok = g < a.rows, hi_ok = g + 8 < a.rows;
     const uint16_t* x_lo = a.x + static_cast<size_t>(lo_ok ? g : 0) * a.k;
     const uint16_t* x_hi = a.x + static_cast<size_t>(hi_ok ? g + 8 : 0) * a.k;
@@ -108,99 +129,130 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a) {
         return ring + static_cast<uint32_t>(((st * kIt + it) * 32 + lane) * 16);
     };
     const uint32_t smem_base = attn::smem_u32(smem);
-    // Chunk i of this warp (k = 32 (warp + 8 i) + 8 t) into stage i % kS; one group either way.
-    auto issue = [&](int i) {
-        if (i < mine) {
-            const int st = i % kS;
-            const int k = (warp + i * kWarps) * kChunkK + 8 * t;
+    // Item j (chunk c = warp + 8 (j % mine) of this block's tile j / mine) into stage j % kS;
+    // one cp.async group either way.
+    auto issue = [&](int j) {
+        if (j < items) {
+            const TileAt at = tile_at<kCols>(a, first + (j / mine) * step);
+            const int nrows = a.n[at.seg];
+            const uint16_t* wm[2] = {a.w[at.seg], kPair ? a.w[1] : nullptr};
+            const int st = j % kS;
+            const int k = (warp + (j % mine) * kWarps) * kChunkK + 8 * t;
             const bool kv = k < a.k;  // k is a multiple of 8: a lane's values are all in or out
-            attn::cp_async16(smem_base + slot(st, 0), kv && lo_ok ? x_lo + k : a.x, kv && lo_ok);
-            attn::cp_async16(smem_base + slot(st, 1), kv && hi_ok ? x_hi + k : a.x, kv && hi_ok);
             DF_ATTN_UNROLL
             for (int m = 0; m < kMats; ++m) {
                 DF_ATTN_UNROLL
-                for (int j = 0; j < NT; ++j) {
-                    const int n = base + 8 * j + g;
+                for (int jt = 0; jt < NT; ++jt) {
+                    const int n = at.base + 8 * jt + g;
                     const bool ok = kv && n < nrows;
                     const uint16_t* src = ok ? wm[m] + static_cast<size_t>(n) * a.k + k : a.x;
-                    attn::cp_async16(smem_base + slot(st, 2 + m * NT + j), src, ok);
+                    attn::cp_async16(smem_base + slot(st, m * NT + jt), src, ok);
                 }
             }
         }
         attn::cp_async_commit();
     };
     DF_ATTN_UNROLL
-    for (int i = 0; i < kS - 1; ++i) issue(i);
-    for (int i = 0; i < mine; ++i) {
-        issue(i + kS - 1);
-        attn::cp_async_wait<kS - 1>();  // chunk i has landed
-        const int st = i % kS;
-        const uint4 xa = *reinterpret_cast<const uint4*>(smem + slot(st, 0));
-        const uint4 xb = *reinterpret_cast<const uint4*>(smem + slot(st, 1));
-        const uint32_t a0[4] = {xa.x, xb.x, xa.y, xb.y};
-        const uint32_t a1[4] = {xa.z, xb.z, xa.w, xb.w};
-        DF_ATTN_UNROLL
-        for (int m = 0; m < kMats; ++m) {
-            DF_ATTN_UNROLL
-            for (int j = 0; j < NT; ++j) {
-                const uint4 w = *reinterpret_cast<const uint4*>(smem + slot(st, 2 + m * NT + j));
-                mma16816(acc[m][j], a0, w.x, w.y);
-                mma16816(acc[m][j], a1, w.z, w.w);
-            }
-        }
-    }
-    attn::cp_async_wait<0>();
-    __syncthreads();  // every warp is done with the ring: the partial sums reuse it
+    for (int j = 0; j < kS - 1; ++j) issue(j);
+    // x of item j: rows g and g + 8 at its k, loaded one item ahead (x is small and shared by
+    // every tile: L1 and L2 hits after the first).
+    auto x_of = [&](int j, uint4& lo, uint4& hi) {
+        const int k = (warp + (j % (mine > 0 ? mine : 1)) * kWarps) * kChunkK + 8 * t;
+        const bool kv = j < items && k < a.k;
+        lo = load_x(x_lo + (kv && lo_ok ? k : 0), kv && lo_ok);
+        hi = load_x(x_hi + (kv && hi_ok ? k : 0), kv && hi_ok);
+    };
+    uint4 nxa, nxb;
+    x_of(0, nxa, nxb);
 
-    // Partial sums to shared memory: red[m][warp][row][col].
-    float* red = reinterpret_cast<float*>(smem);
-    DF_ATTN_UNROLL
-    for (int m = 0; m < kMats; ++m) {
-        DF_ATTN_UNROLL
-        for (int j = 0; j < NT; ++j) {
-            DF_ATTN_UNROLL
-            for (int e = 0; e < 4; ++e) {
-                const int row = g + 8 * (e >> 1), col = 8 * j + 2 * t + (e & 1);
-                red[((m * kWarps + warp) * kMaxRows + row) * kCols + col] = acc[m][j][e];
-            }
-        }
-    }
-    __syncthreads();
     const int cols = a.epilogue == kStore ? a.n[0] + a.n[1] + a.n[2] : a.n[0];
-    for (int i = tid; i < a.rows * kCols; i += kThreads) {
-        const int row = i / kCols, col = i % kCols, yc = col0 + col;
-        if (base + col >= nrows) continue;
-        float s[kMats];
+    for (int tt = 0; tt < my_tiles; ++tt) {
+        float acc[kMats][NT][4];
         DF_ATTN_UNROLL
         for (int m = 0; m < kMats; ++m) {
-            s[m] = 0.0f;
-            for (int w = 0; w < kWarps; ++w)
-                s[m] += red[((m * kWarps + w) * kMaxRows + row) * kCols + col];
+            DF_ATTN_UNROLL
+            for (int jt = 0; jt < NT; ++jt) {
+                DF_ATTN_UNROLL
+                for (int e = 0; e < 4; ++e) acc[m][jt][e] = 0.0f;
+            }
         }
-        const size_t at = static_cast<size_t>(row) * cols + yc;
-        if (a.y_f32) {
-            static_cast<float*>(a.y)[at] = s[0];
-            continue;
+        for (int q = 0; q < mine; ++q) {
+            const int j = tt * mine + q;
+            issue(j + kS - 1);
+            const uint4 xa = nxa, xb = nxb;
+            x_of(j + 1, nxa, nxb);
+            attn::cp_async_wait<kS - 1>();  // item j has landed
+            const int st = j % kS;
+            const uint32_t a0[4] = {xa.x, xb.x, xa.y, xb.y};
+            const uint32_t a1[4] = {xa.z, xb.z, xa.w, xb.w};
+            DF_ATTN_UNROLL
+            for (int m = 0; m < kMats; ++m) {
+                DF_ATTN_UNROLL
+                for (int jt = 0; jt < NT; ++jt) {
+                    const uint4 w = *reinterpret_cast<const uint4*>(smem + slot(st, m * NT + jt));
+                    mma16816(acc[m][jt], a0, w.x, w.y);
+                    mma16816(acc[m][jt], a1, w.z, w.w);
+                }
+            }
         }
-        float v = s[0];
-        if (a.epilogue == kAdd) {
-            v = bf16_to_float(a.residual[at]) + s[0];
-        } else if (kPair) {
-            v = silu_times(bf16_to_float(float_to_bf16(s[0])),
-                           bf16_to_float(float_to_bf16(s[kMats - 1])));
+        // Partial sums: red[m][warp][row][col], in the buffer of this tile's parity (the other's
+        // readers, two tiles back, finished before the last tile's barrier).
+        float* red = reinterpret_cast<float*>(smem + kRingBytes<NT, kPair> +
+                                              (tt & 1) * kRedBytes<NT, kPair>);
+        DF_ATTN_UNROLL
+        for (int m = 0; m < kMats; ++m) {
+            DF_ATTN_UNROLL
+            for (int jt = 0; jt < NT; ++jt) {
+                DF_ATTN_UNROLL
+                for (int e = 0; e < 4; ++e) {
+                    const int row = g + 8 * (e >> 1), col = 8 * jt + 2 * t + (e & 1);
+                    red[((m * kWarps + warp) * kMaxRows + row) * kCols + col] = acc[m][jt][e];
+                }
+            }
         }
-        static_cast<uint16_t*>(a.y)[at] = float_to_bf16(v);
+        __syncthreads();
+        const TileAt at = tile_at<kCols>(a, first + tt * step);
+        const int nrows = a.n[at.seg];
+        for (int i = tid; i < a.rows * kCols; i += kThreads) {
+            const int row = i / kCols, col = i % kCols, yc = at.col0 + col;
+            if (at.base + col >= nrows) continue;
+            float s[kMats];
+            DF_ATTN_UNROLL
+            for (int m = 0; m < kMats; ++m) {
+                s[m] = 0.0f;
+                for (int w = 0; w < kWarps; ++w)
+                    s[m] += red[((m * kWarps + w) * kMaxRows + row) * kCols + col];
+            }
+            const size_t out = static_cast<size_t>(row) * cols + yc;
+            if (a.y_f32) {
+                static_cast<float*>(a.y)[out] = s[0];
+                continue;
+            }
+            float v = s[0];
+            if (a.epilogue == kAdd) {
+                v = bf16_to_float(a.residual[out]) + s[0];
+            } else if (kPair) {
+                v = silu_times(bf16_to_float(float_to_bf16(s[0])),
+                               bf16_to_float(float_to_bf16(s[kMats - 1])));
+            }
+            static_cast<uint16_t*>(a.y)[out] = float_to_bf16(v);
+        }
     }
+    attn::cp_async_wait<0>();  // only empty groups remain
 }
 
 template <int NT, bool kPair>
 void launch(const RowsArgs& a, int cols, CUstream_st* stream) {
-    // The ring, reused for the partial sums (kMats x 8 warps x 16 rows x 8NT floats, smaller).
-    constexpr int smem = kRingBytes<NT, kPair>;
-    static_assert((kPair ? 2 : 1) * kWarps * kMaxRows * 8 * NT * 4 <= smem);
-    const unsigned blocks = static_cast<unsigned>((cols + 8 * NT - 1) / (8 * NT));
+    constexpr int smem = kSmemBytes<NT, kPair>;
+    // Resident blocks a SM: shared memory (227 KB a block at most, 228 KB a SM on Hopper) and
+    // registers (at most 64 a thread: four blocks of 256 threads) allow.
+    constexpr int kPerSm = (228 * 1024) / (smem + 1024) < 4 ? (228 * 1024) / (smem + 1024) : 4;
+    static_assert(kPerSm >= 1);
+    const int tiles = (cols + 8 * NT - 1) / (8 * NT);
+    const int blocks = tiles < kPerSm * a.sm_count ? tiles : kPerSm * a.sm_count;
     constexpr auto kernel = rows_kernel<NT, kPair>;  // (a template's comma would split the macro)
-    DF_ATTN_LAUNCH(kernel, dim3(blocks), dim3(kThreads), smem, stream, a);
+    DF_ATTN_LAUNCH(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, stream, a,
+                   tiles);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ struct RowsArgs {
     const uint16_t* residual = nullptr;
     void* y = nullptr;
     bool y_f32 = false;
+    int sm_count = 132;  // the grid: as many blocks as stay resident, each taking several tiles
 };
 
 // The columns one block covers (8, 16 or 32) for this shape: the widest that still gives every
