@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend_factory.h"
 #include "../bench_util.h"
+#include "backend/backend_factory.h"
 
 namespace dflash::bench {
 namespace {

@@ -27,38 +27,37 @@ int64_t check_rows_linear_shapes(const Tensor& x, const RowsLinear& w, const Ten
     }
     const int64_t n0 = w.w[0].dim(0);
     switch (w.epilogue) {
-    case RowsEpilogue::store:
-        DF_CHECK(residual.empty(), "{}: the store epilogue takes no residual (got {})", op,
-                 residual.describe());
-        break;
-    case RowsEpilogue::add:
-        DF_CHECK(nw == 1, "{}: the add epilogue takes one weight, got {}", op, nw);
-        DF_CHECK(residual.rank() == 2 && residual.dim(0) == R && residual.dim(1) == n0 &&
-                     residual.dtype() == y.dtype(),
-                 "{}: residual is {}; expected [{}, {}] of y's dtype ({})", op,
-                 residual.describe(), R, n0, y.describe());
-        cols = n0;
-        break;
-    case RowsEpilogue::swiglu:
-        DF_CHECK(nw == 2 && w.w[1].dim(0) == n0,
-                 "{}: the swiglu epilogue takes a gate and an up weight of equal shape, got "
-                 "{} and {}",
-                 op, w.w[0].describe(), w.w[1].describe());
-        DF_CHECK(residual.empty(), "{}: the swiglu epilogue takes no residual (got {})", op,
-                 residual.describe());
-        cols = n0;
-        break;
+        case RowsEpilogue::store:
+            DF_CHECK(residual.empty(), "{}: the store epilogue takes no residual (got {})", op,
+                     residual.describe());
+            break;
+        case RowsEpilogue::add:
+            DF_CHECK(nw == 1, "{}: the add epilogue takes one weight, got {}", op, nw);
+            DF_CHECK(residual.rank() == 2 && residual.dim(0) == R && residual.dim(1) == n0 &&
+                         residual.dtype() == y.dtype(),
+                     "{}: residual is {}; expected [{}, {}] of y's dtype ({})", op,
+                     residual.describe(), R, n0, y.describe());
+            cols = n0;
+            break;
+        case RowsEpilogue::swiglu:
+            DF_CHECK(nw == 2 && w.w[1].dim(0) == n0,
+                     "{}: the swiglu epilogue takes a gate and an up weight of equal shape, got "
+                     "{} and {}",
+                     op, w.w[0].describe(), w.w[1].describe());
+            DF_CHECK(residual.empty(), "{}: the swiglu epilogue takes no residual (got {})", op,
+                     residual.describe());
+            cols = n0;
+            break;
     }
     DF_CHECK(y.rank() == 2 && y.dim(0) == R && y.dim(1) == cols, "{}: y is {}; expected [{}, {}]",
              op, y.describe(), R, cols);
     return cols;
 }
 
-void check_qk_norm_rope_cache_shapes(const Tensor& qkv, const Tensor& q_norm,
-                                     const Tensor& k_norm, float eps, const Tensor& positions,
-                                     const Tensor& inv_freq, const Tensor& q_out,
-                                     const Tensor& k_cache, const Tensor& v_cache,
-                                     const Tensor& row0) {
+void check_qk_norm_rope_cache_shapes(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm,
+                                     float eps, const Tensor& positions, const Tensor& inv_freq,
+                                     const Tensor& q_out, const Tensor& k_cache,
+                                     const Tensor& v_cache, const Tensor& row0) {
     const char* op = "qk_norm_rope_cache";
     DF_CHECK(q_out.rank() == 3 && k_cache.rank() == 3,
              "{}: q_out {} and k_cache {} must be [R, H, Dh] and [C, Hkv, Dh]", op,
@@ -66,8 +65,8 @@ void check_qk_norm_rope_cache_shapes(const Tensor& qkv, const Tensor& q_norm,
     const int64_t R = q_out.dim(0), H = q_out.dim(1), Dh = q_out.dim(2);
     const int64_t Hkv = k_cache.dim(1);
     DF_CHECK(k_cache.dim(2) == Dh && Hkv >= 1 && H % Hkv == 0 && Dh % 2 == 0,
-             "{}: k_cache {} does not fit q_out {} (equal even head dims, H a multiple of Hkv)",
-             op, k_cache.describe(), q_out.describe());
+             "{}: k_cache {} does not fit q_out {} (equal even head dims, H a multiple of Hkv)", op,
+             k_cache.describe(), q_out.describe());
     DF_CHECK(v_cache.shape() == k_cache.shape() && v_cache.dtype() == k_cache.dtype() &&
                  k_cache.dtype() == q_out.dtype(),
              "{}: v_cache {} must be shaped as k_cache {}, both of q_out's dtype ({})", op,

@@ -116,8 +116,8 @@ void unfused(Backend& be, const HostTensor& qkv, const HostTensor& qn, const Hos
     if (!qn.empty()) {
         be.rmsnorm_fwd(ql.view().reshape({R * H, Dh}), qn, 1e-6f, q.view().reshape({R * H, Dh}),
                        Tensor());
-        be.rmsnorm_fwd(kl.view().reshape({R * Hkv, Dh}), kn, 1e-6f,
-                       k.view().reshape({R * Hkv, Dh}), Tensor());
+        be.rmsnorm_fwd(kl.view().reshape({R * Hkv, Dh}), kn, 1e-6f, k.view().reshape({R * Hkv, Dh}),
+                       Tensor());
     } else {
         be.copy(q, ql);
         be.copy(k, kl);
@@ -134,7 +134,7 @@ TEST(QkNormRopeCache, MatchesNormRopeAndRowWrites) {
     const int64_t H = 4, Hkv = 2, C = 10;
     for (const int64_t Dh : {8, 64}) {
         for (const bool norms : {true, false}) {
-            for (const int64_t half : {Dh / 2, Dh / 4}) {  // full and partial rotary
+            for (const int64_t half : {Dh / 2, Dh / 4}) {          // full and partial rotary
                 for (const int64_t start : {int64_t{0}, C - 2}) {  // the last rows fall off
                     const int64_t R = 3;
                     HostTensor qkv = randn({R, (H + 2 * Hkv) * Dh}, rng, 2.0f);
@@ -151,10 +151,9 @@ TEST(QkNormRopeCache, MatchesNormRopeAndRowWrites) {
                     for (HostTensor* t : {&kc, &vc, &kc_ref, &vc_ref}) be->fill(*t, 7.0f);
                     be->qk_norm_rope_cache(qkv, qn, kn, 1e-6f, pos, freq, q, kc, vc, row0);
                     unfused(*be, qkv, qn, kn, pos, freq, H, Hkv, Dh, row0, q_ref, kc_ref, vc_ref);
-                    const std::string what = "Dh " + std::to_string(Dh) +
-                                             (norms ? " norms" : " no norms") + " half " +
-                                             std::to_string(half) + " start " +
-                                             std::to_string(start);
+                    const std::string what =
+                        "Dh " + std::to_string(Dh) + (norms ? " norms" : " no norms") + " half " +
+                        std::to_string(half) + " start " + std::to_string(start);
                     EXPECT_LT(test::max_abs_diff(q, q_ref), 1e-5) << what;
                     EXPECT_LT(test::max_abs_diff(kc, kc_ref), 1e-5) << what;
                     EXPECT_EQ(test::max_abs_diff(vc, vc_ref), 0.0) << what;
@@ -171,17 +170,17 @@ TEST(QkNormRopeCache, RejectsBadShapes) {
     HostTensor kc3({5, 3, 8}), qkv_bad({2, 60}), norm7({7});
     be->fill(pos, 0.0f);
     be->fill(row0, 0.0f);
-    EXPECT_NO_THROW(be->qk_norm_rope_cache(qkv, Tensor(), Tensor(), 1e-6f, pos, freq, q, kc, vc,
-                                           row0));
-    EXPECT_THROW(be->qk_norm_rope_cache(qkv_bad, Tensor(), Tensor(), 1e-6f, pos, freq, q, kc, vc,
-                                        row0),
-                 UserError);
-    EXPECT_THROW(be->qk_norm_rope_cache(qkv, Tensor(), Tensor(), 1e-6f, pos3, freq, q, kc, vc,
-                                        row0),
-                 UserError);
-    EXPECT_THROW(be->qk_norm_rope_cache(qkv, Tensor(), Tensor(), 1e-6f, pos, freq, q, kc3, vc,
-                                        row0),
-                 UserError);  // 4 heads over 3 kv heads
+    EXPECT_NO_THROW(
+        be->qk_norm_rope_cache(qkv, Tensor(), Tensor(), 1e-6f, pos, freq, q, kc, vc, row0));
+    EXPECT_THROW(
+        be->qk_norm_rope_cache(qkv_bad, Tensor(), Tensor(), 1e-6f, pos, freq, q, kc, vc, row0),
+        UserError);
+    EXPECT_THROW(
+        be->qk_norm_rope_cache(qkv, Tensor(), Tensor(), 1e-6f, pos3, freq, q, kc, vc, row0),
+        UserError);
+    EXPECT_THROW(
+        be->qk_norm_rope_cache(qkv, Tensor(), Tensor(), 1e-6f, pos, freq, q, kc3, vc, row0),
+        UserError);  // 4 heads over 3 kv heads
     EXPECT_THROW(be->qk_norm_rope_cache(qkv, norm7, Tensor(), 1e-6f, pos, freq, q, kc, vc, row0),
                  UserError);
 }
@@ -203,7 +202,8 @@ TEST(RowsTarget, VerifyRowsEqualDecodeStepsAndTheGeneralPath) {
         const int64_t V = m.config().vocab_size;
         const auto toks = random_tokens(13, V, 9);
         TargetSession general(m, *be, 32, {}, 8);
-        TargetSession steps(m, *be, 32, {}, 8, nullptr, true), block(m, *be, 32, {}, 8, nullptr, true);
+        TargetSession steps(m, *be, 32, {}, 8, nullptr, true),
+            block(m, *be, 32, {}, 8, nullptr, true);
         HostTensor ref({13, V}), one({13, V}), eight({13, V});
         for (TargetSession* s : {&general, &steps, &block}) {
             HostTensor& out = s == &general ? ref : s == &steps ? one : eight;

@@ -29,8 +29,7 @@ void norm_rope_head(float* v, int64_t dh, const float* w, float eps, float pos, 
     if (w != nullptr) {
         double ss = 0;
         for (int64_t i = 0; i < dh; ++i) ss += static_cast<double>(v[i]) * v[i];
-        const auto rstd =
-            static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(dh) + eps));
+        const auto rstd = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(dh) + eps));
         for (int64_t i = 0; i < dh; ++i) v[i] = w[i] * (v[i] * rstd);
     }
     for (int64_t i = 0; i < half; ++i) {
@@ -62,21 +61,21 @@ void rows_linear(const Exec& ex, const Tensor& x, const RowsLinear& w, const Ten
                 const float* xr = px + r * K;
                 float out = 0.0f;
                 switch (w.epilogue) {
-                case RowsEpilogue::store: {
-                    int64_t seg = 0, n = c;  // column c of y: row n of weight seg
-                    while (n >= w.w[seg].dim(0)) n -= w.w[seg++].dim(0);
-                    out = dot(xr, w.w[seg].f32() + n * K, K);
-                    break;
-                }
-                case RowsEpilogue::add:
-                    out = residual.f32()[r * cols + c] + dot(xr, w.w[0].f32() + c * K, K);
-                    break;
-                case RowsEpilogue::swiglu: {
-                    const float g = dot(xr, w.w[0].f32() + c * K, K);
-                    const float u = dot(xr, w.w[1].f32() + c * K, K);
-                    out = silu(g) * u;
-                    break;
-                }
+                    case RowsEpilogue::store: {
+                        int64_t seg = 0, n = c;  // column c of y: row n of weight seg
+                        while (n >= w.w[seg].dim(0)) n -= w.w[seg++].dim(0);
+                        out = dot(xr, w.w[seg].f32() + n * K, K);
+                        break;
+                    }
+                    case RowsEpilogue::add:
+                        out = residual.f32()[r * cols + c] + dot(xr, w.w[0].f32() + c * K, K);
+                        break;
+                    case RowsEpilogue::swiglu: {
+                        const float g = dot(xr, w.w[0].f32() + c * K, K);
+                        const float u = dot(xr, w.w[1].f32() + c * K, K);
+                        out = silu(g) * u;
+                        break;
+                    }
                 }
                 py[r * cols + c] = out;
             }
