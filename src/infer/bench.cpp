@@ -182,6 +182,7 @@ BenchReport run_bench_engines(SpeculativeEngine& baseline, SpeculativeEngine& sp
     rep.graphs = speculative.backend().graph_stats();
     rep.draft_precision = speculative.draft_precision();
     rep.target_panels = speculative.target_panels();
+    rep.fused_decode = speculative.fused_decode();
     return rep;
 }
 
@@ -283,9 +284,10 @@ std::string format_bench_table(const BenchReport& rep) {
         "accepted past the budget or a stop token: {:.3f}\n",
         rep.mean_request_tau(), t.tau(), t.tau_accepted());
     out += fmt::format(
-        "block size {} (at most {} tokens a step); backend {}; drafts in {}; target weights {}\n",
+        "block size {} (at most {} tokens a step); backend {}; drafts in {}; target weights {}{}\n",
         rep.block_size, rep.max_step_tokens, rep.backend, rep.draft_precision,
-        rep.target_panels ? "in fp32 panels" : "in place");
+        rep.target_panels ? "in fp32 panels" : "in place",
+        rep.fused_decode ? ", decode and verify through the fused decode-block kernels" : "");
     // A DSpark confidence cut (infer.dspark_confidence_threshold) verifies fewer drafts.
     if (t.verified < t.drafted)
         out += fmt::format(
@@ -379,6 +381,7 @@ nlohmann::json bench_to_json(const BenchReport& rep) {
     return json{{"backend", rep.backend},
                 {"draft_precision", rep.draft_precision},
                 {"target_panels", rep.target_panels},
+                {"fused_decode", rep.fused_decode},
                 {"block_size", rep.block_size},
                 {"max_step_tokens", rep.max_step_tokens},
                 {"max_new_tokens", rep.max_new_tokens},

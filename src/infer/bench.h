@@ -86,6 +86,7 @@ struct BenchReport {
     // What the drafter multiplied in (SpeculativeEngine::draft_precision).
     std::string draft_precision;
     bool target_panels = false;  // the target multiplied through fp32 panels (target_panels())
+    bool fused_decode = false;   // the target's decode and verify through the fused ops (CUDA)
     int64_t block_size = 0;      // the drafter's block B
     // The most a step commits: B, or B + 1 for DSpark (all B slots draft).
     int64_t max_step_tokens = 0;

@@ -2,6 +2,8 @@
 // Tested by tests/model/decoder_layer_test.cpp and the target/drafter tests.
 #include "model/decoder_layer.h"
 
+#include <algorithm>
+
 #include "model/gdn_layer.h"
 #include "model/rope_yarn.h"
 
@@ -481,7 +483,28 @@ void layer_append_context(const LayerContext& lc, const LayerWeights& w, const T
     lc.ws.release(mark);
 }
 
+bool rows_linear_pays(std::initializer_list<Tensor> weights) {
+    constexpr int64_t kMaxProductBytes = int64_t{64} << 20, kMaxSingleBytes = int64_t{16} << 20;
+    int64_t bytes = 0;
+    for (const Tensor& w : weights) bytes += static_cast<int64_t>(w.nbytes());
+    return bytes <= kMaxProductBytes && (weights.size() > 1 || bytes <= kMaxSingleBytes);
+}
+
 namespace {
+
+// y = residual + x · Wᵀ in a decode block (y may alias residual).
+void add_product(Backend& be, const Tensor& x, const Tensor& w, const Tensor& residual,
+                 const Tensor& y) {
+    if (rows_linear_pays({w})) {
+        RowsLinear p;
+        p.w[0] = w;
+        p.epilogue = RowsEpilogue::add;
+        be.rows_linear(x, p, residual, y);
+        return;
+    }
+    if (y.data() != residual.data()) be.copy(y, residual);
+    be.gemm(x, false, w, true, y, 1.0f, 1.0f);
+}
 
 // Whether a cached forward of Sq rows goes through the decode-block ops: a plain attention layer
 // (no projection biases, no output gate, no YaRN q scale) with a dense SwiGLU MLP.
@@ -492,7 +515,9 @@ bool rows_path(const LayerContext& lc, const LayerWeights& w, int64_t Sq) {
 
 // layer_forward_cached through the decode-block ops: RMSNorm; q/k/v in one product; head norms,
 // RoPE and the cache write in one kernel; attention over the cache; o_proj with the residual add;
-// RMSNorm; gate/up with SwiGLU in one product; down with the residual add.
+// RMSNorm; gate/up with SwiGLU in one product; down with the residual add. A product that
+// rows_linear_pays() turns down runs as the general path runs it (a copy and a GEMM with beta 1
+// for a residual; gate, up and swiglu_fwd).
 void layer_forward_rows(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
                         const Tensor& pos, LayerKvCache& cache, const Tensor& row0,
                         const AttnMask& mask, const Tensor& out) {
@@ -504,11 +529,25 @@ void layer_forward_rows(const LayerContext& lc, const LayerWeights& w, const Ten
     const Tensor h = buf({Sq, d.D});
     be.rmsnorm_fwd(x, w.input_ln, d.eps, h, Tensor());
     const Tensor qkv = buf({Sq, (d.H + 2 * d.Hkv) * d.Dh});
-    RowsLinear proj;
-    proj.w[0] = w.wq;
-    proj.w[1] = w.wk;
-    proj.w[2] = w.wv;
-    be.rows_linear(h, proj, Tensor(), qkv);
+    if (rows_linear_pays({w.wq, w.wk, w.wv})) {
+        RowsLinear proj;
+        proj.w[0] = w.wq;
+        proj.w[1] = w.wk;
+        proj.w[2] = w.wv;
+        be.rows_linear(h, proj, Tensor(), qkv);
+    } else {
+        const int64_t nq = d.H * d.Dh, nkv = d.Hkv * d.Dh;
+        const Tensor part = buf({Sq, std::max(nq, nkv)});
+        const Tensor parts[3] = {w.wq, w.wk, w.wv};
+        int64_t col = 0;
+        for (const Tensor& wi : parts) {
+            const Tensor p =
+                part.reshape({part.numel()}).rows(0, Sq * wi.dim(0)).reshape({Sq, wi.dim(0)});
+            be.gemm(h, false, wi, true, p);
+            be.copy_columns(qkv, col, p);
+            col += wi.dim(0);
+        }
+    }
     const Tensor q = buf({Sq, d.H, d.Dh});
     be.qk_norm_rope_cache(qkv, w.q_norm, w.k_norm, d.eps, pos, lc.inv_freq, q, cache.k.view(),
                           cache.v.view(), row0);
@@ -516,22 +555,23 @@ void layer_forward_rows(const LayerContext& lc, const LayerWeights& w, const Ten
     be.attention_fwd(q, cache.k.view(), cache.v.view(), mask, attn.reshape({Sq, d.H, d.Dh}),
                      Tensor());
     const Tensor x1 = buf({Sq, d.D});
-    RowsLinear o;
-    o.w[0] = w.wo;
-    o.epilogue = RowsEpilogue::add;
-    be.rows_linear(attn, o, x, x1);
+    add_product(be, attn, w.wo, x, x1);
     const Tensor h2 = buf({Sq, d.D});
     be.rmsnorm_fwd(x1, w.post_ln, d.eps, h2, Tensor());
     const Tensor a = buf({Sq, d.I});
-    RowsLinear gate_up;
-    gate_up.w[0] = w.w_gate;
-    gate_up.w[1] = w.w_up;
-    gate_up.epilogue = RowsEpilogue::swiglu;
-    be.rows_linear(h2, gate_up, Tensor(), a);
-    RowsLinear down;
-    down.w[0] = w.w_down;
-    down.epilogue = RowsEpilogue::add;
-    be.rows_linear(a, down, x1, out);
+    if (rows_linear_pays({w.w_gate, w.w_up})) {
+        RowsLinear gate_up;
+        gate_up.w[0] = w.w_gate;
+        gate_up.w[1] = w.w_up;
+        gate_up.epilogue = RowsEpilogue::swiglu;
+        be.rows_linear(h2, gate_up, Tensor(), a);
+    } else {
+        const Tensor gate = buf({Sq, d.I}), up = buf({Sq, d.I});
+        be.gemm(h2, false, w.w_gate, true, gate);
+        be.gemm(h2, false, w.w_up, true, up);
+        be.swiglu_fwd(gate, up, a);
+    }
+    add_product(be, a, w.w_down, x1, out);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 // Tested by tests/model/decoder_layer_test.cpp (finite differences) and the model tests.
 #pragma once
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -129,6 +130,14 @@ struct LayerContext {
     // rounding, so an engine uses one of them for its whole life (TargetSession).
     bool rows_ops = false;
 };
+
+// Whether a decode block's product over `weights` goes through Backend::rows_linear (rather than
+// the general GEMMs), decided by the weights' sizes alone, so a decode step and a verify block take
+// the same way (row invariance). rows_linear where it measured faster on an H200
+// (docs/performance.md, "The decode block on CUDA"): products of at most 64 MB that merge several
+// weights or whose weight is at most 16 MB. A larger single weight (an 8B target's o_proj and
+// down, its gate/up pair, every LM head) reads faster through cuBLASLt's 16-row GEMMs.
+bool rows_linear_pays(std::initializer_list<Tensor> weights);
 
 // Training forward. q_pos i32 [Sq], kv_pos i32 [Sc+Sq] (positions of [ctx ; x]), on the device.
 // out [Sq, D] may not alias x. Activations are taken from lc.ws and stay there for the backward.

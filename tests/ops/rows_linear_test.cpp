@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/backend_factory.h"
 #include "core/rng.h"
+#include "model/decoder_layer.h"
 #include "model/target.h"
 #include "support/test_util.h"
 #include "support/tiny_models.h"
@@ -220,6 +221,24 @@ TEST(RowsTarget, VerifyRowsEqualDecodeStepsAndTheGeneralPath) {
             << (qwen3 ? "qwen3" : "llama");
         EXPECT_LT(test::max_rel_diff(one, ref), 1e-5) << (qwen3 ? "qwen3" : "llama");
     }
+}
+
+// The per-product choice between rows_linear and the general GEMMs (decoder_layer.h), at the sizes
+// it was measured on: every Qwen3-0.6B product but its LM head, and of Qwen3-8B's only q/k/v.
+TEST(RowsTarget, RowsLinearPaysWhereItMeasuredFaster) {
+    auto bf16 = [](int64_t n, int64_t k) { return HostTensor({n, k}, DType::bf16); };
+    const HostTensor q06 = bf16(2048, 1024), kv06 = bf16(1024, 1024), o06 = bf16(1024, 2048);
+    const HostTensor gate06 = bf16(3072, 1024), down06 = bf16(1024, 3072);
+    EXPECT_TRUE(rows_linear_pays({q06, kv06, kv06}));
+    EXPECT_TRUE(rows_linear_pays({o06}));
+    EXPECT_TRUE(rows_linear_pays({gate06, gate06}));
+    EXPECT_TRUE(rows_linear_pays({down06}));
+    EXPECT_FALSE(rows_linear_pays({bf16(151936, 1024)}));  // an LM head
+    const HostTensor q8 = bf16(4096, 4096), kv8 = bf16(1024, 4096);
+    EXPECT_TRUE(rows_linear_pays({q8, kv8, kv8}));  // 48 MiB in one launch instead of three
+    EXPECT_FALSE(rows_linear_pays({q8}));           // o_proj: 32 MiB alone
+    const HostTensor gate8 = bf16(12288, 4096);
+    EXPECT_FALSE(rows_linear_pays({gate8, gate8}));  // 192 MiB
 }
 
 }  // namespace

@@ -11,12 +11,12 @@
 //
 // Note [rows_linear layout]: a block covers 8·NT columns of y and the whole of k; its 8 warps take
 // the 32-wide k chunks c = warp, warp + 8, ... Lane (g, t) copies 16 bytes of weight row
-// col0 + 8j + g at k = 32c + 8t for each n-tile j with cp.async into its own slots of its warp's
-// ring in shared memory: kStages chunks in flight a warp, without registers held for them (a
-// first version loaded into registers, two chunks at a time, and reached half of HBM bandwidth at
-// the 8B shape). The 16 bytes of x rows g and g + 8 at the same k (zero for rows >= R, which are
-// never read) are loaded into registers one chunk ahead: x is small and every tile rereads it,
-// so keeping it out of the ring leaves the ring to the weights. The reduction over k may be
+// col0 + 8j + g at k = 32c + 8t for each n-tile j, and the 16 bytes of x rows g and g + 8 at the
+// same k (zero-filled for rows >= R, which are never read), with cp.async into its own slots of
+// its warp's ring in shared memory: kStages chunks in flight a warp, without registers held for
+// them. (Loading into registers, two chunks at a time, reached half of HBM bandwidth at the 8B
+// shape; x through registers one chunk ahead, the ring holding weights only, was slower at every
+// shape: docs/performance.md.) The reduction over k may be
 // permuted as long as x and W are permuted alike: the lane's 8 values feed two m16n8k16 products
 // whose k slots 2t, 2t+1, 2t+8, 2t+9 hold its values 0-3, then 4-7, so one 16-byte item is a whole
 // fragment and a lane reads back only what it copied. The warps' partial sums meet in shared memory
@@ -61,26 +61,18 @@ __device__ __forceinline__ float silu_times(float g, float u) {
     return g / (1.0f + expf(-g)) * u;
 }
 
-// The 16-byte items a lane stages per chunk: its weight rows (x goes through registers).
+// The 16-byte items a lane stages per chunk: x rows g and g + 8, then its weight rows.
 template <int NT, bool kPair>
-constexpr int kItems = (kPair ? 2 : 1) * NT;
-// Chunks in flight per warp: 6-8 KB of weights a warp, 48-64 KB of ring a block.
+constexpr int kItems = 2 + (kPair ? 2 : 1) * NT;
+// Chunks in flight per warp: 3-4 KB of weights a warp, 70-100 KB of ring and partial sums a block.
 template <int NT, bool kPair>
-constexpr int kStages = kItems<NT, kPair> >= 4   ? 4
-                        : kItems<NT, kPair> >= 2 ? 6
-                                                 : 12;
+constexpr int kWeightItems = (kPair ? 2 : 1) * NT;
+template <int NT, bool kPair>
+constexpr int kStages = kWeightItems<NT, kPair> >= 4   ? 3
+                        : kWeightItems<NT, kPair> >= 2 ? 4
+                                                       : 6;
 template <int NT, bool kPair>
 constexpr int kRingBytes = kWarps* kStages<NT, kPair>* kItems<NT, kPair> * 32 * 16;
-
-__device__ __forceinline__ uint4 load_x(const uint16_t* p, bool valid) {
-    uint4 v;
-    if (valid) {
-        v = __ldg(reinterpret_cast<const uint4*>(p));
-    } else {
-        v.x = v.y = v.z = v.w = 0u;
-    }
-    return v;
-}
 
 // The partial sums of one tile: kMats x 8 warps x 16 rows x 8NT floats (two of them, after the
 // ring: consecutive tiles alternate).
@@ -139,6 +131,8 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a, int ti
             const int st = j % kS;
             const int k = (warp + (j % mine) * kWarps) * kChunkK + 8 * t;
             const bool kv = k < a.k;  // k is a multiple of 8: a lane's values are all in or out
+            attn::cp_async16(smem_base + slot(st, 0), kv && lo_ok ? x_lo + k : a.x, kv && lo_ok);
+            attn::cp_async16(smem_base + slot(st, 1), kv && hi_ok ? x_hi + k : a.x, kv && hi_ok);
             DF_ATTN_UNROLL
             for (int m = 0; m < kMats; ++m) {
                 DF_ATTN_UNROLL
@@ -146,7 +140,7 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a, int ti
                     const int n = at.base + 8 * jt + g;
                     const bool ok = kv && n < nrows;
                     const uint16_t* src = ok ? wm[m] + static_cast<size_t>(n) * a.k + k : a.x;
-                    attn::cp_async16(smem_base + slot(st, m * NT + jt), src, ok);
+                    attn::cp_async16(smem_base + slot(st, 2 + m * NT + jt), src, ok);
                 }
             }
         }
@@ -154,16 +148,6 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a, int ti
     };
     DF_ATTN_UNROLL
     for (int j = 0; j < kS - 1; ++j) issue(j);
-    // x of item j: rows g and g + 8 at its k, loaded one item ahead (x is small and shared by
-    // every tile: L1 and L2 hits after the first).
-    auto x_of = [&](int j, uint4& lo, uint4& hi) {
-        const int k = (warp + (j % (mine > 0 ? mine : 1)) * kWarps) * kChunkK + 8 * t;
-        const bool kv = j < items && k < a.k;
-        lo = load_x(x_lo + (kv && lo_ok ? k : 0), kv && lo_ok);
-        hi = load_x(x_hi + (kv && hi_ok ? k : 0), kv && hi_ok);
-    };
-    uint4 nxa, nxb;
-    x_of(0, nxa, nxb);
 
     const int cols = a.epilogue == kStore ? a.n[0] + a.n[1] + a.n[2] : a.n[0];
     for (int tt = 0; tt < my_tiles; ++tt) {
@@ -179,17 +163,18 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a, int ti
         for (int q = 0; q < mine; ++q) {
             const int j = tt * mine + q;
             issue(j + kS - 1);
-            const uint4 xa = nxa, xb = nxb;
-            x_of(j + 1, nxa, nxb);
             attn::cp_async_wait<kS - 1>();  // item j has landed
             const int st = j % kS;
+            const uint4 xa = *reinterpret_cast<const uint4*>(smem + slot(st, 0));
+            const uint4 xb = *reinterpret_cast<const uint4*>(smem + slot(st, 1));
             const uint32_t a0[4] = {xa.x, xb.x, xa.y, xb.y};
             const uint32_t a1[4] = {xa.z, xb.z, xa.w, xb.w};
             DF_ATTN_UNROLL
             for (int m = 0; m < kMats; ++m) {
                 DF_ATTN_UNROLL
                 for (int jt = 0; jt < NT; ++jt) {
-                    const uint4 w = *reinterpret_cast<const uint4*>(smem + slot(st, m * NT + jt));
+                    const uint4 w =
+                        *reinterpret_cast<const uint4*>(smem + slot(st, 2 + m * NT + jt));
                     mma16816(acc[m][jt], a0, w.x, w.y);
                     mma16816(acc[m][jt], a1, w.z, w.w);
                 }
