@@ -191,13 +191,6 @@ TEST_F(CudaRowsLinear, RejectsBadInput) {
     EXPECT_THROW(gpu().rows_linear(on_host, g, Tensor(), y), UserError);
 }
 
-std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
-    Rng rng(seed);
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (auto& v : t) v = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
-    return t;
-}
-
 // The engine's target on CUDA: verify rows equal decode steps bit for bit through the fused ops,
 // and their logits stay within bf16 noise of the general path's.
 TEST_F(CudaRowsLinear, TargetVerifyRowsEqualDecodeSteps) {
@@ -210,7 +203,7 @@ TEST_F(CudaRowsLinear, TargetVerifyRowsEqualDecodeSteps) {
     cfg.vocab_size = 1000;
     TargetModel m = TargetModel::random(gpu(), cfg, 21, 0.05f);
     const int64_t V = cfg.vocab_size;
-    const auto toks = random_tokens(40, V, 3);
+    const auto toks = test::random_tokens(40, V, 3);
     TargetSession general(m, gpu(), 64, {}, 32);
     TargetSession steps(m, gpu(), 64, {}, 32, nullptr, true);
     TargetSession block(m, gpu(), 64, {}, 32, nullptr, true);

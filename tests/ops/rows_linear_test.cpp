@@ -186,13 +186,6 @@ TEST(QkNormRopeCache, RejectsBadShapes) {
                  UserError);
 }
 
-std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
-    Rng rng(seed);
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (auto& x : t) x = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
-    return t;
-}
-
 // The target through the decode-block ops (the CUDA engine's way, here on their CPU references):
 // a verify block's rows equal the decode steps bit for bit, and the logits equal the general
 // path's to fp32 rounding (Qwen3 with head norms, and Llama with llama3 RoPE scaling).
@@ -201,7 +194,7 @@ TEST(RowsTarget, VerifyRowsEqualDecodeStepsAndTheGeneralPath) {
     for (const bool qwen3 : {true, false}) {
         TargetModel m = TargetModel::random(*be, test::tiny_target_config(qwen3), 16, 0.2f);
         const int64_t V = m.config().vocab_size;
-        const auto toks = random_tokens(13, V, 9);
+        const auto toks = test::random_tokens(13, V, 9);
         TargetSession general(m, *be, 32, {}, 8);
         TargetSession steps(m, *be, 32, {}, 8, nullptr, true),
             block(m, *be, 32, {}, 8, nullptr, true);

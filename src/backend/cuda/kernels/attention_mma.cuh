@@ -148,6 +148,22 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return r;
 }
 
+// One bf16's bits as a float, and a float rounded to bf16 bits (to nearest even; NaN stays NaN,
+// as pack_bf16 rounds): the kernels that read and write bf16 one element at a time.
+__device__ __forceinline__ float bf16_to_float(uint16_t h) {
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+__device__ __forceinline__ uint16_t float_to_bf16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof(bits));
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return static_cast<uint16_t>(bits >> 16);
+}
+
 // 2^x; -inf gives 0.
 __device__ __forceinline__ float exp2_approx(float x) {
 #ifdef DF_ATTN_EMULATE

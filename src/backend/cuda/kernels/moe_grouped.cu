@@ -38,9 +38,11 @@
 namespace dflash::cuda::moe {
 namespace {
 
+using attn::bf16_to_float;
 using attn::cp_async16;
 using attn::cp_async_commit;
 using attn::cp_async_wait;
+using attn::float_to_bf16;
 using attn::smem_u32;
 using attn::swz;
 
@@ -51,22 +53,6 @@ constexpr int kBTileBytes = kTileCols * kTileK * 2;
 constexpr int kStageBytes = kATileBytes + kBTileBytes;
 constexpr int kStages = 4;  // slices in flight: 96 KiB of shared memory, two blocks an SM
 constexpr int kSmemBytes = kStages * kStageBytes;
-
-__device__ __forceinline__ float bf16_to_float(uint16_t h) {
-    const uint32_t bits = static_cast<uint32_t>(h) << 16;
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-}
-
-// Round to nearest even (NaN stays NaN), as pack_bf16 does.
-__device__ __forceinline__ uint16_t float_to_bf16(float f) {
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof(bits));
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return static_cast<uint16_t>(bits >> 16);
-}
 
 __device__ __forceinline__ float sigmoid(float v) {
     return 1.0f / (1.0f + expf(-v));

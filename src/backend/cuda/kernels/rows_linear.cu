@@ -33,6 +33,8 @@
 namespace dflash::cuda::rows {
 namespace {
 
+using attn::bf16_to_float;
+using attn::float_to_bf16;
 using attn::mma16816;
 
 constexpr int kWarps = 8;
@@ -40,22 +42,6 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kChunkK = 32;  // k per warp step: 4 lanes x 8 values
 constexpr int kMaxRows = 16;
 constexpr int kMinBlocks = 264;  // two a SM on an H200's 132
-
-__device__ __forceinline__ float bf16_to_float(uint16_t h) {
-    const uint32_t bits = static_cast<uint32_t>(h) << 16;
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-}
-
-// Round to nearest even (NaN stays NaN), as pack_bf16 does.
-__device__ __forceinline__ uint16_t float_to_bf16(float f) {
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof(bits));
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return static_cast<uint16_t>(bits >> 16);
-}
 
 __device__ __forceinline__ float silu_times(float g, float u) {
     return g / (1.0f + expf(-g)) * u;
