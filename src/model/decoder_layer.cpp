@@ -483,19 +483,20 @@ void layer_append_context(const LayerContext& lc, const LayerWeights& w, const T
     lc.ws.release(mark);
 }
 
-bool rows_linear_pays(std::initializer_list<Tensor> weights) {
-    constexpr int64_t kMaxProductBytes = int64_t{64} << 20, kMaxSingleBytes = int64_t{16} << 20;
+bool rows_linear_pays(const RowsLimits& limits, std::initializer_list<Tensor> weights) {
     int64_t bytes = 0;
     for (const Tensor& w : weights) bytes += static_cast<int64_t>(w.nbytes());
-    return bytes <= kMaxProductBytes && (weights.size() > 1 || bytes <= kMaxSingleBytes);
+    return bytes <= limits.max_product_bytes &&
+           (weights.size() > 1 || bytes <= limits.max_single_bytes);
 }
 
 namespace {
 
 // y = residual + x · Wᵀ in a decode block (y may alias residual).
-void add_product(Backend& be, const Tensor& x, const Tensor& w, const Tensor& residual,
+void add_product(const LayerContext& lc, const Tensor& x, const Tensor& w, const Tensor& residual,
                  const Tensor& y) {
-    if (rows_linear_pays({w})) {
+    Backend& be = lc.be;
+    if (rows_linear_pays(lc.rows_limits, {w})) {
         RowsLinear p;
         p.w[0] = w;
         p.epilogue = RowsEpilogue::add;
@@ -529,7 +530,7 @@ void layer_forward_rows(const LayerContext& lc, const LayerWeights& w, const Ten
     const Tensor h = buf({Sq, d.D});
     be.rmsnorm_fwd(x, w.input_ln, d.eps, h, Tensor());
     const Tensor qkv = buf({Sq, (d.H + 2 * d.Hkv) * d.Dh});
-    if (rows_linear_pays({w.wq, w.wk, w.wv})) {
+    if (rows_linear_pays(lc.rows_limits, {w.wq, w.wk, w.wv})) {
         RowsLinear proj;
         proj.w[0] = w.wq;
         proj.w[1] = w.wk;
@@ -555,11 +556,11 @@ void layer_forward_rows(const LayerContext& lc, const LayerWeights& w, const Ten
     be.attention_fwd(q, cache.k.view(), cache.v.view(), mask, attn.reshape({Sq, d.H, d.Dh}),
                      Tensor());
     const Tensor x1 = buf({Sq, d.D});
-    add_product(be, attn, w.wo, x, x1);
+    add_product(lc, attn, w.wo, x, x1);
     const Tensor h2 = buf({Sq, d.D});
     be.rmsnorm_fwd(x1, w.post_ln, d.eps, h2, Tensor());
     const Tensor a = buf({Sq, d.I});
-    if (rows_linear_pays({w.w_gate, w.w_up})) {
+    if (rows_linear_pays(lc.rows_limits, {w.w_gate, w.w_up})) {
         RowsLinear gate_up;
         gate_up.w[0] = w.w_gate;
         gate_up.w[1] = w.w_up;
@@ -571,7 +572,7 @@ void layer_forward_rows(const LayerContext& lc, const LayerWeights& w, const Ten
         be.gemm(h2, false, w.w_up, true, up);
         be.swiglu_fwd(gate, up, a);
     }
-    add_product(be, a, w.w_down, x1, out);
+    add_product(lc, a, w.w_down, x1, out);
 }
 
 }  // namespace

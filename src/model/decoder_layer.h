@@ -114,6 +114,16 @@ struct LayerActs {
 // be's device, R = rotary_dim (head_dim, or fewer for a partial rotary).
 DeviceTensor upload_inv_freq(Backend& be, const RopeConfig& rope, int64_t rotary_dim);
 
+// Where a decode block's product goes through Backend::rows_linear rather than the general GEMMs
+// (rows_linear_pays). The defaults are where rows_linear measured faster than cuBLASLt's 16-row
+// GEMMs on an H200 (docs/performance.md, "The decode block on CUDA"): products of at most 64 MiB
+// that merge several weights or whose weight is at most 16 MiB. A larger single weight (an 8B
+// target's o_proj and down, its gate/up pair, every LM head) reads faster through cuBLASLt.
+struct RowsLimits {
+    int64_t max_product_bytes = int64_t{64} << 20;
+    int64_t max_single_bytes = int64_t{16} << 20;
+};
+
 // What every layer call runs on: the backend (real, or the planning one while a step is sized),
 // the step's workspace, the layer sizes and RoPE's inverse frequencies (f32 [Dh/2] on the device).
 struct LayerContext {
@@ -129,15 +139,13 @@ struct LayerContext {
     // a layer instead of about twenty). Row invariant either way; the two ways differ in
     // rounding, so an engine uses one of them for its whole life (TargetSession).
     bool rows_ops = false;
+    RowsLimits rows_limits;  // which of those products take rows_linear
 };
 
 // Whether a decode block's product over `weights` goes through Backend::rows_linear (rather than
-// the general GEMMs), decided by the weights' sizes alone, so a decode step and a verify block take
-// the same way (row invariance). rows_linear where it measured faster on an H200
-// (docs/performance.md, "The decode block on CUDA"): products of at most 64 MB that merge several
-// weights or whose weight is at most 16 MB. A larger single weight (an 8B target's o_proj and
-// down, its gate/up pair, every LM head) reads faster through cuBLASLt's 16-row GEMMs.
-bool rows_linear_pays(std::initializer_list<Tensor> weights);
+// the general GEMMs) under `limits`, decided by the weights' sizes alone, so a decode step and a
+// verify block take the same way (row invariance).
+bool rows_linear_pays(const RowsLimits& limits, std::initializer_list<Tensor> weights);
 
 // Training forward. q_pos i32 [Sq], kv_pos i32 [Sc+Sq] (positions of [ctx ; x]), on the device.
 // out [Sq, D] may not alias x. Activations are taken from lc.ws and stay there for the backward.

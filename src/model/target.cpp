@@ -490,7 +490,8 @@ void TargetSession::run_piece(Backend& be, Workspace& ws, std::span<const int32_
             const int64_t nl = logits.dim(0);
             Tensor h = ws.take({nl, D}, be.compute_dtype());
             be.rmsnorm_fwd(x.rows(n - nl, n), model_.final_norm(), model_.dims().eps, h, Tensor());
-            if (rows_ops_ && nl <= kRowsLinearMaxRows && rows_linear_pays({model_.lm_head()})) {
+            if (rows_ops_ && nl <= kRowsLinearMaxRows &&
+                rows_linear_pays(RowsLimits{}, {model_.lm_head()})) {
                 RowsLinear head;
                 head.w[0] = model_.lm_head();
                 be.rows_linear(h, head, Tensor(), logits);

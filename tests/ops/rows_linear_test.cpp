@@ -14,6 +14,7 @@
 #include "core/rng.h"
 #include "model/decoder_layer.h"
 #include "model/target.h"
+#include "model/tensor_layout.h"
 #include "support/test_util.h"
 #include "support/tiny_models.h"
 
@@ -222,16 +223,59 @@ TEST(RowsTarget, RowsLinearPaysWhereItMeasuredFaster) {
     auto bf16 = [](int64_t n, int64_t k) { return HostTensor({n, k}, DType::bf16); };
     const HostTensor q06 = bf16(2048, 1024), kv06 = bf16(1024, 1024), o06 = bf16(1024, 2048);
     const HostTensor gate06 = bf16(3072, 1024), down06 = bf16(1024, 3072);
-    EXPECT_TRUE(rows_linear_pays({q06, kv06, kv06}));
-    EXPECT_TRUE(rows_linear_pays({o06}));
-    EXPECT_TRUE(rows_linear_pays({gate06, gate06}));
-    EXPECT_TRUE(rows_linear_pays({down06}));
-    EXPECT_FALSE(rows_linear_pays({bf16(151936, 1024)}));  // an LM head
+    EXPECT_TRUE(rows_linear_pays(RowsLimits{}, {q06, kv06, kv06}));
+    EXPECT_TRUE(rows_linear_pays(RowsLimits{}, {o06}));
+    EXPECT_TRUE(rows_linear_pays(RowsLimits{}, {gate06, gate06}));
+    EXPECT_TRUE(rows_linear_pays(RowsLimits{}, {down06}));
+    EXPECT_FALSE(rows_linear_pays(RowsLimits{}, {bf16(151936, 1024)}));  // an LM head
     const HostTensor q8 = bf16(4096, 4096), kv8 = bf16(1024, 4096);
-    EXPECT_TRUE(rows_linear_pays({q8, kv8, kv8}));  // 48 MiB in one launch instead of three
-    EXPECT_FALSE(rows_linear_pays({q8}));           // o_proj: 32 MiB alone
+    EXPECT_TRUE(
+        rows_linear_pays(RowsLimits{}, {q8, kv8, kv8}));  // 48 MiB in one launch instead of three
+    EXPECT_FALSE(rows_linear_pays(RowsLimits{}, {q8}));   // o_proj: 32 MiB alone
     const HostTensor gate8 = bf16(12288, 4096);
-    EXPECT_FALSE(rows_linear_pays({gate8, gate8}));  // 192 MiB
+    EXPECT_FALSE(rows_linear_pays(RowsLimits{}, {gate8, gate8}));  // 192 MiB
+}
+
+// One cached layer through the decode-block path with every product on rows_linear (the default
+// limits at these sizes) and with none (limits of 0: the general GEMMs beside the fused head-norm
+// kernel): both give the general path's output to fp32 rounding, and with the GEMMs too four
+// verify rows equal four decode steps bit for bit.
+TEST(RowsTarget, LayerTakesEitherWayForEachProduct) {
+    auto be = make_cpu_backend(1);
+    const TargetConfig tc = test::tiny_target_config(true, 1);
+    const LayerDims dims = layer_dims(tc);
+    ParamSet ps(*be, target_tensor_specs(tc));
+    ps.init_random(7, 0.3f);
+    const LayerWeights w = layer_weights(ps, "model.layers.0.", dims);
+    const DeviceTensor inv_freq = upload_inv_freq(*be, tc.rope, tc.head_dim);
+    const int64_t S = 4, D = dims.D, cap = 8;
+    Rng rng(9);
+    const HostTensor x = randn({S, D}, rng);
+    // Runs the S rows as one block (step = S) or one at a time (step = 1); returns the outputs.
+    auto run = [&](bool rows_ops, RowsLimits limits, int64_t step) {
+        Workspace ws = test::test_workspace(*be);
+        LayerContext lc{*be, ws, dims, inv_freq.view(), nullptr, rows_ops, limits};
+        LayerKvCache cache{DeviceTensor(*be, {cap, dims.Hkv, dims.Dh}, DType::f32),
+                           DeviceTensor(*be, {cap, dims.Hkv, dims.Dh}, DType::f32)};
+        HostTensor out({S, D});
+        for (int64_t r0 = 0; r0 < S; r0 += step) {
+            ws.reset();
+            HostTensor pos({step}, DType::i32), row0({1}, DType::i32), kv_len({1}, DType::i32);
+            for (int64_t i = 0; i < step; ++i) pos.i32()[i] = static_cast<int32_t>(r0 + i);
+            row0.i32()[0] = static_cast<int32_t>(r0);
+            kv_len.i32()[0] = static_cast<int32_t>(r0 + step);
+            layer_forward_cached(lc, w, x.view().rows(r0, r0 + step), pos, cache, row0, kv_len,
+                                 AttnMaskKind::causal, out.view().rows(r0, r0 + step), 0);
+        }
+        return out;
+    };
+    const HostTensor general = run(false, RowsLimits{}, S);
+    const HostTensor all_rows = run(true, RowsLimits{}, S);
+    const HostTensor gemms = run(true, RowsLimits{0, 0}, S);
+    const HostTensor gemm_steps = run(true, RowsLimits{0, 0}, 1);
+    EXPECT_LT(test::max_rel_diff(all_rows, general), 1e-5);
+    EXPECT_LT(test::max_rel_diff(gemms, general), 1e-5);
+    EXPECT_EQ(std::memcmp(gemms.f32(), gemm_steps.f32(), static_cast<size_t>(S * D) * 4), 0);
 }
 
 }  // namespace
