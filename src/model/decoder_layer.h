@@ -139,7 +139,7 @@ struct LayerContext {
     // a layer instead of about twenty). Row invariant either way; the two ways differ in
     // rounding, so an engine uses one of them for its whole life (TargetSession).
     bool rows_ops = false;
-    RowsLimits rows_limits;  // which of those products take rows_linear
+    RowsLimits rows_limits{};  // which of those products take rows_linear
 };
 
 // Whether a decode block's product over `weights` goes through Backend::rows_linear (rather than
