@@ -79,10 +79,10 @@ std::string describe(const GraphOptions& o) {
                        o.max_rerecords, o.max_graphs);
 }
 std::string describe(const GenerateOptions& o) {
-    return fmt::format("{} {} {} {} {} {} {} {} {} {} {}", o.sampling.temperature, o.sampling.top_k,
-                       o.sampling.top_p, o.max_new_tokens, o.block_size, o.max_context,
-                       o.draft_sampling, o.seed, static_cast<int>(o.draft_precision),
-                       o.confidence_threshold, o.target_panels);
+    return fmt::format("{} {} {} {} {} {} {} {} {} {} {} {}", o.sampling.temperature,
+                       o.sampling.top_k, o.sampling.top_p, o.max_new_tokens, o.block_size,
+                       o.max_context, o.draft_sampling, o.seed, static_cast<int>(o.draft_precision),
+                       o.confidence_threshold, o.target_panels, o.fused_decode);
 }
 std::string describe(const ChatOptions& o) {
     return fmt::format("{} {} {} {} {} {}", o.template_name, o.enable_thinking, o.date_string,
