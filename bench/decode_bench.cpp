@@ -6,7 +6,11 @@
 // CUDA graphs and eagerly (--graphs on|off|both, default both). Usage: decode_bench
 // [--backend cpu|cuda] [--preset qwen3_0_6b|qwen3_8b|tiny|all] [--ctx N] [--steps N]
 // [--graphs on|off|both] [--fused on|off|both] (CUDA: the fused decode-block ops,
-// LayerContext::rows_ops, or the general ones; default both on CUDA). Each case also checks that
+// LayerContext::rows_ops, or the general ones; default both on CUDA) [--pdl on|off|both] (CUDA:
+// the decode block's kernels with programmatic dependent launch,
+// GraphOptions::programmatic_launch; default on) [--rows-limit-mb N] (the RowsLimits of the fused
+// path, both of its sizes; default RowsLimits{}) [--rows-single-mb N] (then its one-weight size
+// alone). Each case also checks that
 // the first row of the verify has the decode step's logits bit for bit (row invariance). A table on
 // stderr, one JSON object per case on stdout.
 #include <cstdio>
@@ -38,12 +42,13 @@ TargetConfig config_of(const Preset& p) {
                        p.tied);
 }
 
-nlohmann::json run_case(Backend& be, const Preset& p, int64_t ctx, int steps, bool fused) {
+nlohmann::json run_case(Backend& be, const Preset& p, int64_t ctx, int steps, bool fused, bool pdl,
+                        const RowsLimits& limits) {
     TargetModel model(be, config_of(p));
     RandomFill fill(be, 0.02f, 3);
     fill(model.params());
     constexpr int64_t kVerify = 16;
-    TargetSession session(model, be, ctx + kVerify + 1, {}, 512, nullptr, fused);
+    TargetSession session(model, be, ctx + kVerify + 1, {}, 512, nullptr, fused, limits);
     Rng rng(5);
     std::vector<int32_t> prompt(static_cast<size_t>(ctx));
     for (auto& t : prompt) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(p.vocab)));
@@ -77,11 +82,11 @@ nlohmann::json run_case(Backend& be, const Preset& p, int64_t ctx, int steps, bo
     const double floor = weight_bytes / kHbmBytesPerS;
     const GraphStats gs = be.graph_stats();
     std::fprintf(stderr,
-                 "%-10s ctx %5lld %-6s %-7s decode %7.3f ms (floor %.3f ms, %.2fx)  verify16 "
+                 "%-10s ctx %5lld %-6s %-7s %-6s decode %7.3f ms (floor %.3f ms, %.2fx)  verify16 "
                  "%7.3f ms (%.2fx decode)  rows %s\n",
                  p.name.c_str(), static_cast<long long>(ctx), gs.enabled ? "graphs" : "eager",
-                 fused ? "fused" : "general", decode * 1e3, floor * 1e3, decode / floor,
-                 verify * 1e3, verify / decode, invariant ? "invariant" : "DIFFER");
+                 fused ? "fused" : "general", pdl ? "pdl" : "serial", decode * 1e3, floor * 1e3,
+                 decode / floor, verify * 1e3, verify / decode, invariant ? "invariant" : "DIFFER");
     if (gs.enabled) std::fprintf(stderr, "  %s\n", gs.summary().c_str());
     return {{"bench", "target_decode"},
             {"impl", "dflash"},
@@ -90,6 +95,9 @@ nlohmann::json run_case(Backend& be, const Preset& p, int64_t ctx, int steps, bo
             {"preset", p.name},
             {"ctx", ctx},
             {"fused", fused},
+            {"programmatic_launch", pdl},
+            {"rows_limit_bytes", limits.max_product_bytes},
+            {"rows_single_limit_bytes", limits.max_single_bytes},
             {"row_invariant", invariant},
             {"decode_ms", decode * 1e3},
             {"verify16_ms", verify * 1e3},
@@ -104,9 +112,10 @@ nlohmann::json run_case(Backend& be, const Preset& p, int64_t ctx, int steps, bo
 int main(int argc, char** argv) {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches the log, even on a crash
     using namespace dflash;
-    std::string backend = "auto", preset = "all", graphs = "both", fused = "both";
+    std::string backend = "auto", preset = "all", graphs = "both", fused = "both", pdl = "on";
     int64_t ctx = 1024;
     int steps = 30;
+    RowsLimits limits;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--backend")) backend = argv[i + 1];
         if (!std::strcmp(argv[i], "--preset")) preset = argv[i + 1];
@@ -114,6 +123,12 @@ int main(int argc, char** argv) {
         if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
         if (!std::strcmp(argv[i], "--graphs")) graphs = argv[i + 1];
         if (!std::strcmp(argv[i], "--fused")) fused = argv[i + 1];
+        if (!std::strcmp(argv[i], "--pdl")) pdl = argv[i + 1];
+        if (!std::strcmp(argv[i], "--rows-limit-mb")) {
+            limits.max_product_bytes = limits.max_single_bytes = std::atoll(argv[i + 1]) << 20;
+        }
+        if (!std::strcmp(argv[i], "--rows-single-mb"))
+            limits.max_single_bytes = std::atoll(argv[i + 1]) << 20;
     }
     try {
         const DeviceKind kind = resolve_backend(backend);
@@ -123,16 +138,22 @@ int main(int argc, char** argv) {
         std::vector<bool> ways;
         if (kind == DeviceKind::cuda && fused != "off") ways.push_back(true);
         if (kind != DeviceKind::cuda || fused != "on") ways.push_back(false);
+        std::vector<bool> launches;
+        if (kind == DeviceKind::cuda && pdl != "off") launches.push_back(true);
+        if (kind != DeviceKind::cuda || pdl != "on") launches.push_back(false);
         std::fprintf(stderr, "target decode step (median of %d steps)\n", steps);
         for (const auto& p : bench::kPresets) {
             const bool pick = preset == p.name || (preset == "all" && p.name != "tiny");
             if (!pick) continue;
             for (const bool way : ways) {
                 for (const bool on : modes) {
-                    GraphOptions g;
-                    g.enabled = on;
-                    auto be = make_backend(kind, 0, 2, g);
-                    bench::emit(bench::run_case(*be, p, ctx, steps, way));
+                    for (const bool early : launches) {
+                        GraphOptions g;
+                        g.enabled = on;
+                        g.programmatic_launch = early;
+                        auto be = make_backend(kind, 0, 2, g);
+                        bench::emit(bench::run_case(*be, p, ctx, steps, way, early, limits));
+                    }
                 }
             }
         }

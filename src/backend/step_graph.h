@@ -45,6 +45,10 @@ struct GraphOptions {
     int warmup_runs = 2;    // eager runs of a key before it is captured
     int max_rerecords = 3;  // failed captures of a key retried before it stays eager
     int max_graphs = 64;    // live graphs per device; the least recently used one goes
+    // The decode block's kernels launched with programmatic dependent launch, so each starts
+    // while the one before it finishes (Note [Programmatic dependent launch] in
+    // backend/cuda/kernels/pdl.cuh); same results either way.
+    bool programmatic_launch = true;
     // Told once per key whose capture failed (device, phase, the CUDA error). May be empty.
     std::function<void(const std::string&)> warn;
 };

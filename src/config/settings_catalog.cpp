@@ -122,6 +122,11 @@ void add_cuda_graphs(Registry& r) {
                      "record steps into CUDA graphs and replay them; false runs every step "
                      "eagerly, with bit-identical results")
               .read_by(reader));
+    r.add(D::boolean("cuda_graphs.programmatic_launch", true,
+                     "launch the decode block's kernels with programmatic dependent launch, so "
+                     "each starts (and prefetches its weights) while the one before it finishes; "
+                     "false launches each after the one before, with bit-identical results")
+              .read_by(reader));
     r.add(D::enumeration("cuda_graphs.capture_mode", "thread_local",
                          {"thread_local", "global", "relaxed"},
                          "cudaStreamCaptureMode of a capture (docs/engine.md): thread_local lets "

@@ -365,11 +365,12 @@ void TargetModel::train_step(Backend& be, Workspace& ws, std::span<const int32_t
 
 TargetSession::TargetSession(const TargetModel& model, Backend& be, int64_t capacity,
                              std::vector<int64_t> capture, int64_t max_rows,
-                             const PreparedWeights* prepared, bool rows_ops)
+                             const PreparedWeights* prepared, bool rows_ops, RowsLimits rows_limits)
     : model_(model),
       be_(be),
       prepared_(prepared),
       rows_ops_(rows_ops),
+      rows_limits_(rows_limits),
       owner_(be),
       capacity_(capacity),
       capture_(std::move(capture)),
@@ -466,7 +467,8 @@ void TargetSession::run_piece(Backend& be, Workspace& ws, std::span<const int32_
     be.run_step(key, [&] {
         Tensor x = ws.take({n, D}, be.compute_dtype());
         be.embedding_fwd(model_.embed(), in.ids, x);
-        const LayerContext lc{be, ws, model_.dims(), model_.inv_freq(), prepared_, rows_ops_};
+        const LayerContext lc{be,        ws,        model_.dims(), model_.inv_freq(),
+                              prepared_, rows_ops_, rows_limits_};
         for (int64_t l = 0; l < model_.config().num_hidden_layers; ++l) {
             if (model_.config().is_linear_layer(l)) {
                 const LinearCache& c = linear_[l];
@@ -491,7 +493,7 @@ void TargetSession::run_piece(Backend& be, Workspace& ws, std::span<const int32_
             Tensor h = ws.take({nl, D}, be.compute_dtype());
             be.rmsnorm_fwd(x.rows(n - nl, n), model_.final_norm(), model_.dims().eps, h, Tensor());
             if (rows_ops_ && nl <= kRowsLinearMaxRows &&
-                rows_linear_pays(RowsLimits{}, {model_.lm_head()})) {
+                rows_linear_pays(rows_limits_, {model_.lm_head()})) {
                 RowsLinear head;
                 head.w[0] = model_.lm_head();
                 be.rows_linear(h, head, Tensor(), logits);

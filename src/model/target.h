@@ -127,10 +127,12 @@ class TargetSession {
     // (the engine's fp32 panels: Note [f32 panels]), or null (in place); it must outlive the
     // session. rows_ops: pieces of at most kRowsLinearMaxRows rows (decode steps, verify blocks)
     // go through the fused decode-block ops (LayerContext::rows_ops; the LM head too): the CUDA
-    // engine's way; on the CPU the ops are plain reference loops.
+    // engine's way; on the CPU the ops are plain reference loops. rows_limits: which of those
+    // products take rows_linear (the defaults unless a benchmark explores others).
     TargetSession(const TargetModel& model, Backend& be, int64_t capacity,
                   std::vector<int64_t> capture, int64_t max_rows,
-                  const PreparedWeights* prepared = nullptr, bool rows_ops = false);
+                  const PreparedWeights* prepared = nullptr, bool rows_ops = false,
+                  RowsLimits rows_limits = {});
     int64_t length() const { return len_; }
     int64_t capacity() const { return capacity_; }
     int64_t feature_dim() const;  // K * D
@@ -155,6 +157,7 @@ class TargetSession {
     Backend& be_;
     const PreparedWeights* prepared_;
     bool rows_ops_;
+    RowsLimits rows_limits_;
     StepOwner owner_;  // this session's recorded steps (its caches and workspace stay put)
     int64_t capacity_;
     std::vector<int64_t> capture_;

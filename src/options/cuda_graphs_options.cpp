@@ -11,6 +11,7 @@ GraphOptions graph_options_from_settings(const config::Settings& s) {
     g.warmup_runs = static_cast<int>(s.get<int64_t>("cuda_graphs.warmup_runs"));
     g.max_rerecords = static_cast<int>(s.get<int64_t>("cuda_graphs.max_rerecords"));
     g.max_graphs = static_cast<int>(s.get<int64_t>("cuda_graphs.max_graphs"));
+    g.programmatic_launch = s.get<bool>("cuda_graphs.programmatic_launch");
     return g;
 }
 

@@ -5,12 +5,15 @@
 // and without head norms, partial rotary, head dims 64/128/256 and rows past the cache's end;
 // bad input; and a random Qwen3-shaped target decoded through them (LayerContext::rows_ops): a
 // verify block's rows equal the decode steps bit for bit and the logits stay near the general
-// path's. Tolerance: fp32 sums in another order, then one bf16 rounding (SwiGLU's reference
-// rounds gate and up to bf16 first, as the op does on CUDA).
+// path's; and the same decode with the decode block's kernels launched with and without
+// programmatic dependent launch, in graphs and eagerly: the same bits. Tolerance: fp32 sums in
+// another order, then one bf16 rounding (SwiGLU's reference rounds gate and up to bf16 first, as
+// the op does on CUDA).
 #include <cstring>
 #include <span>
 #include <string>
 
+#include "backend/backend_factory.h"
 #include "cuda/elem_test_util.h"
 #include "model/target.h"
 #include "support/test_util.h"
@@ -219,6 +222,42 @@ TEST_F(CudaRowsLinear, TargetVerifyRowsEqualDecodeSteps) {
     EXPECT_EQ(test::bit_mismatch(test::to_cpu(gpu(), one), test::to_cpu(gpu(), all)), "");
     const HostTensor r = test::to_cpu(gpu(), ref);
     EXPECT_EQ(mismatch(test::to_cpu(gpu(), one), r, {5e-2, 5e-2, 5e-2 * test::max_abs(r)}), "");
+}
+
+// Programmatic dependent launch (kernels/pdl.cuh) lets each decode-block kernel start before the
+// one it reads from has finished; only its wait() orders them. A kernel that read an activation,
+// the cache or kv_len before its wait() would see stale values here, and the logits would differ
+// from the serially launched run's.
+TEST_F(CudaRowsLinear, ProgrammaticLaunchGivesTheSerialLaunchesBits) {
+    TargetConfig cfg = test::tiny_target_config(true, 4);
+    cfg.hidden_size = 1024;
+    cfg.intermediate_size = 3072;
+    cfg.num_attention_heads = 16;
+    cfg.num_key_value_heads = 8;
+    cfg.head_dim = 64;
+    cfg.vocab_size = 4000;
+    const int64_t V = cfg.vocab_size;
+    const auto toks = test::random_tokens(80, V, 9);
+    // 16 decode steps then one 16-row verify block, after a 48-token prompt.
+    auto run = [&](bool graphs, bool pdl) {
+        GraphOptions g;
+        g.enabled = graphs;
+        g.programmatic_launch = pdl;
+        auto be = make_backend(DeviceKind::cuda, 0, 1, g);
+        TargetModel m = TargetModel::random(*be, cfg, 33, 0.05f);
+        TargetSession s(m, *be, 96, {}, 32, nullptr, true);
+        DeviceTensor out(*be, {32, V}, DType::f32);
+        s.forward(std::span(toks).first(48), Tensor(), Tensor());
+        for (int64_t t = 48; t < 64; ++t)
+            s.forward(std::span(toks).subspan(t, 1), out.view().rows(t - 48, t - 47), Tensor());
+        s.forward(std::span(toks).subspan(64, 16), out.view().rows(16, 32), Tensor());
+        return test::to_cpu(*be, out);
+    };
+    for (const bool graphs : {true, false}) {
+        const HostTensor serial = run(graphs, false);
+        EXPECT_EQ(test::bit_mismatch(run(graphs, true), serial), "")
+            << (graphs ? "graphs" : "eager");
+    }
 }
 
 }  // namespace

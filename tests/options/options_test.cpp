@@ -75,8 +75,8 @@ std::string describe(const RuntimeOptions& o) {
                        o.nccl_library, o.collective_timeout_s, o.gradient_bucket_mb);
 }
 std::string describe(const GraphOptions& o) {
-    return fmt::format("{} {} {} {} {}", o.enabled, static_cast<int>(o.mode), o.warmup_runs,
-                       o.max_rerecords, o.max_graphs);
+    return fmt::format("{} {} {} {} {} {}", o.enabled, static_cast<int>(o.mode), o.warmup_runs,
+                       o.max_rerecords, o.max_graphs, o.programmatic_launch);
 }
 std::string describe(const GenerateOptions& o) {
     return fmt::format("{} {} {} {} {} {} {} {} {} {} {} {}", o.sampling.temperature,

@@ -122,6 +122,7 @@ void attention_fwd(const Exec& ex, const Tensor& q, const Tensor& k, const Tenso
     a.h = static_cast<int>(d.h);
     a.hkv = static_cast<int>(d.hkv);
     a.d = static_cast<int>(d.dh);
+    a.pdl = ex.pdl;
     if (d.sq == 0 || d.h == 0) return;
     if (a.mask.kind != attn::kDflash && d.sq <= kDecodeMaxQueries) {
         const attn::DecodePlan p = attn::plan_decode(a.mask.sq, a.h / a.hkv, a.mask.sk);

@@ -29,6 +29,7 @@ class CudaBackend final : public Backend {
         ex_.stream = dev_.stream();
         ex_.sm_count = prop.multiProcessorCount;
         ex_.device = index;
+        ex_.pdl = opt.graphs.programmatic_launch;
         if (opt.op_workspace_bytes > 0) DF_CUDA_CHECK(cudaMalloc(&op_mem_, opt.op_workspace_bytes));
         scratch_ = OpWorkspace(op_mem_, opt.op_workspace_bytes);
         ex_.scratch = &scratch_;

@@ -27,6 +27,9 @@ struct Exec {
     GemmEngine* gemm = nullptr;      // cuBLASLt handle, workspace and plan cache
     int sm_count = 132;
     int device = 0;  // the CUDA device index every tensor must live on
+    // Decode-block kernels launched with programmatic dependent launch (kernels/pdl.cuh;
+    // GraphOptions::programmatic_launch).
+    bool pdl = false;
 };
 
 // Throws a dflash::Error naming op and argument when `t` is not on device ex.device or not of one

@@ -36,10 +36,10 @@ void rmsnorm_fwd(const Exec& ex, const Tensor& x, const Tensor& w, float eps, co
     float* pr = rstd.empty() ? nullptr : static_cast<float*>(rstd.data());
     if (w_f32) {
         kernels::rmsnorm_fwd(px, static_cast<const float*>(w.data()), eps, py, pr, rows, w.numel(),
-                             ex.stream);
+                             ex.pdl, ex.stream);
     } else {
         kernels::rmsnorm_fwd(px, static_cast<const uint16_t*>(w.data()), eps, py, pr, rows,
-                             w.numel(), ex.stream);
+                             w.numel(), ex.pdl, ex.stream);
     }
 }
 

@@ -71,6 +71,7 @@ void rows_linear(const Exec& ex, const Tensor& x, const RowsLinear& w, const Ten
     a.y = y.data();
     a.y_f32 = y_f32;
     a.sm_count = ex.sm_count;
+    a.pdl = ex.pdl;
     rows::rows_linear(a, ex.stream);
 }
 
@@ -108,6 +109,7 @@ void qk_norm_rope_cache(const Exec& ex, const Tensor& qkv, const Tensor& q_norm,
     a.h = static_cast<int>(q_out.dim(1));
     a.hkv = static_cast<int>(k_cache.dim(1));
     a.dh = static_cast<int>(q_out.dim(2));
+    a.pdl = ex.pdl;
     rows::qk_norm_rope_cache(a, ex.stream);
 }
 

@@ -52,6 +52,7 @@ struct FwdArgs {
     int d = 0;
     MaskArgs mask;
     FwdTile tile = FwdTile::automatic;  // fwd() only; decode() ignores it
+    bool pdl = false;  // decode() only: launched with programmatic dependent launch (pdl.cuh)
 };
 
 struct BwdArgs {

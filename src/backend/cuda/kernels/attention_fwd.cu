@@ -12,6 +12,7 @@
 // for all of them, and splits the cache across blocks (Note in attention_tiles.h).
 #include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/kernels/attention_mma.cuh"
+#include "backend/cuda/kernels/pdl.cuh"
 
 namespace dflash::cuda::attn {
 namespace {
@@ -483,6 +484,8 @@ __global__ void __launch_bounds__(256)
     decode_kernel(const FwdArgs a, const DecodePlan p, float scale_log2, float* part_o,
                   float* part_ml) {
     DF_ATTN_SHARED(smem);
+    pdl::wait();  // q, the cache and kv_len come from the kernels before this one
+    pdl::launch_dependents();
     const int s = blockIdx.x, hk = blockIdx.y, rb = blockIdx.z;
     const int group = a.h / a.hkv;
     const int tid = threadIdx.x, nthreads = blockDim.x, warp = tid >> 5, lane = tid & 31;
@@ -565,6 +568,8 @@ __global__ void __launch_bounds__(256)
 __global__ void __launch_bounds__(128)
     decode_combine_kernel(const FwdArgs a, const DecodePlan p, const float* part_o,
                           const float* part_ml) {
+    pdl::wait();  // the decode kernel's partials
+    pdl::launch_dependents();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row = blockIdx.x * 4 + warp;
     const int sq = a.mask.sq;
@@ -642,8 +647,8 @@ void launch_decode(const FwdArgs& a, const DecodePlan& p, float* part_o, float* 
                    CUstream_st* stream) {
     const int smem = p.warps * 16 * D * 2 + 4 * tile_bytes<D>(kBlockN);
     const dim3 grid(p.splits, a.hkv, p.row_blocks);
-    DF_ATTN_LAUNCH(decode_kernel<D>, grid, p.warps * 32, smem, stream, a, p, scale_log2_of(D),
-                   part_o, part_ml);
+    DF_PDL_LAUNCH(a.pdl, decode_kernel<D>, grid, p.warps * 32, smem, stream, a, p, scale_log2_of(D),
+                  part_o, part_ml);
 }
 
 }  // namespace
@@ -675,8 +680,8 @@ void decode(const FwdArgs& a, const DecodePlan& p, float* part_o, float* part_ml
     } else {
         launch_decode<256>(a, p, part_o, part_ml, stream);
     }
-    DF_ATTN_LAUNCH(decode_combine_kernel, cdiv(a.mask.sq * a.h, 4), 128, 0, stream, a, p, part_o,
-                   part_ml);
+    DF_PDL_LAUNCH(a.pdl, decode_combine_kernel, cdiv(a.mask.sq * a.h, 4), 128, 0, stream, a, p,
+                  part_o, part_ml);
 }
 
 }  // namespace dflash::cuda::attn

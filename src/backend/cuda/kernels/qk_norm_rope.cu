@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/pdl.cuh"
 #include "backend/cuda/kernels/rows_linear.h"
 
 namespace dflash::cuda::rows {
@@ -26,6 +27,8 @@ __device__ __forceinline__ uint16_t to_bf(float f) {
 
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) qk_norm_rope_kernel(const QkNormRopeArgs a) {
     __shared__ float head[kWarpsPerBlock][kMaxDh];
+    pdl::wait();  // qkv, row0 and positions come from the kernels before this one
+    pdl::launch_dependents();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int heads = a.h + 2 * a.hkv;
     const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
@@ -84,8 +87,7 @@ void qk_norm_rope_cache(const QkNormRopeArgs& a, CUstream_st* stream) {
     const int64_t items = static_cast<int64_t>(a.rows) * (a.h + 2 * a.hkv);
     if (items <= 0) return;
     const auto blocks = static_cast<unsigned>((items + kWarpsPerBlock - 1) / kWarpsPerBlock);
-    qk_norm_rope_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(a);
-    DF_CUDA_CHECK_LAUNCH(qk_norm_rope_kernel);
+    DF_PDL_LAUNCH(a.pdl, qk_norm_rope_kernel, blocks, kWarpsPerBlock * 32, 0, stream, a);
 }
 
 }  // namespace dflash::cuda::rows

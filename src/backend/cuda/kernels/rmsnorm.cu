@@ -9,6 +9,7 @@
 #include <initializer_list>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/pdl.cuh"
 #include "backend/cuda/kernels/rmsnorm.h"
 #include "backend/cuda/kernels/rmsnorm_geometry.h"
 #include "backend/cuda/kernels/vec_io.cuh"
@@ -38,6 +39,8 @@ __global__ void __launch_bounds__(kBlock)
     rmsnorm_fwd_kernel(const uint16_t* x, const W* __restrict__ w, uint16_t* y,
                        float* __restrict__ rstd, int64_t rows, int cols, int tpr, float eps) {
     __shared__ float red[32];
+    pdl::wait();  // x comes from the kernel before this one (a no-op without the attribute)
+    pdl::launch_dependents();
     const int rpb = blockDim.x / tpr;
     const int lane = threadIdx.x % tpr;
     const int64_t row = static_cast<int64_t>(blockIdx.x) * rpb + threadIdx.x / tpr;
@@ -203,36 +206,33 @@ void sum_rows(const float* in, int nrows, int cols, int chunk, float* out, bool 
 
 template <class W>
 void launch_rmsnorm_fwd(const uint16_t* x, const W* w, float eps, uint16_t* y, float* rstd,
-                        int64_t rows, int64_t cols, cudaStream_t stream) {
+                        int64_t rows, int64_t cols, bool pdl, cudaStream_t stream) {
     if (rows <= 0) return;
     const RmsNormGeometry g = rmsnorm_geometry(cols, vec_ok(cols, {x, w, y}));
     const auto blocks = static_cast<unsigned>((rows + g.rpb - 1) / g.rpb);
     const int c = static_cast<int>(cols);
     if (g.vec == 8 && g.maxv == 1) {
-        rmsnorm_fwd_kernel<W, 8, 1>
-            <<<blocks, g.threads, 0, stream>>>(x, w, y, rstd, rows, c, g.tpr, eps);
-        DF_CUDA_CHECK_LAUNCH(rmsnorm_fwd_kernel_short);
+        DF_PDL_LAUNCH(pdl, (rmsnorm_fwd_kernel<W, 8, 1>), blocks, g.threads, 0, stream, x, w, y,
+                      rstd, rows, c, g.tpr, eps);
     } else if (g.vec == 8) {
-        rmsnorm_fwd_kernel<W, 8, 4>
-            <<<blocks, g.threads, 0, stream>>>(x, w, y, rstd, rows, c, g.tpr, eps);
-        DF_CUDA_CHECK_LAUNCH(rmsnorm_fwd_kernel_long);
+        DF_PDL_LAUNCH(pdl, (rmsnorm_fwd_kernel<W, 8, 4>), blocks, g.threads, 0, stream, x, w, y,
+                      rstd, rows, c, g.tpr, eps);
     } else {
-        rmsnorm_fwd_kernel<W, 1, 32>
-            <<<blocks, g.threads, 0, stream>>>(x, w, y, rstd, rows, c, g.tpr, eps);
-        DF_CUDA_CHECK_LAUNCH(rmsnorm_fwd_kernel_scalar);
+        DF_PDL_LAUNCH(pdl, (rmsnorm_fwd_kernel<W, 1, 32>), blocks, g.threads, 0, stream, x, w, y,
+                      rstd, rows, c, g.tpr, eps);
     }
 }
 
 }  // namespace
 
 void rmsnorm_fwd(const uint16_t* x, const uint16_t* w, float eps, uint16_t* y, float* rstd,
-                 int64_t rows, int64_t cols, CUstream_st* stream) {
-    launch_rmsnorm_fwd(x, w, eps, y, rstd, rows, cols, stream);
+                 int64_t rows, int64_t cols, bool pdl, CUstream_st* stream) {
+    launch_rmsnorm_fwd(x, w, eps, y, rstd, rows, cols, pdl, stream);
 }
 
 void rmsnorm_fwd(const uint16_t* x, const float* w, float eps, uint16_t* y, float* rstd,
-                 int64_t rows, int64_t cols, CUstream_st* stream) {
-    launch_rmsnorm_fwd(x, w, eps, y, rstd, rows, cols, stream);
+                 int64_t rows, int64_t cols, bool pdl, CUstream_st* stream) {
+    launch_rmsnorm_fwd(x, w, eps, y, rstd, rows, cols, pdl, stream);
 }
 
 size_t rmsnorm_bwd_workspace_bytes(int64_t rows, int64_t cols) {

@@ -13,11 +13,12 @@ struct CUstream_st;
 namespace dflash::cuda::kernels {
 
 // y = w * (x * rstd), rstd = 1 / sqrt(mean(x^2) + eps) per row; rstd (may be null) receives it.
-// w bf16, or f32 (the hybrid families' (1 + w) scales, which bf16 cannot hold exactly).
+// w bf16, or f32 (the hybrid families' (1 + w) scales, which bf16 cannot hold exactly). pdl:
+// launched with programmatic dependent launch (kernels/pdl.cuh).
 void rmsnorm_fwd(const uint16_t* x, const uint16_t* w, float eps, uint16_t* y, float* rstd,
-                 int64_t rows, int64_t cols, CUstream_st* stream);
+                 int64_t rows, int64_t cols, bool pdl, CUstream_st* stream);
 void rmsnorm_fwd(const uint16_t* x, const float* w, float eps, uint16_t* y, float* rstd,
-                 int64_t rows, int64_t cols, CUstream_st* stream);
+                 int64_t rows, int64_t cols, bool pdl, CUstream_st* stream);
 
 // Device workspace bytes rmsnorm_bwd needs (the per-block partial sums of dw).
 size_t rmsnorm_bwd_workspace_bytes(int64_t rows, int64_t cols);

@@ -28,6 +28,7 @@
 // rows of the fragment (the tensor cores keep rows apart), so a decode row and the same row in a
 // verify block have the same bits.
 #include "backend/cuda/kernels/attention_mma.cuh"
+#include "backend/cuda/kernels/pdl.cuh"
 #include "backend/cuda/kernels/rows_linear.h"
 
 namespace dflash::cuda::rows {
@@ -42,6 +43,10 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kChunkK = 32;  // k per warp step: 4 lanes x 8 values
 constexpr int kMaxRows = 16;
 constexpr int kMinBlocks = 264;  // two a SM on an H200's 132
+// Weight bytes a block asks L2 for as it starts, before its inputs are ready (Note
+// [Programmatic dependent launch]): its tiles' rows in the order it reads them, at most this much
+// (264 blocks: about 25 MB, half of an H200's L2).
+constexpr int kPrefetchBytes = 96 * 1024;
 
 __device__ __forceinline__ float silu_times(float g, float u) {
     return g / (1.0f + expf(-g)) * u;
@@ -95,6 +100,27 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a, int ti
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int first = static_cast<int>(blockIdx.x), step = static_cast<int>(gridDim.x);
     const int my_tiles = first < tiles ? (tiles - first + step - 1) / step : 0;
+    if (tid < kMats * kCols) {
+        // Every weight byte this block will read, tile by tile, up to kPrefetchBytes: at decode
+        // shapes of a few MB the whole weight is asked for at once, so HBM streams it at full
+        // rate while the warps' rings follow (out of L2) instead of each warp's handful of items
+        // paying a round trip to HBM apiece. Before wait(): the weights only (Note
+        // [Programmatic dependent launch]).
+        const int row_bytes = 2 * a.k;
+        int budget = kPrefetchBytes / (kMats * kCols) / 16 * 16;  // per row of a tile
+        for (int tt = 0; tt < my_tiles && budget > 0; ++tt) {
+            const TileAt at = tile_at<kCols>(a, first + tt * step);
+            const int n = at.base + tid % kCols;
+            const int bytes = row_bytes < budget ? row_bytes : budget;
+            if (n < a.n[at.seg]) {
+                const uint16_t* wm = tid < kCols ? a.w[at.seg] : a.w[1];
+                pdl::prefetch_l2(wm + static_cast<size_t>(n) * a.k, static_cast<uint32_t>(bytes));
+            }
+            budget -= bytes;
+        }
+    }
+    pdl::wait();
+    pdl::launch_dependents();
     const int nchunks = (a.k + kChunkK - 1) / kChunkK;
     const int mine = warp < nchunks ? (nchunks - warp + kWarps - 1) / kWarps : 0;
     const int items = my_tiles * mine;  // this warp's (tile, chunk) items, tile-major
@@ -222,8 +248,8 @@ void launch(const RowsArgs& a, int cols, CUstream_st* stream) {
     const int tiles = (cols + 8 * NT - 1) / (8 * NT);
     const int blocks = tiles < kPerSm * a.sm_count ? tiles : kPerSm * a.sm_count;
     constexpr auto kernel = rows_kernel<NT, kPair>;  // (a template's comma would split the macro)
-    DF_ATTN_LAUNCH(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, stream, a,
-                   tiles);
+    DF_PDL_LAUNCH(a.pdl, kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, stream,
+                  a, tiles);
 }
 
 }  // namespace

@@ -30,6 +30,7 @@ struct RowsArgs {
     void* y = nullptr;
     bool y_f32 = false;
     int sm_count = 132;  // the grid: as many blocks as stay resident, each taking several tiles
+    bool pdl = false;    // launched with programmatic dependent launch (kernels/pdl.cuh)
 };
 
 // The columns one block covers (8, 16 or 32) for this shape: the widest that still gives every
@@ -54,6 +55,7 @@ struct QkNormRopeArgs {
     int64_t capacity = 0;
     const int32_t* row0 = nullptr;
     int rows = 0, h = 0, hkv = 0, dh = 0;
+    bool pdl = false;  // launched with programmatic dependent launch (kernels/pdl.cuh)
 };
 void qk_norm_rope_cache(const QkNormRopeArgs& a, CUstream_st* stream);
 
