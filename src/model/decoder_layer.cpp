@@ -517,8 +517,8 @@ bool rows_path(const LayerContext& lc, const LayerWeights& w, int64_t Sq) {
 // layer_forward_cached through the decode-block ops: RMSNorm; q/k/v in one product; head norms,
 // RoPE and the cache write in one kernel; attention over the cache; o_proj with the residual add;
 // RMSNorm; gate/up with SwiGLU in one product; down with the residual add. A product that
-// rows_linear_pays() turns down runs as the general path runs it (a copy and a GEMM with beta 1
-// for a residual; gate, up and swiglu_fwd).
+// rows_linear_pays() turns down runs as the general path runs it (a GEMM with beta 1 into the
+// residual stream, which is kept in `out`; gate, up and swiglu_fwd).
 void layer_forward_rows(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
                         const Tensor& pos, LayerKvCache& cache, const Tensor& row0,
                         const AttnMask& mask, const Tensor& out) {
@@ -555,7 +555,10 @@ void layer_forward_rows(const LayerContext& lc, const LayerWeights& w, const Ten
     const Tensor attn = buf({Sq, d.H * d.Dh});
     be.attention_fwd(q, cache.k.view(), cache.v.view(), mask, attn.reshape({Sq, d.H, d.Dh}),
                      Tensor());
-    const Tensor x1 = buf({Sq, d.D});
+    // x1 = x + attn · Wo lives in `out` from here on (x is not read again, and out may alias
+    // x, as the sessions call it): the down product then adds in place, and a product on the
+    // general path needs no copy of its residual (two launches a layer fewer at 8B shapes).
+    const Tensor& x1 = out;
     add_product(lc, attn, w.wo, x, x1);
     const Tensor h2 = buf({Sq, d.D});
     be.rmsnorm_fwd(x1, w.post_ln, d.eps, h2, Tensor());
@@ -572,7 +575,7 @@ void layer_forward_rows(const LayerContext& lc, const LayerWeights& w, const Ten
         be.gemm(h2, false, w.w_up, true, up);
         be.swiglu_fwd(gate, up, a);
     }
-    add_product(lc, a, w.w_down, x1, out);
+    add_product(lc, a, w.w_down, x1, x1);
 }
 
 }  // namespace
