@@ -103,7 +103,12 @@ int main() {
         return 0;
     }
     try {
-        auto be = make_backend(DeviceKind::cuda, 0, 1);
+        // Launched serially: with programmatic dependent launch the back-to-back calls of one
+        // product would overlap each other's tails, and a figure here is one product's own time
+        // (docs/performance.md "Programmatic dependent launch for the decode block").
+        GraphOptions serial;
+        serial.programmatic_launch = false;
+        auto be = make_backend(DeviceKind::cuda, 0, 1, serial);
         for (const auto& sh : bench::shapes())
             for (const int64_t rows : {1, 16}) bench::run(*be, sh, rows);
     } catch (const std::exception& e) {

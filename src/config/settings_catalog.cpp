@@ -124,8 +124,8 @@ void add_cuda_graphs(Registry& r) {
               .read_by(reader));
     r.add(D::boolean("cuda_graphs.programmatic_launch", true,
                      "launch the decode block's kernels with programmatic dependent launch, so "
-                     "each starts (and prefetches its weights) while the one before it finishes; "
-                     "false launches each after the one before, with bit-identical results")
+                     "each starts while the one before it finishes; false launches each after "
+                     "the one before, with bit-identical results")
               .read_by(reader));
     r.add(D::enumeration("cuda_graphs.capture_mode", "thread_local",
                          {"thread_local", "global", "relaxed"},

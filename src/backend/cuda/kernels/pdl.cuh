@@ -6,20 +6,21 @@
 // Note [Programmatic dependent launch]: a decode step is a chain of 9-12 small kernels a layer
 // (docs/engine.md "The decode block on CUDA"), each of which reads what the one before it wrote. A
 // normal launch starts a kernel only after its predecessor has finished and its writes are
-// flushed, so every link of the chain pays the launch latency and the new kernel's ramp (the first
-// bytes from HBM) in series. Launched with the PDL attribute (`pdl` true), a kernel may start as
+// flushed, so every link of the chain pays the launch (the grid's start, its blocks' scheduling
+// and prologue) in series. Launched with the PDL attribute (`pdl` true), a kernel may start as
 // soon as every block of its predecessor has called launch_dependents() (or exited), and then:
-//   - before wait(), it may touch only memory that no kernel of the step writes: the weights. The
-//     products use that time to prefetch their first weight bytes into L2 (prefetch_l2, a hint
-//     that cannot see stale data: L2 is where the device's writes meet);
+//   - before wait(), it may touch only memory that no kernel of the step writes. The kernels
+//     here touch nothing there: products that asked L2 for their weights before the wait were
+//     tried, and the steps they ran in were no faster than the tree before them, so that was
+//     taken out (docs/performance.md "Programmatic dependent launch for the decode block");
 //   - wait() returns once the predecessor has finished and its writes are visible, so everything
 //     after it (every read of an activation, the cache, kv_len, positions; every write) is ordered
 //     as with a normal launch;
 //   - launch_dependents(), called right after wait(), lets the next kernel start. A kernel that
 //     calls it before its own wait() would let its successor run two links ahead.
-// Every kernel launched with the attribute calls wait() before anything but weight prefetches,
-// so results do not change; a kernel launched without it (cuBLAS, copies) orders as always.
-// Setting: cuda_graphs.programmatic_launch (docs/settings.md).
+// Every kernel launched with the attribute calls wait() first, so results do not change; a kernel
+// launched without it (cuBLAS, copies) orders as always. Setting: cuda_graphs.programmatic_launch
+// (docs/settings.md).
 #pragma once
 
 #ifndef DF_ATTN_EMULATE
@@ -27,8 +28,6 @@
 
 #include "backend/cuda/cuda_check.h"
 #endif
-
-#include <cstdint>
 
 namespace dflash::cuda::pdl {
 
@@ -44,17 +43,6 @@ __device__ __forceinline__ void wait() {
 __device__ __forceinline__ void launch_dependents() {
 #ifndef DF_ATTN_EMULATE
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
-// Asks for `bytes` (a multiple of 16) from p (16-byte aligned) to be brought into L2; a hint,
-// nothing waits for it.
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-#ifndef DF_ATTN_EMULATE
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-#else
-    (void)p;
-    (void)bytes;
 #endif
 }
 

@@ -43,10 +43,6 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kChunkK = 32;  // k per warp step: 4 lanes x 8 values
 constexpr int kMaxRows = 16;
 constexpr int kMinBlocks = 264;  // two a SM on an H200's 132
-// Weight bytes a block asks L2 for as it starts, before its inputs are ready (Note
-// [Programmatic dependent launch]): its tiles' rows in the order it reads them, at most this much
-// (264 blocks: about 25 MB, half of an H200's L2).
-constexpr int kPrefetchBytes = 96 * 1024;
 
 __device__ __forceinline__ float silu_times(float g, float u) {
     return g / (1.0f + expf(-g)) * u;
@@ -100,26 +96,7 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a, int ti
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int first = static_cast<int>(blockIdx.x), step = static_cast<int>(gridDim.x);
     const int my_tiles = first < tiles ? (tiles - first + step - 1) / step : 0;
-    if (tid < kMats * kCols) {
-        // Every weight byte this block will read, tile by tile, up to kPrefetchBytes: at decode
-        // shapes of a few MB the whole weight is asked for at once, so HBM streams it at full
-        // rate while the warps' rings follow (out of L2) instead of each warp's handful of items
-        // paying a round trip to HBM apiece. Before wait(): the weights only (Note
-        // [Programmatic dependent launch]).
-        const int row_bytes = 2 * a.k;
-        int budget = kPrefetchBytes / (kMats * kCols) / 16 * 16;  // per row of a tile
-        for (int tt = 0; tt < my_tiles && budget > 0; ++tt) {
-            const TileAt at = tile_at<kCols>(a, first + tt * step);
-            const int n = at.base + tid % kCols;
-            const int bytes = row_bytes < budget ? row_bytes : budget;
-            if (n < a.n[at.seg]) {
-                const uint16_t* wm = tid < kCols ? a.w[at.seg] : a.w[1];
-                pdl::prefetch_l2(wm + static_cast<size_t>(n) * a.k, static_cast<uint32_t>(bytes));
-            }
-            budget -= bytes;
-        }
-    }
-    pdl::wait();
+    pdl::wait();  // x and the residual come from the kernels before this one
     pdl::launch_dependents();
     const int nchunks = (a.k + kChunkK - 1) / kChunkK;
     const int mine = warp < nchunks ? (nchunks - warp + kWarps - 1) / kWarps : 0;
