@@ -24,6 +24,19 @@ namespace {
 
 using test::mismatch;
 
+// A random-weight Qwen3-layout target of the given sizes (head dim 64, untied head).
+TargetConfig target_config(int64_t layers, int64_t hidden, int64_t inter, int64_t heads,
+                           int64_t kv_heads, int64_t vocab) {
+    TargetConfig cfg = test::tiny_target_config(true, layers);
+    cfg.hidden_size = hidden;
+    cfg.intermediate_size = inter;
+    cfg.num_attention_heads = heads;
+    cfg.num_key_value_heads = kv_heads;
+    cfg.head_dim = 64;
+    cfg.vocab_size = vocab;
+    return cfg;
+}
+
 class CudaRowsLinear : public test::CudaVsCpu {
   protected:
     // Runs one rows_linear on both backends and compares; returns the GPU's result.
@@ -197,13 +210,7 @@ TEST_F(CudaRowsLinear, RejectsBadInput) {
 // The engine's target on CUDA: verify rows equal decode steps bit for bit through the fused ops,
 // and their logits stay within bf16 noise of the general path's.
 TEST_F(CudaRowsLinear, TargetVerifyRowsEqualDecodeSteps) {
-    TargetConfig cfg = test::tiny_target_config(true, 3);
-    cfg.hidden_size = 256;
-    cfg.intermediate_size = 512;
-    cfg.num_attention_heads = 4;
-    cfg.num_key_value_heads = 2;
-    cfg.head_dim = 64;
-    cfg.vocab_size = 1000;
+    const TargetConfig cfg = target_config(3, 256, 512, 4, 2, 1000);
     TargetModel m = TargetModel::random(gpu(), cfg, 21, 0.05f);
     const int64_t V = cfg.vocab_size;
     const auto toks = test::random_tokens(40, V, 3);
@@ -229,13 +236,7 @@ TEST_F(CudaRowsLinear, TargetVerifyRowsEqualDecodeSteps) {
 // the cache or kv_len before its wait() would see stale values here, and the logits would differ
 // from the serially launched run's.
 TEST_F(CudaRowsLinear, ProgrammaticLaunchGivesTheSerialLaunchesBits) {
-    TargetConfig cfg = test::tiny_target_config(true, 4);
-    cfg.hidden_size = 1024;
-    cfg.intermediate_size = 3072;
-    cfg.num_attention_heads = 16;
-    cfg.num_key_value_heads = 8;
-    cfg.head_dim = 64;
-    cfg.vocab_size = 4000;
+    const TargetConfig cfg = target_config(4, 1024, 3072, 16, 8, 4000);
     const int64_t V = cfg.vocab_size;
     const auto toks = test::random_tokens(80, V, 9);
     // 16 decode steps then one 16-row verify block, after a 48-token prompt.
