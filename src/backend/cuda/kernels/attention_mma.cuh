@@ -30,24 +30,19 @@
 
 #include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/kernels/attention_tiles.h"
+#include "backend/cuda/kernels/pdl.cuh"
 
 #ifdef DF_ATTN_EMULATE
 #define DF_ATTN_UNROLL
 #define DF_ATTN_SHARED(name) unsigned char* name = ::dflash::cuda::attn_emu::shared_mem()
-#define DF_ATTN_LAUNCH(kernel, grid, block, smem, stream, ...) \
-    ::dflash::cuda::attn_emu::launch(stream, grid, block, smem, [&] { kernel(__VA_ARGS__); })
 #else
 #define DF_ATTN_UNROLL _Pragma("unroll")
 #define DF_ATTN_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
-// Dynamic shared memory above 48 KB must be allowed per kernel before the launch.
-#define DF_ATTN_LAUNCH(kernel, grid, block, smem, stream, ...)                                  \
-    do {                                                                                        \
-        DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, \
-                                           static_cast<int>(smem)));                            \
-        kernel<<<grid, block, smem, stream>>>(__VA_ARGS__);                                     \
-        DF_CUDA_CHECK_LAUNCH(kernel);                                                           \
-    } while (0)
 #endif
+// A plain launch (no programmatic dependent launch): the one launch macro of pdl.cuh, which
+// also goes to the emulator when DF_ATTN_EMULATE is defined.
+#define DF_ATTN_LAUNCH(kernel, grid, block, smem, stream, ...) \
+    DF_PDL_LAUNCH(false, kernel, grid, block, smem, stream, __VA_ARGS__)
 
 namespace dflash::cuda::attn {
 

@@ -55,8 +55,9 @@ __device__ __forceinline__ void launch_dependents() {
         ::dflash::cuda::attn_emu::launch(stream, grid, block, smem, [&] { kernel(__VA_ARGS__); }); \
     } while (0)
 #else
-// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute when pdl_on (and
-// dynamic shared memory above 48 KB allowed first, as DF_ATTN_LAUNCH does).
+// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute when pdl_on; dynamic
+// shared memory above 48 KB must be allowed per kernel first. Every kernel of the attention
+// family launches through it (DF_ATTN_LAUNCH in attention_mma.cuh is it with pdl_on false).
 #define DF_PDL_LAUNCH(pdl_on, kernel, grid, block, smem, stream, ...)                          \
     do {                                                                                       \
         if ((smem) > 48 * 1024) {                                                              \
