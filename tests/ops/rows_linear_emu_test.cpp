@@ -152,7 +152,8 @@ TEST(RowsLinearEmu, EveryEpilogueAndTileAgainstTheCpu) {
         {5, 264, {13}, kStore, true},   // f32 out, columns past the last tile
         {3, 128, {24}, kAdd},
         {16, 40, {16, 16}, kSwiglu},
-        {2, 520, {8}, kAdd},           // more chunks a warp than ring stages
+        {2, 520, {8}, kAdd},           // a partial last chunk of 64
+        {9, 4104, {8}, kAdd},          // more chunks a warp than ring stages; rows 8-15 copied
         {1, 2056, {16, 16}, kSwiglu},  // a warp with a chunk fewer than the others
     };
     uint64_t seed = 10;
@@ -165,21 +166,23 @@ TEST(RowsLinearEmu, EveryEpilogueAndTileAgainstTheCpu) {
 TEST(RowsLinearEmu, TileWidthDependsOnShapesAlone) {
     RowsArgs a;
     a.rows = 1;
-    a.n[0] = 2048;
+    a.n[0] = 4096;
     a.n[1] = 1024;
     a.n[2] = 1024;
     a.nseg = 3;
     const int one = rows_tile_cols(a);
     a.rows = 16;
     EXPECT_EQ(rows_tile_cols(a), one);
-    EXPECT_EQ(one, 8);  // 4096 columns: 512 tiles of 8, 256 of 16 (below two a SM)
+    EXPECT_EQ(one, 8);  // 6144 columns: 384 tiles of 16, below two a block
     a.n[0] = 151936;
     a.nseg = 1;
-    EXPECT_EQ(rows_tile_cols(a), 32);
-    a.n[0] = 2048;
+    EXPECT_EQ(rows_tile_cols(a), 16);
+    a.epilogue = kSwiglu;
+    EXPECT_EQ(rows_tile_cols(a), 8);  // the pair moves as much a stage at 8 columns
+    a.epilogue = kStore;
+    a.n[0] = 16 * 1024;
     a.n[1] = 1000;  // a segment that is not a multiple of 16 before the last
     a.nseg = 3;
-    a.n[0] = 16 * 1024;
     EXPECT_EQ(rows_tile_cols(a), 8);
 }
 

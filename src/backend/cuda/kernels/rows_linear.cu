@@ -10,20 +10,24 @@
 // epilogue.
 //
 // Note [rows_linear layout]: a block covers 8·NT columns of y and the whole of k; its 8 warps take
-// the 32-wide k chunks c = warp, warp + 8, ... Lane (g, t) copies 16 bytes of weight row
-// col0 + 8j + g at k = 32c + 8t for each n-tile j, and the 16 bytes of x rows g and g + 8 at the
-// same k (zero-filled for rows >= R, which are never read), with cp.async into its own slots of
-// its warp's ring in shared memory: kStages chunks in flight a warp, without registers held for
-// them. (Loading into registers, two chunks at a time, reached half of HBM bandwidth at the 8B
+// the 64-wide k chunks c = warp, warp + 8, ... Lane (g, t) copies 16 bytes of weight row
+// col0 + 8j + g at k = 64c + 32u + 8t for u = 0, 1 and each n-tile j, and the same bytes of x
+// rows g and g + 8 (zero-filled for rows >= R, which are never read; rows 8-15 not copied at all
+// when R <= 8), with cp.async into its own slots of its warp's ring in shared memory: kStages
+// chunks in flight a warp, without registers held for them. One copy instruction reads 64
+// contiguous bytes of each of 8 rows (whole 32-byte sectors), the two of a chunk a row's whole
+// 128-byte line. What sets the speed is the weight bytes in flight a SM (docs/performance.md
+// "rows_linear: bytes in flight"), so tiles are 8 or 16 columns and every shape keeps two blocks a
+// SM. (Loading into registers, two chunks at a time, reached half of HBM bandwidth at the 8B
 // shape; x through registers one chunk ahead, the ring holding weights only, was slower at every
-// shape: docs/performance.md.) The reduction over k may be
-// permuted as long as x and W are permuted alike: the lane's 8 values feed two m16n8k16 products
-// whose k slots 2t, 2t+1, 2t+8, 2t+9 hold its values 0-3, then 4-7, so one 16-byte item is a whole
-// fragment and a lane reads back only what it copied. The warps' partial sums meet in shared memory
-// and are added in warp order.
+// shape; a lane's two items side by side (sectors half used by each instruction), or one block a
+// SM, was 1.5-3x slower: docs/performance.md.) The reduction over k may be permuted as long as x
+// and W are permuted alike: each 16-byte item feeds two m16n8k16 products whose k slots 2t, 2t+1,
+// 2t+8, 2t+9 hold its values 0-3, then 4-7, so one item is a whole fragment and a lane reads back
+// only what it copied. The warps' partial sums meet in shared memory and are added in warp order.
 //
 // Note [rows_linear row invariance]: every output is the fp32 sum of the same products in the
-// same order: per warp its chunks in ascending order, two products each, then the warps 0..7 in
+// same order: per warp its chunks in ascending order, four products each, then the warps 0..7 in
 // order. That order depends on k alone, not on the rows, the columns a block covers or the other
 // rows of the fragment (the tensor cores keep rows apart), so a decode row and the same row in a
 // verify block have the same bits.
@@ -40,7 +44,8 @@ using attn::mma16816;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kChunkK = 32;  // k per warp step: 4 lanes x 8 values
+constexpr int kSub = 2;             // 16-byte items a lane copies per weight row per chunk
+constexpr int kChunkK = 32 * kSub;  // k per warp step: 4 lanes x 8 kSub values
 constexpr int kMaxRows = 16;
 constexpr int kMinBlocks = 264;  // two a SM on an H200's 132
 
@@ -48,16 +53,15 @@ __device__ __forceinline__ float silu_times(float g, float u) {
     return g / (1.0f + expf(-g)) * u;
 }
 
-// The 16-byte items a lane stages per chunk: x rows g and g + 8, then its weight rows.
+// A stage's 16-byte slots a lane owns: x rows g (kSub), g + 8 (kSub), then its weight rows.
 template <int NT, bool kPair>
-constexpr int kItems = 2 + (kPair ? 2 : 1) * NT;
-// Chunks in flight per warp: 3-4 KB of weights a warp, 70-100 KB of ring and partial sums a block.
+constexpr int kWeightItems = (kPair ? 2 : 1) * NT* kSub;
 template <int NT, bool kPair>
-constexpr int kWeightItems = (kPair ? 2 : 1) * NT;
+constexpr int kItems = 2 * kSub + kWeightItems<NT, kPair>;
+// Chunks in flight per warp (one stage is being read): 1 KB of weights a stage in 4 stages, or
+// 2 KB in 3; 48-64 KB of weights in flight a SM with two blocks of 104-112 KB each.
 template <int NT, bool kPair>
-constexpr int kStages = kWeightItems<NT, kPair> >= 4   ? 3
-                        : kWeightItems<NT, kPair> >= 2 ? 4
-                                                       : 6;
+constexpr int kStages = kItems<NT, kPair> <= 6 ? 4 : 3;
 template <int NT, bool kPair>
 constexpr int kRingBytes = kWarps* kStages<NT, kPair>* kItems<NT, kPair> * 32 * 16;
 
@@ -85,7 +89,8 @@ __device__ __forceinline__ TileAt tile_at(const RowsArgs& a, int tile) {
 // (tile, chunk) items through a ring of kStages cp.async groups in shared memory (Note
 // [rows_linear layout]), running ahead into the next tile while the block reduces the current
 // one, so the memory pipe stays full across tiles. A lane reads back only the bytes it copied, so
-// the warps wait for each other only at each tile's reduction.
+// the warps wait for each other only at each tile's reduction. The issue side keeps its place
+// (tile, chunk, stage, the lane's weight rows) in counters, so a chunk costs no division.
 template <int NT, bool kPair>
 __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a, int tiles) {
     DF_ATTN_SHARED(smem);
@@ -100,7 +105,7 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a, int ti
     pdl::launch_dependents();
     const int nchunks = (a.k + kChunkK - 1) / kChunkK;
     const int mine = warp < nchunks ? (nchunks - warp + kWarps - 1) / kWarps : 0;
-    const int items = my_tiles * mine;  // this warp's (tile, chunk) items, tile-major
+    const bool hi_rows = a.rows > 8;  // the block's x rows 8-15 exist (uniform in the block)
     const bool lo_ok = g < a.rows, hi_ok = g + 8 < a.rows;
     const uint16_t* x_lo = a.x + static_cast<size_t>(lo_ok ? g : 0) * a.k;
     const uint16_t* x_hi = a.x + static_cast<size_t>(hi_ok ? g + 8 : 0) * a.k;
@@ -110,35 +115,64 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a, int ti
         return ring + static_cast<uint32_t>(((st * kIt + it) * 32 + lane) * 16);
     };
     const uint32_t smem_base = attn::smem_u32(smem);
-    // Item j (chunk c = warp + 8 (j % mine) of this block's tile j / mine) into stage j % kS;
-    // one cp.async group either way.
-    auto issue = [&](int j) {
-        if (j < items) {
-            const TileAt at = tile_at<kCols>(a, first + (j / mine) * step);
-            const int nrows = a.n[at.seg];
-            const uint16_t* wm[2] = {a.w[at.seg], kPair ? a.w[1] : nullptr};
-            const int st = j % kS;
-            const int k = (warp + (j % mine) * kWarps) * kChunkK + 8 * t;
-            const bool kv = k < a.k;  // k is a multiple of 8: a lane's values are all in or out
-            attn::cp_async16(smem_base + slot(st, 0), kv && lo_ok ? x_lo + k : a.x, kv && lo_ok);
-            attn::cp_async16(smem_base + slot(st, 1), kv && hi_ok ? x_hi + k : a.x, kv && hi_ok);
+
+    // The issue side's place: the next item is chunk iq of this block's tile it_tile (counted
+    // from 0), into stage ist; wrow: this lane's weight rows in that tile (null past a segment's
+    // end).
+    int it_tile = 0, iq = 0, ist = 0;
+    const uint16_t* wrow[kMats][NT];
+    auto point_at = [&](int tt) {
+        const TileAt at = tile_at<kCols>(a, first + tt * step);
+        const int nrows = a.n[at.seg];
+        DF_ATTN_UNROLL
+        for (int m = 0; m < kMats; ++m) {
+            const uint16_t* w = m == 0 ? a.w[at.seg] : a.w[1];
             DF_ATTN_UNROLL
-            for (int m = 0; m < kMats; ++m) {
+            for (int jt = 0; jt < NT; ++jt) {
+                const int n = at.base + 8 * jt + g;
+                wrow[m][jt] = n < nrows ? w + static_cast<size_t>(n) * a.k : nullptr;
+            }
+        }
+    };
+    if (my_tiles > 0 && mine > 0) point_at(0);
+    // One cp.async group: the next item if this warp has one left, else empty.
+    auto issue = [&]() {
+        if (it_tile < my_tiles && mine > 0) {
+            const int k0 = (warp + iq * kWarps) * kChunkK + 8 * t;
+            DF_ATTN_UNROLL
+            for (int u = 0; u < kSub; ++u) {
+                const int k = k0 + 32 * u;
+                const bool kv = k < a.k;  // k is a multiple of 8: an item is all in or all out
+                attn::cp_async16(smem_base + slot(ist, u), kv && lo_ok ? x_lo + k : a.x,
+                                 kv && lo_ok);
+                if (hi_rows)
+                    attn::cp_async16(smem_base + slot(ist, kSub + u), kv && hi_ok ? x_hi + k : a.x,
+                                     kv && hi_ok);
                 DF_ATTN_UNROLL
-                for (int jt = 0; jt < NT; ++jt) {
-                    const int n = at.base + 8 * jt + g;
-                    const bool ok = kv && n < nrows;
-                    const uint16_t* src = ok ? wm[m] + static_cast<size_t>(n) * a.k + k : a.x;
-                    attn::cp_async16(smem_base + slot(st, 2 + m * NT + jt), src, ok);
+                for (int m = 0; m < kMats; ++m) {
+                    DF_ATTN_UNROLL
+                    for (int jt = 0; jt < NT; ++jt) {
+                        const uint16_t* r = wrow[m][jt];
+                        const bool ok = kv && r != nullptr;
+                        attn::cp_async16(smem_base + slot(ist, 2 * kSub + (m * NT + jt) * kSub + u),
+                                         ok ? r + k : a.x, ok);
+                    }
                 }
+            }
+            ist = ist + 1 == kS ? 0 : ist + 1;
+            if (++iq == mine) {
+                iq = 0;
+                if (++it_tile < my_tiles) point_at(it_tile);
             }
         }
         attn::cp_async_commit();
     };
     DF_ATTN_UNROLL
-    for (int j = 0; j < kS - 1; ++j) issue(j);
+    for (int j = 0; j < kS - 1; ++j) issue();
 
     const int cols = a.epilogue == kStore ? a.n[0] + a.n[1] + a.n[2] : a.n[0];
+    const uint4 zero{0, 0, 0, 0};
+    int st = 0;  // the consuming side's stage
     for (int tt = 0; tt < my_tiles; ++tt) {
         float acc[kMats][NT][4];
         DF_ATTN_UNROLL
@@ -150,24 +184,27 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a, int ti
             }
         }
         for (int q = 0; q < mine; ++q) {
-            const int j = tt * mine + q;
-            issue(j + kS - 1);
-            attn::cp_async_wait<kS - 1>();  // item j has landed
-            const int st = j % kS;
-            const uint4 xa = *reinterpret_cast<const uint4*>(smem + slot(st, 0));
-            const uint4 xb = *reinterpret_cast<const uint4*>(smem + slot(st, 1));
-            const uint32_t a0[4] = {xa.x, xb.x, xa.y, xb.y};
-            const uint32_t a1[4] = {xa.z, xb.z, xa.w, xb.w};
+            issue();
+            attn::cp_async_wait<kS - 1>();  // the chunk in stage st has landed
             DF_ATTN_UNROLL
-            for (int m = 0; m < kMats; ++m) {
+            for (int u = 0; u < kSub; ++u) {
+                const uint4 xa = *reinterpret_cast<const uint4*>(smem + slot(st, u));
+                const uint4 xb =
+                    hi_rows ? *reinterpret_cast<const uint4*>(smem + slot(st, kSub + u)) : zero;
+                const uint32_t a0[4] = {xa.x, xb.x, xa.y, xb.y};
+                const uint32_t a1[4] = {xa.z, xb.z, xa.w, xb.w};
                 DF_ATTN_UNROLL
-                for (int jt = 0; jt < NT; ++jt) {
-                    const uint4 w =
-                        *reinterpret_cast<const uint4*>(smem + slot(st, 2 + m * NT + jt));
-                    mma16816(acc[m][jt], a0, w.x, w.y);
-                    mma16816(acc[m][jt], a1, w.z, w.w);
+                for (int m = 0; m < kMats; ++m) {
+                    DF_ATTN_UNROLL
+                    for (int jt = 0; jt < NT; ++jt) {
+                        const uint4 w = *reinterpret_cast<const uint4*>(
+                            smem + slot(st, 2 * kSub + (m * NT + jt) * kSub + u));
+                        mma16816(acc[m][jt], a0, w.x, w.y);
+                        mma16816(acc[m][jt], a1, w.z, w.w);
+                    }
                 }
             }
+            st = st + 1 == kS ? 0 : st + 1;
         }
         // Partial sums: red[m][warp][row][col], in the buffer of this tile's parity (the other's
         // readers, two tiles back, finished before the last tile's barrier).
@@ -221,7 +258,7 @@ void launch(const RowsArgs& a, int cols, CUstream_st* stream) {
     // Resident blocks a SM: shared memory (227 KB a block at most, 228 KB a SM on Hopper) and
     // registers (at most 64 a thread: four blocks of 256 threads) allow.
     constexpr int kPerSm = (228 * 1024) / (smem + 1024) < 4 ? (228 * 1024) / (smem + 1024) : 4;
-    static_assert(kPerSm >= 1);
+    static_assert(kPerSm >= 2 && smem <= 227 * 1024);
     const int tiles = (cols + 8 * NT - 1) / (8 * NT);
     const int blocks = tiles < kPerSm * a.sm_count ? tiles : kPerSm * a.sm_count;
     constexpr auto kernel = rows_kernel<NT, kPair>;  // (a template's comma would split the macro)
@@ -232,31 +269,23 @@ void launch(const RowsArgs& a, int cols, CUstream_st* stream) {
 }  // namespace
 
 int rows_tile_cols(const RowsArgs& a) {
-    const bool pair = a.epilogue == kSwiglu;
+    // 16 columns (2 KB of weights a warp's stage against 1 KB) only where its tiles still come
+    // in at least two per block: a last round of tiles that fills a fraction of the blocks costs
+    // more than the wider stages gain (an 8B target's 6144 q/k/v columns: 384 tiles of 16 over
+    // 264 blocks). SwiGLU's pair already moves 2 KB a stage at 8 columns.
+    if (a.epilogue == kSwiglu) return 8;
     const int total = a.epilogue == kStore ? a.n[0] + a.n[1] + a.n[2] : a.n[0];
-    for (int cols = pair ? 16 : 32; cols > 8; cols /= 2) {
-        bool fits = (total + cols - 1) / cols >= kMinBlocks;
-        for (int i = 0; i + 1 < a.nseg; ++i) fits = fits && a.n[i] % cols == 0;
-        if (fits) return cols;
-    }
-    return 8;
+    bool wide = (total + 15) / 16 >= 2 * kMinBlocks;
+    for (int i = 0; i + 1 < a.nseg; ++i) wide = wide && a.n[i] % 16 == 0;
+    return wide ? 16 : 8;
 }
 
 void rows_linear(const RowsArgs& a, CUstream_st* stream) {
     if (a.rows <= 0) return;
     const int cols = a.epilogue == kStore ? a.n[0] + a.n[1] + a.n[2] : a.n[0];
-    const int tile = rows_tile_cols(a);
     if (a.epilogue == kSwiglu) {
-        if (tile == 16) {
-            launch<2, true>(a, cols, stream);
-        } else {
-            launch<1, true>(a, cols, stream);
-        }
-        return;
-    }
-    if (tile == 32) {
-        launch<4, false>(a, cols, stream);
-    } else if (tile == 16) {
+        launch<1, true>(a, cols, stream);
+    } else if (rows_tile_cols(a) == 16) {
         launch<2, false>(a, cols, stream);
     } else {
         launch<1, false>(a, cols, stream);

@@ -33,9 +33,9 @@ struct RowsArgs {
     bool pdl = false;    // launched with programmatic dependent launch (kernels/pdl.cuh)
 };
 
-// The columns one block covers (8, 16 or 32) for this shape: the widest that still gives every
-// SM two blocks and never straddles two segments. Depends on the weights' shapes alone, not on
-// the rows (row invariance).
+// The columns one block covers (8 or 16) for this shape: 16 where that still gives every block
+// at least two tiles and never straddles two segments (never for SwiGLU's pair). Depends on the
+// weights' shapes alone, not on the rows (row invariance).
 int rows_tile_cols(const RowsArgs& a);
 
 void rows_linear(const RowsArgs& a, CUstream_st* stream);
