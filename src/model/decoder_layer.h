@@ -115,12 +115,13 @@ struct LayerActs {
 DeviceTensor upload_inv_freq(Backend& be, const RopeConfig& rope, int64_t rotary_dim);
 
 // Where a decode block's product goes through Backend::rows_linear rather than the general GEMMs
-// (rows_linear_pays). The defaults are where rows_linear measured faster than cuBLASLt's 16-row
-// GEMMs on an H200 (docs/performance.md, "The decode block on CUDA"): products of at most 64 MiB
-// that merge several weights or whose weight is at most 16 MiB. A larger single weight (an 8B
-// target's o_proj and down, its gate/up pair, every LM head) reads faster through cuBLASLt.
+// (rows_linear_pays). The defaults are where the decode step measured faster with rows_linear
+// than with cuBLASLt's 16-row GEMMs on an H200 (docs/performance.md, "rows_linear: bytes in
+// flight"): products of at most 256 MiB that merge several weights (an 8B target's q/k/v, its
+// gate/up pair with SwiGLU) or whose weight is at most 16 MiB. A larger single weight (an 8B
+// target's o_proj and down, every LM head) reads as fast or faster through cuBLASLt.
 struct RowsLimits {
-    int64_t max_product_bytes = int64_t{64} << 20;
+    int64_t max_product_bytes = int64_t{256} << 20;
     int64_t max_single_bytes = int64_t{16} << 20;
 };
 

@@ -218,7 +218,8 @@ TEST(RowsTarget, VerifyRowsEqualDecodeStepsAndTheGeneralPath) {
 }
 
 // The per-product choice between rows_linear and the general GEMMs (decoder_layer.h), at the sizes
-// it was measured on: every Qwen3-0.6B product but its LM head, and of Qwen3-8B's only q/k/v.
+// it was measured on: every Qwen3-0.6B product but its LM head, and of Qwen3-8B's q/k/v and
+// gate/up.
 TEST(RowsTarget, RowsLinearPaysWhereItMeasuredFaster) {
     auto bf16 = [](int64_t n, int64_t k) { return HostTensor({n, k}, DType::bf16); };
     const HostTensor q06 = bf16(2048, 1024), kv06 = bf16(1024, 1024), o06 = bf16(1024, 2048);
@@ -233,7 +234,8 @@ TEST(RowsTarget, RowsLinearPaysWhereItMeasuredFaster) {
         rows_linear_pays(RowsLimits{}, {q8, kv8, kv8}));  // 48 MiB in one launch instead of three
     EXPECT_FALSE(rows_linear_pays(RowsLimits{}, {q8}));   // o_proj: 32 MiB alone
     const HostTensor gate8 = bf16(12288, 4096);
-    EXPECT_FALSE(rows_linear_pays(RowsLimits{}, {gate8, gate8}));  // 192 MiB
+    EXPECT_TRUE(rows_linear_pays(RowsLimits{}, {gate8, gate8}));        // 192 MiB, with SwiGLU
+    EXPECT_FALSE(rows_linear_pays(RowsLimits{}, {bf16(4096, 12288)}));  // down: 96 MiB alone
 }
 
 // One cached layer through the decode-block path with every product on rows_linear (the default
