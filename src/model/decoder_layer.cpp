@@ -169,6 +169,18 @@ void norm_and_rope(const LayerContext& lc, const Tensor& lin, const Tensor& norm
     lc.be.rope_fwd(out, pos, lc.inv_freq);
 }
 
+// Note [q recomputed]: a training forward keeps q before its norm and RoPE (q_lin, which the
+// norm's backward reads anyway) and the norm's rstd, not q itself: the backward makes q again
+// with the same kernels on the same inputs, bit for bit, into one of its temporaries. At an 8B
+// drafter's 8192 rows that is 64 MiB a layer fewer at the step's peak for two cheap element-wise
+// passes.
+void q_from_lin(const LayerContext& lc, const LayerWeights& w, const Tensor& q_lin,
+                const Tensor& rstd, const Tensor& q_pos, const Tensor& q) {
+    norm_and_rope(lc, q_lin, w.q_norm, rstd, q_pos, q);
+    // YaRN's attention factor: transformers scales cos and sin (so q and k) by f; q alone by f².
+    if (lc.dims.q_scale != 1.0f) lc.be.scale_inplace(q, lc.dims.q_scale);
+}
+
 // y (+)= the experts' output for the rows h2 [R, D] of an MoE layer: router logits in f32 (gemm,
 // plus gpt-oss's bias), the k experts of every row and their weights (moe_route), their weighted
 // sum (moe_experts). Forward only (targets are frozen); its temporaries are given back.
@@ -265,7 +277,8 @@ LayerWeights layer_grads(const ParamSet& p, const std::string& prefix, const Lay
 
 void attention_core_forward(const LayerContext& lc, const LayerWeights& w, const Tensor& hq,
                             const Tensor& ctx, const Tensor& q_pos, const Tensor& kv_pos,
-                            const AttnMask& mask, LayerActs& a, const Tensor& o, bool accumulate) {
+                            const AttnMask& mask, LayerActs& a, const Tensor& o, bool accumulate,
+                            const Tensor& kv_in) {
     const LayerDims& d = lc.dims;
     Backend& be = lc.be;
     const int64_t Sq = hq.dim(0), Sc = ctx.empty() ? 0 : ctx.dim(0), Sk = Sc + Sq;
@@ -278,7 +291,12 @@ void attention_core_forward(const LayerContext& lc, const LayerWeights& w, const
     a.Sc = Sc;
     a.ctx = ctx;
     a.h = hq;
-    if (Sc > 0) {
+    if (!kv_in.empty()) {
+        DF_ASSERT(kv_in.dim(0) == Sk && kv_in.rows(Sc, Sk).data() == hq.data(),
+                  "attention_core_forward: kv_in must hold hq in its last {} rows", Sq);
+        if (Sc > 0) be.copy(kv_in.rows(0, Sc), ctx);
+        a.kv_in = kv_in;
+    } else if (Sc > 0) {
         a.kv_in = buf({Sk, d.D});
         concat_rows(be, a.kv_in, ctx, hq);
     } else {
@@ -286,11 +304,7 @@ void attention_core_forward(const LayerContext& lc, const LayerWeights& w, const
     }
     a.q_lin = buf({Sq, d.H * d.Dh});
     a.rstd_q = f32({Sq * d.H});
-    a.q = buf({Sq, d.H, d.Dh});
     project(lc, hq, w.wq, w.bq, a.q_lin);
-    norm_and_rope(lc, a.q_lin, w.q_norm, a.rstd_q, q_pos, a.q);
-    // YaRN's attention factor: transformers scales cos and sin (so q and k) by f; q alone by f².
-    if (d.q_scale != 1.0f) be.scale_inplace(a.q, d.q_scale);
     a.k_lin = buf({Sk, d.Hkv * d.Dh});
     a.rstd_k = f32({Sk * d.Hkv});
     a.k = buf({Sk, d.Hkv, d.Dh});
@@ -303,10 +317,33 @@ void attention_core_forward(const LayerContext& lc, const LayerWeights& w, const
     // gpt-oss's sinks join every softmax of this layer (the caller's mask gives the window).
     AttnMask m = mask;
     if (!w.sinks.empty()) m.sinks = w.sinks;
-    be.attention_fwd(a.q, a.k, a.v, m, a.attn.reshape({Sq, d.H, d.Dh}), a.lse);
+    const Workspace::Mark mark = lc.ws.mark();
+    const Tensor q = buf({Sq, d.H, d.Dh});  // not kept: Note [q recomputed]
+    q_from_lin(lc, w, a.q_lin, a.rstd_q, q_pos, q);
+    be.attention_fwd(q, a.k, a.v, m, a.attn.reshape({Sq, d.H, d.Dh}), a.lse);
+    lc.ws.release(mark);
     apply_output_gate(lc, w, hq, a.attn);
     project(lc, a.attn, w.wo, w.bo, o, accumulate);
 }
+
+namespace {
+
+// The dense MLP's products from h2 into the caller's gate and up [Sq, I], and y (+)=
+// down(silu(gate)
+// * up). Note [SwiGLU recomputed]: silu(gate) * up is a temporary, not kept for the backward.
+void mlp_products(const LayerContext& lc, const LayerWeights& w, const Tensor& h2,
+                  const Tensor& gate, const Tensor& up, const Tensor& y, bool accumulate) {
+    Backend& be = lc.be;
+    be.gemm(h2, false, w.w_gate, true, gate);
+    be.gemm(h2, false, w.w_up, true, up);
+    const Workspace::Mark mark = lc.ws.mark();
+    const Tensor act = lc.ws.take(gate.shape(), be.compute_dtype());
+    be.swiglu_fwd(gate, up, act);
+    be.gemm(act, false, w.w_down, true, y, 1.0f, accumulate ? 1.0f : 0.0f);
+    lc.ws.release(mark);
+}
+
+}  // namespace
 
 void mlp_core_forward(const LayerContext& lc, const LayerWeights& w, const Tensor& h2, LayerActs& a,
                       const Tensor& y, bool accumulate) {
@@ -319,11 +356,7 @@ void mlp_core_forward(const LayerContext& lc, const LayerWeights& w, const Tenso
     }
     a.gate = lc.ws.take({Sq, I}, be.compute_dtype());
     a.up = lc.ws.take({Sq, I}, be.compute_dtype());
-    a.act = lc.ws.take({Sq, I}, be.compute_dtype());
-    be.gemm(h2, false, w.w_gate, true, a.gate);
-    be.gemm(h2, false, w.w_up, true, a.up);
-    be.swiglu_fwd(a.gate, a.up, a.act);
-    be.gemm(a.act, false, w.w_down, true, y, 1.0f, accumulate ? 1.0f : 0.0f);
+    mlp_products(lc, w, h2, a.gate, a.up, y, accumulate);
 }
 
 void layer_forward_train(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
@@ -335,16 +368,34 @@ void layer_forward_train(const LayerContext& lc, const LayerWeights& w, const Te
     const DType act = be.compute_dtype();
     a.x = x;
     a.rstd1 = lc.ws.take({Sq}, DType::f32);
-    const Tensor h = lc.ws.take({Sq, d.D}, act);
+    // input_layernorm(x) is written straight into the last rows of [ctx ; h], the rows K and V
+    // are projected from: kept once, not also on its own (64 MiB a layer at an 8B drafter's
+    // 8192 rows).
+    const int64_t Sc = ctx.empty() ? 0 : ctx.dim(0);
+    const Tensor kv_in = lc.ws.take({Sc + Sq, d.D}, act);
+    const Tensor h = kv_in.rows(Sc, Sc + Sq);
     be.rmsnorm_fwd(x, w.input_ln, d.eps, h, a.rstd1);
     a.x1 = lc.ws.take({Sq, d.D}, act);
     be.copy(a.x1, x);
-    attention_core_forward(lc, w, h, ctx, q_pos, kv_pos, mask, a, a.x1, true);
+    attention_core_forward(lc, w, h, ctx, q_pos, kv_pos, mask, a, a.x1, true, kv_in);
     a.rstd2 = lc.ws.take({Sq}, DType::f32);
+    // Note [h2 recomputed]: post_attention_layernorm(x1) is a temporary here (gate and up are taken
+    // before it, so that it can be given back); the backward makes it again from x1, bit for bit,
+    // with one RMSNorm: 64 MiB a layer fewer at an 8B drafter's 8192 rows.
+    if (!w.moe()) {
+        a.gate = lc.ws.take({Sq, d.I}, act);
+        a.up = lc.ws.take({Sq, d.I}, act);
+    }
+    const Workspace::Mark mark = lc.ws.mark();
     const Tensor h2 = lc.ws.take({Sq, d.D}, act);
     be.rmsnorm_fwd(a.x1, w.post_ln, d.eps, h2, a.rstd2);
     be.copy(out, a.x1);
-    mlp_core_forward(lc, w, h2, a, out, true);
+    if (w.moe())
+        moe_core_forward(lc, w, h2, out, true);
+    else
+        mlp_products(lc, w, h2, a.gate, a.up, out, true);
+    lc.ws.release(mark);
+    a.h2 = Tensor();
 }
 
 void mlp_core_backward(const LayerContext& lc, const LayerWeights& w, const LayerWeights& g,
@@ -355,13 +406,19 @@ void mlp_core_backward(const LayerContext& lc, const LayerWeights& w, const Laye
     DF_CHECK(!w.moe(),
              "training through a mixture-of-experts layer is not supported: such targets are "
              "frozen (drafters are dense)");
-    auto buf = [&](Shape s) { return lc.ws.take(s, be.compute_dtype()); };
-    Tensor dact = buf({Sq, d.I});
-    be.gemm(dy, false, w.w_down, false, dact);
-    be.gemm(dy, true, a.act, false, g.w_down, 1.0f, 1.0f);
-    Tensor dgate = buf({Sq, d.I});
-    Tensor dup = buf({Sq, d.I});
-    be.swiglu_bwd(dact, a.gate, a.up, dgate, dup);
+    // Note [SwiGLU recomputed]: the forward kept gate and up, not silu(gate) * up (an 8B
+    // drafter's [8192, 12288] a layer: 192 MiB). The same kernel on the same inputs gives it
+    // again, bit for bit, into the buffer that then takes its gradient; the gradients of gate and
+    // up overwrite gate and up (swiglu_bwd reads each element before writing it). So the MLP's
+    // backward needs one [Sq, I] buffer where it needed three, and a layer keeps two where it
+    // kept three; the price is one element-wise pass a layer.
+    const Tensor act_then_dact = lc.ws.take({Sq, d.I}, be.compute_dtype());
+    be.swiglu_fwd(a.gate, a.up, act_then_dact);
+    be.gemm(dy, true, act_then_dact, false, g.w_down, 1.0f, 1.0f);
+    be.gemm(dy, false, w.w_down, false, act_then_dact);
+    const Tensor& dgate = a.gate;
+    const Tensor& dup = a.up;
+    be.swiglu_bwd(act_then_dact, a.gate, a.up, dgate, dup);
     be.gemm(dgate, false, w.w_gate, false, dh2);
     be.gemm(dup, false, w.w_up, false, dh2, 1.0f, 1.0f);
     be.gemm(dgate, true, a.h2, false, g.w_gate, 1.0f, 1.0f);
@@ -382,10 +439,13 @@ void attention_core_backward(const LayerContext& lc, const LayerWeights& w, cons
     Tensor dattn = buf({Sq, d.H * d.Dh});
     be.gemm(d_o, false, w.wo, false, dattn);
     be.gemm(d_o, true, a.attn, false, g.wo, 1.0f, 1.0f);
+    // Note [q recomputed] (the norm's rstd again into a temporary: the saved one has its bits).
+    const Tensor q = buf({Sq, d.H, d.Dh});
+    q_from_lin(lc, w, a.q_lin, lc.ws.take({Sq * d.H}, DType::f32), q_pos, q);
     Tensor dq = buf({Sq, d.H, d.Dh});
     Tensor dk = buf({Sk, d.Hkv, d.Dh});
     Tensor dv = buf({Sk, d.Hkv, d.Dh});
-    be.attention_bwd(dattn.reshape({Sq, d.H, d.Dh}), a.q, a.k, a.v, a.attn.reshape({Sq, d.H, d.Dh}),
+    be.attention_bwd(dattn.reshape({Sq, d.H, d.Dh}), q, a.k, a.v, a.attn.reshape({Sq, d.H, d.Dh}),
                      a.lse, mask, dq, dk, dv);
     if (d.q_scale != 1.0f) be.scale_inplace(dq, d.q_scale);
     be.rope_bwd(dq, q_pos, lc.inv_freq);
@@ -421,9 +481,12 @@ void layer_backward(const LayerContext& lc, const LayerWeights& w, const LayerWe
     const int64_t Sq = a.Sq;
     const Workspace::Mark mark = lc.ws.mark();
     auto buf = [&](Shape s) { return lc.ws.take(s, be.compute_dtype()); };
-    // MLP: out = x1 + down(act)
+    // MLP: out = x1 + down(act), from h2 made again (Note [h2 recomputed]).
     Tensor dh2 = buf({Sq, d.D});
-    mlp_core_backward(lc, w, g, a, dout, dh2);
+    LayerActs with_h2 = a;
+    with_h2.h2 = buf({Sq, d.D});
+    be.rmsnorm_fwd(a.x1, w.post_ln, d.eps, with_h2.h2, lc.ws.take({Sq}, DType::f32));
+    mlp_core_backward(lc, w, g, with_h2, dout, dh2);
     Tensor dx1 = buf({Sq, d.D});
     be.rmsnorm_bwd(dh2, a.x1, w.post_ln, a.rstd2, dx1, g.post_ln);
     be.add_inplace(dx1, dout, 1.0f);

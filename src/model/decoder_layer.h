@@ -90,24 +90,24 @@ LayerWeights layer_grads(const ParamSet& p, const std::string& prefix, const Lay
 // Activations are in the backend's compute dtype; rstd and lse in f32.
 struct LayerActs {
     int64_t Sq = 0, Sc = 0;
-    Tensor x;              // [Sq, D] layer input
-    Tensor ctx;            // [Sc, D] context rows (drafter) or empty
-    Tensor rstd1;          // [Sq]
-    Tensor h;              // [Sq, D] input_layernorm(x) (DFlash2: its convolution)
-    Tensor kv_in;          // [Sc+Sq, D] = [ctx ; h]
-    Tensor q_lin;          // [Sq, H*Dh] before q_norm
-    Tensor rstd_q;         // [Sq*H]
-    Tensor q;              // [Sq, H, Dh] after q_norm and RoPE
-    Tensor k_lin;          // [Sc+Sq, Hkv*Dh]
-    Tensor rstd_k;         // [(Sc+Sq)*Hkv]
-    Tensor k;              // [Sc+Sq, Hkv, Dh] after k_norm and RoPE
-    Tensor v;              // [Sc+Sq, Hkv, Dh]
-    Tensor attn;           // [Sq, H*Dh]
-    Tensor lse;            // [H, Sq]
-    Tensor x1;             // [Sq, D] after the attention residual
-    Tensor rstd2;          // [Sq]
-    Tensor h2;             // [Sq, D] post_attention_layernorm(x1) (DFlash2: its convolution)
-    Tensor gate, up, act;  // [Sq, I]
+    Tensor x;         // [Sq, D] layer input
+    Tensor ctx;       // [Sc, D] context rows (drafter) or empty
+    Tensor rstd1;     // [Sq]
+    Tensor h;         // [Sq, D] input_layernorm(x) (DFlash2: its convolution)
+    Tensor kv_in;     // [Sc+Sq, D] = [ctx ; h]
+    Tensor q_lin;     // [Sq, H*Dh] before q_norm
+    Tensor rstd_q;    // [Sq*H] (q itself is recomputed: Note [q recomputed])
+    Tensor k_lin;     // [Sc+Sq, Hkv*Dh]
+    Tensor rstd_k;    // [(Sc+Sq)*Hkv]
+    Tensor k;         // [Sc+Sq, Hkv, Dh] after k_norm and RoPE
+    Tensor v;         // [Sc+Sq, Hkv, Dh]
+    Tensor attn;      // [Sq, H*Dh]
+    Tensor lse;       // [H, Sq]
+    Tensor x1;        // [Sq, D] after the attention residual
+    Tensor rstd2;     // [Sq]
+    Tensor h2;        // [Sq, D] DFlash2's convolution of post_attention_layernorm(x1); empty
+                      // after layer_forward_train (Note [h2 recomputed])
+    Tensor gate, up;  // [Sq, I] (their SwiGLU is recomputed: Note [SwiGLU recomputed])
 };
 
 // RoPE's inverse frequencies (rope_inv_freq; yarn_inv_freq for YaRN) as an f32 [R/2] tensor on
@@ -164,7 +164,8 @@ inline AttnMask drafter_layer_mask(const AttnMask& blocks, int64_t window, bool 
 
 // Backward of layer_forward_train: accumulates parameter gradients (f32) into g, overwrites dx
 // [Sq, D], and adds the context gradient into dctx [Sc, D] (f32, +=) when Sc > 0. Its
-// temporaries are given back to lc.ws before it returns.
+// temporaries are given back to lc.ws before it returns. It overwrites acts' gate and up (Note
+// [SwiGLU recomputed]): one backward per forward.
 void layer_backward(const LayerContext& lc, const LayerWeights& w, const LayerWeights& g,
                     const LayerActs& acts, const Tensor& q_pos, const Tensor& kv_pos,
                     const AttnMask& mask, const Tensor& dout, const Tensor& dx, const Tensor& dctx);
@@ -173,17 +174,21 @@ void layer_backward(const LayerContext& lc, const LayerWeights& w, const LayerWe
 // them in its convolutions. Attention: from the rows hq [Sq, D] that feed q_proj and the block's
 // own k/v_proj (the normed layer input; ctx rows go before them as in layer_forward_train) to the
 // o_proj output written into o [Sq, D] (added to it when accumulate). Fills acts.{Sq, Sc, ctx, h
-// (= hq), kv_in, q_lin, rstd_q, q, k_lin, rstd_k, k, v, attn, lse}.
+// (= hq), kv_in, q_lin, rstd_q, k_lin, rstd_k, k, v, attn, lse}.
+// kv_in: the caller's [Sc+Sq, D] buffer whose last Sq rows are hq, where ctx is copied in front of
+// them (K and V are projected from it); empty: one is taken from lc.ws.
 void attention_core_forward(const LayerContext& lc, const LayerWeights& w, const Tensor& hq,
                             const Tensor& ctx, const Tensor& q_pos, const Tensor& kv_pos,
-                            const AttnMask& mask, LayerActs& acts, const Tensor& o,
-                            bool accumulate);
-// MLP: y (+)= down(silu(gate(h2)) * up(h2)); fills acts.{h2 (= h2), gate, up, act}.
+                            const AttnMask& mask, LayerActs& acts, const Tensor& o, bool accumulate,
+                            const Tensor& kv_in = Tensor());
+// MLP: y (+)= down(silu(gate(h2)) * up(h2)); fills acts.{h2 (= h2), gate, up}.
 void mlp_core_forward(const LayerContext& lc, const LayerWeights& w, const Tensor& h2,
                       LayerActs& acts, const Tensor& y, bool accumulate);
 // Backwards of the cores: from the gradient at o (d_o) to dhq [Sq, D] (overwritten), adding into
 // dctx (f32) and the weight gradients; from the gradient at y (dy) to dh2 (overwritten). Their
-// temporaries stay in lc.ws (the caller releases them).
+// temporaries stay in lc.ws (the caller releases them). mlp_core_backward overwrites acts.gate and
+// acts.up with their gradients (Note [SwiGLU recomputed] in decoder_layer.cpp): one backward per
+// forward.
 void attention_core_backward(const LayerContext& lc, const LayerWeights& w, const LayerWeights& g,
                              const LayerActs& acts, const Tensor& q_pos, const Tensor& kv_pos,
                              const AttnMask& mask, const Tensor& d_o, const Tensor& dhq,
