@@ -45,7 +45,7 @@ using attn::mma16816;
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kSub = 2;             // 16-byte items a lane copies per weight row per chunk
-constexpr int kChunkK = 32 * kSub;  // k per warp step: 4 lanes x 8 kSub values
+constexpr int kChunkK = 32 * kSub;  // k per warp step: 4 lanes x kSub items of 8 values
 constexpr int kMaxRows = 16;
 constexpr int kMinBlocks = 264;  // two a SM on an H200's 132
 
