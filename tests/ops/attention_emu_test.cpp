@@ -468,6 +468,9 @@ TEST(AttentionEmu, DecodeOverKvCache) {
     // none of them (a partial with max -inf and sum 0).
     check_case(cache("decode causal sq16 short last split", kCausal, 16, 700, 266, 2, 2, 64));
     check_case(cache("decode kv_len 0", kFull, 3, 64, 0, 2, 1, 64));
+    // 71 splits of 64 keys, 68 of them active: the merge's lanes hold three splits each, and its
+    // batches of eight end inside the last one.
+    check_case(cache("decode causal sq2 g2 68 active splits", kCausal, 2, 4500, 4300, 4, 2, 64));
     Case plain = cache("decode causal no kv_len", kCausal, 4, 90, -1, 4, 1, 128);
     plain.q_offset = 50;
     check_case(plain);
@@ -512,6 +515,8 @@ void expect_verified_rows_equal_decoded(int sq, int cap, int kv, int h, int hkv,
 // rows sit at positions 508..516).
 TEST(AttentionEmu, DecodedRowsEqualVerifiedRowsBitForBit) {
     expect_verified_rows_equal_decoded(9, 700, 517, 4, 2, 64, 0, {}, 11);
+    // More splits than a warp has lanes.
+    expect_verified_rows_equal_decoded(5, 2500, 2421, 2, 1, 64, 0, {}, 12);
 }
 
 TEST(AttentionEmu, PrefillOverKvCache) {

@@ -564,14 +564,21 @@ __global__ void __launch_bounds__(256)
 // One warp per (query i, head h): merges the active splits' partials in split order, then the
 // sink. Splits are read from first_split on but stay on lane s % 32 and in ascending order, so a
 // row merged with the extra leading splits of a verify block (each adding exact zeros) sums in
-// the order it does alone.
-__global__ void __launch_bounds__(128)
+// the order it does alone. Each split's (max, sum) is read once (lane s % 32 keeps it) and its
+// weight goes through shared memory, and the partial outputs are read eight splits at a time:
+// read one split after another, each load waiting on the one before, the merge took longer than
+// the split kernel (docs/performance.md "The decode step's kernels").
+constexpr int kCombineWarps = 4;
+constexpr int kCombineBatch = 8;
+constexpr int kCombineSmemBytes = kCombineWarps * kMaxDecodeSplits * 4;
+__global__ void __launch_bounds__(kCombineWarps * 32)
     decode_combine_kernel(const FwdArgs a, const DecodePlan p, const float* part_o,
                           const float* part_ml) {
+    DF_ATTN_SHARED(smem);
     pdl::wait();  // the decode kernel's partials
     pdl::launch_dependents();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int row = blockIdx.x * 4 + warp;
+    const int row = blockIdx.x * kCombineWarps + warp;
     const int sq = a.mask.sq;
     if (row >= sq * a.h) return;
     const int i = row / a.h, h = row % a.h;
@@ -579,38 +586,62 @@ __global__ void __launch_bounds__(128)
     const int kv_end = decode_kv_end(g);
     const int active = active_splits(kv_end, p.chunk);
     const int first = first_split(decode_kv_begin(g), p.chunk);
-    auto ml = [&](int s) {
-        return *reinterpret_cast<const float2*>(part_ml +
-                                                2 * ((static_cast<size_t>(s) * a.h + h) * sq + i));
-    };
+    constexpr int kPerLane = kMaxDecodeSplits / 32;
+    float sm[kPerLane], sl[kPerLane];
     const float sink = sink_log2(a.mask, h);
     float m = -INFINITY;
-    for (int s = lane; s < active; s += 32) {
-        if (s >= first) m = fmaxf(m, ml(s).x);
+    DF_ATTN_UNROLL
+    for (int j = 0; j < kPerLane; ++j) {
+        const int s = lane + 32 * j;
+        sm[j] = -INFINITY;
+        sl[j] = 0.0f;
+        if (s < active && s >= first) {
+            const float2 x = *reinterpret_cast<const float2*>(
+                part_ml + 2 * ((static_cast<size_t>(s) * a.h + h) * sq + i));
+            sm[j] = x.x;
+            sl[j] = x.y;
+            m = fmaxf(m, x.x);
+        }
     }
     DF_ATTN_UNROLL
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     m = fmaxf(m, sink);
     const float m_use = m == -INFINITY ? 0.0f : m;
+    float* w_s = reinterpret_cast<float*>(smem) + warp * kMaxDecodeSplits;
     float l = 0.0f;
-    for (int s = lane; s < active; s += 32) {
-        if (s < first) continue;
-        const float2 x = ml(s);
-        l += x.y * exp2_approx(x.x - m_use);
+    DF_ATTN_UNROLL
+    for (int j = 0; j < kPerLane; ++j) {
+        const int s = lane + 32 * j;
+        if (s >= active || s < first) continue;
+        const float w = exp2_approx(sm[j] - m_use);
+        w_s[s] = w;
+        l += sl[j] * w;
     }
     DF_ATTN_UNROLL
     for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
     if (sink > -INFINITY) l += exp2_approx(sink - m_use);
+    __syncwarp();  // every lane's weights are in w_s
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     uint16_t* out = a.out + static_cast<size_t>(row) * a.d;  // row = i * H + h
     for (int d = 2 * lane; d < a.d; d += 64) {
         float2 acc = make_float2(0.0f, 0.0f);
-        for (int s = first; s < active; ++s) {
-            const float w = exp2_approx(ml(s).x - m_use);
-            const float2 x = *reinterpret_cast<const float2*>(
-                part_o + ((static_cast<size_t>(s) * a.h + h) * sq + i) * a.d + d);
-            acc.x += w * x.x;
-            acc.y += w * x.y;
+        for (int s0 = first; s0 < active; s0 += kCombineBatch) {
+            float2 x[kCombineBatch];
+            DF_ATTN_UNROLL
+            for (int u = 0; u < kCombineBatch; ++u) {
+                const int s = s0 + u;
+                x[u] = s < active
+                           ? *reinterpret_cast<const float2*>(
+                                 part_o + ((static_cast<size_t>(s) * a.h + h) * sq + i) * a.d + d)
+                           : make_float2(0.0f, 0.0f);
+            }
+            DF_ATTN_UNROLL
+            for (int u = 0; u < kCombineBatch; ++u) {
+                if (s0 + u >= active) break;
+                const float w = w_s[s0 + u];
+                acc.x += w * x[u].x;
+                acc.y += w * x[u].y;
+            }
         }
         *reinterpret_cast<uint32_t*>(out + d) = pack_bf16(acc.x * inv, acc.y * inv);
     }
@@ -680,8 +711,8 @@ void decode(const FwdArgs& a, const DecodePlan& p, float* part_o, float* part_ml
     } else {
         launch_decode<256>(a, p, part_o, part_ml, stream);
     }
-    DF_PDL_LAUNCH(a.pdl, decode_combine_kernel, cdiv(a.mask.sq * a.h, 4), 128, 0, stream, a, p,
-                  part_o, part_ml);
+    DF_PDL_LAUNCH(a.pdl, decode_combine_kernel, cdiv(a.mask.sq * a.h, kCombineWarps),
+                  kCombineWarps * 32, kCombineSmemBytes, stream, a, p, part_o, part_ml);
 }
 
 }  // namespace dflash::cuda::attn
