@@ -155,6 +155,8 @@ TEST(RowsLinearEmu, EveryEpilogueAndTileAgainstTheCpu) {
         {2, 520, {8}, kAdd},           // a partial last chunk of 64
         {9, 4104, {8}, kAdd},          // more chunks a warp than ring stages; rows 8-15 copied
         {1, 2056, {16, 16}, kSwiglu},  // a warp with a chunk fewer than the others
+        {4, 4104, {24}, kStore},       // rows 8-15 absent, more chunks a warp than ring stages
+        {12, 2056, {8, 8}, kSwiglu},   // the pair with rows 8-15, more chunks than stages
     };
     uint64_t seed = 10;
     for (const Case& c : cases) {
