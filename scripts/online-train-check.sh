@@ -12,7 +12,8 @@
 # hybrid target (issue 25: 48 Gated DeltaNet + 16 gated-attention layers, 248,320 vocabulary,
 # 26.9B parameters, 54 GB bf16; drafter target layers [1, 16, 31, 46, 61]), its weights written by
 # scripts/random_hybrid_target.py (plain Python: tiles of one random pool, no torch).
-# GPUS (default 1), STEPS (default 12), SHARD=1 (train.shard_optimizer_state), EXCHANGE
+# GPUS (default 1), STEPS (default 12), SHARD=1 (train.shard_optimizer_state), RECOMPUTE=1
+# (train.recompute_layers: the draft layers made again in the backward), EXCHANGE
 # (runtime.gradient_exchange with several GPUs, default device), CKPT_EVERY (train.checkpoint_every,
 # default 0: none; the wall time between steps then shows whether a checkpoint stalls them);
 # output under $OUT or ./gpu-out.
@@ -107,6 +108,7 @@ fi
 echo "random $target-shaped target written in $(($(date +%s) - t0)) s"
 extra=()
 [[ ${SHARD:-0} == 1 ]] && extra+=(--train.shard_optimizer_state true)
+[[ ${RECOMPUTE:-0} == 1 ]] && extra+=(--train.recompute_layers true)
 ((gpus > 1)) && extra+=(--runtime.gradient_exchange "${EXCHANGE:-device}")
 ckpt=${CKPT_EVERY:-0}
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 500 \
@@ -121,8 +123,10 @@ timeout 420 "$bin" train --target "$tdir" --data "$run/data" --output "$run/r" \
 rc=$?
 kill $smi 2> /dev/null
 echo "dflash train: exit $rc after $(($(date +%s) - t0)) s (target load, planning, $steps steps)"
-grep -E "drafter:|training on|graphs|sharded|gradients" "$dest/online-train.txt" | head -n 8
+grep -E "drafter:|training on|graphs|sharded|gradients|memory: peak" "$dest/online-train.txt" |
+    head -n 10
 cp "$run/r/metrics.jsonl" "$dest/online-metrics.jsonl" 2> /dev/null
+cp "$run/memory.csv" "$dest/online-memory.csv" 2> /dev/null
 python3 - "$run/r/metrics.jsonl" "$run/memory.csv" "$gpus" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -141,13 +145,18 @@ print(f"samples/s (3072-token sequences): {tps / 3072:.2f} for {gpus} GPU(s), "
 wall = [(b["step"], b["elapsed_s"] - a["elapsed_s"]) for a, b in zip(rows, rows[1:])
         if "elapsed_s" in a and "elapsed_s" in b]
 print("wall s between steps:", " ".join(f"{s}:{t:.3f}" for s, t in wall))
-peak = {}
-for line in open(sys.argv[2]):
+peak, when, seen = {}, {}, {}
+for line in open(sys.argv[2]):  # one line per GPU every 0.5 s from the start of dflash train
     try:
         i, m = (int(x) for x in line.split(","))
     except ValueError:
         continue
-    peak[i] = max(peak.get(i, 0), m)
+    seen[i] = seen.get(i, 0) + 1
+    if m > peak.get(i, 0):
+        peak[i], when[i] = m, (seen[i] - 1) * 0.5
 print("peak GPU memory (MiB, nvidia-smi):", peak)
+for i, m in sorted(peak.items()):  # target #12 counts GB: say both units
+    print(f"GPU {i}: {m} MiB = {m / 1024:.2f} GiB = {m * 2**20 / 1e9:.2f}e9 bytes, first seen about "
+          f"{when[i]:.1f} s after the start of {seen[i] * 0.5:.0f} s")
 PY
 exit $rc

@@ -301,6 +301,12 @@ void Worker::run_steps() {
     if (rank_ == 0 && sh_.tty && sh_.spec.hooks.progress) std::fputs("\n", stdout);
     if (const GraphStats gs = be_->graph_stats(); gs.enabled)
         sh_.log.info("{} {}", be_->name(), gs.summary());
+    // The allocator's own count (parameters, optimizer state, workspace, the target): what a
+    // memory figure from nvidia-smi has on top of it is the CUDA context and the libraries' own.
+    if (const MemoryCounters mc = be_->memory_counters(); mc.peak_bytes > 0)
+        sh_.log.info("{} memory: peak {:.2f} GiB ({:.2f}e9 bytes) by the allocator's count",
+                     be_->name(), static_cast<double>(mc.peak_bytes) / (1 << 30),
+                     static_cast<double>(mc.peak_bytes) / 1e9);
 }
 
 bool Worker::train_step(int64_t step) {
