@@ -183,8 +183,8 @@ struct DrafterModel::BlockForward {
     std::vector<Dflash2Acts> acts2;  // DFlash2 drafters
     Tensor hf, rstd_f;               // [R, D], [R]
     std::vector<AttnMask> masks;     // per layer: the block mask with the layer's window
-    // train.recompute_layers: each layer's activations are given back after its forward and
-    // made again before its backward (Note [Recomputed layers]).
+    // train.recompute_layers, or no gradients: each layer's activations are given back after its
+    // forward (and, with gradients, made again before its backward: Note [Recomputed layers]).
     bool recompute = false;
 };
 
@@ -368,7 +368,11 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const DrafterBatch& ba
         be.add_uniform_noise(features, seed.device, static_cast<float>(loss.hidden_noise));
     }
     BlockForward f;
-    f.recompute = loss.recompute_layers && params_.has_grads();
+    // Without gradients no backward reads a layer's activations: each is given back once the
+    // next layer has its input, as recomputation's forward does (Note [Recomputed layers]). An
+    // evaluation then holds one layer's activations, and the trainer's workspace, planned for
+    // evaluations too, keeps what train.recompute_layers saves.
+    f.recompute = loss.recompute_layers || !params_.has_grads();
     forward_blocks(be, ws, embed, features, tokens, anchors, objective.context_starts, f);
     const int64_t L = cfg_.layer.num_hidden_layers;
     const DType act = be.compute_dtype();

@@ -1,6 +1,7 @@
 // DFlash drafter: whole-model gradient check, the inference path (context cache + one block)
 // against the training path (packed, block-sparse mask), and save/load.
 #include <cmath>
+#include <cstring>
 #include <map>
 
 #include "backend/backend.h"
@@ -111,6 +112,51 @@ TEST_P(DrafterTest, SaveLoadRoundTrip) {
     EXPECT_EQ(back.config().block_size, p.drafter.block_size());
     for (const auto& prm : p.drafter.params().params())
         EXPECT_EQ(test::max_abs_diff(back.params().value(prm.name), prm.value), 0.0) << prm.name;
+}
+
+// Without gradients (an evaluation's forward) a layer's activations are given back once the next
+// layer has its input, as recomputation's forward does: the same loss bits as with gradients, and
+// a workspace that grows by one hidden state a layer, not by a layer's activations (the trainer
+// plans its workspace for evaluations too, so this is what keeps train.recompute_layers' saving).
+TEST_P(DrafterTest, ForwardWithoutGradientsHoldsOneLayerAtATime) {
+    auto be = make_cpu_backend(1);
+    const TargetConfig tc = test::tiny_target_config(GetParam(), 4);
+    const TargetModel target = TargetModel::random(*be, tc, 91, 0.3f);
+    const int64_t S = 30, B = 4;
+    const auto toks = random_tokens(S, tc.vocab_size, 92);
+    const std::vector<uint8_t> mask(S, 1);
+    const std::vector<int32_t> anchors = {1, 6, 13, 20, 27};
+    const int64_t R = static_cast<int64_t>(anchors.size()) * B;
+    // The planned workspace of one step of an L-layer drafter, with or without gradients; and
+    // the step's stats.
+    auto step = [&](int64_t layers, bool grads, HostTensor* stats_out) {
+        DrafterModel d =
+            DrafterModel::random(*be, test::tiny_drafter_config(tc, layers, B), 93, 0.3f);
+        d.params().enable_training();
+        d.params().set_grads_on(grads);
+        const auto& ids = d.config().target_layer_ids;
+        HostTensor feats({S, d.feature_dim()});
+        Workspace fws = test::test_workspace(*be);
+        target.forward(*be, fws, toks, ids, feats, Tensor());
+        HostTensor stats({LossStatsLayout{B}.size()});
+        const DrafterLossSpec spec{target.embed(), target.lm_head(), 3.0, 7};
+        const size_t planned =
+            plan_workspace(*be, [&](Backend& pb, Workspace& pws) {
+                d.train_step(pb, pws, {feats, toks, mask, anchors}, spec, {1.0f, stats});
+            }).device_bytes;
+        if (stats_out != nullptr) {
+            Workspace ws = test::test_workspace(*be);
+            d.train_step(*be, ws, {feats, toks, mask, anchors}, spec, {1.0f, *stats_out});
+        }
+        return planned;
+    };
+    HostTensor with({LossStatsLayout{B}.size()}), without({LossStatsLayout{B}.size()});
+    step(2, true, &with);
+    const size_t eval2 = step(2, false, &without), eval4 = step(4, false, nullptr);
+    EXPECT_EQ(std::memcmp(with.f32(), without.f32(), with.nbytes()), 0);
+    // Two more layers: two more hidden states [R, D] (f32 on the CPU) and alignment, no more.
+    const auto hidden = static_cast<size_t>(R * tc.hidden_size) * sizeof(float);
+    EXPECT_LE(eval4 - eval2, 2 * hidden + 1024) << "eval plans " << eval2 << " and " << eval4;
 }
 
 INSTANTIATE_TEST_SUITE_P(Qwen3AndLlama, DrafterTest, ::testing::Values(true, false),
