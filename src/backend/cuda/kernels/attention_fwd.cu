@@ -567,7 +567,7 @@ __global__ void __launch_bounds__(256)
 // the order it does alone. Each split's (max, sum) is read once (lane s % 32 keeps it) and its
 // weight goes through shared memory, and the partial outputs are read eight splits at a time:
 // read one split after another, each load waiting on the one before, the merge took longer than
-// the split kernel (docs/performance.md "The decode step's kernels").
+// the split kernel (docs/performance.md "The combine's loads in flight").
 constexpr int kCombineWarps = 4;
 constexpr int kCombineBatch = 8;
 constexpr int kCombineSmemBytes = kCombineWarps * kMaxDecodeSplits * 4;
