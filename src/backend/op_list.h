@@ -66,7 +66,9 @@ DFLASH_OP(gemm,
 //   add:    y [R, N_0] = residual + x · W_0ᵀ (residual shaped as y; may alias it)
 //   swiglu: y [R, N_0] = silu(g) * u, g = x · W_0ᵀ and u = x · W_1ᵀ each rounded to the compute
 //           dtype first (as gemm + gemm + swiglu_fwd would), N_1 = N_0
-// Sums in fp32. Unused weights are empty.
+// Sums in fp32. Unused weights are empty. The weights are constants of the step: with
+// programmatic dependent launch a backend may start reading them before the op before this one
+// has finished, so no op of the step may write them.
 DFLASH_OP(rows_linear,
           (const Tensor& x, const RowsLinear& w, const Tensor& residual, const Tensor& y),
           (x, w, residual, y))

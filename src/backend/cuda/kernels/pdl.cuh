@@ -9,10 +9,12 @@
 // flushed, so every link of the chain pays the launch (the grid's start, its blocks' scheduling
 // and prologue) in series. Launched with the PDL attribute (`pdl` true), a kernel may start as
 // soon as every block of its predecessor has called launch_dependents() (or exited), and then:
-//   - before wait(), it may touch only memory that no kernel of the step writes. The kernels
-//     here touch nothing there: products that asked L2 for their weights before the wait were
-//     tried, and the steps they ran in were no faster than the tree before them, so that was
-//     taken out (docs/performance.md "Programmatic dependent launch for the decode block");
+//   - before wait(), it may touch only memory that no kernel of the step writes. Only
+//     rows_linear does: it copies its first stages' weight rows into shared memory there, so
+//     the fill of its pipeline overlaps the kernel before it (a weight is never written by a
+//     kernel of a decode or verify step; docs/performance.md "Twelfth session"). Asking L2 for
+//     the weights instead (cp.async.bulk.prefetch.L2) was tried in the ninth session and did not
+//     pay ("Programmatic dependent launch for the decode block");
 //   - wait() returns once the predecessor has finished and its writes are visible, so everything
 //     after it (every read of an activation, the cache, kv_len, positions; every write) is ordered
 //     as with a normal launch;

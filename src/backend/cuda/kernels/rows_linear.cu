@@ -101,8 +101,6 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a, int ti
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int first = static_cast<int>(blockIdx.x), step = static_cast<int>(gridDim.x);
     const int my_tiles = first < tiles ? (tiles - first + step - 1) / step : 0;
-    pdl::wait();  // x and the residual come from the kernels before this one
-    pdl::launch_dependents();
     const int nchunks = (a.k + kChunkK - 1) / kChunkK;
     const int mine = warp < nchunks ? (nchunks - warp + kWarps - 1) / kWarps : 0;
     const bool hi_rows = a.rows > 8;  // the block's x rows 8-15 exist (uniform in the block)
@@ -134,20 +132,29 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a, int ti
             }
         }
     };
-    if (my_tiles > 0 && mine > 0) point_at(0);
-    // One cp.async group: the next item if this warp has one left, else empty.
-    auto issue = [&]() {
+    auto start = [&]() {
+        it_tile = iq = ist = 0;
+        if (my_tiles > 0 && mine > 0) point_at(0);
+    };
+    start();
+    // The next item's copies if this warp has one left (its x rows, its weight rows, or both),
+    // then the issue side moves on; with `commit`, they close a cp.async group (empty when the
+    // warp has no item left).
+    auto issue = [&](bool xs, bool weights, bool commit) {
         if (it_tile < my_tiles && mine > 0) {
             const int k0 = (warp + iq * kWarps) * kChunkK + 8 * t;
             DF_ATTN_UNROLL
             for (int u = 0; u < kSub; ++u) {
                 const int k = k0 + 32 * u;
                 const bool kv = k < a.k;  // k is a multiple of 8: an item is all in or all out
-                attn::cp_async16(smem_base + slot(ist, u), kv && lo_ok ? x_lo + k : a.x,
-                                 kv && lo_ok);
-                if (hi_rows)
-                    attn::cp_async16(smem_base + slot(ist, kSub + u), kv && hi_ok ? x_hi + k : a.x,
-                                     kv && hi_ok);
+                if (xs) {
+                    attn::cp_async16(smem_base + slot(ist, u), kv && lo_ok ? x_lo + k : a.x,
+                                     kv && lo_ok);
+                    if (hi_rows)
+                        attn::cp_async16(smem_base + slot(ist, kSub + u),
+                                         kv && hi_ok ? x_hi + k : a.x, kv && hi_ok);
+                }
+                if (!weights) continue;
                 DF_ATTN_UNROLL
                 for (int m = 0; m < kMats; ++m) {
                     DF_ATTN_UNROLL
@@ -165,10 +172,20 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a, int ti
                 if (++it_tile < my_tiles) point_at(it_tile);
             }
         }
-        attn::cp_async_commit();
+        if (commit) attn::cp_async_commit();
     };
+    // The first kS - 1 stages' weight rows go out before the wait: no kernel of a step writes a
+    // weight, so with programmatic dependent launch they stream in while the kernel before this
+    // one still runs (Note [Programmatic dependent launch]). x and the residual come from that
+    // kernel, so their copies wait; the issue side then walks the same items again for x alone.
+    // The first group holds every early weight copy, so waiting for stage 0 waits for them all.
     DF_ATTN_UNROLL
-    for (int j = 0; j < kS - 1; ++j) issue();
+    for (int j = 0; j < kS - 1; ++j) issue(false, true, false);
+    pdl::wait();
+    pdl::launch_dependents();
+    start();
+    DF_ATTN_UNROLL
+    for (int j = 0; j < kS - 1; ++j) issue(true, false, true);
 
     const int cols = a.epilogue == kStore ? a.n[0] + a.n[1] + a.n[2] : a.n[0];
     const uint4 zero{0, 0, 0, 0};
@@ -184,7 +201,7 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a, int ti
             }
         }
         for (int q = 0; q < mine; ++q) {
-            issue();
+            issue(true, true, true);
             attn::cp_async_wait<kS - 1>();  // the chunk in stage st has landed
             DF_ATTN_UNROLL
             for (int u = 0; u < kSub; ++u) {
