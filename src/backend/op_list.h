@@ -66,10 +66,8 @@ DFLASH_OP(gemm,
 //   add:    y [R, N_0] = residual + x · W_0ᵀ (residual shaped as y; may alias it)
 //   swiglu: y [R, N_0] = silu(g) * u, g = x · W_0ᵀ and u = x · W_1ᵀ each rounded to the compute
 //           dtype first (as gemm + gemm + swiglu_fwd would), N_1 = N_0
-// Sums in fp32. Unused weights are empty. With w.norm given, every product reads
-// rmsnorm_fwd(x, w.norm, w.eps) (rounded to the compute dtype as that op rounds) in place of x;
-// each row's norm depends on that row alone. The weights (and w.norm) are constants of the step:
-// with programmatic dependent launch a backend may start reading them before the op before this one
+// Sums in fp32. Unused weights are empty. The weights are constants of the step: with
+// programmatic dependent launch a backend may start reading them before the op before this one
 // has finished, so no op of the step may write them.
 DFLASH_OP(rows_linear,
           (const Tensor& x, const RowsLinear& w, const Tensor& residual, const Tensor& y),

@@ -248,10 +248,6 @@ constexpr int64_t kRowsLinearMaxRows = 16;
 struct RowsLinear {
     Tensor w[3];  // [N_i, K] each in x's dtype; w[1], w[2] empty when unused
     RowsEpilogue epilogue = RowsEpilogue::store;
-    // When given ([K], x's dtype): the products read rmsnorm_fwd(x, norm, eps) in place of x, the
-    // RMSNorm before a layer's q/k/v or gate/up folded into the product (one launch fewer).
-    Tensor norm;
-    float eps = 0.0f;
 };
 
 // ---- Mixture of experts -------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 #include "model/decoder_layer.h"
 
 #include <algorithm>
-#include <cstdint>
 
 #include "model/gdn_layer.h"
 #include "model/rope_yarn.h"
@@ -585,12 +584,11 @@ bool rows_path(const LayerContext& lc, const LayerWeights& w, int64_t Sq) {
            w.bv.empty() && w.bo.empty() && w.wq_gate.empty() && lc.dims.q_scale == 1.0f;
 }
 
-// layer_forward_cached through the decode-block ops: q/k/v in one product, the RMSNorm before it
-// folded in; head norms, RoPE and the cache write in one kernel; attention over the cache; o_proj
-// with the residual add; gate/up with SwiGLU in one product, its RMSNorm folded in; down with the
-// residual add. A product that rows_linear_pays() turns down runs as the general path runs it
-// (its RMSNorm on its own; a GEMM with beta 1 into the residual stream, which is kept in `out`;
-// gate, up and swiglu_fwd).
+// layer_forward_cached through the decode-block ops: RMSNorm; q/k/v in one product; head norms,
+// RoPE and the cache write in one kernel; attention over the cache; o_proj with the residual add;
+// RMSNorm; gate/up with SwiGLU in one product; down with the residual add. A product that
+// rows_linear_pays() turns down runs as the general path runs it (a GEMM with beta 1 into the
+// residual stream, which is kept in `out`; gate, up and swiglu_fwd).
 void layer_forward_rows(const LayerContext& lc, const LayerWeights& w, const Tensor& x,
                         const Tensor& pos, LayerKvCache& cache, const Tensor& row0,
                         const AttnMask& mask, const Tensor& out) {
@@ -599,26 +597,16 @@ void layer_forward_rows(const LayerContext& lc, const LayerWeights& w, const Ten
     const int64_t Sq = x.dim(0);
     const DType act = be.compute_dtype();
     auto buf = [&](Shape s) { return lc.ws.take(s, act); };
-    // The RMSNorm folds into the product that reads it when that product is a rows_linear, the
-    // norm's weights are in the compute dtype (the hybrid families' f32 (1 + w) are not) and
-    // both it and the rows it normalises are 16-byte aligned (the kernel's loads).
-    auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data()) % 16 == 0; };
-    auto folds = [&](const Tensor& norm, const Tensor& in, std::initializer_list<Tensor> weights) {
-        return norm.dtype() == act && aligned(norm) && aligned(in) &&
-               rows_linear_pays(lc.rows_limits, weights);
-    };
+    const Tensor h = buf({Sq, d.D});
+    be.rmsnorm_fwd(x, w.input_ln, d.eps, h, Tensor());
     const Tensor qkv = buf({Sq, (d.H + 2 * d.Hkv) * d.Dh});
-    if (folds(w.input_ln, x, {w.wq, w.wk, w.wv})) {
+    if (rows_linear_pays(lc.rows_limits, {w.wq, w.wk, w.wv})) {
         RowsLinear proj;
         proj.w[0] = w.wq;
         proj.w[1] = w.wk;
         proj.w[2] = w.wv;
-        proj.norm = w.input_ln;
-        proj.eps = d.eps;
-        be.rows_linear(x, proj, Tensor(), qkv);
+        be.rows_linear(h, proj, Tensor(), qkv);
     } else {
-        const Tensor h = buf({Sq, d.D});
-        be.rmsnorm_fwd(x, w.input_ln, d.eps, h, Tensor());
         const int64_t nq = d.H * d.Dh, nkv = d.Hkv * d.Dh;
         const Tensor part = buf({Sq, std::max(nq, nkv)});
         const Tensor parts[3] = {w.wq, w.wk, w.wv};
@@ -642,18 +630,16 @@ void layer_forward_rows(const LayerContext& lc, const LayerWeights& w, const Ten
     // general path needs no copy of its residual (two launches a layer fewer at 8B shapes).
     const Tensor& x1 = out;
     add_product(lc, attn, w.wo, x, x1);
+    const Tensor h2 = buf({Sq, d.D});
+    be.rmsnorm_fwd(x1, w.post_ln, d.eps, h2, Tensor());
     const Tensor a = buf({Sq, d.I});
-    if (folds(w.post_ln, x1, {w.w_gate, w.w_up})) {
+    if (rows_linear_pays(lc.rows_limits, {w.w_gate, w.w_up})) {
         RowsLinear gate_up;
         gate_up.w[0] = w.w_gate;
         gate_up.w[1] = w.w_up;
         gate_up.epilogue = RowsEpilogue::swiglu;
-        gate_up.norm = w.post_ln;
-        gate_up.eps = d.eps;
-        be.rows_linear(x1, gate_up, Tensor(), a);
+        be.rows_linear(h2, gate_up, Tensor(), a);
     } else {
-        const Tensor h2 = buf({Sq, d.D});
-        be.rmsnorm_fwd(x1, w.post_ln, d.eps, h2, Tensor());
         const Tensor gate = buf({Sq, d.I}), up = buf({Sq, d.I});
         be.gemm(h2, false, w.w_gate, true, gate);
         be.gemm(h2, false, w.w_up, true, up);

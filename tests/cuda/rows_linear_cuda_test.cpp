@@ -41,25 +41,12 @@ class CudaRowsLinear : public test::CudaVsCpu {
   protected:
     // Runs one rows_linear on both backends and compares; returns the GPU's result.
     HostTensor check(int64_t R, int64_t K, std::vector<int64_t> n, RowsEpilogue ep, bool f32_out,
-                     Rng& rng, const std::string& what, bool norm = false);
+                     Rng& rng, const std::string& what);
 };
 
-constexpr float kNormEps = 1e-6f;
-
 HostTensor CudaRowsLinear::check(int64_t R, int64_t K, std::vector<int64_t> n, RowsEpilogue ep,
-                                 bool f32_out, Rng& rng, const std::string& what, bool norm) {
+                                 bool f32_out, Rng& rng, const std::string& what) {
     HostTensor x = test::bf16_values({R, K}, rng);
-    // The folded RMSNorm (RowsLinear::norm): the reference reads rmsnorm_fwd's output rounded to
-    // bf16, as the GPU's products read it.
-    HostTensor gamma = norm ? test::bf16_values({K}, rng, 0.25f) : HostTensor();
-    if (norm)
-        for (int64_t i = 0; i < K; ++i) gamma.f32()[i] = test::round_bf16(1.0f + gamma.f32()[i]);
-    const HostTensor x_gpu = x.clone();
-    if (norm) {
-        HostTensor normed({R, K});
-        cpu().rmsnorm_fwd(x, gamma, kNormEps, normed, Tensor());
-        for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = test::round_bf16(normed.f32()[i]);
-    }
     std::vector<HostTensor> w;
     for (int64_t rows : n) w.push_back(test::bf16_values({rows, K}, rng, 0.05f));
     int64_t cols = ep == RowsEpilogue::store ? 0 : n[0];
@@ -94,12 +81,7 @@ HostTensor CudaRowsLinear::check(int64_t R, int64_t K, std::vector<int64_t> n, R
     } else {
         cpu().rows_linear(x, c, res, ref);
     }
-    DeviceTensor xd = test::to_gpu(gpu(), x_gpu, DType::bf16);
-    DeviceTensor gd = norm ? test::to_gpu(gpu(), gamma, DType::bf16) : DeviceTensor();
-    if (norm) {
-        g.norm = gd;
-        g.eps = kNormEps;
-    }
+    DeviceTensor xd = test::to_gpu(gpu(), x, DType::bf16);
     DeviceTensor rd = res.empty() ? DeviceTensor() : test::to_gpu(gpu(), res, DType::bf16);
     DeviceTensor y(gpu(), {R, cols}, f32_out ? DType::f32 : DType::bf16);
     test::poison(gpu(), y);
@@ -121,55 +103,37 @@ TEST_F(CudaRowsLinear, DecodeShapesAndAwkwardOnesMatchCpu) {
         check(R, 72, {40, 24, 13}, RowsEpilogue::store, false, rng, "awkward store" + r);
         check(R, 8, {5}, RowsEpilogue::add, false, rng, "tiny add" + r);
         check(R, 4104, {24, 24}, RowsEpilogue::swiglu, false, rng, "long k swiglu" + r);
-        // The RMSNorm folded in: the 8B shapes' q/k/v and gate/up, and awkward ones.
-        check(R, 4096, {4096, 1024, 1024}, RowsEpilogue::store, false, rng, "normed qkv" + r, true);
-        check(R, 4096, {12288, 12288}, RowsEpilogue::swiglu, false, rng, "normed gate/up" + r,
-              true);
-        check(R, 1032, {40, 24, 13}, RowsEpilogue::store, false, rng, "normed awkward" + r, true);
-        check(R, 72, {16, 16}, RowsEpilogue::swiglu, false, rng, "normed short k" + r, true);
     }
 }
 
 // Note [rows_linear row invariance]: a decode row and the same row in a verify block.
-// With the RMSNorm folded in as well: each row's norm is its own.
 TEST_F(CudaRowsLinear, RowsHaveTheSameBitsAloneAndInABlock) {
-    for (const bool norm : {false, true})
-        for (const RowsEpilogue ep :
-             {RowsEpilogue::store, RowsEpilogue::add, RowsEpilogue::swiglu}) {
-            Rng rng(11);
-            const int64_t K = 1000, N = 264;
-            HostTensor x = test::bf16_values({16, K}, rng);
-            DeviceTensor xd = test::to_gpu(gpu(), x, DType::bf16);
-            DeviceTensor w0 =
-                test::to_gpu(gpu(), test::bf16_values({N, K}, rng, 0.05f), DType::bf16);
-            DeviceTensor w1 =
-                test::to_gpu(gpu(), test::bf16_values({N, K}, rng, 0.05f), DType::bf16);
-            DeviceTensor res = test::to_gpu(gpu(), test::bf16_values({16, N}, rng), DType::bf16);
-            RowsLinear g;
-            g.w[0] = w0;
-            if (ep != RowsEpilogue::add) g.w[1] = w1;
-            g.epilogue = ep;
-            DeviceTensor gamma = test::to_gpu(gpu(), test::bf16_values({K}, rng), DType::bf16);
-            if (norm) {
-                g.norm = gamma;
-                g.eps = kNormEps;
-            }
-            const int64_t cols = ep == RowsEpilogue::store ? 2 * N : N;
-            DeviceTensor all(gpu(), {16, cols}, DType::bf16), part(gpu(), {16, cols}, DType::bf16);
-            const Tensor rs = ep == RowsEpilogue::add ? res.view() : Tensor();
-            gpu().rows_linear(xd, g, rs, all);
-            for (int64_t r0 = 0; r0 < 16; r0 += 5) {
-                const int64_t r1 = std::min<int64_t>(16, r0 + (r0 % 2 == 0 ? 1 : 3));
-                gpu().rows_linear(xd.view().rows(r0, r1), g,
-                                  rs.empty() ? Tensor() : rs.rows(r0, r1),
-                                  part.view().rows(r0, r1));
-                EXPECT_EQ(test::bit_mismatch(test::to_cpu(gpu(), part.view().rows(r0, r1)),
-                                             test::to_cpu(gpu(), all.view().rows(r0, r1))),
-                          "")
-                    << "epilogue " << static_cast<int>(ep) << " rows " << r0 << ".." << r1
-                    << (norm ? " with the norm" : "");
-            }
+    for (const RowsEpilogue ep : {RowsEpilogue::store, RowsEpilogue::add, RowsEpilogue::swiglu}) {
+        Rng rng(11);
+        const int64_t K = 1000, N = 264;
+        HostTensor x = test::bf16_values({16, K}, rng);
+        DeviceTensor xd = test::to_gpu(gpu(), x, DType::bf16);
+        DeviceTensor w0 = test::to_gpu(gpu(), test::bf16_values({N, K}, rng, 0.05f), DType::bf16);
+        DeviceTensor w1 = test::to_gpu(gpu(), test::bf16_values({N, K}, rng, 0.05f), DType::bf16);
+        DeviceTensor res = test::to_gpu(gpu(), test::bf16_values({16, N}, rng), DType::bf16);
+        RowsLinear g;
+        g.w[0] = w0;
+        if (ep != RowsEpilogue::add) g.w[1] = w1;
+        g.epilogue = ep;
+        const int64_t cols = ep == RowsEpilogue::store ? 2 * N : N;
+        DeviceTensor all(gpu(), {16, cols}, DType::bf16), part(gpu(), {16, cols}, DType::bf16);
+        const Tensor rs = ep == RowsEpilogue::add ? res.view() : Tensor();
+        gpu().rows_linear(xd, g, rs, all);
+        for (int64_t r0 = 0; r0 < 16; r0 += 5) {
+            const int64_t r1 = std::min<int64_t>(16, r0 + (r0 % 2 == 0 ? 1 : 3));
+            gpu().rows_linear(xd.view().rows(r0, r1), g, rs.empty() ? Tensor() : rs.rows(r0, r1),
+                              part.view().rows(r0, r1));
+            EXPECT_EQ(test::bit_mismatch(test::to_cpu(gpu(), part.view().rows(r0, r1)),
+                                         test::to_cpu(gpu(), all.view().rows(r0, r1))),
+                      "")
+                << "epilogue " << static_cast<int>(ep) << " rows " << r0 << ".." << r1;
         }
+    }
 }
 
 TEST_F(CudaRowsLinear, QkNormRopeCacheMatchesCpu) {

@@ -5,8 +5,6 @@
 // has the bits of that row alone). Checks the fragment plumbing and the warps' reduction without a
 // GPU (label cpu), in both of the emulator's cp.async modes; tests/cuda/rows_linear_cuda_test.cpp
 // checks the real thing.
-// With the folded RMSNorm (Case::norm) the reference is cpu::rmsnorm_fwd's output rounded to
-// bf16, as the kernel rounds it, then the products.
 // Tolerance: fp32 sums in another order, then one bf16 rounding: every element within
 // 1/128 |ref| + 1e-3 max |ref|.
 #include <gtest/gtest.h>
@@ -45,21 +43,14 @@ struct Case {
     std::vector<int> n;  // segment rows (store) or the one weight's rows
     int epilogue;
     bool f32_out = false;
-    bool norm = false;  // the folded RMSNorm (RowsArgs::norm)
 };
-
-constexpr float kEps = 1e-6f;
 
 // Runs the kernel on the emulator; returns y as floats.
 std::vector<float> run(const Case& c, const std::vector<uint16_t>& x,
                        const std::vector<std::vector<uint16_t>>& w,
-                       const std::vector<uint16_t>& residual, const std::vector<uint16_t>& norm,
+                       const std::vector<uint16_t>& residual,
                        attn_emu::CopyMode mode = attn_emu::CopyMode::at_wait) {
     RowsArgs a;
-    if (c.norm) {
-        a.norm = norm.data();
-        a.eps = kEps;
-    }
     a.x = x.data();
     a.rows = c.rows;
     a.k = c.k;
@@ -91,7 +82,6 @@ std::vector<float> run(const Case& c, const std::vector<uint16_t>& x,
     };
     add(x);
     for (const auto& wi : w) add(wi);
-    if (c.norm) add(norm);
     rows_linear(a, attn_emu::as_stream(dev));
     if (!c.f32_out)
         for (size_t i = 0; i < y16.size(); ++i) y32[i] = bf16_to_f32(y16[i]);
@@ -109,16 +99,10 @@ std::string check(const Case& c, uint64_t seed) {
     const std::vector<uint16_t> residual =
         c.epilogue == kAdd ? bf16_random(static_cast<int64_t>(c.rows) * cols, rng)
                            : std::vector<uint16_t>();
-    std::vector<uint16_t> norm;
-    if (c.norm) {
-        norm.resize(static_cast<size_t>(c.k));
-        for (auto& v : norm) v = f32_to_bf16(1.0f + 0.25f * rng.normal());
-    }
-    const std::vector<float> got = run(c, x, w, residual, norm);
+    const std::vector<float> got = run(c, x, w, residual);
     // The copies performed when issued instead of when waited for: the same bits (a kernel that
     // read a slot before waiting for it would see stale bytes in one of the modes).
-    if (run(c, x, w, residual, norm, attn_emu::CopyMode::at_issue) != got)
-        return "copy modes differ";
+    if (run(c, x, w, residual, attn_emu::CopyMode::at_issue) != got) return "copy modes differ";
 
     auto cpu = make_cpu_backend(1);
     RowsLinear rl;
@@ -129,12 +113,6 @@ std::string check(const Case& c, uint64_t seed) {
                   : c.epilogue == kAdd ? RowsEpilogue::add
                                        : RowsEpilogue::swiglu;
     HostTensor xr = as_f32(x, {c.rows, c.k}), ref({c.rows, cols});
-    if (c.norm) {
-        HostTensor normed({c.rows, c.k});
-        cpu->rmsnorm_fwd(xr, as_f32(norm, {c.k}), kEps, normed, Tensor());
-        for (int64_t i = 0; i < normed.numel(); ++i)
-            xr.f32()[i] = bf16_to_f32(f32_to_bf16(normed.f32()[i]));
-    }
     HostTensor res = residual.empty() ? HostTensor() : as_f32(residual, {c.rows, cols});
     cpu->rows_linear(xr, rl, res, ref);
     double mx = 0;
@@ -157,7 +135,7 @@ std::string check(const Case& c, uint64_t seed) {
                 ? residual
                 : std::vector<uint16_t>(residual.begin() + static_cast<int64_t>(r) * cols,
                                         residual.begin() + static_cast<int64_t>(r + 1) * cols);
-        const std::vector<float> alone = run(one, x1, w, res1, norm);
+        const std::vector<float> alone = run(one, x1, w, res1);
         if (std::memcmp(alone.data(), got.data() + static_cast<size_t>(r) * cols,
                         static_cast<size_t>(cols) * sizeof(float)) != 0) {
             return "row " + std::to_string(r) + " alone differs from the row in a block";
@@ -179,14 +157,6 @@ TEST(RowsLinearEmu, EveryEpilogueAndTileAgainstTheCpu) {
         {1, 2056, {16, 16}, kSwiglu},  // a warp with a chunk fewer than the others
         {4, 4104, {24}, kStore},       // rows 8-15 absent, more chunks a warp than ring stages
         {12, 2056, {8, 8}, kSwiglu},   // the pair with rows 8-15, more chunks than stages
-        // The folded RMSNorm: rows 8-15 present and absent, every tile width, partial chunks.
-        {16, 72, {8, 16, 8}, kStore, false, true},
-        {3, 64, {40, 24, 64}, kStore, false, true},
-        {1, 1032, {16}, kStore, true, true},
-        {9, 4104, {8}, kStore, false, true},
-        {1, 2056, {16, 16}, kSwiglu, false, true},
-        {12, 520, {8, 8}, kSwiglu, false, true},
-        {5, 1024, {40}, kAdd, false, true},
     };
     uint64_t seed = 10;
     for (const Case& c : cases) {

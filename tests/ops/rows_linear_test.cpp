@@ -75,41 +75,6 @@ TEST(RowsLinear, StoreAddSwigluMatchGemm) {
     }
 }
 
-// The folded RMSNorm (RowsLinear::norm) is rmsnorm_fwd then the product, bit for bit, for
-// every epilogue.
-TEST(RowsLinear, FoldedNormIsRmsnormThenTheProduct) {
-    auto be = make_cpu_backend(2);
-    Rng rng(5);
-    const int64_t R = 5, K = 48, N = 24;
-    HostTensor x = randn({R, K}, rng), gamma = randn({K}, rng), w0 = randn({N, K}, rng),
-               w1 = randn({N, K}, rng), res = randn({R, N}, rng), h({R, K});
-    be->rmsnorm_fwd(x, gamma, 1e-6f, h, Tensor());
-    for (const RowsEpilogue ep : {RowsEpilogue::store, RowsEpilogue::add, RowsEpilogue::swiglu}) {
-        RowsLinear plain;
-        plain.w[0] = w0;
-        if (ep != RowsEpilogue::add) plain.w[1] = w1;
-        plain.epilogue = ep;
-        RowsLinear folded = plain;
-        folded.norm = gamma;
-        folded.eps = 1e-6f;
-        const int64_t cols = ep == RowsEpilogue::store ? 2 * N : N;
-        const Tensor r = ep == RowsEpilogue::add ? res.view() : Tensor();
-        HostTensor want({R, cols}), got({R, cols});
-        be->rows_linear(h, plain, r, want);
-        be->rows_linear(x, folded, r, got);
-        EXPECT_EQ(std::memcmp(got.f32(), want.f32(), static_cast<size_t>(R * cols) * 4), 0)
-            << "epilogue " << static_cast<int>(ep);
-    }
-    RowsLinear bad;
-    bad.w[0] = w0;
-    HostTensor short_norm = randn({K - 8}, rng), y({R, N});
-    bad.norm = short_norm;
-    EXPECT_THROW(be->rows_linear(x, bad, Tensor(), y), UserError);  // norm not [K]
-    bad.norm = gamma;
-    bad.eps = -1.0f;
-    EXPECT_THROW(be->rows_linear(x, bad, Tensor(), y), UserError);  // negative eps
-}
-
 TEST(RowsLinear, RejectsBadShapes) {
     auto be = make_cpu_backend(1);
     Rng rng(4);

@@ -51,16 +51,9 @@ void rows_linear(const Exec& ex, const Tensor& x, const RowsLinear& w, const Ten
     for (const Tensor& wi : w.w)
         if (!wi.empty()) check_cpu_f32(wi, op, "w");
     if (!residual.empty()) check_cpu_f32(residual, op, "residual");
-    if (!w.norm.empty()) check_cpu_f32(w.norm, op, "norm");
     const int64_t cols = check_rows_linear_shapes(x, w, residual, y);
     const int64_t R = x.dim(0), K = x.dim(1);
-    // The folded RMSNorm is the op's own, so the bits are those of rmsnorm_fwd then the product.
-    HostTensor normed;
-    if (!w.norm.empty()) {
-        normed = HostTensor({R, K});
-        rmsnorm_fwd(ex, x, w.norm, w.eps, normed, Tensor());
-    }
-    const float* px = normed.empty() ? x.f32() : normed.f32();
+    const float* px = x.f32();
     float* py = y.f32();
     parallel_for(ex, cols, R * cols * K > kParallelFlops, [&](int64_t c0, int64_t c1) {
         for (int64_t c = c0; c < c1; ++c) {

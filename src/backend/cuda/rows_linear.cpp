@@ -67,12 +67,6 @@ void rows_linear(const Exec& ex, const Tensor& x, const RowsLinear& w, const Ten
                  : w.epilogue == RowsEpilogue::add ? rows::kAdd
                                                    : rows::kSwiglu;
     if (w.epilogue == RowsEpilogue::swiglu) a.w[1] = cptr(w.w[1]);
-    if (!w.norm.empty()) {
-        check_tensor(ex, w.norm, DType::bf16, op, "norm");
-        DF_CHECK(aligned16(w.norm.data()), "{}: norm must be 16-byte aligned", op);
-        a.norm = cptr(w.norm);
-        a.eps = w.eps;
-    }
     a.residual = cptr(residual);
     a.y = y.data();
     a.y_f32 = y_f32;

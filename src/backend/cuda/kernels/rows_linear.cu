@@ -71,23 +71,6 @@ template <int NT, bool kPair>
 constexpr int kRedBytes = (kPair ? 2 : 1) * kWarps* kMaxRows * 8 * NT * 4;
 template <int NT, bool kPair>
 constexpr int kSmemBytes = kRingBytes<NT, kPair> + 2 * kRedBytes<NT, kPair>;
-// With the folded RMSNorm, each row's 1 / rms follows: kMaxRows floats.
-template <int NT, bool kPair, bool kNorm>
-constexpr int kLaunchSmemBytes = kSmemBytes<NT, kPair> + (kNorm ? kMaxRows * 4 : 0);
-
-// Eight bf16 values of one row (an item) normalised as rmsnorm_fwd's kernel does it:
-// bf16(w_j * (x_j * s)), s the row's 1 / rms, w_j the norm's weights at the same k.
-__device__ __forceinline__ uint32_t norm_pair(uint32_t x, uint32_t w, float s) {
-    const float x0 = bf16_to_float(static_cast<uint16_t>(x & 0xffffu));
-    const float x1 = bf16_to_float(static_cast<uint16_t>(x >> 16));
-    const float w0 = bf16_to_float(static_cast<uint16_t>(w & 0xffffu));
-    const float w1 = bf16_to_float(static_cast<uint16_t>(w >> 16));
-    return attn::pack_bf16(w0 * (x0 * s), w1 * (x1 * s));
-}
-__device__ __forceinline__ uint4 norm_item(const uint4& x, const uint4& w, float s) {
-    return uint4{norm_pair(x.x, w.x, s), norm_pair(x.y, w.y, s), norm_pair(x.z, w.z, s),
-                 norm_pair(x.w, w.w, s)};
-}
 
 // Where column tile `tile` falls: its first column of y, the weight (segment) and that weight's
 // first row in the tile (tiles never straddle two segments: rows_tile_cols).
@@ -108,7 +91,7 @@ __device__ __forceinline__ TileAt tile_at(const RowsArgs& a, int tile) {
 // one, so the memory pipe stays full across tiles. A lane reads back only the bytes it copied, so
 // the warps wait for each other only at each tile's reduction. The issue side keeps its place
 // (tile, chunk, stage, the lane's weight rows) in counters, so a chunk costs no division.
-template <int NT, bool kPair, bool kNorm>
+template <int NT, bool kPair>
 __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a, int tiles) {
     DF_ATTN_SHARED(smem);
     constexpr int kCols = 8 * NT;
@@ -203,43 +186,6 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a, int ti
     start();
     DF_ATTN_UNROLL
     for (int j = 0; j < kS - 1; ++j) issue(true, false, true);
-    // The folded RMSNorm's 1 / rms of rows warp and warp + 8, while the first stages land: each
-    // lane's squares in ascending k, then a butterfly over the lanes. The order depends on the row
-    // alone, so a row's bits do not depend on the others (Note [rows_linear row invariance]).
-    float s_lo = 0.0f, s_hi = 0.0f;
-    if constexpr (kNorm) {
-        float* s_rstd = reinterpret_cast<float*>(smem + kSmemBytes<NT, kPair>);
-        DF_ATTN_UNROLL
-        for (int half = 0; half < 2; ++half) {
-            const int r = warp + kWarps * half;
-            if (r >= a.rows) {
-                if (lane == 0) s_rstd[r] = 0.0f;
-                continue;
-            }
-            const uint16_t* xr = a.x + static_cast<size_t>(r) * a.k;
-            float ss = 0.0f;
-            for (int k = 8 * lane; k < a.k; k += 8 * 32) {
-                const uint4 v = *reinterpret_cast<const uint4*>(xr + k);
-                const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
-                DF_ATTN_UNROLL
-                for (int e = 0; e < 4; ++e) {
-                    const float lo = bf16_to_float(static_cast<uint16_t>(w4[e] & 0xffffu));
-                    const float hi = bf16_to_float(static_cast<uint16_t>(w4[e] >> 16));
-                    ss = fmaf(lo, lo, ss);
-                    ss = fmaf(hi, hi, ss);
-                }
-            }
-            DF_ATTN_UNROLL
-            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            // rmsnorm_fwd's scalar steps, in double.
-            if (lane == 0)
-                s_rstd[r] = static_cast<float>(
-                    1.0 / sqrt(static_cast<double>(ss) / a.k + static_cast<double>(a.eps)));
-        }
-        __syncthreads();
-        s_lo = s_rstd[g];
-        s_hi = s_rstd[g + 8];
-    }
 
     const int cols = a.epilogue == kStore ? a.n[0] + a.n[1] + a.n[2] : a.n[0];
     const uint4 zero{0, 0, 0, 0};
@@ -256,26 +202,12 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a, int ti
         }
         for (int q = 0; q < mine; ++q) {
             issue(true, true, true);
-            // The norm's weights at this lane's k, asked for before the wait (cached: every
-            // tile reads the same ones).
-            uint4 gam[kSub];
-            if constexpr (kNorm) {
-                DF_ATTN_UNROLL
-                for (int u = 0; u < kSub; ++u) {
-                    const int k = (warp + q * kWarps) * kChunkK + 8 * t + 32 * u;
-                    gam[u] = k < a.k ? *reinterpret_cast<const uint4*>(a.norm + k) : zero;
-                }
-            }
             attn::cp_async_wait<kS - 1>();  // the chunk in stage st has landed
             DF_ATTN_UNROLL
             for (int u = 0; u < kSub; ++u) {
-                uint4 xa = *reinterpret_cast<const uint4*>(smem + slot(st, u));
-                uint4 xb =
+                const uint4 xa = *reinterpret_cast<const uint4*>(smem + slot(st, u));
+                const uint4 xb =
                     hi_rows ? *reinterpret_cast<const uint4*>(smem + slot(st, kSub + u)) : zero;
-                if constexpr (kNorm) {
-                    xa = norm_item(xa, gam[u], s_lo);
-                    xb = norm_item(xb, gam[u], s_hi);
-                }
                 const uint32_t a0[4] = {xa.x, xb.x, xa.y, xb.y};
                 const uint32_t a1[4] = {xa.z, xb.z, xa.w, xb.w};
                 DF_ATTN_UNROLL
@@ -337,17 +269,16 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const RowsArgs a, int ti
     attn::cp_async_wait<0>();  // only empty groups remain
 }
 
-template <int NT, bool kPair, bool kNorm>
+template <int NT, bool kPair>
 void launch(const RowsArgs& a, int cols, CUstream_st* stream) {
-    constexpr int smem = kLaunchSmemBytes<NT, kPair, kNorm>;
+    constexpr int smem = kSmemBytes<NT, kPair>;
     // Resident blocks a SM: shared memory (227 KB a block at most, 228 KB a SM on Hopper) and
     // registers (at most 64 a thread: four blocks of 256 threads) allow.
     constexpr int kPerSm = (228 * 1024) / (smem + 1024) < 4 ? (228 * 1024) / (smem + 1024) : 4;
     static_assert(kPerSm >= 2 && smem <= 227 * 1024);
     const int tiles = (cols + 8 * NT - 1) / (8 * NT);
     const int blocks = tiles < kPerSm * a.sm_count ? tiles : kPerSm * a.sm_count;
-    constexpr auto kernel =
-        rows_kernel<NT, kPair, kNorm>;  // (a template's comma would split the macro)
+    constexpr auto kernel = rows_kernel<NT, kPair>;  // (a template's comma would split the macro)
     DF_PDL_LAUNCH(a.pdl, kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, stream,
                   a, tiles);
 }
@@ -366,24 +297,15 @@ int rows_tile_cols(const RowsArgs& a) {
     return wide ? 16 : 8;
 }
 
-template <bool kNorm>
-void launch_shape(const RowsArgs& a, int cols, CUstream_st* stream) {
-    if (a.epilogue == kSwiglu) {
-        launch<1, true, kNorm>(a, cols, stream);
-    } else if (rows_tile_cols(a) == 16) {
-        launch<2, false, kNorm>(a, cols, stream);
-    } else {
-        launch<1, false, kNorm>(a, cols, stream);
-    }
-}
-
 void rows_linear(const RowsArgs& a, CUstream_st* stream) {
     if (a.rows <= 0) return;
     const int cols = a.epilogue == kStore ? a.n[0] + a.n[1] + a.n[2] : a.n[0];
-    if (a.norm != nullptr) {
-        launch_shape<true>(a, cols, stream);
+    if (a.epilogue == kSwiglu) {
+        launch<1, true>(a, cols, stream);
+    } else if (rows_tile_cols(a) == 16) {
+        launch<2, false>(a, cols, stream);
     } else {
-        launch_shape<false>(a, cols, stream);
+        launch<1, false>(a, cols, stream);
     }
 }
 

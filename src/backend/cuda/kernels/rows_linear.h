@@ -17,8 +17,7 @@ enum Epilogue : int { kStore = 0, kAdd = 1, kSwiglu = 2 };
 // y [rows, cols] from x [rows, k] (rows <= 16, k a multiple of 8, x and every weight 16-byte
 // aligned): store: the segments' outputs side by side (w[i] [n[i], k], nseg of them); add:
 // residual + x · w[0]ᵀ; swiglu: silu(x · w[0]ᵀ) * (x · w[1]ᵀ), each product rounded to bf16 first.
-// y is bf16, or f32 (store only) when y_f32. With norm, every product reads RMSNorm(x) (each row
-// scaled by its 1 / rms and by norm, rounded to bf16 as rmsnorm_fwd rounds) in place of x.
+// y is bf16, or f32 (store only) when y_f32.
 struct RowsArgs {
     const uint16_t* x = nullptr;
     int rows = 0;
@@ -30,9 +29,6 @@ struct RowsArgs {
     const uint16_t* residual = nullptr;
     void* y = nullptr;
     bool y_f32 = false;
-    // The folded RMSNorm's weights [k] (16-byte aligned) and eps; null: x as given.
-    const uint16_t* norm = nullptr;
-    float eps = 0.0f;
     int sm_count = 132;  // the grid: as many blocks as stay resident, each taking several tiles
     bool pdl = false;    // launched with programmatic dependent launch (kernels/pdl.cuh)
 };
