@@ -344,10 +344,6 @@ void mlp_products(const LayerContext& lc, const LayerWeights& w, const Tensor& h
     lc.ws.release(mark);
 }
 
-}  // namespace
-
-namespace {
-
 // The MLP in two parts, so that a caller can take what the backward keeps (a dense layer's gate
 // and up) before a temporary h2 it gives back afterwards (Note [h2 recomputed]).
 void take_mlp_acts(const LayerContext& lc, const LayerWeights& w, int64_t Sq, LayerActs& a) {

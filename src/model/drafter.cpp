@@ -185,7 +185,7 @@ struct DrafterModel::BlockForward {
     std::vector<AttnMask> masks;     // per layer: the block mask with the layer's window
     // train.recompute_layers, or no gradients: each layer's activations are given back after its
     // forward (and, with gradients, made again before its backward: Note [Recomputed layers]).
-    bool recompute = false;
+    bool release_layers = false;
 };
 
 // Note [Recomputed layers]: with recomputation the forward keeps only the layer inputs xs (taken
@@ -271,7 +271,7 @@ void DrafterModel::forward_blocks(Backend& be, Workspace& ws, const Tensor& embe
     for (int64_t l = 0; l < L; ++l) {
         const Workspace::Mark m = ws.mark();
         forward_layer(lc, f, l);
-        if (f.recompute) ws.release(m);
+        if (f.release_layers) ws.release(m);
     }
     f.hf = ws.take({R, D}, act);
     f.rstd_f = ws.take({R}, DType::f32);
@@ -372,7 +372,7 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const DrafterBatch& ba
     // next layer has its input, as recomputation's forward does (Note [Recomputed layers]). An
     // evaluation then holds one layer's activations, and the trainer's workspace, planned for
     // evaluations too, keeps what train.recompute_layers saves.
-    f.recompute = loss.recompute_layers || !params_.has_grads();
+    f.release_layers = loss.recompute_layers || !params_.has_grads();
     forward_blocks(be, ws, embed, features, tokens, anchors, objective.context_starts, f);
     const int64_t L = cfg_.layer.num_hidden_layers;
     const DType act = be.compute_dtype();
@@ -440,7 +440,7 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const DrafterBatch& ba
     for (int64_t l = L - 1; l >= 0; --l) {
         const LayerWeights g = layer_grads(params_, layer_prefix(l), dims_);
         const Workspace::Mark m = ws.mark();
-        if (f.recompute) forward_layer(lc, f, l);  // Note [Recomputed layers]
+        if (f.release_layers) forward_layer(lc, f, l);  // made again: Note [Recomputed layers]
         if (cfg_.dflash2()) {
             dflash2_layer_backward(lc, layer(l), g, conv(l),
                                    dflash2_layer_grads(params_, layer_prefix(l)), f.acts2[l],
@@ -449,7 +449,7 @@ void DrafterModel::train_step(Backend& be, Workspace& ws, const DrafterBatch& ba
             layer_backward(lc, layer(l), g, f.acts[l], f.q_pos, f.kv_pos, f.masks[l], dx, dprev,
                            dctx);
         }
-        if (f.recompute) ws.release(m);
+        if (f.release_layers) ws.release(m);
         std::swap(dx, dprev);
         // Layers l.., the final norm and the selector are done (Note [Final gradients]).
         params_.grads_final_from(std::string_view(layer_prefix(l)));
